@@ -1,0 +1,28 @@
+#ifndef PS_COMMON_TENSOR_CODEC_H_
+#define PS_COMMON_TENSOR_CODEC_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace ps {
+
+// The one home for how float32 tensors become bytes: little-endian IEEE-754,
+// four bytes an element, no header (the framing message carries dtype, shape
+// and range). Used for the wire and for checkpoints alike.
+
+// Appends the encoding of `values` to `out`.
+void AppendFloats(absl::Span<const float> values, std::string* out);
+
+// Replaces `out` with the encoding of `values`.
+void EncodeFloats(absl::Span<const float> values, std::string* out);
+
+// Decodes `bytes` into `out`; fails, leaving `out` untouched, unless `bytes`
+// holds exactly out.size() elements.
+absl::Status DecodeFloats(absl::string_view bytes, absl::Span<float> out);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_TENSOR_CODEC_H_

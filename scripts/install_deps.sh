@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs every Debian package the project needs, and only what is missing.
+# Safe to run again: it asks apt only when a package is absent.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap bazel-rules-java
+  g++ pkg-config zlib1g-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libopenblas-dev
+  dataset-fashion-mnist
+)
+# The Kubernetes manifest checker (deploy/validate) is a Go program built
+# against Debian's Kubernetes API packages; kustomize renders the overlays.
+if false; then  # TODO(issue 5)
+  PACKAGES+=(golang-go golang-k8s-api-dev golang-k8s-apimachinery-dev kustomize)
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if (( ${#missing[@]} == 0 )); then
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}" >&2
+SUDO=""
+if [[ "$(id -u)" != 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
