@@ -29,8 +29,8 @@ void InitializeSlice(const ModelSpec& model, uint32_t tensor_id,
     for (float& v : out) v = 0.0f;
     return;
   }
-  const float limit = std::sqrt(
-      6.0f / static_cast<float>(std::max<int64_t>(1, spec.fan_in + spec.fan_out)));
+  const float limit = std::sqrt(6.0f / static_cast<float>(std::max<int64_t>(
+                                           1, spec.fan_in + spec.fan_out)));
   const uint64_t stream = Mix(seed ^ Mix(tensor_id + 1));
   for (size_t i = 0; i < out.size(); ++i) {
     out[i] = limit * UnitUniform(Mix(stream ^ (offset + i)));

@@ -28,10 +28,10 @@ absl::StatusOr<std::vector<int>> ParseLayerSizes(absl::string_view text) {
   for (absl::string_view part : absl::StrSplit(text, '-')) {
     int size = 0;
     if (!absl::SimpleAtoi(part, &size) || size < 1 || size > kMaxLayerSize) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "layer sizes \"", text, "\": \"", part,
-          "\" is not a whole number in [1, ", kMaxLayerSize,
-          "]; expected e.g. 784-256-128-10"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer sizes \"", text, "\": \"", part,
+                       "\" is not a whole number in [1, ", kMaxLayerSize,
+                       "]; expected e.g. 784-256-128-10"));
     }
     sizes.push_back(size);
   }
@@ -49,8 +49,11 @@ ModelSpec MlpModelSpec(absl::Span<const int> layer_sizes) {
   for (size_t l = 0; l + 1 < layer_sizes.size(); ++l) {
     const int64_t in = layer_sizes[l];
     const int64_t out = layer_sizes[l + 1];
-    model.tensors.push_back({absl::StrCat("fc", l, ".weight"), {in, out}, in,
-                             out, /*is_bias=*/false});
+    model.tensors.push_back({absl::StrCat("fc", l, ".weight"),
+                             {in, out},
+                             in,
+                             out,
+                             /*is_bias=*/false});
     model.tensors.push_back(
         {absl::StrCat("fc", l, ".bias"), {out}, in, out, /*is_bias=*/true});
   }

@@ -21,9 +21,8 @@ constexpr uint64_t kSmallTensorDivisor = 16;
 absl::StatusOr<Partition> Partition::Create(const ModelSpec& model,
                                             int num_servers) {
   if (num_servers < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("number of servers must be at least 1, got ",
-                     num_servers));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "number of servers must be at least 1, got ", num_servers));
   }
   if (model.tensors.empty()) {
     return absl::InvalidArgumentError("model has no tensors");
@@ -43,7 +42,8 @@ absl::StatusOr<Partition> Partition::Create(const ModelSpec& model,
 
   const uint64_t total = model.total_elements();
   const uint64_t target = (total + num_servers - 1) / num_servers;
-  const uint64_t small_limit = std::max<uint64_t>(1, target / kSmallTensorDivisor);
+  const uint64_t small_limit =
+      std::max<uint64_t>(1, target / kSmallTensorDivisor);
 
   // Small tensors first, largest first, each whole onto the least loaded
   // server (ties: lowest index, so the result is deterministic).

@@ -48,10 +48,9 @@ void EncodeFloats(absl::Span<const float> values, std::string* out) {
 
 absl::Status DecodeFloats(absl::string_view bytes, absl::Span<float> out) {
   if (bytes.size() != out.size() * sizeof(float)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor data has ", bytes.size(), " bytes, expected ",
-                     out.size() * sizeof(float), " (", out.size(),
-                     " float32 elements)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor data has ", bytes.size(), " bytes, expected ",
+        out.size() * sizeof(float), " (", out.size(), " float32 elements)"));
   }
   if (kHostIsLittleEndian) {
     std::memcpy(out.data(), bytes.data(), bytes.size());

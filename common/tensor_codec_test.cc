@@ -1,0 +1,49 @@
+#include "common/tensor_codec.h"
+
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+TEST(TensorCodecTest, RoundTripsValuesBitForBit) {
+  const std::vector<float> values = {
+      0.0f,       -0.0f, 1.5f,
+      -3.25e-12f, 1e30f, std::numeric_limits<float>::infinity()};
+  std::string bytes;
+  EncodeFloats(values, &bytes);
+  ASSERT_EQ(bytes.size(), values.size() * 4);
+  std::vector<float> decoded(values.size());
+  ASSERT_TRUE(DecodeFloats(bytes, absl::MakeSpan(decoded)).ok());
+  EXPECT_EQ(std::memcmp(values.data(), decoded.data(), bytes.size()), 0);
+}
+
+TEST(TensorCodecTest, EncodesLittleEndian) {
+  std::string bytes;
+  EncodeFloats(std::vector<float>{1.0f}, &bytes);  // 0x3f800000
+  EXPECT_EQ(bytes, std::string("\x00\x00\x80\x3f", 4));
+}
+
+TEST(TensorCodecTest, AppendKeepsWhatWasThere) {
+  std::string bytes = "ab";
+  AppendFloats(std::vector<float>{2.0f}, &bytes);
+  EXPECT_EQ(bytes.size(), 6u);
+  EXPECT_EQ(bytes.substr(0, 2), "ab");
+}
+
+TEST(TensorCodecTest, RejectsWrongLengthAndLeavesOutputUntouched) {
+  std::vector<float> out = {7.0f, 7.0f};
+  for (const std::string& bytes :
+       {std::string(7, '\0'), std::string(9, '\0'), std::string()}) {
+    absl::Status status = DecodeFloats(bytes, absl::MakeSpan(out));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(out[0], 7.0f);
+  }
+}
+
+}  // namespace
+}  // namespace ps
