@@ -38,7 +38,9 @@ class Backend {
   virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(
       size_t num_elements) = 0;
 
-  // Host <-> backend copies of `num_elements` floats.
+  // Host <-> backend copies of `num_elements` floats. Both return once `host`
+  // may be reused: CopyToHost first waits for the operations issued earlier
+  // that write `src`, so the values it returns are final without Synchronize.
   virtual absl::Status CopyToDevice(const float* host, size_t num_elements,
                                     DeviceBuffer& dst, size_t dst_offset) = 0;
   virtual absl::Status CopyToHost(const DeviceBuffer& src, size_t src_offset,

@@ -1,0 +1,52 @@
+#ifndef PS_KERNELS_BACKEND_TESTING_H_
+#define PS_KERNELS_BACKEND_TESTING_H_
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+
+// Helpers for tests of backends and of code running on them.
+
+#define PS_TESTING_CONCAT_INNER_(a, b) a##b
+#define PS_TESTING_CONCAT_(a, b) PS_TESTING_CONCAT_INNER_(a, b)
+
+// Fails the test (returning from it) unless the absl::Status is OK.
+#define PS_ASSERT_OK(expr)                                      \
+  do {                                                          \
+    const ::absl::Status ps_testing_status_ = (expr);           \
+    ASSERT_TRUE(ps_testing_status_.ok()) << ps_testing_status_; \
+  } while (false)
+
+// `lhs = *expr` for an absl::StatusOr, failing the test if it is an error.
+#define PS_ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  PS_ASSERT_OK_AND_ASSIGN_IMPL_(           \
+      PS_TESTING_CONCAT_(ps_testing_statusor_, __LINE__), lhs, expr)
+#define PS_ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, expr) \
+  auto statusor = (expr);                                  \
+  ASSERT_TRUE(statusor.ok()) << statusor.status();         \
+  lhs = std::move(statusor).value()
+
+namespace ps::kernels::testing {
+
+// A new buffer of `backend` holding `values`.
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> Upload(
+    Backend& backend, absl::Span<const float> values);
+
+// The whole content of `buffer`.
+absl::StatusOr<std::vector<float>> Download(Backend& backend,
+                                            const DeviceBuffer& buffer);
+
+// Succeeds if the spans have the same size and every element satisfies
+// |got - want| <= atol + rtol * |want|; else names the first that does not.
+::testing::AssertionResult AllNear(absl::Span<const float> got,
+                                   absl::Span<const float> want, double atol,
+                                   double rtol);
+
+}  // namespace ps::kernels::testing
+
+#endif  // PS_KERNELS_BACKEND_TESTING_H_

@@ -1,0 +1,342 @@
+#include "kernels/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+
+namespace ps::kernels {
+namespace {
+
+constexpr int kMaxThreads = 64;
+
+// Host memory, zero-filled on allocation so results never depend on whatever
+// the allocator handed back.
+class CpuBuffer final : public DeviceBuffer {
+ public:
+  CpuBuffer(std::unique_ptr<float[]> data, size_t size)
+      : data_(std::move(data)), size_(size) {}
+
+  float* data() override { return data_.get(); }
+  const float* data() const override { return data_.get(); }
+  size_t size() const override { return size_; }
+
+ private:
+  const std::unique_ptr<float[]> data_;
+  const size_t size_;
+};
+
+// OK if `buffer` came from a CPU backend and holds at least `needed` floats.
+// A buffer of another backend may hold device memory the host cannot touch.
+absl::Status CheckBuffer(absl::string_view op, absl::string_view arg,
+                         const DeviceBuffer& buffer, uint64_t needed) {
+  if (dynamic_cast<const CpuBuffer*>(&buffer) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: buffer `%s` was not allocated by a cpu backend", op, arg));
+  }
+  if (buffer.size() < needed) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: buffer `%s` holds %d floats but the shape needs %d", op, arg,
+        buffer.size(), needed));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMatrix(absl::string_view op, int rows, int cols) {
+  if (rows < 0 || cols < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: negative shape rows=%d cols=%d", op, rows, cols));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t Product(int a, int b) {
+  return static_cast<uint64_t>(a) * static_cast<uint64_t>(b);
+}
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(
+      size_t num_elements) override {
+    if (num_elements > std::numeric_limits<size_t>::max() / sizeof(float)) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "Allocate: %d floats do not fit in memory", num_elements));
+    }
+    std::unique_ptr<float[]> data(new (std::nothrow) float[num_elements]());
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "Allocate: out of host memory for %d floats", num_elements));
+    }
+    return std::make_unique<CpuBuffer>(std::move(data), num_elements);
+  }
+
+  absl::Status CopyToDevice(const float* host, size_t num_elements,
+                            DeviceBuffer& dst, size_t dst_offset) override {
+    if (absl::Status s =
+            CheckRange("CopyToDevice", host, num_elements, dst, dst_offset);
+        !s.ok()) {
+      return s;
+    }
+    if (num_elements > 0) {
+      std::memmove(dst.data() + dst_offset, host, num_elements * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyToHost(const DeviceBuffer& src, size_t src_offset,
+                          size_t num_elements, float* host) override {
+    if (absl::Status s =
+            CheckRange("CopyToHost", host, num_elements, src, src_offset);
+        !s.ok()) {
+      return s;
+    }
+    if (num_elements > 0) {
+      std::memmove(host, src.data() + src_offset, num_elements * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                    float alpha, const DeviceBuffer& a, const DeviceBuffer& b,
+                    float beta, DeviceBuffer& c) override {
+    if (m < 0 || n < 0 || k < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("Gemm: negative shape m=%d n=%d k=%d", m, n, k));
+    }
+    for (auto [arg, buffer, needed] :
+         {std::make_tuple("a", &a, Product(m, k)),
+          std::make_tuple("b", &b, Product(k, n)),
+          std::make_tuple("c", static_cast<const DeviceBuffer*>(&c),
+                          Product(m, n))}) {
+      if (absl::Status s = CheckBuffer("Gemm", arg, *buffer, needed); !s.ok()) {
+        return s;
+      }
+    }
+    if (&c == &a || &c == &b) {
+      return absl::InvalidArgumentError(
+          "Gemm: the output `c` must not be one of the inputs");
+    }
+    if (m == 0 || n == 0) return absl::OkStatus();
+    if (k == 0) {
+      // BLAS rejects a zero leading dimension; C = beta * C by hand, where
+      // beta == 0 overwrites (as in BLAS) rather than scaling old values.
+      float* out = c.data();
+      for (uint64_t i = 0; i < Product(m, n); ++i) {
+        out[i] = beta == 0.0f ? 0.0f : beta * out[i];
+      }
+      return absl::OkStatus();
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a.data(),
+                trans_a ? m : k, b.data(), trans_b ? k : n, beta, c.data(), n);
+    return absl::OkStatus();
+  }
+
+  absl::Status AddBias(int rows, int cols, const DeviceBuffer& bias,
+                       DeviceBuffer& y) override {
+    if (absl::Status s = CheckMatrix("AddBias", rows, cols); !s.ok()) return s;
+    if (absl::Status s = CheckBuffer("AddBias", "bias", bias, cols); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckBuffer("AddBias", "y", y, Product(rows, cols));
+        !s.ok()) {
+      return s;
+    }
+    const float* b = bias.data();
+    float* out = y.data();
+    for (int r = 0; r < rows; ++r) {
+      float* row = out + Product(r, cols);
+      for (int c = 0; c < cols; ++c) row[c] += b[c];
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Relu(size_t n, const DeviceBuffer& x, DeviceBuffer& y) override {
+    if (absl::Status s = CheckBuffer("Relu", "x", x, n); !s.ok()) return s;
+    if (absl::Status s = CheckBuffer("Relu", "y", y, n); !s.ok()) return s;
+    const float* in = x.data();
+    float* out = y.data();
+    // Written so that a NaN input stays NaN instead of being hidden as 0.
+    for (size_t i = 0; i < n; ++i) out[i] = in[i] < 0.0f ? 0.0f : in[i];
+    return absl::OkStatus();
+  }
+
+  absl::Status ReluGrad(size_t n, const DeviceBuffer& activation,
+                        const DeviceBuffer& grad_y,
+                        DeviceBuffer& grad_x) override {
+    for (auto [arg, buffer] :
+         {std::make_pair("activation", &activation),
+          std::make_pair("grad_y", &grad_y),
+          std::make_pair("grad_x",
+                         static_cast<const DeviceBuffer*>(&grad_x))}) {
+      if (absl::Status s = CheckBuffer("ReluGrad", arg, *buffer, n); !s.ok()) {
+        return s;
+      }
+    }
+    const float* act = activation.data();
+    const float* gy = grad_y.data();
+    float* gx = grad_x.data();
+    for (size_t i = 0; i < n; ++i) gx[i] = act[i] > 0.0f ? gy[i] : 0.0f;
+    return absl::OkStatus();
+  }
+
+  absl::Status SoftmaxCrossEntropy(int rows, int cols,
+                                   const DeviceBuffer& logits,
+                                   const DeviceBuffer& labels,
+                                   DeviceBuffer& loss,
+                                   DeviceBuffer& grad_logits) override {
+    constexpr absl::string_view kOp = "SoftmaxCrossEntropy";
+    if (rows < 1 || cols < 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: needs at least one row and one class, got rows=%d cols=%d", kOp,
+          rows, cols));
+    }
+    for (auto [arg, buffer, needed] :
+         {std::make_tuple("logits", &logits, Product(rows, cols)),
+          std::make_tuple("labels", &labels, Product(rows, 1)),
+          std::make_tuple("loss", static_cast<const DeviceBuffer*>(&loss),
+                          Product(1, 1)),
+          std::make_tuple("grad_logits",
+                          static_cast<const DeviceBuffer*>(&grad_logits),
+                          Product(rows, cols))}) {
+      if (absl::Status s = CheckBuffer(kOp, arg, *buffer, needed); !s.ok()) {
+        return s;
+      }
+    }
+    // Every label is checked before anything is written.
+    const float* label = labels.data();
+    for (int r = 0; r < rows; ++r) {
+      const float l = label[r];
+      if (!(l >= 0.0f && l < static_cast<float>(cols) && l == std::floor(l))) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: label %g of row %d is not a class index in [0, %d)", kOp, l, r,
+            cols));
+      }
+    }
+    const double inv_rows = 1.0 / rows;
+    double total = 0.0;
+    for (int r = 0; r < rows; ++r) {
+      const float* x = logits.data() + Product(r, cols);
+      float* g = grad_logits.data() + Product(r, cols);
+      // Subtracting the maximum keeps exp() from overflowing.
+      double max = x[0];
+      for (int c = 1; c < cols; ++c) max = std::max<double>(max, x[c]);
+      double sum = 0.0;
+      for (int c = 0; c < cols; ++c) sum += std::exp(x[c] - max);
+      const double log_sum_exp = max + std::log(sum);
+      const int target = static_cast<int>(label[r]);
+      total += log_sum_exp - x[target];
+      for (int c = 0; c < cols; ++c) {
+        const double p = std::exp(x[c] - log_sum_exp);
+        g[c] = static_cast<float>(((c == target) ? p - 1.0 : p) * inv_rows);
+      }
+    }
+    loss.data()[0] = static_cast<float>(total * inv_rows);
+    return absl::OkStatus();
+  }
+
+  absl::Status ColumnSum(int rows, int cols, const DeviceBuffer& x,
+                         DeviceBuffer& out) override {
+    if (absl::Status s = CheckMatrix("ColumnSum", rows, cols); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckBuffer("ColumnSum", "x", x, Product(rows, cols));
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckBuffer("ColumnSum", "out", out, cols); !s.ok()) {
+      return s;
+    }
+    // Row by row for locality, into double sums kept between calls.
+    column_sums_.assign(cols, 0.0);
+    for (int r = 0; r < rows; ++r) {
+      const float* row = x.data() + Product(r, cols);
+      for (int c = 0; c < cols; ++c) column_sums_[c] += row[c];
+    }
+    for (int c = 0; c < cols; ++c) {
+      out.data()[c] = static_cast<float>(column_sums_[c]);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ArgmaxRows(int rows, int cols, const DeviceBuffer& x,
+                          DeviceBuffer& out) override {
+    if (absl::Status s = CheckMatrix("ArgmaxRows", rows, cols); !s.ok()) {
+      return s;
+    }
+    if (cols < 1 && rows > 0) {
+      return absl::InvalidArgumentError("ArgmaxRows: rows have no columns");
+    }
+    if (absl::Status s = CheckBuffer("ArgmaxRows", "x", x, Product(rows, cols));
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckBuffer("ArgmaxRows", "out", out, rows); !s.ok()) {
+      return s;
+    }
+    for (int r = 0; r < rows; ++r) {
+      const float* row = x.data() + Product(r, cols);
+      int best = 0;  // Ties go to the lowest index.
+      for (int c = 1; c < cols; ++c) {
+        if (row[c] > row[best]) best = c;
+      }
+      out.data()[r] = static_cast<float>(best);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ private:
+  static absl::Status CheckRange(absl::string_view op, const float* host,
+                                 size_t num_elements,
+                                 const DeviceBuffer& buffer, size_t offset) {
+    if (host == nullptr && num_elements > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: null host pointer", op));
+    }
+    if (dynamic_cast<const CpuBuffer*>(&buffer) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: buffer was not allocated by a cpu backend", op));
+    }
+    if (offset > buffer.size() || num_elements > buffer.size() - offset) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %d floats at offset %d do not fit a buffer of %d", op,
+          num_elements, offset, buffer.size()));
+    }
+    return absl::OkStatus();
+  }
+
+  // Scratch for ColumnSum, reused so steady-state steps do not allocate.
+  std::vector<double> column_sums_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(
+    const CpuBackendOptions& options) {
+  if (options.num_threads < 1 || options.num_threads > kMaxThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cpu backend: num_threads %d is not in [1, %d]",
+                        options.num_threads, kMaxThreads));
+  }
+  openblas_set_num_threads(options.num_threads);
+  return std::make_unique<CpuBackend>();
+}
+
+}  // namespace ps::kernels
