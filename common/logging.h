@@ -2,7 +2,19 @@
 #define PS_COMMON_LOGGING_H_
 
 #include "absl/strings/string_view.h"
+#include "fmt/format.h"
 #include "spdlog/spdlog.h"
+
+// Debian's Abseil has its own string_view (not std::string_view), which fmt
+// does not know; this lets log lines take Status messages and the like.
+template <>
+struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
+  template <typename FormatContext>
+  auto format(absl::string_view s, FormatContext& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(
+        fmt::string_view(s.data(), s.size()), ctx);
+  }
+};
 
 namespace ps {
 

@@ -1,0 +1,380 @@
+#include "worker/ps_client.h"
+
+#include <algorithm>
+#include <deque>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_status.h"
+#include "common/tensor_codec.h"
+#include "grpcpp/grpcpp.h"
+
+namespace ps::worker {
+namespace {
+
+constexpr int kMaxMessageBytes = 64 << 20;
+
+// Runs fn(server) for every server on its own thread and returns the first
+// failure in server order.
+template <typename Fn>
+absl::Status ForEachServer(int num_servers, Fn fn) {
+  std::vector<absl::Status> results(num_servers);
+  std::vector<std::thread> threads;
+  threads.reserve(num_servers);
+  for (int s = 0; s < num_servers; ++s) {
+    threads.emplace_back([&, s] { results[s] = fn(s); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& status : results) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ParameterClient::ParameterClient(std::vector<std::string> addresses,
+                                 const Partition* partition,
+                                 const ClientOptions& options)
+    : addresses_(std::move(addresses)),
+      partition_(partition),
+      options_(options) {}
+
+absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Connect(
+    const std::vector<std::string>& addresses, const Partition* partition,
+    const ClientOptions& options) {
+  if (static_cast<int>(addresses.size()) != partition->num_servers()) {
+    return absl::InvalidArgumentError(absl::StrCat("got ", addresses.size(),
+                                                   " server addresses but the "
+                                                   "partition is for ",
+                                                   partition->num_servers(),
+                                                   " servers"));
+  }
+  if (options.chunk_elements == 0) {
+    return absl::InvalidArgumentError("chunk_elements must be positive");
+  }
+  auto client =
+      absl::WrapUnique(new ParameterClient(addresses, partition, options));
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  const auto deadline = std::chrono::system_clock::now() +
+                        absl::ToChronoMilliseconds(options.connect_timeout);
+  for (const std::string& address : addresses) {
+    auto channel = grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args);
+    if (!channel->WaitForConnected(deadline)) {
+      return absl::UnavailableError(
+          absl::StrCat("parameter server ", address,
+                       " did not accept a "
+                       "connection within ",
+                       absl::FormatDuration(options.connect_timeout)));
+    }
+    client->stubs_.push_back(proto::ParameterServer::NewStub(channel));
+  }
+  return client;
+}
+
+proto::RequestHeader ParameterClient::Header(int server) const {
+  proto::RequestHeader header;
+  header.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
+  header.set_partition_fingerprint(partition_->fingerprint());
+  header.set_worker_rank(options_.rank);
+  header.set_server_index(server);
+  return header;
+}
+
+absl::Status ParameterClient::Annotate(int server,
+                                       const absl::Status& status) const {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat("server ", server, " (", addresses_[server],
+                                   "): ", status.message()));
+}
+
+absl::StatusOr<RegisterInfo> ParameterClient::Register(uint64_t incarnation) {
+  std::vector<proto::RegisterResponse> responses(num_servers());
+  absl::Status status = ForEachServer(num_servers(), [&](int s) {
+    proto::RegisterRequest request;
+    *request.mutable_header() = Header(s);
+    request.set_num_tensors(partition_->num_tensors());
+    request.set_incarnation(incarnation);
+    grpc::ClientContext context;
+    return Annotate(s, FromGrpcStatus(stubs_[s]->Register(&context, request,
+                                                          &responses[s])));
+  });
+  if (!status.ok()) return status;
+  for (int s = 1; s < num_servers(); ++s) {
+    if (responses[s].mode() != responses[0].mode() ||
+        responses[s].num_workers() != responses[0].num_workers()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "servers disagree: server 0 runs mode ", responses[0].mode(),
+          " with ", responses[0].num_workers(), " workers, server ", s,
+          " runs mode ", responses[s].mode(), " with ",
+          responses[s].num_workers()));
+    }
+  }
+  RegisterInfo info;
+  info.mode = responses[0].mode();
+  info.num_workers = responses[0].num_workers();
+  info.version = responses[0].version();
+  info.next_step = responses[0].next_step();
+  info.epoch = responses[0].epoch();
+  info.examples_done = responses[0].examples_done();
+  for (const proto::RegisterResponse& r : responses) {
+    info.version = std::min<uint64_t>(info.version, r.version());
+  }
+  return info;
+}
+
+absl::StatusOr<uint64_t> ParameterClient::Pull(
+    uint64_t clock, std::vector<std::vector<float>>& weights) {
+  const ModelSpec& model = partition_->model();
+  weights.resize(model.tensors.size());
+  for (size_t t = 0; t < model.tensors.size(); ++t) {
+    weights[t].resize(model.tensors[t].num_elements());
+  }
+  std::vector<uint64_t> versions(num_servers(), 0);
+  absl::Status status = ForEachServer(num_servers(), [&](int s) {
+    return Annotate(s, PullFromServer(s, clock, weights, &versions[s]));
+  });
+  if (!status.ok()) return status;
+  return *std::min_element(versions.begin(), versions.end());
+}
+
+absl::Status ParameterClient::PullFromServer(
+    int server, uint64_t clock, std::vector<std::vector<float>>& weights,
+    uint64_t* version) {
+  const ModelSpec& model = partition_->model();
+  const std::vector<Slice>& slices = partition_->SlicesOfServer(server);
+  proto::PullRequest request;
+  *request.mutable_header() = Header(server);
+  request.set_clock(clock);
+  request.set_max_chunk_elements(options_.chunk_elements);
+
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<proto::PullResponse>> reader =
+      stubs_[server]->Pull(&context, request);
+  // Chunks must arrive slice by slice, in order, each continuing where the
+  // previous one ended: then exact coverage is a matter of counting.
+  size_t slice_index = 0;
+  uint64_t next_offset = slices.empty() ? 0 : slices[0].offset;
+  absl::Status error;
+  proto::PullResponse response;
+  bool first = true;
+  while (reader->Read(&response)) {
+    if (!error.ok()) continue;  // Drain the stream before Finish().
+    if (first) {
+      *version = response.version();
+      first = false;
+    }
+    const proto::TensorChunk& chunk = response.chunk();
+    if (slice_index == slices.size()) {
+      error = absl::DataLossError("server sent more chunks than it holds");
+      continue;
+    }
+    const Slice& slice = slices[slice_index];
+    const uint64_t slice_end = slice.offset + slice.num_elements;
+    if (chunk.tensor_id() != slice.tensor_id || chunk.offset() != next_offset ||
+        chunk.num_elements() == 0 ||
+        chunk.num_elements() > slice_end - next_offset ||
+        chunk.dtype() != proto::DTYPE_FLOAT32) {
+      error = absl::DataLossError(absl::StrCat(
+          "unexpected chunk: tensor ", chunk.tensor_id(), " [", chunk.offset(),
+          ", +", chunk.num_elements(), "); expected tensor ", slice.tensor_id,
+          " from element ", next_offset));
+      continue;
+    }
+    const std::vector<int64_t>& shape = model.tensors[slice.tensor_id].shape;
+    if (!std::equal(shape.begin(), shape.end(), chunk.shape().begin(),
+                    chunk.shape().end())) {
+      error = absl::DataLossError(
+          absl::StrCat("chunk of tensor ", slice.tensor_id,
+                       " has a shape other than the model's"));
+      continue;
+    }
+    absl::Span<float> dst = absl::MakeSpan(weights[slice.tensor_id])
+                                .subspan(chunk.offset(), chunk.num_elements());
+    error = DecodeFloats(chunk.data(), dst);
+    next_offset += chunk.num_elements();
+    if (next_offset == slice_end && ++slice_index < slices.size()) {
+      next_offset = slices[slice_index].offset;
+    }
+  }
+  absl::Status rpc_status = FromGrpcStatus(reader->Finish());
+  if (!rpc_status.ok()) return rpc_status;
+  if (!error.ok()) return error;
+  if (slice_index != slices.size()) {
+    return absl::DataLossError(absl::StrCat("pull ended after ", slice_index,
+                                            " of ", slices.size(), " slices"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterClient::Push(
+    const PushMetadata& metadata,
+    const std::vector<std::vector<float>>& gradients) {
+  std::unique_ptr<PushSession> session = StartPush(metadata);
+  for (uint32_t t = 0; t < gradients.size(); ++t) {
+    absl::Status status = session->Send(t, gradients[t]);
+    if (!status.ok()) return status;
+  }
+  return session->Finish();
+}
+
+absl::Status ParameterClient::Done() {
+  return ForEachServer(num_servers(), [&](int s) {
+    proto::DoneRequest request;
+    *request.mutable_header() = Header(s);
+    proto::DoneResponse response;
+    grpc::ClientContext context;
+    return Annotate(
+        s, FromGrpcStatus(stubs_[s]->Done(&context, request, &response)));
+  });
+}
+
+std::unique_ptr<PushSession> ParameterClient::StartPush(
+    const PushMetadata& metadata) {
+  return absl::WrapUnique(new PushSession(this, metadata));
+}
+
+// The stream to one shard: a queue of slices to send, drained by a thread
+// of its own that owns the gRPC writer.
+class PushSession::ShardStream {
+ public:
+  ShardStream(ParameterClient* client, int server, const PushMetadata& metadata)
+      : client_(client), server_(server) {
+    prototype_.mutable_header()->CopyFrom(client->Header(server));
+    prototype_.set_step(metadata.step);
+    prototype_.set_base_version(metadata.base_version);
+    prototype_.set_num_examples(metadata.num_examples);
+    prototype_.set_epoch(metadata.epoch);
+    prototype_.set_examples_done(metadata.examples_done);
+    thread_ = std::thread([this] { status_ = Run(); });
+  }
+
+  ~ShardStream() {
+    Close();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void Enqueue(const Slice& slice, const float* tensor_data) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back({slice, tensor_data});
+  }
+
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+
+  absl::Status Join() {
+    Close();
+    thread_.join();
+    return client_->Annotate(server_, status_);
+  }
+
+ private:
+  struct Item {
+    Slice slice;
+    const float* tensor_data;
+  };
+
+  absl::Status Run() {
+    grpc::ClientContext context;
+    proto::PushResponse response;
+    std::unique_ptr<grpc::ClientWriter<proto::PushRequest>> writer =
+        client_->stubs_[server_]->Push(&context, &response);
+    const ModelSpec& model = client_->partition_->model();
+    const uint64_t chunk_elements = client_->options_.chunk_elements;
+    proto::PushRequest request = prototype_;
+    proto::TensorChunk* chunk = request.mutable_chunk();
+    chunk->set_dtype(proto::DTYPE_FLOAT32);
+    bool broken = false;
+    while (true) {
+      Item item;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](ShardStream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+              return s->closed_ || !s->queue_.empty();
+            },
+            this));
+        if (queue_.empty()) break;  // Closed and drained.
+        item = queue_.front();
+        queue_.pop_front();
+      }
+      if (broken) continue;
+      const Slice& slice = item.slice;
+      const std::vector<int64_t>& shape = model.tensors[slice.tensor_id].shape;
+      chunk->set_tensor_id(slice.tensor_id);
+      chunk->mutable_shape()->Assign(shape.begin(), shape.end());
+      for (uint64_t done = 0; done < slice.num_elements && !broken;
+           done += chunk_elements) {
+        const uint64_t n = std::min(chunk_elements, slice.num_elements - done);
+        chunk->set_offset(slice.offset + done);
+        chunk->set_num_elements(n);
+        EncodeFloats(
+            absl::MakeConstSpan(item.tensor_data + slice.offset + done, n),
+            chunk->mutable_data());
+        broken = !writer->Write(request);
+      }
+    }
+    if (!broken) writer->WritesDone();
+    return FromGrpcStatus(writer->Finish());
+  }
+
+  ParameterClient* const client_;
+  const int server_;
+  proto::PushRequest prototype_;
+  absl::Mutex mu_;
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // Written by the thread, read after joining it.
+  absl::Status status_;
+  std::thread thread_;
+};
+
+PushSession::PushSession(ParameterClient* client, const PushMetadata& metadata)
+    : client_(client) {
+  for (int s = 0; s < client->num_servers(); ++s) {
+    streams_.push_back(std::make_unique<ShardStream>(client, s, metadata));
+  }
+}
+
+PushSession::~PushSession() = default;
+
+absl::Status PushSession::Send(uint32_t tensor_id,
+                               absl::Span<const float> gradient) {
+  const ModelSpec& model = client_->partition_->model();
+  if (tensor_id >= model.tensors.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient for tensor ", tensor_id, ": the model has only ",
+                     model.tensors.size(), " tensors"));
+  }
+  const TensorSpec& spec = model.tensors[tensor_id];
+  if (gradient.size() != static_cast<size_t>(spec.num_elements())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient for ", spec.name, " has ", gradient.size(),
+                     " elements, expected ", spec.num_elements()));
+  }
+  for (const Slice& slice : client_->partition_->SlicesOfTensor(tensor_id)) {
+    streams_[slice.server]->Enqueue(slice, gradient.data());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PushSession::Finish() {
+  absl::Status first_error;
+  for (auto& stream : streams_) {
+    absl::Status status = stream->Join();
+    if (first_error.ok()) first_error = status;
+  }
+  streams_.clear();
+  return first_error;
+}
+
+}  // namespace ps::worker

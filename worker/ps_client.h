@@ -1,0 +1,141 @@
+#ifndef PS_WORKER_PS_CLIENT_H_
+#define PS_WORKER_PS_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/partition.h"
+#include "proto/parameter_server.grpc.pb.h"
+
+namespace ps::worker {
+
+struct ClientOptions {
+  int rank = 0;
+  // Elements per streamed chunk: 256K floats = 1 MiB, the size at which a
+  // gRPC stream runs at loopback TCP speed.
+  uint64_t chunk_elements = 256 * 1024;
+  // How long Connect waits for every shard to accept a connection.
+  absl::Duration connect_timeout = absl::Seconds(30);
+};
+
+// What the shards told a registering worker.
+struct RegisterInfo {
+  std::string mode;
+  int num_workers = 0;
+  uint64_t version = 0;
+  uint64_t next_step = 0;
+  uint64_t epoch = 0;
+  uint64_t examples_done = 0;
+};
+
+// What a push says about the gradient besides its values.
+struct PushMetadata {
+  uint64_t step = 0;
+  uint64_t base_version = 0;
+  uint32_t num_examples = 0;
+  uint64_t epoch = 0;
+  uint64_t examples_done = 0;
+};
+
+class PushSession;
+
+// A worker's connection to every parameter-server shard.
+//
+// Every call fans out to the shards in parallel, one stream each, and fails
+// if any shard fails (with the shard's address in the message). The client
+// validates everything the shards send against the partition, so a buggy or
+// mismatched shard yields an error rather than wrong weights.
+//
+// Thread-safe: calls may come from several threads, but a worker normally
+// issues one at a time. Owns its channels; the partition must outlive it.
+class ParameterClient {
+ public:
+  // `addresses[i]` is the address of shard i ("host:port").
+  static absl::StatusOr<std::unique_ptr<ParameterClient>> Connect(
+      const std::vector<std::string>& addresses, const Partition* partition,
+      const ClientOptions& options);
+
+  // Registers with every shard; they must agree on mode and worker count.
+  absl::StatusOr<RegisterInfo> Register(uint64_t incarnation);
+
+  // Fetches every tensor into `weights[tensor_id]` (resized as needed) once
+  // the shards allow clock `clock` to proceed. Returns the smallest version
+  // the shards reported.
+  absl::StatusOr<uint64_t> Pull(uint64_t clock,
+                                std::vector<std::vector<float>>& weights);
+
+  // Opens a push for one step; see PushSession.
+  std::unique_ptr<PushSession> StartPush(const PushMetadata& metadata);
+
+  // Pushes complete gradients (`gradients[tensor_id]`) in one call.
+  absl::Status Push(const PushMetadata& metadata,
+                    const std::vector<std::vector<float>>& gradients);
+
+  // Tells every shard this worker has finished.
+  absl::Status Done();
+
+  const Partition& partition() const { return *partition_; }
+  int num_servers() const { return static_cast<int>(stubs_.size()); }
+  const std::string& address(int server) const { return addresses_[server]; }
+
+ private:
+  friend class PushSession;
+
+  ParameterClient(std::vector<std::string> addresses,
+                  const Partition* partition, const ClientOptions& options);
+
+  proto::RequestHeader Header(int server) const;
+  absl::Status PullFromServer(int server, uint64_t clock,
+                              std::vector<std::vector<float>>& weights,
+                              uint64_t* version);
+  // Prefixes the shard's address to a failed status.
+  absl::Status Annotate(int server, const absl::Status& status) const;
+
+  const std::vector<std::string> addresses_;
+  const Partition* const partition_;
+  const ClientOptions options_;
+  std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
+};
+
+// One step's push: a stream to every shard, fed tensor by tensor as the
+// gradients become ready, so that sending the last layer's gradient overlaps
+// computing the earlier layers'. Finish() closes the streams and waits for
+// every shard's answer; a shard commits the push only if its stream covered
+// all its elements, so a session that did not send every tensor applies
+// nothing.
+//
+// Send() may be called from one thread while the session's own threads
+// stream; the gradient memory passed to Send must stay valid and unchanged
+// until Finish returns.
+class PushSession {
+ public:
+  ~PushSession();
+  PushSession(const PushSession&) = delete;
+  PushSession& operator=(const PushSession&) = delete;
+
+  // Queues every slice of `tensor_id` to the shard that owns it. Fails (and
+  // sends nothing) if the tensor id or the gradient's size is wrong.
+  absl::Status Send(uint32_t tensor_id, absl::Span<const float> gradient);
+
+  // Waits for every shard; OK only if every shard accepted the push.
+  absl::Status Finish();
+
+ private:
+  friend class ParameterClient;
+  class ShardStream;
+
+  PushSession(ParameterClient* client, const PushMetadata& metadata);
+
+  ParameterClient* const client_;
+  std::vector<std::unique_ptr<ShardStream>> streams_;
+};
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_PS_CLIENT_H_

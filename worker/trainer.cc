@@ -1,0 +1,195 @@
+#include "worker/trainer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/model_file.h"
+#include "spdlog/spdlog.h"
+
+namespace ps::worker {
+namespace {
+
+std::string FormatEta(absl::Duration eta) {
+  const int64_t seconds = absl::ToInt64Seconds(eta);
+  return absl::StrFormat("%d:%02d", seconds / 60, seconds % 60);
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainerOptions& options, ParameterClient* client,
+                 Mlp* model, const LabeledImages* train,
+                 const LabeledImages* test)
+    : options_(options),
+      client_(client),
+      model_(model),
+      train_(train),
+      test_(test) {
+  const ModelSpec& spec = client_->partition().model();
+  gradients_.resize(spec.tensors.size());
+  for (size_t t = 0; t < spec.tensors.size(); ++t) {
+    gradients_[t].resize(spec.tensors[t].num_elements());
+  }
+}
+
+absl::Status Trainer::LoadWeights(uint64_t clock, uint64_t* version) {
+  absl::StatusOr<uint64_t> pulled = client_->Pull(clock, weights_);
+  if (!pulled.ok()) return pulled.status();
+  *version = *pulled;
+  for (size_t t = 0; t < weights_.size(); ++t) {
+    absl::Status status = model_->SetWeights(t, weights_[t]);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> Trainer::Step(const EpochPlan& plan, uint64_t epoch,
+                                    uint64_t step_in_epoch, uint64_t clock) {
+  uint64_t version = 0;
+  absl::Status status = LoadWeights(clock, &version);
+  if (!status.ok()) return status;
+
+  absl::StatusOr<absl::Span<const uint32_t>> indices =
+      plan.BatchIndices(step_in_epoch, options_.rank);
+  if (!indices.ok()) return indices.status();
+  status = GatherBatch(*train_, *indices, &batch_);
+  if (!status.ok()) return status;
+  absl::StatusOr<uint64_t> done_before =
+      plan.sharder().ExamplesBeforeStep(step_in_epoch, options_.rank);
+  if (!done_before.ok()) return done_before.status();
+
+  PushMetadata metadata;
+  metadata.step = clock;
+  metadata.base_version = version;
+  metadata.num_examples = static_cast<uint32_t>(batch_.size);
+  metadata.epoch = epoch;
+  metadata.examples_done = *done_before + batch_.size;
+  std::unique_ptr<PushSession> push = client_->StartPush(metadata);
+
+  float loss = 0;
+  absl::Status send_status;
+  if (batch_.size > 0) {
+    // Each gradient goes out as soon as backward has produced it.
+    absl::StatusOr<float> result = model_->ForwardBackward(
+        batch_.images, batch_.labels, static_cast<int>(batch_.size),
+        [&](int tensor_id) {
+          absl::Status s = model_->GetGradient(
+              tensor_id, absl::MakeSpan(gradients_[tensor_id]));
+          if (s.ok()) s = push->Send(tensor_id, gradients_[tensor_id]);
+          if (send_status.ok()) send_status = s;
+        });
+    if (!result.ok()) return result.status();
+    loss = *result;
+  } else {
+    // An empty share of the epoch's last batch still takes part in the step
+    // (sync mode waits for every rank) and weighs nothing.
+    for (size_t t = 0; t < gradients_.size(); ++t) {
+      std::fill(gradients_[t].begin(), gradients_[t].end(), 0.0f);
+      if (send_status.ok()) send_status = push->Send(t, gradients_[t]);
+    }
+  }
+  if (!send_status.ok()) return send_status;
+  if (options_.slowdown > absl::ZeroDuration())
+    absl::SleepFor(options_.slowdown);
+  status = push->Finish();
+  if (!status.ok()) return status;
+  return loss;
+}
+
+absl::StatusOr<double> Trainer::TestAccuracy() {
+  absl::StatusOr<int> correct = model_->Evaluate(
+      test_->images, test_->labels, static_cast<int>(test_->num_examples));
+  if (!correct.ok()) return correct.status();
+  return static_cast<double>(*correct) / test_->num_examples;
+}
+
+absl::StatusOr<TrainingSummary> Trainer::Run() {
+  absl::StatusOr<EpochSharder> sharder =
+      EpochSharder::Create(train_->num_examples, options_.num_workers,
+                           options_.batch_size, options_.seed);
+  if (!sharder.ok()) return sharder.status();
+  const uint64_t steps_per_epoch = sharder->steps_per_epoch();
+  uint64_t total_steps = steps_per_epoch * options_.epochs;
+  if (options_.max_steps > 0) {
+    total_steps = std::min(total_steps, options_.max_steps);
+  }
+  spdlog::info("training {} steps: {} epochs of {} steps, batch {} per worker",
+               total_steps, options_.epochs, steps_per_epoch,
+               options_.batch_size);
+
+  TrainingSummary summary;
+  const absl::Time start = absl::Now();
+  absl::Time interval_start = start;
+  double interval_loss = 0;
+  int interval_steps = 0;
+  uint64_t clock = 0;
+  for (uint64_t epoch = 0; clock < total_steps; ++epoch) {
+    const EpochPlan plan = sharder->PlanEpoch(epoch);
+    for (uint64_t step = 0; step < steps_per_epoch && clock < total_steps;
+         ++step) {
+      absl::StatusOr<float> loss = Step(plan, epoch, step, clock);
+      if (!loss.ok()) {
+        return absl::Status(loss.status().code(),
+                            absl::StrFormat("epoch %d step %d: %s", epoch, step,
+                                            loss.status().message()));
+      }
+      ++clock;
+      summary.examples += batch_.size;
+      summary.final_loss = *loss;
+      interval_loss += *loss;
+      ++interval_steps;
+      if (options_.rank == 0 && clock % options_.log_every == 0) {
+        const absl::Duration elapsed = absl::Now() - start;
+        const double seconds =
+            absl::ToDoubleSeconds(absl::Now() - interval_start);
+        // Every worker moves at the pace of the step, so the cluster's rate
+        // is this worker's times the number of workers.
+        const double samples_per_second = interval_steps * options_.batch_size *
+                                          options_.num_workers / seconds;
+        const absl::Duration eta =
+            elapsed * (static_cast<double>(total_steps - clock) / clock);
+        spdlog::info(
+            "epoch {}/{} step {}/{} loss {:.4f} samples/s {:.0f} eta {}",
+            epoch + 1, options_.epochs, step + 1, steps_per_epoch,
+            interval_loss / interval_steps, samples_per_second, FormatEta(eta));
+        interval_loss = 0;
+        interval_steps = 0;
+        interval_start = absl::Now();
+      }
+    }
+    const bool epoch_complete = clock % steps_per_epoch == 0;
+    if (options_.evaluate && epoch_complete && clock < total_steps) {
+      uint64_t version = 0;
+      absl::Status status = LoadWeights(clock, &version);
+      if (!status.ok()) return status;
+      absl::StatusOr<double> accuracy = TestAccuracy();
+      if (!accuracy.ok()) return accuracy.status();
+      spdlog::info("epoch {}/{} test accuracy {:.4f}", epoch + 1,
+                   options_.epochs, *accuracy);
+    }
+  }
+  summary.steps = clock;
+  summary.wall_time = absl::Now() - start;
+
+  if (options_.evaluate || !options_.save_model_path.empty()) {
+    uint64_t version = 0;
+    absl::Status status = LoadWeights(clock, &version);
+    if (!status.ok()) return status;
+    if (options_.evaluate) {
+      absl::StatusOr<double> accuracy = TestAccuracy();
+      if (!accuracy.ok()) return accuracy.status();
+      summary.test_accuracy = *accuracy;
+    }
+    if (!options_.save_model_path.empty()) {
+      status = SaveModel(options_.save_model_path, client_->partition().model(),
+                         weights_);
+      if (!status.ok()) return status;
+      spdlog::info("saved model (version {}) to {}", version,
+                   options_.save_model_path);
+    }
+  }
+  return summary;
+}
+
+}  // namespace ps::worker

@@ -1,0 +1,82 @@
+#ifndef PS_WORKER_TRAINER_H_
+#define PS_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/dataset.h"
+#include "worker/idx_reader.h"
+#include "worker/mlp.h"
+#include "worker/ps_client.h"
+
+namespace ps::worker {
+
+struct TrainerOptions {
+  int rank = 0;
+  int num_workers = 1;
+  int batch_size = 64;
+  int epochs = 10;
+  // Seeds the data shuffle; every worker must use the same one.
+  uint64_t seed = 1;
+  // Stop after this many steps in all (0: train every epoch to the end).
+  uint64_t max_steps = 0;
+  // Progress line every this many steps (rank 0).
+  int log_every = 100;
+  // Rank 0 evaluates on the test set at each epoch's end and at the end.
+  bool evaluate = false;
+  // Rank 0 writes the final model here when set.
+  std::string save_model_path;
+  // Sleeps this long every step: slows one worker on purpose (experiments).
+  absl::Duration slowdown = absl::ZeroDuration();
+};
+
+struct TrainingSummary {
+  uint64_t steps = 0;
+  uint64_t examples = 0;
+  double final_loss = 0;
+  // Set when options.evaluate: accuracy on the test set after training.
+  double test_accuracy = -1;
+  absl::Duration wall_time;
+};
+
+// The training loop of one worker: pull weights, compute the gradient of its
+// shard of the batch, push it, over every step of every epoch.
+//
+// Pushes overlap the backward pass: each tensor's gradient is queued to the
+// shards as soon as it is computed, last layer first. Not thread-safe; one
+// trainer per worker process. Borrows everything it is given.
+class Trainer {
+ public:
+  Trainer(const TrainerOptions& options, ParameterClient* client, Mlp* model,
+          const LabeledImages* train, const LabeledImages* test);
+
+  absl::StatusOr<TrainingSummary> Run();
+
+ private:
+  // One step: pull for `clock`, compute, push. Returns the batch's loss.
+  absl::StatusOr<float> Step(const EpochPlan& plan, uint64_t epoch,
+                             uint64_t step_in_epoch, uint64_t clock);
+  // Pulls the weights for `clock` into the model.
+  absl::Status LoadWeights(uint64_t clock, uint64_t* version);
+  // Accuracy of the model's current weights on the test set.
+  absl::StatusOr<double> TestAccuracy();
+
+  const TrainerOptions options_;
+  ParameterClient* const client_;
+  Mlp* const model_;
+  const LabeledImages* const train_;
+  const LabeledImages* const test_;
+
+  // Buffers reused across steps.
+  std::vector<std::vector<float>> weights_;
+  std::vector<std::vector<float>> gradients_;
+  Batch batch_;
+};
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_TRAINER_H_
