@@ -1,0 +1,197 @@
+#include "deploy/local/launch_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/model_spec.h"
+
+namespace ps {
+namespace {
+
+// Large enough for any machine this runs on, small enough to catch typos.
+constexpr int kMaxProcesses = 256;
+
+absl::Status CheckRange(absl::string_view flag, int64_t value, int64_t low,
+                        int64_t high) {
+  if (value < low || value > high) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, " must be in [", low, ", ", high, "], got ", value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOneOf(absl::string_view flag, const std::string& value,
+                        std::initializer_list<absl::string_view> allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be one of ",
+                                                 absl::StrJoin(allowed, "|"),
+                                                 ", got '", value, "'"));
+}
+
+absl::Status CheckPositive(absl::string_view flag, absl::Duration value) {
+  if (value <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, " must be positive, got ", absl::FormatDuration(value)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
+  for (absl::Status status : {
+           CheckRange("num_servers", config.num_servers, 1, kMaxProcesses),
+           CheckRange("num_workers", config.num_workers, 1, kMaxProcesses),
+           CheckRange("epochs", config.epochs, 1, 100000),
+           CheckRange("batch_size", config.batch_size, 1, 1 << 20),
+           CheckOneOf("mode", config.mode, {"sync", "ssp", "async"}),
+           CheckRange("staleness", config.staleness, 0, 1000000),
+           CheckOneOf("optimizer", config.optimizer, {"adam", "sgd"}),
+           CheckRange("seed", config.seed, 0, INT64_MAX),
+           CheckOneOf("device", config.device, {"auto", "cpu", "cuda"}),
+           CheckPositive("startup_timeout", config.startup_timeout),
+           CheckPositive("shutdown_timeout", config.shutdown_timeout),
+           CheckPositive("kill_grace", config.kill_grace),
+       }) {
+    if (!status.ok()) return status;
+  }
+  if (absl::StatusOr<std::vector<int>> sizes = ParseLayerSizes(config.model);
+      !sizes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model: ", sizes.status().message()));
+  }
+  if (config.staleness != 0 && config.mode != "ssp") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--staleness applies only to --mode=ssp, not --mode=", config.mode));
+  }
+  if (!std::isfinite(config.learning_rate) || config.learning_rate < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--learning_rate must be a finite number >= 0 (0: the server's "
+        "default), got ",
+        config.learning_rate));
+  }
+  if (config.base_port != 0) {
+    absl::Status status = CheckRange("base_port", config.base_port, 1,
+                                     65536 - config.num_servers);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(status.message(),
+                       " (0 picks free ports; servers use base_port + "
+                       "index)"));
+    }
+  }
+  if (config.data_dir.empty()) {
+    return absl::InvalidArgumentError("--data_dir must not be empty");
+  }
+  if (config.server_binary.empty() || config.worker_binary.empty()) {
+    return absl::InvalidArgumentError(
+        "--server_binary and --worker_binary must not be empty");
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ReservedServerFlags() {
+  return {"server_index", "num_servers", "num_workers",
+          "port",         "host",        "port_file"};
+}
+
+std::vector<std::string> ReservedWorkerFlags() {
+  return {"rank", "num_workers", "servers"};
+}
+
+absl::StatusOr<std::vector<std::string>> ParseExtraFlags(
+    absl::string_view flag_name, absl::string_view text,
+    const std::vector<std::string>& reserved) {
+  std::vector<std::string> flags =
+      absl::StrSplit(text, absl::ByAnyChar(" \t\n"), absl::SkipEmpty());
+  for (const std::string& flag : flags) {
+    const bool dashes = absl::StartsWith(flag, "--");
+    const absl::string_view name =
+        dashes ? absl::string_view(flag).substr(2, flag.find('=') - 2) : "";
+    if (name.empty() || absl::StartsWith(name, "-")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag_name, ": '", flag, "' is not a --name[=value] flag"));
+    }
+    if (std::find(reserved.begin(), reserved.end(), name) != reserved.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag_name, " must not set --", name, ": the launcher sets it"));
+    }
+  }
+  return flags;
+}
+
+std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
+                                    const std::string& port_file) {
+  const int port = config.base_port == 0 ? 0 : config.base_port + index;
+  std::vector<std::string> argv = {
+      config.server_binary,
+      absl::StrCat("--server_index=", index),
+      absl::StrCat("--num_servers=", config.num_servers),
+      absl::StrCat("--num_workers=", config.num_workers),
+      absl::StrCat("--model=", config.model),
+      absl::StrCat("--port=", port),
+      "--host=127.0.0.1",
+      absl::StrCat("--port_file=", port_file),
+      absl::StrCat("--mode=", config.mode),
+      absl::StrCat("--staleness=", config.staleness),
+      absl::StrCat("--optimizer=", config.optimizer),
+      absl::StrCat("--seed=", config.seed),
+  };
+  if (config.learning_rate > 0) {
+    argv.push_back(absl::StrCat("--learning_rate=", config.learning_rate));
+  }
+  argv.insert(argv.end(), config.extra_server_flags.begin(),
+              config.extra_server_flags.end());
+  return argv;
+}
+
+std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
+                                    const std::vector<std::string>& servers) {
+  std::vector<std::string> argv = {
+      config.worker_binary,
+      absl::StrCat("--rank=", rank),
+      absl::StrCat("--num_workers=", config.num_workers),
+      absl::StrCat("--servers=", absl::StrJoin(servers, ",")),
+      absl::StrCat("--model=", config.model),
+      absl::StrCat("--batch_size=", config.batch_size),
+      absl::StrCat("--epochs=", config.epochs),
+      absl::StrCat("--seed=", config.seed),
+      absl::StrCat("--data_dir=", config.data_dir),
+      absl::StrCat("--device=", config.device),
+      absl::StrCat("--mode=", config.mode),
+  };
+  if (rank == 0 && !config.save_model.empty()) {
+    argv.push_back(absl::StrCat("--save_model=", config.save_model));
+  }
+  argv.insert(argv.end(), config.extra_worker_flags.begin(),
+              config.extra_worker_flags.end());
+  return argv;
+}
+
+ClusterSpec MakeClusterSpec(const LaunchConfig& config) {
+  ClusterSpec spec;
+  spec.num_servers = config.num_servers;
+  spec.num_workers = config.num_workers;
+  spec.server_command = [config](int index, const std::string& port_file) {
+    return ServerArgv(config, index, port_file);
+  };
+  spec.worker_command = [config](int rank,
+                                 const std::vector<std::string>& servers) {
+    return WorkerArgv(config, rank, servers);
+  };
+  spec.host = "127.0.0.1";
+  spec.startup_timeout = config.startup_timeout;
+  spec.shutdown_timeout = config.shutdown_timeout;
+  spec.kill_grace = config.kill_grace;
+  return spec;
+}
+
+}  // namespace ps

@@ -1,0 +1,70 @@
+#ifndef PS_DEPLOY_LOCAL_LAUNCH_CONFIG_H_
+#define PS_DEPLOY_LOCAL_LAUNCH_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "deploy/local/local_cluster.h"
+
+namespace ps {
+
+// Everything the launcher's flags say, before it starts anything. Defaults
+// are the README's main job.
+struct LaunchConfig {
+  int num_servers = 2;
+  int num_workers = 2;
+  // Training flags forwarded to the servers and/or workers.
+  std::string model = "784-256-128-10";
+  int epochs = 10;
+  int batch_size = 64;
+  std::string mode = "sync";
+  int staleness = 0;
+  std::string optimizer = "adam";
+  double learning_rate = 0;  // 0: not forwarded (the server's default).
+  int64_t seed = 1;
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string device = "auto";
+  std::string save_model;  // Empty: not forwarded. Given to worker 0 only.
+  // More flags for every server / worker, e.g. "--momentum=0.5".
+  std::vector<std::string> extra_server_flags;
+  std::vector<std::string> extra_worker_flags;
+
+  std::string server_binary;
+  std::string worker_binary;
+  // 0: each server picks a free port; else server i listens on base_port + i.
+  int base_port = 0;
+  absl::Duration startup_timeout = absl::Seconds(60);
+  absl::Duration shutdown_timeout = absl::Seconds(30);
+  absl::Duration kill_grace = absl::Seconds(5);
+};
+
+// Checks every value and names the flag at fault, e.g.
+// "--num_workers must be in [1, 256], got 0". Touches no file.
+absl::Status ValidateLaunchConfig(const LaunchConfig& config);
+
+// Splits "--a=1 --b=2" into flags; each must look like --name[=value] and
+// must not set one the launcher sets itself (`reserved`, names without "--").
+// `flag_name` names the launcher flag in errors.
+absl::StatusOr<std::vector<std::string>> ParseExtraFlags(
+    absl::string_view flag_name, absl::string_view text,
+    const std::vector<std::string>& reserved);
+// The flags the launcher sets on servers / workers itself.
+std::vector<std::string> ReservedServerFlags();
+std::vector<std::string> ReservedWorkerFlags();
+
+std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
+                                    const std::string& port_file);
+std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
+                                    const std::vector<std::string>& servers);
+
+// The cluster that runs `config` (validated) on 127.0.0.1.
+ClusterSpec MakeClusterSpec(const LaunchConfig& config);
+
+}  // namespace ps
+
+#endif  // PS_DEPLOY_LOCAL_LAUNCH_CONFIG_H_

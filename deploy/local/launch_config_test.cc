@@ -1,0 +1,163 @@
+#include "deploy/local/launch_config.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+LaunchConfig ValidConfig() {
+  LaunchConfig config;
+  config.server_binary = "/bin/server";
+  config.worker_binary = "/bin/worker";
+  return config;
+}
+
+TEST(LaunchConfigTest, DefaultsAreValid) {
+  EXPECT_TRUE(ValidateLaunchConfig(ValidConfig()).ok());
+}
+
+TEST(LaunchConfigTest, RejectsBadValuesNamingTheFlag) {
+  struct Case {
+    std::function<void(LaunchConfig*)> change;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](LaunchConfig* c) { c->num_servers = 0; },
+       "--num_servers must be in [1, 256], got 0"},
+      {[](LaunchConfig* c) { c->num_workers = -2; }, "--num_workers"},
+      {[](LaunchConfig* c) { c->num_workers = 100000; }, "--num_workers"},
+      {[](LaunchConfig* c) { c->epochs = 0; }, "--epochs"},
+      {[](LaunchConfig* c) { c->batch_size = 0; }, "--batch_size"},
+      {[](LaunchConfig* c) { c->mode = "bsp"; },
+       "--mode must be one of sync|ssp|async, got 'bsp'"},
+      {[](LaunchConfig* c) { c->staleness = 3; },
+       "--staleness applies only to --mode=ssp"},
+      {[](LaunchConfig* c) {
+         c->mode = "ssp";
+         c->staleness = -1;
+       },
+       "--staleness"},
+      {[](LaunchConfig* c) { c->optimizer = "rmsprop"; }, "--optimizer"},
+      {[](LaunchConfig* c) { c->learning_rate = -0.1; }, "--learning_rate"},
+      {[](LaunchConfig* c) { c->seed = -1; }, "--seed"},
+      {[](LaunchConfig* c) { c->device = "tpu"; }, "--device"},
+      {[](LaunchConfig* c) { c->model = "784"; }, "--model: "},
+      {[](LaunchConfig* c) { c->model = "784-x-10"; }, "--model: "},
+      {[](LaunchConfig* c) { c->base_port = 65535; }, "--base_port"},
+      {[](LaunchConfig* c) { c->base_port = -5; }, "--base_port"},
+      {[](LaunchConfig* c) { c->data_dir = ""; }, "--data_dir"},
+      {[](LaunchConfig* c) { c->worker_binary = ""; }, "--worker_binary"},
+      {[](LaunchConfig* c) { c->startup_timeout = absl::ZeroDuration(); },
+       "--startup_timeout"},
+      {[](LaunchConfig* c) { c->kill_grace = absl::Seconds(-1); },
+       "--kill_grace"},
+  };
+  for (const Case& test : cases) {
+    LaunchConfig config = ValidConfig();
+    test.change(&config);
+    const absl::Status status = ValidateLaunchConfig(config);
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << test.message;
+    EXPECT_THAT(status.message(), HasSubstr(test.message));
+  }
+}
+
+TEST(LaunchConfigTest, AcceptsSspWithStalenessAndAFreeBasePort) {
+  LaunchConfig config = ValidConfig();
+  config.mode = "ssp";
+  config.staleness = 3;
+  config.num_servers = 4;
+  config.base_port = 65532;
+  EXPECT_TRUE(ValidateLaunchConfig(config).ok());
+}
+
+TEST(LaunchConfigTest, ServerArgvCarriesClusterAndTrainingFlags) {
+  LaunchConfig config = ValidConfig();
+  config.mode = "ssp";
+  config.staleness = 2;
+  config.learning_rate = 0.01;
+  config.extra_server_flags = {"--momentum=0.5"};
+  EXPECT_THAT(
+      ServerArgv(config, 1, "/tmp/d/server_1.port"),
+      ElementsAre("/bin/server", "--server_index=1", "--num_servers=2",
+                  "--num_workers=2", "--model=784-256-128-10", "--port=0",
+                  "--host=127.0.0.1", "--port_file=/tmp/d/server_1.port",
+                  "--mode=ssp", "--staleness=2", "--optimizer=adam", "--seed=1",
+                  "--learning_rate=0.01", "--momentum=0.5"));
+}
+
+TEST(LaunchConfigTest, ServerArgvUsesBasePortAndOmitsDefaultRate) {
+  LaunchConfig config = ValidConfig();
+  config.base_port = 5000;
+  const std::vector<std::string> argv = ServerArgv(config, 3, "/p");
+  EXPECT_THAT(argv, testing::Contains("--port=5003"));
+  for (const std::string& arg : argv) {
+    EXPECT_THAT(arg, testing::Not(HasSubstr("learning_rate")));
+  }
+}
+
+TEST(LaunchConfigTest, WorkerArgvGivesSaveModelToRankZeroOnly) {
+  LaunchConfig config = ValidConfig();
+  config.save_model = "/tmp/model.bin";
+  config.extra_worker_flags = {"--log_every=10"};
+  const std::vector<std::string> servers = {"127.0.0.1:4000", "127.0.0.1:4001"};
+  EXPECT_THAT(
+      WorkerArgv(config, 0, servers),
+      ElementsAre("/bin/worker", "--rank=0", "--num_workers=2",
+                  "--servers=127.0.0.1:4000,127.0.0.1:4001",
+                  "--model=784-256-128-10", "--batch_size=64", "--epochs=10",
+                  "--seed=1", "--data_dir=/usr/share/datasets/fashion-mnist",
+                  "--device=auto", "--mode=sync", "--save_model=/tmp/model.bin",
+                  "--log_every=10"));
+  for (const std::string& arg : WorkerArgv(config, 1, servers)) {
+    EXPECT_THAT(arg, testing::Not(HasSubstr("save_model")));
+  }
+}
+
+TEST(LaunchConfigTest, ClusterSpecBuildsTheSameCommands) {
+  LaunchConfig config = ValidConfig();
+  config.num_servers = 3;
+  config.kill_grace = absl::Seconds(7);
+  const ClusterSpec spec = MakeClusterSpec(config);
+  EXPECT_EQ(spec.num_servers, 3);
+  EXPECT_EQ(spec.kill_grace, absl::Seconds(7));
+  EXPECT_EQ(spec.host, "127.0.0.1");
+  EXPECT_EQ(spec.server_command(2, "/p"), ServerArgv(config, 2, "/p"));
+  EXPECT_EQ(spec.worker_command(1, {"a:1"}), WorkerArgv(config, 1, {"a:1"}));
+}
+
+TEST(ExtraFlagsTest, SplitsFlagsOnWhitespace) {
+  absl::StatusOr<std::vector<std::string>> flags = ParseExtraFlags(
+      "server_flags", "  --momentum=0.5\t--weight_decay=1e-4 --verbose ",
+      ReservedServerFlags());
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_THAT(*flags, ElementsAre("--momentum=0.5", "--weight_decay=1e-4",
+                                  "--verbose"));
+  EXPECT_TRUE(
+      ParseExtraFlags("worker_flags", "", ReservedWorkerFlags())->empty());
+}
+
+TEST(ExtraFlagsTest, RejectsNonFlagsAndFlagsTheLauncherSets) {
+  for (const char* bad : {"momentum=0.5", "-m", "--", "--=3", "---x"}) {
+    absl::StatusOr<std::vector<std::string>> flags =
+        ParseExtraFlags("server_flags", bad, ReservedServerFlags());
+    EXPECT_TRUE(absl::IsInvalidArgument(flags.status())) << bad;
+    EXPECT_THAT(flags.status().message(), HasSubstr("--server_flags")) << bad;
+  }
+  absl::StatusOr<std::vector<std::string>> flags =
+      ParseExtraFlags("server_flags", "--port=5", ReservedServerFlags());
+  EXPECT_EQ(flags.status().message(),
+            "--server_flags must not set --port: the launcher sets it");
+  EXPECT_FALSE(
+      ParseExtraFlags("worker_flags", "--servers", ReservedWorkerFlags()).ok());
+}
+
+}  // namespace
+}  // namespace ps

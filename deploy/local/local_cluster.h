@@ -1,0 +1,143 @@
+#ifndef PS_DEPLOY_LOCAL_LOCAL_CLUSTER_H_
+#define PS_DEPLOY_LOCAL_LOCAL_CLUSTER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/subprocess.h"
+#include "deploy/local/line_writer.h"
+
+namespace ps {
+
+// What a local cluster runs. Commands are built per process, so tests can run
+// shell stand-ins through the same orchestration as the real binaries.
+struct ClusterSpec {
+  int num_servers = 1;
+  int num_workers = 1;
+  // argv of server `index`; the server must write its port to `port_file`
+  // (PATH.tmp, then rename).
+  std::function<std::vector<std::string>(int index,
+                                         const std::string& port_file)>
+      server_command;
+  // argv of worker `rank`, given "host:port" of every server in index order.
+  std::function<std::vector<std::string>(
+      int rank, const std::vector<std::string>& servers)>
+      worker_command;
+  // Where the servers listen.
+  std::string host = "127.0.0.1";
+  // Servers must all have written their port file within this.
+  absl::Duration startup_timeout = absl::Seconds(60);
+  // After the workers succeed, servers get this long to exit on their own.
+  absl::Duration shutdown_timeout = absl::Seconds(30);
+  // Between the stop signal and SIGKILL.
+  absl::Duration kill_grace = absl::Seconds(5);
+  // Parent of the run's temporary directory; empty: $TMPDIR or /tmp.
+  std::string temp_root;
+};
+
+// How one process of the cluster ended.
+struct ProcessOutcome {
+  std::string name;                // "server 0", "worker 1".
+  std::optional<ExitStatus> exit;  // nullopt: never started.
+  // The launcher stopped it (it was still running when the run ended).
+  bool stopped_by_launcher = false;
+};
+
+struct ClusterResult {
+  // OK when every worker exited 0 (and no server failed). Otherwise names the
+  // first process that failed and how: "worker 1 exited with code 3: <its
+  // last line>"; Cancelled when stopped by a signal.
+  absl::Status status;
+  // The signal (SIGINT, SIGTERM) that stopped the run, 0 if none.
+  int stop_signal = 0;
+  std::vector<ProcessOutcome> processes;
+  // Parsed from worker 0's "final test accuracy: 0.8912" line.
+  std::optional<double> final_test_accuracy;
+  absl::Duration elapsed;
+  // Things worth telling that are not failures.
+  std::vector<std::string> notes;
+
+  // 0 on success, 128 + signal when stopped by one, 1 otherwise.
+  int ExitCode() const;
+};
+
+// Runs one training job as local processes: starts the servers, waits for
+// their port files, starts the workers with the server list, streams every
+// line of every child with a "[server 0] " / "[worker 1] " prefix, and stops
+// everything when the workers are done, when one process fails, or on
+// RequestStop.
+//
+// Thread-safety: Run() is called once, from one thread; RequestStop() may be
+// called from any thread at any time (e.g. a signal-handling thread). Owns
+// the child processes: none outlives Run(). `out` is not owned and must
+// outlive the cluster.
+class LocalCluster {
+ public:
+  LocalCluster(ClusterSpec spec, LineWriter* out);
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+
+  ClusterResult Run();
+
+  // Forwards `signal` to every child, then kills what is left after
+  // kill_grace; a second request kills at once.
+  void RequestStop(int signal);
+
+ private:
+  struct Child {
+    std::string name;
+    bool is_server = false;
+    int index = 0;
+    std::unique_ptr<Subprocess> process;
+    bool stopped_by_launcher = false;
+  };
+  // Decides which exits are failures.
+  enum class Phase { kStartup, kTraining, kShutdown };
+
+  absl::Status StartChild(bool is_server, int index,
+                          std::vector<std::string> argv);
+  absl::Status StartServers(const std::string& work_dir,
+                            std::vector<std::string>* addresses);
+  absl::Status StartWorkers(const std::vector<std::string>& addresses);
+  absl::Status AwaitWorkers();
+  absl::Status AwaitServerExit(std::vector<std::string>* notes);
+  void StopAll();
+
+  // OK unless a child failed (for `phase`) or a stop was requested.
+  absl::Status CheckForFailure(Phase phase);
+  bool AllExited(bool servers);
+  int64_t Events();
+  // Blocks until the event count moves past `seen` or `deadline`.
+  void AwaitEvent(int64_t seen, absl::Time deadline);
+  void Log(absl::string_view message);
+  void OnExit(int child, const std::string& name, const ExitStatus& status);
+  void OnLine(const std::string& prefix, bool is_worker0,
+              absl::string_view line);
+
+  const ClusterSpec spec_;
+  LineWriter* const out_;
+  // Only the thread in Run() touches it (callbacks get copies of what they
+  // need).
+  std::vector<Child> children_;
+
+  absl::Mutex mu_;
+  // Counts child exits and stop requests; waiters wake when it moves.
+  int64_t events_ ABSL_GUARDED_BY(mu_) = 0;
+  // Children (indexes into children_) in the order they exited.
+  std::vector<int> exit_order_ ABSL_GUARDED_BY(mu_);
+  int stop_signal_ ABSL_GUARDED_BY(mu_) = 0;
+  bool kill_now_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<double> final_test_accuracy_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // PS_DEPLOY_LOCAL_LOCAL_CLUSTER_H_

@@ -1,0 +1,312 @@
+#include "deploy/local/local_cluster.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+// A stand-in server that writes port 4000 + index, then runs `then`.
+// $1 is the port file, $2 the index.
+std::string ServerScript(const std::string& then) {
+  return absl::StrCat("printf 400$2 > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"; ",
+                      then);
+}
+
+// A fresh directory where stand-in workers say they are done.
+std::string DoneDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, ".", getpid());
+  EXPECT_EQ(system(absl::StrCat("rm -rf ", dir, " && mkdir -p ", dir).c_str()),
+            0);
+  return dir;
+}
+
+// Like a real server: runs until `num_workers` workers said they are done.
+std::string ServerUntilDone(const std::string& done_dir, int num_workers) {
+  return ServerScript(absl::StrCat("echo serving; while [ $(ls ", done_dir,
+                                   " | wc -l) -lt ", num_workers,
+                                   " ]; do sleep 0.02; done"));
+}
+
+// Runs `script`, then says it is done (like the Done RPC), then exits 0.
+std::string WorkerThenDone(const std::string& done_dir,
+                           const std::string& script) {
+  return absl::StrCat(script, "; touch ", done_dir, "/done.$2");
+}
+
+// Stand-ins get $1 = port file / server list and $2 = index / rank, and run
+// `scripts[index]` (or the last one for higher indexes).
+ClusterSpec ShellCluster(int num_servers, std::vector<std::string> servers,
+                         int num_workers, std::vector<std::string> workers) {
+  ClusterSpec spec;
+  spec.num_servers = num_servers;
+  spec.num_workers = num_workers;
+  spec.server_command = [servers](int index, const std::string& port_file) {
+    const std::string& script =
+        servers[std::min<size_t>(index, servers.size() - 1)];
+    return std::vector<std::string>{"/bin/sh", "-c",      script,
+                                    "sh",      port_file, absl::StrCat(index)};
+  };
+  spec.worker_command = [workers](int rank,
+                                  const std::vector<std::string>& addresses) {
+    const std::string& script =
+        workers[std::min<size_t>(rank, workers.size() - 1)];
+    return std::vector<std::string>{
+        "/bin/sh",         "-c", script, "sh", absl::StrJoin(addresses, ","),
+        absl::StrCat(rank)};
+  };
+  spec.startup_timeout = absl::Seconds(5);
+  spec.shutdown_timeout = absl::Seconds(5);
+  spec.kill_grace = absl::Seconds(2);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  spec.temp_root = tmp != nullptr ? tmp : "";
+  return spec;
+}
+
+// Collects everything the cluster prints.
+class Output {
+ public:
+  Output()
+      : writer_([this](absl::string_view line) {
+          absl::MutexLock lock(&mu_);
+          lines_.emplace_back(line);
+          if (on_line_) on_line_(line);
+        }) {}
+  LineWriter* writer() { return &writer_; }
+  std::vector<std::string> lines() {
+    absl::MutexLock lock(&mu_);
+    return lines_;
+  }
+  void OnLine(std::function<void(absl::string_view)> callback) {
+    absl::MutexLock lock(&mu_);
+    on_line_ = std::move(callback);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
+  std::function<void(absl::string_view)> on_line_ ABSL_GUARDED_BY(mu_);
+  LineWriter writer_;
+};
+
+const ProcessOutcome& Find(const ClusterResult& result,
+                           const std::string& name) {
+  for (const ProcessOutcome& process : result.processes) {
+    if (process.name == name) return process;
+  }
+  ADD_FAILURE() << "no process " << name;
+  return result.processes.front();
+}
+
+TEST(LocalClusterTest, SucceedsWhenAllWorkersSucceed) {
+  Output output;
+  const std::string done = DoneDir("all_succeed");
+  LocalCluster cluster(
+      ShellCluster(2, {ServerUntilDone(done, 2)}, 2,
+                   {WorkerThenDone(done,
+                                   "echo servers $1; echo 'final test "
+                                   "accuracy: 0.8912'"),
+                    WorkerThenDone(done, "echo servers $1")}),
+      output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_TRUE(result.status.ok()) << result.status;
+  EXPECT_EQ(result.ExitCode(), 0);
+  ASSERT_TRUE(result.final_test_accuracy.has_value());
+  EXPECT_DOUBLE_EQ(*result.final_test_accuracy, 0.8912);
+  ASSERT_EQ(result.processes.size(), 4u);
+  for (const ProcessOutcome& process : result.processes) {
+    ASSERT_TRUE(process.exit.has_value()) << process.name;
+    EXPECT_TRUE(process.exit->success()) << process.name;
+    EXPECT_FALSE(process.stopped_by_launcher) << process.name;
+  }
+  const std::vector<std::string> lines = output.lines();
+  EXPECT_THAT(lines, Contains("[server 1] serving"));
+  EXPECT_THAT(lines,
+              Contains("[worker 0] servers 127.0.0.1:4000,127.0.0.1:4001"));
+  EXPECT_THAT(lines,
+              Contains("[worker 1] servers 127.0.0.1:4000,127.0.0.1:4001"));
+  EXPECT_THAT(lines, Contains("[launch] server 1 listening on 127.0.0.1:4001"));
+}
+
+TEST(LocalClusterTest, AccuracyFromOtherWorkersIsIgnored) {
+  Output output;
+  const std::string done = DoneDir("other_accuracy");
+  LocalCluster cluster(
+      ShellCluster(1, {ServerUntilDone(done, 2)}, 2,
+                   {WorkerThenDone(done, "true"),
+                    WorkerThenDone(done, "echo 'final test accuracy: 0.5'")}),
+      output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_TRUE(result.status.ok()) << result.status;
+  EXPECT_FALSE(result.final_test_accuracy.has_value());
+}
+
+TEST(LocalClusterTest, StopsServersThatOutstayTheShutdownTimeout) {
+  Output output;
+  ClusterSpec spec =
+      ShellCluster(2, {ServerScript("exec sleep 1000")}, 1, {"true"});
+  spec.shutdown_timeout = absl::Milliseconds(200);
+  LocalCluster cluster(std::move(spec), output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_TRUE(result.status.ok()) << result.status;
+  ASSERT_EQ(result.notes.size(), 1u);
+  EXPECT_THAT(result.notes[0], HasSubstr("server 0, server 1 still running"));
+  const ProcessOutcome& server = Find(result, "server 1");
+  EXPECT_TRUE(server.stopped_by_launcher);
+  EXPECT_EQ(server.exit, ExitStatus::Signaled(SIGTERM));
+}
+
+TEST(LocalClusterTest, FailingWorkerStopsTheOthersAndIsNamed) {
+  Output output;
+  LocalCluster cluster(
+      ShellCluster(
+          2, {ServerScript("exec sleep 1000")}, 3,
+          {"exec sleep 1000", "echo loading; echo 'error: bad batch'; exit 3",
+           "exec sleep 1000"}),
+      output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_TRUE(absl::IsAborted(result.status)) << result.status;
+  EXPECT_EQ(result.status.message(),
+            "worker 1 exited with code 3: error: bad batch");
+  EXPECT_EQ(result.ExitCode(), 1);
+  EXPECT_LT(result.elapsed, absl::Seconds(2));
+  for (const char* name : {"server 0", "server 1", "worker 0", "worker 2"}) {
+    const ProcessOutcome& process = Find(result, name);
+    EXPECT_TRUE(process.stopped_by_launcher) << name;
+    EXPECT_EQ(process.exit, ExitStatus::Signaled(SIGTERM)) << name;
+  }
+  EXPECT_FALSE(Find(result, "worker 1").stopped_by_launcher);
+}
+
+TEST(LocalClusterTest, NamesWorkerKilledBySignal) {
+  Output output;
+  LocalCluster cluster(
+      ShellCluster(1, {ServerScript("exec sleep 1000")}, 1, {"kill -9 $$"}),
+      output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_EQ(result.status.message(),
+            "worker 0 killed by signal 9 (SIGKILL) (no output)");
+}
+
+TEST(LocalClusterTest, ServerDyingAtStartupIsNamedAndNoWorkerStarts) {
+  Output output;
+  LocalCluster cluster(ShellCluster(2,
+                                    {ServerScript("exec sleep 1000"),
+                                     "echo 'fatal: cannot bind'; exit 7"},
+                                    2, {"true"}),
+                       output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_EQ(result.status.message(),
+            "server 1 exited with code 7 before the workers started: fatal: "
+            "cannot bind");
+  EXPECT_FALSE(Find(result, "worker 0").exit.has_value());
+  EXPECT_EQ(Find(result, "server 0").exit, ExitStatus::Signaled(SIGTERM));
+}
+
+TEST(LocalClusterTest, FailsWhenServersWriteNoPortFile) {
+  Output output;
+  ClusterSpec spec = ShellCluster(2, {"exec sleep 1000"}, 1, {"true"});
+  spec.startup_timeout = absl::Milliseconds(200);
+  LocalCluster cluster(std::move(spec), output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(result.status)) << result.status;
+  EXPECT_THAT(result.status.message(),
+              HasSubstr("server 0, 1 did not write a port file within"));
+}
+
+TEST(LocalClusterTest, RejectsMalformedPortFile) {
+  Output output;
+  LocalCluster cluster(
+      ShellCluster(
+          1,
+          {"echo junk > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"; exec sleep 1000"},
+          1, {"true"}),
+      output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_TRUE(absl::IsInvalidArgument(result.status)) << result.status;
+  EXPECT_THAT(result.status.message(), HasSubstr("server 0: "));
+  EXPECT_THAT(result.status.message(), HasSubstr("junk"));
+}
+
+TEST(LocalClusterTest, NamesTheProcessThatCannotStart) {
+  Output output;
+  ClusterSpec spec = ShellCluster(1, {"true"}, 1, {"true"});
+  spec.server_command = [](int, const std::string&) {
+    return std::vector<std::string>{"/nonexistent/server"};
+  };
+  LocalCluster cluster(std::move(spec), output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_TRUE(absl::IsNotFound(result.status)) << result.status;
+  EXPECT_THAT(result.status.message(),
+              HasSubstr("cannot start server 0: cannot start "
+                        "'/nonexistent/server'"));
+}
+
+TEST(LocalClusterTest, StopRequestIsForwardedToEveryProcess) {
+  Output output;
+  LocalCluster cluster(ShellCluster(2, {ServerScript("exec sleep 1000")}, 2,
+                                    {"echo ready; exec sleep 1000"}),
+                       output.writer());
+  output.OnLine([&cluster](absl::string_view line) {
+    if (line == "[worker 1] ready") cluster.RequestStop(SIGINT);
+  });
+  const ClusterResult result = cluster.Run();
+  EXPECT_TRUE(absl::IsCancelled(result.status)) << result.status;
+  EXPECT_EQ(result.stop_signal, SIGINT);
+  EXPECT_EQ(result.ExitCode(), 128 + SIGINT);
+  for (const ProcessOutcome& process : result.processes) {
+    EXPECT_EQ(process.exit, ExitStatus::Signaled(SIGINT)) << process.name;
+    EXPECT_TRUE(process.stopped_by_launcher) << process.name;
+  }
+}
+
+TEST(LocalClusterTest, SecondStopRequestKillsAtOnce) {
+  Output output;
+  ClusterSpec spec = ShellCluster(1, {ServerScript("exec sleep 1000")}, 1,
+                                  {"trap '' INT TERM; echo ready; sleep 1000"});
+  spec.kill_grace = absl::Seconds(60);
+  LocalCluster cluster(std::move(spec), output.writer());
+  output.OnLine([&cluster](absl::string_view line) {
+    if (line == "[worker 0] ready") {
+      cluster.RequestStop(SIGTERM);
+      cluster.RequestStop(SIGTERM);
+    }
+  });
+  const ClusterResult result = cluster.Run();
+  EXPECT_EQ(result.stop_signal, SIGTERM);
+  EXPECT_LT(result.elapsed, absl::Seconds(5));
+  EXPECT_EQ(Find(result, "worker 0").exit, ExitStatus::Signaled(SIGKILL));
+}
+
+TEST(LocalClusterTest, IgnoredStopSignalIsFollowedBySigkill) {
+  Output output;
+  ClusterSpec spec = ShellCluster(1, {ServerScript("trap '' TERM; sleep 1000")},
+                                  1, {"echo 'error: failing'; exit 2"});
+  spec.kill_grace = absl::Milliseconds(200);
+  LocalCluster cluster(std::move(spec), output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_EQ(result.status.message(),
+            "worker 0 exited with code 2: error: failing");
+  EXPECT_EQ(Find(result, "server 0").exit, ExitStatus::Signaled(SIGKILL));
+  EXPECT_LT(result.elapsed, absl::Seconds(3));
+}
+
+}  // namespace
+}  // namespace ps

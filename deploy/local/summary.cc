@@ -1,0 +1,66 @@
+#include "deploy/local/summary.h"
+
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ps {
+
+std::optional<double> ParseFinalTestAccuracy(absl::string_view line) {
+  constexpr absl::string_view kMarker = "final test accuracy:";
+  const size_t at = line.find(kMarker);
+  if (at == absl::string_view::npos) return std::nullopt;
+  absl::string_view rest =
+      absl::StripLeadingAsciiWhitespace(line.substr(at + kMarker.size()));
+  size_t end = 0;
+  while (end < rest.size() &&
+         (absl::ascii_isdigit(rest[end]) || rest[end] == '.')) {
+    ++end;
+  }
+  double value = 0;
+  if (end == 0 || !absl::SimpleAtod(rest.substr(0, end), &value) ||
+      !std::isfinite(value) || value < 0 || value > 1) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::vector<std::string> SummaryLines(const ClusterResult& result) {
+  std::vector<std::string> lines;
+  lines.push_back("---- summary ----");
+  if (result.status.ok()) {
+    lines.push_back("result: success");
+  } else if (result.stop_signal != 0) {
+    lines.push_back(absl::StrCat("result: stopped, ", result.status.message()));
+  } else {
+    lines.push_back(absl::StrCat("result: FAILED: ", result.status.message()));
+  }
+  lines.push_back(
+      absl::StrCat("wall time: ", absl::FormatDuration(absl::Trunc(
+                                      result.elapsed, absl::Milliseconds(1)))));
+  if (result.final_test_accuracy.has_value()) {
+    lines.push_back(absl::StrFormat("final test accuracy: %.4f",
+                                    *result.final_test_accuracy));
+  } else {
+    lines.push_back("final test accuracy: not reported by worker 0");
+  }
+  for (const ProcessOutcome& process : result.processes) {
+    std::string how = "never started";
+    if (process.exit.has_value()) {
+      how = process.exit->ToString();
+      if (process.stopped_by_launcher) {
+        absl::StrAppend(&how, " (stopped by the launcher)");
+      }
+    }
+    lines.push_back(absl::StrCat(process.name, ": ", how));
+  }
+  for (const std::string& note : result.notes) {
+    lines.push_back(absl::StrCat("note: ", note));
+  }
+  return lines;
+}
+
+}  // namespace ps

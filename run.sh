@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The main job: trains the MLP on Fashion-MNIST with 2 parameter servers and
+# 2 workers as local processes, streams their output and prints a summary
+# with the final test accuracy. Installs whatever is missing, builds, runs.
+#   ./run.sh                                   the README's main job
+#   ./run.sh --mode=ssp --staleness=2 --epochs=5
+#   ./run.sh --helpfull                        every launcher flag
+# Exit code: 0 when training succeeded, 1 when a process failed, 2 on bad
+# flags, 130 on Ctrl-C.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+scripts/install_deps.sh
+bazel build //deploy/local:launch //server //worker
+# exec: Ctrl-C and SIGTERM reach the launcher itself, which stops the cluster.
+exec bazel-bin/deploy/local/launch "$@"
