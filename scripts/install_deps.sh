@@ -11,9 +11,12 @@ PACKAGES=(
   dataset-fashion-mnist
 )
 # The Kubernetes manifest checker (deploy/validate) is a Go program built
-# against Debian's Kubernetes API packages; kustomize renders the overlays.
-if false; then  # TODO(issue 5)
-  PACKAGES+=(golang-go golang-k8s-api-dev golang-k8s-apimachinery-dev kustomize)
+# against Debian's Kubernetes API packages, and Debian's kustomize renders the
+# overlays. Bookworm has neither, so fetch_deps.sh unpacks them (with Go 1.23
+# from bookworm-backports) into deploy/validate/.deps from Debian's archive,
+# leaving the system's apt configuration alone. The image build skips it.
+if [[ "${PS_SKIP_K8S_CHECK_DEPS:-0}" != 1 ]]; then
+  bash "$(dirname "${BASH_SOURCE[0]}")/../deploy/validate/fetch_deps.sh"
 fi
 
 missing=()
