@@ -1,0 +1,162 @@
+#include "server/optimizer.h"
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps::server {
+namespace {
+
+// Checks lo <= value < hi (or <= hi when hi_inclusive) and finiteness.
+absl::Status CheckRange(absl::string_view flag, float value, float lo,
+                        bool lo_inclusive, float hi, bool hi_inclusive) {
+  const bool above = lo_inclusive ? value >= lo : value > lo;
+  const bool below = hi_inclusive ? value <= hi : value < hi;
+  if (std::isfinite(value) && above && below) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be in ", lo_inclusive ? "[" : "(", lo,
+                   ", ", std::isinf(hi) ? "inf" : absl::StrCat(hi),
+                   hi_inclusive ? "]" : ")", ", got ", value));
+}
+
+// Plain SGD when momentum is 0, else heavy-ball momentum:
+//   g' = g + wd * w;  v = momentum * v + g';  w -= lr * v.
+class SgdOptimizer final : public Optimizer {
+ public:
+  SgdOptimizer(const OptimizerConfig& config, size_t n)
+      : Optimizer(n),
+        lr_(config.learning_rate),
+        momentum_(config.momentum),
+        weight_decay_(config.weight_decay),
+        velocity_(config.momentum > 0.0f ? n : 0, 0.0f) {}
+
+  std::vector<OptimizerStateVector> state() override {
+    if (velocity_.empty()) return {};
+    return {{"momentum", absl::MakeSpan(velocity_)}};
+  }
+
+ private:
+  void Update(absl::Span<const float> gradient,
+              absl::Span<float> weights) override {
+    const size_t n = weights.size();
+    if (velocity_.empty()) {
+      for (size_t i = 0; i < n; ++i) {
+        weights[i] -= lr_ * (gradient[i] + weight_decay_ * weights[i]);
+      }
+      return;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const float g = gradient[i] + weight_decay_ * weights[i];
+      velocity_[i] = momentum_ * velocity_[i] + g;
+      weights[i] -= lr_ * velocity_[i];
+    }
+  }
+
+  const float lr_;
+  const float momentum_;
+  const float weight_decay_;
+  std::vector<float> velocity_;
+};
+
+// Adam (Kingma & Ba) with L2 weight decay added to the gradient, bias
+// correction from this slice's own update count t:
+//   m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2;
+//   w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
+class AdamOptimizer final : public Optimizer {
+ public:
+  AdamOptimizer(const OptimizerConfig& config, size_t n)
+      : Optimizer(n),
+        lr_(config.learning_rate),
+        beta1_(config.beta1),
+        beta2_(config.beta2),
+        epsilon_(config.epsilon),
+        weight_decay_(config.weight_decay),
+        m_(n, 0.0f),
+        v_(n, 0.0f) {}
+
+  std::vector<OptimizerStateVector> state() override {
+    return {{"m", absl::MakeSpan(m_)}, {"v", absl::MakeSpan(v_)}};
+  }
+
+ private:
+  void Update(absl::Span<const float> gradient,
+              absl::Span<float> weights) override {
+    // Corrections in double: 1 - b2^t is tiny for small t and float loses it.
+    const double t = static_cast<double>(update_count());
+    const float c1 = static_cast<float>(1.0 - std::pow(double{beta1_}, t));
+    const float c2 = static_cast<float>(1.0 - std::pow(double{beta2_}, t));
+    const size_t n = weights.size();
+    for (size_t i = 0; i < n; ++i) {
+      const float g = gradient[i] + weight_decay_ * weights[i];
+      m_[i] = beta1_ * m_[i] + (1.0f - beta1_) * g;
+      v_[i] = beta2_ * v_[i] + (1.0f - beta2_) * g * g;
+      const float m_hat = m_[i] / c1;
+      const float v_hat = v_[i] / c2;
+      weights[i] -= lr_ * m_hat / (std::sqrt(v_hat) + epsilon_);
+    }
+  }
+
+  const float lr_;
+  const float beta1_;
+  const float beta2_;
+  const float epsilon_;
+  const float weight_decay_;
+  std::vector<float> m_;
+  std::vector<float> v_;
+};
+
+}  // namespace
+
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adam") return OptimizerKind::kAdam;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--optimizer must be \"sgd\" or \"adam\", got \"", name, "\""));
+}
+
+absl::string_view OptimizerKindName(OptimizerKind kind) {
+  return kind == OptimizerKind::kSgd ? "sgd" : "adam";
+}
+
+absl::Status ValidateOptimizerConfig(const OptimizerConfig& config) {
+  constexpr float kInf = INFINITY;
+  absl::Status checks[] = {
+      CheckRange("learning_rate", config.learning_rate, 0, false, kInf, false),
+      CheckRange("momentum", config.momentum, 0, true, 1, false),
+      CheckRange("weight_decay", config.weight_decay, 0, true, kInf, false),
+      CheckRange("beta1", config.beta1, 0, true, 1, false),
+      CheckRange("beta2", config.beta2, 0, true, 1, false),
+      CheckRange("epsilon", config.epsilon, 0, false, kInf, false),
+  };
+  for (const absl::Status& s : checks) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::Apply(absl::Span<const float> gradient,
+                              absl::Span<float> weights) {
+  if (gradient.size() != num_elements_ || weights.size() != num_elements_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer for ", num_elements_, " elements got a gradient of ",
+        gradient.size(), " and weights of ", weights.size(), " elements"));
+  }
+  ++update_count_;
+  Update(gradient, weights);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
+    const OptimizerConfig& config, size_t num_elements) {
+  if (absl::Status s = ValidateOptimizerConfig(config); !s.ok()) return s;
+  if (config.kind == OptimizerKind::kSgd) {
+    return std::make_unique<SgdOptimizer>(config, num_elements);
+  }
+  return std::make_unique<AdamOptimizer>(config, num_elements);
+}
+
+}  // namespace ps::server

@@ -1,0 +1,90 @@
+#ifndef PS_SERVER_OPTIMIZER_H_
+#define PS_SERVER_OPTIMIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace ps::server {
+
+enum class OptimizerKind { kSgd, kAdam };
+
+// Parses "sgd" or "adam".
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name);
+absl::string_view OptimizerKindName(OptimizerKind kind);
+
+// Hyper-parameters of the server-side optimizer, as given by the flags of the
+// same names. Fields that the chosen kind does not use are still validated,
+// so a typo is reported whichever optimizer is picked.
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kAdam;
+  float learning_rate = 0.001f;
+  // SGD only; 0 is plain SGD.
+  float momentum = 0.9f;
+  // L2 penalty: weight_decay * w is added to the gradient.
+  float weight_decay = 0.0f;
+  // Adam only.
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+};
+
+// InvalidArgument naming the flag when a value is out of range.
+absl::Status ValidateOptimizerConfig(const OptimizerConfig& config);
+
+// One named state vector of an optimizer, as long as the weights it updates.
+struct OptimizerStateVector {
+  std::string name;
+  absl::Span<float> values;
+};
+
+// Updates one contiguous span of weights from gradients, keeping per-element
+// state (momentum, Adam moments) sized to that span. One optimizer per
+// parameter-server slice, so a slice's update depends on nothing else.
+//
+// Not thread-safe: the owner (ShardStore) serializes calls with the slice's
+// lock. The state is exposed for checkpoints: read it to save, write it (and
+// set_update_count) to restore.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // w <- update(w, gradient). Both spans must have num_elements() elements;
+  // otherwise InvalidArgument and nothing changes.
+  absl::Status Apply(absl::Span<const float> gradient,
+                     absl::Span<float> weights);
+
+  size_t num_elements() const { return num_elements_; }
+  // Updates applied so far (Adam's bias correction uses it).
+  uint64_t update_count() const { return update_count_; }
+  void set_update_count(uint64_t count) { update_count_ = count; }
+
+  // The state vectors ("momentum" for SGD with momentum; "m" and "v" for
+  // Adam; none for plain SGD). The spans stay valid for the optimizer's life.
+  virtual std::vector<OptimizerStateVector> state() = 0;
+
+ protected:
+  explicit Optimizer(size_t num_elements) : num_elements_(num_elements) {}
+
+  // Called with sizes checked and update_count() already incremented.
+  virtual void Update(absl::Span<const float> gradient,
+                      absl::Span<float> weights) = 0;
+
+ private:
+  const size_t num_elements_;
+  uint64_t update_count_ = 0;
+};
+
+// An optimizer for `num_elements` weights; fails if the config is invalid.
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
+    const OptimizerConfig& config, size_t num_elements);
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_OPTIMIZER_H_

@@ -1,0 +1,165 @@
+#include "server/optimizer.h"
+
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ps::server {
+namespace {
+
+std::unique_ptr<Optimizer> Make(const OptimizerConfig& config, size_t n) {
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt = CreateOptimizer(config, n);
+  EXPECT_TRUE(opt.ok()) << opt.status();
+  return *std::move(opt);
+}
+
+OptimizerConfig Sgd(float lr, float momentum, float weight_decay) {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kSgd;
+  c.learning_rate = lr;
+  c.momentum = momentum;
+  c.weight_decay = weight_decay;
+  return c;
+}
+
+OptimizerConfig Adam(float lr, float weight_decay) {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kAdam;
+  c.learning_rate = lr;
+  c.weight_decay = weight_decay;
+  return c;
+}
+
+TEST(OptimizerTest, PlainSgdStepsAgainstTheGradient) {
+  auto opt = Make(Sgd(0.1f, 0.0f, 0.0f), 2);
+  std::vector<float> w = {1.0f, -2.0f};
+  ASSERT_TRUE(opt->Apply({0.5f, -1.0f}, absl::MakeSpan(w)).ok());
+  EXPECT_FLOAT_EQ(w[0], 0.95f);
+  EXPECT_FLOAT_EQ(w[1], -1.9f);
+  EXPECT_TRUE(opt->state().empty());
+  EXPECT_EQ(opt->update_count(), 1u);
+}
+
+TEST(OptimizerTest, SgdWeightDecayAddsL2TermToGradient) {
+  auto opt = Make(Sgd(0.1f, 0.0f, 0.1f), 1);
+  std::vector<float> w = {1.0f};
+  ASSERT_TRUE(opt->Apply({0.5f}, absl::MakeSpan(w)).ok());
+  EXPECT_FLOAT_EQ(w[0], 0.94f);  // 1 - 0.1 * (0.5 + 0.1 * 1)
+  ASSERT_TRUE(opt->Apply({0.5f}, absl::MakeSpan(w)).ok());
+  EXPECT_FLOAT_EQ(w[0], 0.8806f);  // 0.94 - 0.1 * (0.5 + 0.094)
+}
+
+TEST(OptimizerTest, SgdMomentumAccumulatesVelocity) {
+  auto opt = Make(Sgd(0.1f, 0.9f, 0.0f), 1);
+  std::vector<float> w = {1.0f};
+  const float expected_w[] = {0.9f, 0.71f, 0.439f};
+  const float expected_v[] = {1.0f, 1.9f, 2.71f};
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(opt->Apply({1.0f}, absl::MakeSpan(w)).ok());
+    EXPECT_FLOAT_EQ(w[0], expected_w[step]) << "step " << step;
+    std::vector<OptimizerStateVector> state = opt->state();
+    ASSERT_EQ(state.size(), 1u);
+    EXPECT_EQ(state[0].name, "momentum");
+    EXPECT_FLOAT_EQ(state[0].values[0], expected_v[step]) << "step " << step;
+  }
+}
+
+TEST(OptimizerTest, AdamMatchesHandComputedSteps) {
+  auto opt = Make(Adam(0.1f, 0.0f), 1);
+  std::vector<float> w = {0.0f};
+  // Computed in double precision from the update rule in optimizer.h.
+  const float gradients[] = {1.0f, -1.0f, 3.0f};
+  const float expected[] = {-0.1f, -0.0947368411f, -0.150793861f};
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(opt->Apply({gradients[step]}, absl::MakeSpan(w)).ok());
+    EXPECT_NEAR(w[0], expected[step], 1e-6) << "step " << step;
+  }
+  EXPECT_EQ(opt->update_count(), 3u);
+  std::vector<OptimizerStateVector> state = opt->state();
+  ASSERT_EQ(state.size(), 2u);
+  EXPECT_EQ(state[0].name, "m");
+  EXPECT_NEAR(state[0].values[0], 0.291f, 1e-6);  // 0.9 * -0.01 + 0.1 * 3
+  EXPECT_EQ(state[1].name, "v");
+  EXPECT_NEAR(state[1].values[0], 0.010997001f, 1e-6);
+}
+
+TEST(OptimizerTest, AdamWeightDecayPullsWeightsTowardZero) {
+  auto opt = Make(Adam(0.1f, 0.5f), 1);
+  std::vector<float> w = {1.0f};
+  ASSERT_TRUE(opt->Apply({0.0f}, absl::MakeSpan(w)).ok());
+  EXPECT_NEAR(w[0], 0.900000002f, 1e-6);
+  ASSERT_TRUE(opt->Apply({0.0f}, absl::MakeSpan(w)).ok());
+  EXPECT_NEAR(w[0], 0.800412232f, 1e-6);
+}
+
+TEST(OptimizerTest, AdamBiasCorrectionUsesRestoredUpdateCount) {
+  // A restored optimizer continues from its count: with zeroed moments and
+  // t = 1001, 1 - b1^t is about 1 but 1 - b2^t only 0.632, so the step is
+  // -0.1 * 0.1 / sqrt(0.001 / 0.632) instead of a fresh optimizer's -0.1.
+  auto fresh = Make(Adam(0.1f, 0.0f), 1);
+  auto restored = Make(Adam(0.1f, 0.0f), 1);
+  restored->set_update_count(1000);
+  std::vector<float> a = {0.0f}, b = {0.0f};
+  ASSERT_TRUE(fresh->Apply({1.0f}, absl::MakeSpan(a)).ok());
+  ASSERT_TRUE(restored->Apply({1.0f}, absl::MakeSpan(b)).ok());
+  EXPECT_NEAR(a[0], -0.1f, 1e-6);
+  EXPECT_NEAR(b[0], -0.25152971f, 1e-5);
+  EXPECT_EQ(restored->update_count(), 1001u);
+}
+
+TEST(OptimizerTest, RejectsMismatchedSizesWithoutChangingAnything) {
+  auto opt = Make(Adam(0.1f, 0.0f), 2);
+  std::vector<float> w = {1.0f, 2.0f};
+  absl::Status s = opt->Apply({1.0f}, absl::MakeSpan(w));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(w, (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(opt->update_count(), 0u);
+}
+
+TEST(OptimizerTest, RejectsInvalidConfigNamingTheFlag) {
+  struct Case {
+    OptimizerConfig config;
+    const char* flag;
+  };
+  OptimizerConfig negative_lr = Sgd(-1.0f, 0.0f, 0.0f);
+  OptimizerConfig zero_lr = Sgd(0.0f, 0.0f, 0.0f);
+  OptimizerConfig nan_lr = Sgd(NAN, 0.0f, 0.0f);
+  OptimizerConfig big_momentum = Sgd(0.1f, 1.0f, 0.0f);
+  OptimizerConfig negative_decay = Sgd(0.1f, 0.0f, -0.1f);
+  OptimizerConfig bad_beta1 = Adam(0.1f, 0.0f);
+  bad_beta1.beta1 = 1.5f;
+  OptimizerConfig bad_beta2 = Adam(0.1f, 0.0f);
+  bad_beta2.beta2 = -0.1f;
+  OptimizerConfig bad_epsilon = Adam(0.1f, 0.0f);
+  bad_epsilon.epsilon = 0.0f;
+  const Case cases[] = {
+      {negative_lr, "--learning_rate"},
+      {zero_lr, "--learning_rate"},
+      {nan_lr, "--learning_rate"},
+      {big_momentum, "--momentum"},
+      {negative_decay, "--weight_decay"},
+      {bad_beta1, "--beta1"},
+      {bad_beta2, "--beta2"},
+      {bad_epsilon, "--epsilon"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<std::unique_ptr<Optimizer>> opt =
+        CreateOptimizer(c.config, 4);
+    ASSERT_FALSE(opt.ok()) << c.flag;
+    EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(opt.status().message().find(c.flag), absl::string_view::npos)
+        << opt.status();
+  }
+}
+
+TEST(OptimizerTest, ParsesKindNames) {
+  EXPECT_EQ(*ParseOptimizerKind("sgd"), OptimizerKind::kSgd);
+  EXPECT_EQ(*ParseOptimizerKind("adam"), OptimizerKind::kAdam);
+  absl::StatusOr<OptimizerKind> bad = ParseOptimizerKind("rmsprop");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("rmsprop"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace ps::server

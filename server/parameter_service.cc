@@ -1,0 +1,246 @@
+#include "server/parameter_service.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/push_stager.h"
+#include "spdlog/spdlog.h"
+
+namespace ps::server {
+namespace {
+
+static_assert(kProtocolVersionCurrent == proto::PROTOCOL_VERSION_CURRENT,
+              "request_header.h must mirror the proto");
+static_assert(kDTypeFloat32 == proto::DTYPE_FLOAT32,
+              "request_header.h must mirror the proto");
+
+RequestHeaderFields FromProto(const proto::RequestHeader& h) {
+  return {h.protocol_version(), h.partition_fingerprint(), h.worker_rank(),
+          h.server_index()};
+}
+
+PushMessage FromProto(const proto::PushRequest& r) {
+  PushMessage m;
+  m.header = FromProto(r.header());
+  m.step = r.step();
+  m.base_version = r.base_version();
+  m.num_examples = r.num_examples();
+  m.epoch = r.epoch();
+  m.examples_done = r.examples_done();
+  m.has_chunk = r.has_chunk();
+  if (m.has_chunk) {
+    const proto::TensorChunk& c = r.chunk();
+    m.chunk.tensor_id = c.tensor_id();
+    m.chunk.dtype = c.dtype();
+    m.chunk.shape = absl::MakeConstSpan(
+        reinterpret_cast<const int64_t*>(c.shape().data()), c.shape_size());
+    m.chunk.offset = c.offset();
+    m.chunk.num_elements = c.num_elements();
+    m.chunk.data = c.data();
+  }
+  return m;
+}
+
+absl::Status Prefixed(absl::string_view what, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
+}  // namespace
+
+ParameterService::ParameterService(ShardStore* store,
+                                   UpdateCoordinator* coordinator,
+                                   const ServiceOptions& options,
+                                   std::function<void()> on_all_done)
+    : store_(store),
+      coordinator_(coordinator),
+      options_(options),
+      identity_{store->partition().fingerprint(), store->server_index(),
+                coordinator->options().num_workers},
+      on_all_done_(std::move(on_all_done)) {}
+
+grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
+                                        const proto::RegisterRequest* request,
+                                        proto::RegisterResponse* response) {
+  if (absl::Status s =
+          ValidateRequestHeader(FromProto(request->header()), identity_);
+      !s.ok()) {
+    return ToGrpcStatus(Prefixed("register refused", s));
+  }
+  const int num_tensors = store_->partition().num_tensors();
+  if (request->num_tensors() != static_cast<uint32_t>(num_tensors)) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "register refused: worker's model has ", request->num_tensors(),
+        " tensors, this server's has ", num_tensors, " (check --model)")));
+  }
+  const int rank = request->header().worker_rank();
+  const RankProgress progress =
+      coordinator_->Register(rank, request->incarnation());
+  response->set_mode(
+      std::string(ConsistencyModeName(coordinator_->options().mode)));
+  response->set_num_workers(coordinator_->options().num_workers);
+  response->set_version(coordinator_->version());
+  response->set_next_step(progress.next_step);
+  response->set_epoch(progress.epoch);
+  response->set_examples_done(progress.examples_done);
+  spdlog::info("worker {} registered (incarnation {}), next step {}", rank,
+               request->incarnation(), progress.next_step);
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<uint64_t> ParameterService::ServePull(
+    grpc::ServerContext* context, const proto::PullRequest& request,
+    grpc::ServerWriter<proto::PullResponse>* writer, absl::Duration* wait,
+    uint64_t* bytes) {
+  if (absl::Status s =
+          ValidateRequestHeader(FromProto(request.header()), identity_);
+      !s.ok()) {
+    return s;
+  }
+  const uint64_t chunk_elements =
+      request.max_chunk_elements() == 0
+          ? options_.default_chunk_elements
+          : std::min(request.max_chunk_elements(), options_.max_chunk_elements);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<uint64_t> version = coordinator_->AwaitPull(
+      request.clock(), [context] { return context->IsCancelled(); });
+  *wait = absl::Now() - start;
+  if (!version.ok()) return version.status();
+
+  proto::PullResponse response;
+  response.set_version(*version);
+  proto::TensorChunk* chunk = response.mutable_chunk();
+  chunk->set_dtype(proto::DTYPE_FLOAT32);
+  for (int i = 0; i < store_->num_slices(); ++i) {
+    const Slice& slice = store_->slices()[i];
+    const TensorSpec& spec =
+        store_->partition().model().tensors[slice.tensor_id];
+    chunk->set_tensor_id(slice.tensor_id);
+    chunk->mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
+    for (uint64_t begin = 0; begin < slice.num_elements;
+         begin += chunk_elements) {
+      const uint64_t n = std::min(chunk_elements, slice.num_elements - begin);
+      chunk->set_offset(slice.offset + begin);
+      chunk->set_num_elements(n);
+      chunk->mutable_data()->clear();
+      // Encoded under the slice's reader lock, sent without any lock.
+      if (absl::Status s =
+              store_->EncodeRange(i, begin, n, chunk->mutable_data());
+          !s.ok()) {
+        return absl::InternalError(s.message());
+      }
+      *bytes += chunk->data().size();
+      if (!writer->Write(response)) {
+        return absl::CancelledError("pull stream closed by the client");
+      }
+    }
+  }
+  return *version;
+}
+
+grpc::Status ParameterService::Pull(
+    grpc::ServerContext* context, const proto::PullRequest* request,
+    grpc::ServerWriter<proto::PullResponse>* writer) {
+  const absl::Time start = absl::Now();
+  absl::Duration wait;
+  uint64_t bytes = 0;
+  absl::StatusOr<uint64_t> version =
+      ServePull(context, *request, writer, &wait, &bytes);
+  stats_.RecordPull(version.ok(), bytes, wait, absl::Now() - start);
+  if (!version.ok()) {
+    spdlog::warn("pull for clock {} from worker {} failed: {}",
+                 request->clock(), request->header().worker_rank(),
+                 version.status().ToString());
+    return ToGrpcStatus(Prefixed("pull failed", version.status()));
+  }
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<uint64_t> ParameterService::ReceivePush(
+    grpc::ServerReader<proto::PushRequest>* reader, uint64_t* bytes) {
+  // The whole stream is staged privately; the shard is touched only by
+  // Commit, after the last message was validated.
+  PushStager stager(store_, identity_);
+  proto::PushRequest request;
+  while (reader->Read(&request)) {
+    *bytes += request.chunk().data().size();
+    if (absl::Status s = stager.Add(FromProto(request)); !s.ok()) return s;
+  }
+  absl::StatusOr<StagedPush> staged = stager.Finish();
+  if (!staged.ok()) return staged.status();
+  return coordinator_->Commit(*std::move(staged));
+}
+
+grpc::Status ParameterService::Push(
+    grpc::ServerContext* /*context*/,
+    grpc::ServerReader<proto::PushRequest>* reader,
+    proto::PushResponse* response) {
+  const absl::Time start = absl::Now();
+  uint64_t bytes = 0;
+  absl::StatusOr<uint64_t> version = ReceivePush(reader, &bytes);
+  stats_.RecordPush(version.ok(), bytes, absl::Now() - start);
+  if (!version.ok()) {
+    spdlog::warn("push refused: {}", version.status().ToString());
+    return ToGrpcStatus(Prefixed("push refused", version.status()));
+  }
+  response->set_version(*version);
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterService::Done(grpc::ServerContext* /*context*/,
+                                    const proto::DoneRequest* request,
+                                    proto::DoneResponse* /*response*/) {
+  if (absl::Status s =
+          ValidateRequestHeader(FromProto(request->header()), identity_);
+      !s.ok()) {
+    return ToGrpcStatus(Prefixed("done refused", s));
+  }
+  const int rank = request->header().worker_rank();
+  const bool all_done = coordinator_->MarkDone(rank);
+  spdlog::info("worker {} is done{}", rank,
+               all_done ? "; every worker is done" : "");
+  if (all_done && !all_done_signalled_.exchange(true) && on_all_done_) {
+    on_all_done_();
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterService::Stats(grpc::ServerContext* /*context*/,
+                                     const proto::StatsRequest* /*request*/,
+                                     proto::StatsResponse* response) {
+  response->set_version(coordinator_->version());
+  response->set_report(Report());
+  return grpc::Status::OK;
+}
+
+std::string ParameterService::Report() const {
+  return absl::StrCat("server ", store_->server_index(), " mode ",
+                      ConsistencyModeName(coordinator_->options().mode),
+                      " version ", coordinator_->version(), "\n",
+                      stats_.ToString(), "\n",
+                      coordinator_->staleness().ToString());
+}
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    const std::string& address, grpc::Service* service, int max_message_bytes,
+    int* bound_port) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                           bound_port);
+  builder.RegisterService(service);
+  builder.SetMaxReceiveMessageSize(max_message_bytes);
+  builder.SetMaxSendMessageSize(max_message_bytes);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", address, " (address in use or not local?)"));
+  }
+  return server;
+}
+
+}  // namespace ps::server

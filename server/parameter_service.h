@@ -1,0 +1,90 @@
+#ifndef PS_SERVER_PARAMETER_SERVICE_H_
+#define PS_SERVER_PARAMETER_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/parameter_server.grpc.pb.h"
+#include "server/request_header.h"
+#include "server/server_stats.h"
+#include "server/shard_store.h"
+#include "server/update_coordinator.h"
+
+namespace ps::server {
+
+struct ServiceOptions {
+  // Elements per pull chunk when the request asks for 0: 1 MiB of float32.
+  uint64_t default_chunk_elements = 256 * 1024;
+  // Upper bound on elements per chunk, so a response fits the gRPC message
+  // limit whatever the client asks for.
+  uint64_t max_chunk_elements = 16 * 1024 * 1024 - 1024;
+};
+
+// The gRPC face of one shard (ps.proto.ParameterServer): converts messages
+// to the plain classes' types, validates, calls ShardStore, PushStager and
+// UpdateCoordinator, and maps absl::Status to grpc::Status. Nothing here
+// decides policy.
+//
+// Thread-safe: gRPC calls the handlers from many threads; the service keeps
+// only thread-safe members. No lock is held while a stream is read or
+// written. Does not own the store or coordinator (both must outlive it).
+// `on_all_done` runs once, on an RPC thread, when every rank has called
+// Done; it must only signal (e.g. notify main), never shut the server down
+// itself, since Shutdown waits for that very RPC.
+class ParameterService final : public proto::ParameterServer::Service {
+ public:
+  ParameterService(ShardStore* store, UpdateCoordinator* coordinator,
+                   const ServiceOptions& options,
+                   std::function<void()> on_all_done);
+
+  grpc::Status Register(grpc::ServerContext* context,
+                        const proto::RegisterRequest* request,
+                        proto::RegisterResponse* response) override;
+  grpc::Status Pull(grpc::ServerContext* context,
+                    const proto::PullRequest* request,
+                    grpc::ServerWriter<proto::PullResponse>* writer) override;
+  grpc::Status Push(grpc::ServerContext* context,
+                    grpc::ServerReader<proto::PushRequest>* reader,
+                    proto::PushResponse* response) override;
+  grpc::Status Done(grpc::ServerContext* context,
+                    const proto::DoneRequest* request,
+                    proto::DoneResponse* response) override;
+  grpc::Status Stats(grpc::ServerContext* context,
+                     const proto::StatsRequest* request,
+                     proto::StatsResponse* response) override;
+
+  // Version, request counters and the staleness histogram, multi-line.
+  std::string Report() const;
+
+ private:
+  absl::StatusOr<uint64_t> ServePull(
+      grpc::ServerContext* context, const proto::PullRequest& request,
+      grpc::ServerWriter<proto::PullResponse>* writer, absl::Duration* wait,
+      uint64_t* bytes);
+  absl::StatusOr<uint64_t> ReceivePush(
+      grpc::ServerReader<proto::PushRequest>* reader, uint64_t* bytes);
+
+  ShardStore* const store_;
+  UpdateCoordinator* const coordinator_;
+  const ServiceOptions options_;
+  const ShardIdentity identity_;
+  const std::function<void()> on_all_done_;
+  std::atomic<bool> all_done_signalled_{false};
+  ServerStats stats_;
+};
+
+// Builds and starts a gRPC server for `service` listening on `address`
+// ("127.0.0.1:0" picks a free port), with the standard health service and
+// receive/send limits of `max_message_bytes`. Sets `*bound_port`.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    const std::string& address, grpc::Service* service, int max_message_bytes,
+    int* bound_port);
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_PARAMETER_SERVICE_H_

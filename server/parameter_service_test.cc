@@ -1,0 +1,377 @@
+// Drives the real gRPC service in-process over 127.0.0.1 with a raw stub.
+#include "server/parameter_service.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "common/initializer.h"
+#include "common/model_spec.h"
+#include "common/partition.h"
+#include "common/tensor_codec.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
+
+namespace ps::server {
+namespace {
+
+constexpr int kServer = 1;
+constexpr int kWorkers = 2;
+constexpr uint64_t kSeed = 5;
+
+// Elements of this shard, by (tensor id, element index within the tensor).
+using Weights = std::map<std::pair<uint32_t, uint64_t>, float>;
+
+class ParameterServiceTest : public ::testing::Test {
+ protected:
+  void Start(ConsistencyMode mode) {
+    partition_ = std::make_unique<Partition>(
+        *Partition::Create(MlpModelSpec({20, 30, 5}), 2));
+    OptimizerConfig sgd;
+    sgd.kind = OptimizerKind::kSgd;
+    sgd.learning_rate = 1.0f;
+    sgd.momentum = 0.0f;
+    store_ = *ShardStore::Create(*partition_, kServer, kSeed, sgd);
+    CoordinatorOptions options;
+    options.mode = mode;
+    options.num_workers = kWorkers;
+    coordinator_ = *UpdateCoordinator::Create(store_.get(), options);
+    ServiceOptions service_options;
+    service_options.default_chunk_elements = 16;
+    service_ = std::make_unique<ParameterService>(
+        store_.get(), coordinator_.get(), service_options,
+        [this] { all_done_.Notify(); });
+    int port = 0;
+    server_ = *StartGrpcServer("127.0.0.1:0", service_.get(), 1 << 20, &port);
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = proto::ParameterServer::NewStub(channel_);
+  }
+
+  void TearDown() override {
+    if (coordinator_) coordinator_->Shutdown();
+    if (server_) server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  }
+
+  proto::RequestHeader Header(int rank) const {
+    proto::RequestHeader h;
+    h.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
+    h.set_partition_fingerprint(partition_->fingerprint());
+    h.set_worker_rank(rank);
+    h.set_server_index(kServer);
+    return h;
+  }
+
+  // The weights this shard started with.
+  Weights InitialWeights() const {
+    Weights w;
+    for (const Slice& s : partition_->SlicesOfServer(kServer)) {
+      std::vector<float> v(s.num_elements);
+      InitializeSlice(partition_->model(), s.tensor_id, s.offset, kSeed,
+                      absl::MakeSpan(v));
+      for (uint64_t i = 0; i < v.size(); ++i)
+        w[{s.tensor_id, s.offset + i}] = v[i];
+    }
+    return w;
+  }
+
+  // Pulls everything; checks each chunk's framing on the way.
+  grpc::Status Pull(uint64_t clock, uint64_t max_chunk, Weights* weights,
+                    uint64_t* version,
+                    absl::Duration timeout = absl::Seconds(30)) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    proto::PullRequest request;
+    *request.mutable_header() = Header(0);
+    request.set_clock(clock);
+    request.set_max_chunk_elements(max_chunk);
+    auto reader = stub_->Pull(&context, request);
+    proto::PullResponse response;
+    weights->clear();
+    while (reader->Read(&response)) {
+      const proto::TensorChunk& c = response.chunk();
+      *version = response.version();
+      EXPECT_EQ(c.dtype(), proto::DTYPE_FLOAT32);
+      const TensorSpec& spec = partition_->model().tensors.at(c.tensor_id());
+      EXPECT_EQ(std::vector<int64_t>(c.shape().begin(), c.shape().end()),
+                spec.shape);
+      EXPECT_LE(c.num_elements(), max_chunk == 0 ? 16 : max_chunk);
+      std::vector<float> v(c.num_elements());
+      EXPECT_TRUE(DecodeFloats(c.data(), absl::MakeSpan(v)).ok());
+      for (uint64_t i = 0; i < v.size(); ++i) {
+        EXPECT_TRUE(
+            weights
+                ->emplace(std::make_pair(c.tensor_id(), c.offset() + i), v[i])
+                .second)
+            << "element sent twice";
+      }
+    }
+    return reader->Finish();
+  }
+
+  // A valid push of gradient `value` everywhere, in chunks of 10 elements.
+  std::vector<proto::PushRequest> ValidPush(int rank, uint64_t step,
+                                            float value) const {
+    std::vector<proto::PushRequest> messages;
+    for (const Slice& s : partition_->SlicesOfServer(kServer)) {
+      for (uint64_t b = 0; b < s.num_elements; b += 10) {
+        const uint64_t n = std::min<uint64_t>(10, s.num_elements - b);
+        proto::PushRequest m;
+        *m.mutable_header() = Header(rank);
+        m.set_step(step);
+        m.set_base_version(step);
+        m.set_num_examples(8);
+        proto::TensorChunk* c = m.mutable_chunk();
+        c->set_tensor_id(s.tensor_id);
+        c->set_dtype(proto::DTYPE_FLOAT32);
+        for (int64_t d : partition_->model().tensors[s.tensor_id].shape) {
+          c->add_shape(d);
+        }
+        c->set_offset(s.offset + b);
+        c->set_num_elements(n);
+        EncodeFloats(std::vector<float>(n, value), c->mutable_data());
+        messages.push_back(std::move(m));
+      }
+    }
+    return messages;
+  }
+
+  grpc::Status Push(const std::vector<proto::PushRequest>& messages,
+                    uint64_t* version) {
+    grpc::ClientContext context;
+    proto::PushResponse response;
+    auto writer = stub_->Push(&context, &response);
+    for (const proto::PushRequest& m : messages) {
+      if (!writer->Write(m)) break;  // The server refused early.
+    }
+    writer->WritesDone();
+    grpc::Status status = writer->Finish();
+    *version = response.version();
+    return status;
+  }
+
+  std::unique_ptr<Partition> partition_;
+  std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<UpdateCoordinator> coordinator_;
+  std::unique_ptr<ParameterService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<proto::ParameterServer::Stub> stub_;
+  absl::Notification all_done_;
+};
+
+TEST_F(ParameterServiceTest, RegisterReportsModeWorkersAndVersion) {
+  Start(ConsistencyMode::kSsp);
+  grpc::ClientContext context;
+  proto::RegisterRequest request;
+  *request.mutable_header() = Header(1);
+  request.set_num_tensors(4);
+  request.set_incarnation(77);
+  proto::RegisterResponse response;
+  ASSERT_TRUE(stub_->Register(&context, request, &response).ok());
+  EXPECT_EQ(response.mode(), "ssp");
+  EXPECT_EQ(response.num_workers(), kWorkers);
+  EXPECT_EQ(response.version(), 0u);
+  EXPECT_EQ(response.next_step(), 0u);
+}
+
+TEST_F(ParameterServiceTest, RegisterRefusesAMismatchedWorker) {
+  Start(ConsistencyMode::kSync);
+  struct Case {
+    std::function<void(proto::RegisterRequest&)> mutate;
+    const char* text;
+  };
+  const Case cases[] = {
+      {[](proto::RegisterRequest& r) { r.set_num_tensors(6); },
+       "worker's model has 6 tensors, this server's has 4"},
+      {[](proto::RegisterRequest& r) {
+         r.mutable_header()->set_partition_fingerprint(1);
+       },
+       "partition fingerprint"},
+      {[](proto::RegisterRequest& r) {
+         r.mutable_header()->set_server_index(0);
+       },
+       "request is for server 0 but this is server 1"},
+      {[](proto::RegisterRequest& r) {
+         r.mutable_header()->set_worker_rank(2);
+       },
+       "worker rank 2 is outside [0, 2)"},
+      {[](proto::RegisterRequest& r) {
+         r.mutable_header()->set_protocol_version(0);
+       },
+       "protocol version 0"},
+  };
+  for (const Case& c : cases) {
+    grpc::ClientContext context;
+    proto::RegisterRequest request;
+    *request.mutable_header() = Header(0);
+    request.set_num_tensors(4);
+    c.mutate(request);
+    proto::RegisterResponse response;
+    grpc::Status s = stub_->Register(&context, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find(c.text), std::string::npos)
+        << s.error_message();
+  }
+}
+
+TEST_F(ParameterServiceTest, PullStreamsEveryOwnedElementInBoundedChunks) {
+  Start(ConsistencyMode::kSync);
+  for (uint64_t max_chunk : {0, 7, 1000}) {
+    Weights weights;
+    uint64_t version = 99;
+    ASSERT_TRUE(Pull(0, max_chunk, &weights, &version).ok());
+    EXPECT_EQ(version, 0u);
+    EXPECT_EQ(weights, InitialWeights()) << "max_chunk " << max_chunk;
+  }
+}
+
+TEST_F(ParameterServiceTest, SyncPushesFromAllRanksUpdateTheWeights) {
+  Start(ConsistencyMode::kSync);
+  uint64_t version = 0;
+  ASSERT_TRUE(Push(ValidPush(0, 0, 1.0f), &version).ok());
+  EXPECT_EQ(version, 0u);
+  ASSERT_TRUE(Push(ValidPush(1, 0, 3.0f), &version).ok());
+  EXPECT_EQ(version, 1u);
+  Weights weights;
+  ASSERT_TRUE(Pull(1, 0, &weights, &version).ok());
+  EXPECT_EQ(version, 1u);
+  Weights expected = InitialWeights();
+  ASSERT_EQ(weights.size(), expected.size());
+  for (auto& [key, w] : expected) {
+    EXPECT_FLOAT_EQ(weights[key], w - 2.0f);  // lr 1 * mean(1, 3)
+  }
+}
+
+TEST_F(ParameterServiceTest, SyncPullForAFutureClockWaits) {
+  Start(ConsistencyMode::kSync);
+  Weights weights;
+  uint64_t version = 0;
+  grpc::Status s = Pull(1, 0, &weights, &version, absl::Milliseconds(300));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(weights.empty());
+}
+
+TEST_F(ParameterServiceTest, MalformedPushesAreRefusedAndApplyNothing) {
+  Start(ConsistencyMode::kAsync);
+  const Slice other = partition_->SlicesOfServer(0).front();
+  struct Case {
+    std::function<void(std::vector<proto::PushRequest>&)> mutate;
+    const char* text;
+  };
+  const Case cases[] = {
+      // A chunk of the other server's slice, last in the stream: every
+      // earlier chunk was fine and must not have been applied either.
+      {[&](std::vector<proto::PushRequest>& p) {
+         proto::TensorChunk* c = p.back().mutable_chunk();
+         c->set_tensor_id(other.tensor_id);
+         c->clear_shape();
+         for (int64_t d : partition_->model().tensors[other.tensor_id].shape) {
+           c->add_shape(d);
+         }
+         c->set_offset(other.offset);
+       },
+       "is outside this server's slices"},
+      {[](std::vector<proto::PushRequest>& p) { p.pop_back(); },
+       "push is incomplete"},
+      {[](std::vector<proto::PushRequest>& p) { p.push_back(p.front()); },
+       "overlaps elements already sent"},
+      {[](std::vector<proto::PushRequest>& p) {
+         p.back().mutable_chunk()->mutable_data()->append("xyz");
+       },
+       "bytes, expected"},
+      {[](std::vector<proto::PushRequest>& p) { p.back().set_step(9); },
+       "step changed within the push stream from 0 to 9"},
+      {[](std::vector<proto::PushRequest>& p) {
+         p.back().mutable_chunk()->set_dtype(proto::DTYPE_UNSPECIFIED);
+       },
+       "only DTYPE_FLOAT32"},
+      {[](std::vector<proto::PushRequest>& p) { p.clear(); }, "no messages"},
+  };
+  for (const Case& c : cases) {
+    std::vector<proto::PushRequest> push = ValidPush(0, 0, 1.0f);
+    c.mutate(push);
+    uint64_t version = 0;
+    grpc::Status s = Push(push, &version);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.text;
+    EXPECT_NE(s.error_message().find("push refused"), std::string::npos);
+    EXPECT_NE(s.error_message().find(c.text), std::string::npos)
+        << s.error_message();
+    Weights weights;
+    ASSERT_TRUE(Pull(0, 0, &weights, &version).ok());
+    EXPECT_EQ(version, 0u);
+    EXPECT_EQ(weights, InitialWeights()) << "a refused push changed weights";
+  }
+  // The same push, well formed, is applied at once in async mode.
+  uint64_t version = 0;
+  ASSERT_TRUE(Push(ValidPush(0, 0, 1.0f), &version).ok());
+  EXPECT_EQ(version, 1u);
+  grpc::ClientContext context;
+  proto::StatsResponse stats;
+  ASSERT_TRUE(stub_->Stats(&context, proto::StatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.version(), 1u);
+  EXPECT_NE(stats.report().find("pushes: 1 ok, 7 refused"), std::string::npos)
+      << stats.report();
+  EXPECT_NE(stats.report().find("staleness (updates: 1"), std::string::npos)
+      << stats.report();
+}
+
+TEST_F(ParameterServiceTest, SyncRefusesAStaleStepWithAborted) {
+  Start(ConsistencyMode::kSync);
+  uint64_t version = 0;
+  ASSERT_TRUE(Push(ValidPush(0, 0, 1.0f), &version).ok());
+  ASSERT_TRUE(Push(ValidPush(1, 0, 1.0f), &version).ok());
+  grpc::Status s = Push(ValidPush(1, 0, 1.0f), &version);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_NE(s.error_message().find("stale step 0"), std::string::npos);
+}
+
+TEST_F(ParameterServiceTest, DoneFromEveryRankSignalsShutdownOnce) {
+  Start(ConsistencyMode::kSync);
+  auto done = [&](int rank, int server_index) {
+    grpc::ClientContext context;
+    proto::DoneRequest request;
+    *request.mutable_header() = Header(rank);
+    request.mutable_header()->set_server_index(server_index);
+    proto::DoneResponse response;
+    return stub_->Done(&context, request, &response);
+  };
+  EXPECT_EQ(done(1, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(done(1, kServer).ok());
+  ASSERT_TRUE(done(1, kServer).ok());
+  EXPECT_FALSE(all_done_.HasBeenNotified());
+  ASSERT_TRUE(done(0, kServer).ok());
+  EXPECT_TRUE(all_done_.HasBeenNotified());
+  ASSERT_TRUE(done(0, kServer).ok());  // Notifying twice would crash.
+}
+
+TEST_F(ParameterServiceTest, AnswersTheStandardHealthCheck) {
+  Start(ConsistencyMode::kSync);
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext context;
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1);  // HealthCheckRequest{service: ""}
+  grpc::ByteBuffer response;
+  absl::Notification finished;
+  grpc::Status status;
+  generic.UnaryCall(&context, "/grpc.health.v1.Health/Check",
+                    grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) {
+                      status = std::move(s);
+                      finished.Notify();
+                    });
+  finished.WaitForNotification();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
+}
+
+}  // namespace
+}  // namespace ps::server

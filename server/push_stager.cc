@@ -1,0 +1,178 @@
+#include "server/push_stager.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/tensor_codec.h"
+
+namespace ps::server {
+namespace {
+
+std::string ShapeString(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+}  // namespace
+
+PushStager::PushStager(const ShardStore* store, const ShardIdentity& identity)
+    : store_(store),
+      identity_(identity),
+      covered_(store->num_slices()),
+      covered_elements_(store->num_slices(), 0) {}
+
+absl::Status PushStager::Add(const PushMessage& message) {
+  if (!error_.ok()) return error_;
+  absl::Status status = ValidateRequestHeader(message.header, identity_);
+  if (status.ok()) {
+    if (messages_ == 0) {
+      if (message.num_examples < 1) {
+        status = absl::InvalidArgumentError(
+            "num_examples is 0; a push averages over at least one example");
+      } else {
+        first_ = message;
+        first_.chunk = ChunkView();
+        staged_.gradients.resize(store_->num_slices());
+        for (int i = 0; i < store_->num_slices(); ++i) {
+          staged_.gradients[i].resize(store_->slices()[i].num_elements);
+        }
+      }
+    } else {
+      status = CheckSameMetadata(message);
+    }
+  }
+  if (status.ok() && message.has_chunk) status = AddChunk(message.chunk);
+  if (!status.ok()) {
+    error_ = absl::Status(
+        status.code(),
+        absl::StrCat("push message ", messages_, ": ", status.message()));
+    staged_ = StagedPush();  // Free the buffer now; nothing will be applied.
+    return error_;
+  }
+  ++messages_;
+  return absl::OkStatus();
+}
+
+absl::Status PushStager::CheckSameMetadata(const PushMessage& m) const {
+  auto changed = [](absl::string_view field, auto was, auto now) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " changed within the push stream from ", was, " to ", now));
+  };
+  if (m.header.worker_rank != first_.header.worker_rank) {
+    return changed("worker_rank", first_.header.worker_rank,
+                   m.header.worker_rank);
+  }
+  if (m.header != first_.header) {
+    return absl::InvalidArgumentError(
+        "request header changed within the push stream");
+  }
+  if (m.step != first_.step) return changed("step", first_.step, m.step);
+  if (m.base_version != first_.base_version) {
+    return changed("base_version", first_.base_version, m.base_version);
+  }
+  if (m.num_examples != first_.num_examples) {
+    return changed("num_examples", first_.num_examples, m.num_examples);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PushStager::AddChunk(const ChunkView& c) {
+  const ModelSpec& model = store_->partition().model();
+  if (c.tensor_id >= model.tensors.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor id ", c.tensor_id, " is not below the model's ",
+                     model.tensors.size(), " tensors"));
+  }
+  const TensorSpec& spec = model.tensors[c.tensor_id];
+  if (c.dtype != kDTypeFloat32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", c.tensor_id, " chunk has dtype ", c.dtype,
+        "; only DTYPE_FLOAT32 (", kDTypeFloat32, ") is supported"));
+  }
+  if (!std::equal(c.shape.begin(), c.shape.end(), spec.shape.begin(),
+                  spec.shape.end())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", c.tensor_id, " chunk has shape ", ShapeString(c.shape),
+        " but ", spec.name, " has shape ", ShapeString(spec.shape)));
+  }
+  // Saturating, so that a hostile range is still named sensibly.
+  const uint64_t range_end = c.offset + c.num_elements < c.offset
+                                 ? UINT64_MAX
+                                 : c.offset + c.num_elements;
+  const std::string range = absl::StrCat("tensor ", c.tensor_id, " chunk [",
+                                         c.offset, ", ", range_end, ")");
+  if (c.num_elements == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(range, " is empty"));
+  }
+  const int slice = store_->FindSlice(c.tensor_id, c.offset, c.num_elements);
+  if (slice < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(range, " is outside this server's slices (server ",
+                     identity_.server_index, ")"));
+  }
+  // n is now at most a slice's size, so n * 4 cannot overflow.
+  if (c.data.size() != c.num_elements * sizeof(float)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(range, " carries ", c.data.size(), " bytes, expected ",
+                     c.num_elements * sizeof(float)));
+  }
+  const uint64_t begin = c.offset - store_->slices()[slice].offset;
+  const uint64_t end = begin + c.num_elements;
+  std::map<uint64_t, uint64_t>& covered = covered_[slice];
+  auto next = covered.lower_bound(begin);
+  const bool overlaps_next = next != covered.end() && next->first < end;
+  const bool overlaps_prev =
+      next != covered.begin() && std::prev(next)->second > begin;
+  if (overlaps_next || overlaps_prev) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(range, " overlaps elements already sent in this push"));
+  }
+  absl::Status s = DecodeFloats(
+      c.data,
+      absl::MakeSpan(staged_.gradients[slice]).subspan(begin, c.num_elements));
+  if (!s.ok()) return s;
+  covered.emplace_hint(next, begin, end);
+  covered_elements_[slice] += c.num_elements;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StagedPush> PushStager::Finish() {
+  if (!error_.ok()) return error_;
+  if (messages_ == 0) {
+    error_ = absl::InvalidArgumentError(
+        "push stream carried no messages; even a shard that owns no elements "
+        "needs one message with the header and step");
+    return error_;
+  }
+  for (int i = 0; i < store_->num_slices(); ++i) {
+    const Slice& s = store_->slices()[i];
+    if (covered_elements_[i] == s.num_elements) continue;
+    // Name the first gap.
+    uint64_t gap = 0;
+    for (const auto& [b, e] : covered_[i]) {
+      if (b != gap) break;
+      gap = e;
+    }
+    error_ = absl::InvalidArgumentError(
+        absl::StrCat("push is incomplete: tensor ", s.tensor_id, " slice [",
+                     s.offset, ", ", s.offset + s.num_elements, ") got ",
+                     covered_elements_[i], " of ", s.num_elements,
+                     " elements; first missing element is ", s.offset + gap));
+    staged_ = StagedPush();
+    return error_;
+  }
+  staged_.rank = first_.header.worker_rank;
+  staged_.step = first_.step;
+  staged_.base_version = first_.base_version;
+  staged_.num_examples = first_.num_examples;
+  staged_.epoch = first_.epoch;
+  staged_.examples_done = first_.examples_done;
+  error_ = absl::FailedPreconditionError("push already finished");
+  return std::move(staged_);
+}
+
+}  // namespace ps::server

@@ -1,0 +1,94 @@
+#ifndef PS_SERVER_PUSH_STAGER_H_
+#define PS_SERVER_PUSH_STAGER_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "server/request_header.h"
+#include "server/shard_store.h"
+
+namespace ps::server {
+
+// A ps.proto.TensorChunk, viewed without copying its bytes.
+struct ChunkView {
+  uint32_t tensor_id = 0;
+  int dtype = 0;
+  absl::Span<const int64_t> shape;
+  uint64_t offset = 0;
+  uint64_t num_elements = 0;
+  absl::string_view data;
+};
+
+// One ps.proto.PushRequest message. A message may carry no chunk (a shard
+// that owns no elements still needs the header and step).
+struct PushMessage {
+  RequestHeaderFields header;
+  uint64_t step = 0;
+  uint64_t base_version = 0;
+  uint32_t num_examples = 0;
+  uint64_t epoch = 0;
+  uint64_t examples_done = 0;
+  bool has_chunk = false;
+  ChunkView chunk;
+};
+
+// A complete, validated push: one gradient value for every element the
+// shard owns. `gradients[i]` belongs to ShardStore slice i.
+struct StagedPush {
+  int rank = 0;
+  uint64_t step = 0;
+  uint64_t base_version = 0;
+  uint32_t num_examples = 0;
+  uint64_t epoch = 0;
+  uint64_t examples_done = 0;
+  std::vector<std::vector<float>> gradients;
+};
+
+// Receives one push stream into a private buffer and validates every
+// message, so that a push is all-or-nothing: Finish() yields a StagedPush
+// only if the stream covered every owned element exactly once with
+// consistent metadata; otherwise the push is refused and nothing reaches the
+// shard. No shard lock is held while a stream is received.
+//
+// Checks, each failing with InvalidArgument naming what is wrong: the header
+// (ValidateRequestHeader); header, step, base_version and num_examples equal
+// in every message; num_examples >= 1; tensor id, dtype and shape match the
+// model; the chunk's range lies inside one owned slice; data holds exactly
+// num_elements float32 values; no element is sent twice.
+//
+// Not thread-safe: one stager per stream, used by the thread reading it. The
+// store must outlive the stager. After the first error every later call
+// returns that error.
+class PushStager {
+ public:
+  PushStager(const ShardStore* store, const ShardIdentity& identity);
+
+  absl::Status Add(const PushMessage& message);
+  absl::StatusOr<StagedPush> Finish();
+
+  int messages() const { return messages_; }
+
+ private:
+  absl::Status AddChunk(const ChunkView& chunk);
+  absl::Status CheckSameMetadata(const PushMessage& message) const;
+
+  const ShardStore* const store_;
+  const ShardIdentity identity_;
+  int messages_ = 0;
+  absl::Status error_;
+  PushMessage first_;  // Metadata of the first message; chunk unused.
+  StagedPush staged_;
+  // Per slice: element ranges received so far (begin -> end, relative to
+  // the slice start, disjoint) and how many elements they hold.
+  std::vector<std::map<uint64_t, uint64_t>> covered_;
+  std::vector<uint64_t> covered_elements_;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_PUSH_STAGER_H_

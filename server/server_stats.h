@@ -1,0 +1,89 @@
+#ifndef PS_SERVER_SERVER_STATS_H_
+#define PS_SERVER_SERVER_STATS_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace ps::server {
+
+// How stale the gradients applied by a shard were: for each update, the
+// shard's version when it was applied minus the version the gradient was
+// computed from. Values 0..31 are counted exactly, larger ones in
+// power-of-two buckets ([32, 63], [64, 127], ...).
+//
+// Thread-safe; Add is one brief critical section.
+class StalenessHistogram {
+ public:
+  static constexpr int kExactBuckets = 32;
+  static constexpr int kNumBuckets = kExactBuckets + 59;  // Up to 2^64 - 1.
+
+  void Add(uint64_t staleness);
+
+  uint64_t count() const;
+  uint64_t max() const;
+  double mean() const;
+  // Updates counted in the bucket holding `staleness`.
+  uint64_t CountInBucketOf(uint64_t staleness) const;
+
+  // "staleness (updates: 12, mean 0.25, max 3): 0:9 1:2 3:1"; empty buckets
+  // are left out, a range bucket is written "32-63:4".
+  std::string ToString() const;
+
+  static int BucketOf(uint64_t staleness);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::array<uint64_t, kNumBuckets> buckets_ ABSL_GUARDED_BY(mu_) = {};
+  uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t max_ ABSL_GUARDED_BY(mu_) = 0;
+  // Sum as double: cannot overflow, and it only feeds the mean.
+  double sum_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Request counters of one shard for the Stats RPC and the exit report:
+// pushes and pulls (served and refused), bytes each way and latency.
+//
+// Thread-safe; each Record is one brief critical section.
+class ServerStats {
+ public:
+  void RecordPush(bool accepted, uint64_t bytes, absl::Duration latency);
+  // `wait` is the part of `latency` spent waiting for the consistency model
+  // (other workers' pushes), reported apart from the transfer.
+  void RecordPull(bool served, uint64_t bytes, absl::Duration wait,
+                  absl::Duration latency);
+
+  uint64_t pushes_accepted() const;
+  uint64_t pushes_refused() const;
+  uint64_t pulls_served() const;
+  uint64_t pulls_refused() const;
+
+  // Multi-line, human-readable.
+  std::string ToString() const;
+
+ private:
+  struct Counter {
+    uint64_t ok = 0;
+    uint64_t refused = 0;
+    uint64_t bytes = 0;
+    absl::Duration total_latency;
+    absl::Duration max_latency;
+    absl::Duration total_wait;
+  };
+  static void Record(Counter& c, bool ok, uint64_t bytes,
+                     absl::Duration latency);
+  static std::string Format(const char* name, const char* bytes_verb,
+                            const Counter& c);
+
+  mutable absl::Mutex mu_;
+  Counter push_ ABSL_GUARDED_BY(mu_);
+  Counter pull_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_SERVER_STATS_H_

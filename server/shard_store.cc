@@ -1,0 +1,99 @@
+#include "server/shard_store.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/initializer.h"
+#include "common/tensor_codec.h"
+
+namespace ps::server {
+
+ShardStore::ShardStore(const Partition& partition, int server_index)
+    : partition_(partition),
+      server_index_(server_index),
+      slices_(partition.SlicesOfServer(server_index)) {}
+
+absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
+    const Partition& partition, int server_index, uint64_t seed,
+    const OptimizerConfig& optimizer) {
+  if (server_index < 0 || server_index >= partition.num_servers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--server_index must be in [0, ", partition.num_servers(),
+                     "), got ", server_index));
+  }
+  if (absl::Status s = ValidateOptimizerConfig(optimizer); !s.ok()) return s;
+  std::unique_ptr<ShardStore> store(new ShardStore(partition, server_index));
+  for (const Slice& slice : store->slices_) {
+    auto state = std::make_unique<SliceState>();
+    absl::StatusOr<std::unique_ptr<Optimizer>> opt =
+        CreateOptimizer(optimizer, slice.num_elements);
+    if (!opt.ok()) return opt.status();
+    {
+      absl::MutexLock lock(&state->mu);
+      state->weights.resize(slice.num_elements);
+      InitializeSlice(partition.model(), slice.tensor_id, slice.offset, seed,
+                      absl::MakeSpan(state->weights));
+      state->optimizer = *std::move(opt);
+    }
+    store->num_elements_ += slice.num_elements;
+    store->states_.push_back(std::move(state));
+  }
+  return store;
+}
+
+int ShardStore::FindSlice(uint32_t tensor_id, uint64_t offset,
+                          uint64_t n) const {
+  // First slice positioned after (tensor_id, offset); the candidate is the
+  // one before it.
+  auto it = std::upper_bound(
+      slices_.begin(), slices_.end(), std::make_pair(tensor_id, offset),
+      [](const std::pair<uint32_t, uint64_t>& key, const Slice& s) {
+        return key.first != s.tensor_id ? key.first < s.tensor_id
+                                        : key.second < s.offset;
+      });
+  if (it == slices_.begin()) return -1;
+  --it;
+  const Slice& s = *it;
+  // Written to avoid overflow for hostile offsets and counts.
+  if (s.tensor_id != tensor_id || n < 1 || offset < s.offset ||
+      offset - s.offset >= s.num_elements ||
+      n > s.num_elements - (offset - s.offset)) {
+    return -1;
+  }
+  return static_cast<int>(it - slices_.begin());
+}
+
+absl::Status ShardStore::EncodeRange(int slice, uint64_t begin, uint64_t n,
+                                     std::string* out) const {
+  if (slice < 0 || slice >= num_slices() ||
+      begin > slices_[slice].num_elements ||
+      n > slices_[slice].num_elements - begin) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "range [", begin, ", +", n, ") of slice ", slice, " is out of range"));
+  }
+  const SliceState& state = *states_[slice];
+  absl::ReaderMutexLock lock(&state.mu);
+  AppendFloats(absl::MakeConstSpan(state.weights).subspan(begin, n), out);
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::ApplyGradient(int slice,
+                                       absl::Span<const float> gradient) {
+  if (slice < 0 || slice >= num_slices()) {
+    return absl::OutOfRangeError(absl::StrCat("no slice ", slice));
+  }
+  SliceState& state = *states_[slice];
+  absl::MutexLock lock(&state.mu);
+  return state.optimizer->Apply(gradient, absl::MakeSpan(state.weights));
+}
+
+std::vector<float> ShardStore::ReadSlice(int slice) const {
+  const SliceState& state = *states_[slice];
+  absl::ReaderMutexLock lock(&state.mu);
+  return state.weights;
+}
+
+}  // namespace ps::server

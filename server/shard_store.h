@@ -1,0 +1,82 @@
+#ifndef PS_SERVER_SHARD_STORE_H_
+#define PS_SERVER_SHARD_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/partition.h"
+#include "server/optimizer.h"
+
+namespace ps::server {
+
+// The weights and optimizer state of the slices one server holds.
+//
+// Which slices is fixed by the partition (`SlicesOfServer(server_index)`);
+// each is initialized with InitializeSlice, so a model starts from the same
+// weights whatever the number of servers. Slice i of this store is
+// `slices()[i]`.
+//
+// Thread-safe. Each slice has its own reader/writer lock, so pulls encode
+// different slices (and the same one) concurrently while an update is being
+// applied elsewhere, and a reader never sees a half-updated slice. The
+// layout (partition, slices) is immutable and read without locks.
+class ShardStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShardStore>> Create(
+      const Partition& partition, int server_index, uint64_t seed,
+      const OptimizerConfig& optimizer);
+
+  ShardStore(const ShardStore&) = delete;
+  ShardStore& operator=(const ShardStore&) = delete;
+
+  const Partition& partition() const { return partition_; }
+  int server_index() const { return server_index_; }
+  const std::vector<Slice>& slices() const { return slices_; }
+  int num_slices() const { return static_cast<int>(slices_.size()); }
+  // Elements held, summed over the slices.
+  uint64_t num_elements() const { return num_elements_; }
+
+  // Index of the slice that holds all of [offset, offset + n) of tensor
+  // `tensor_id`, or -1 if no single owned slice does (n must be >= 1).
+  int FindSlice(uint32_t tensor_id, uint64_t offset, uint64_t n) const;
+
+  // Appends the encoding (common/tensor_codec.h) of elements
+  // [begin, begin + n) of slice `slice`, counted from the slice's start, to
+  // `out`, under the slice's reader lock.
+  absl::Status EncodeRange(int slice, uint64_t begin, uint64_t n,
+                           std::string* out) const;
+
+  // Runs the slice's optimizer on `gradient` (one value per slice element)
+  // under the slice's writer lock.
+  absl::Status ApplyGradient(int slice, absl::Span<const float> gradient);
+
+  // A copy of the slice's current weights.
+  std::vector<float> ReadSlice(int slice) const;
+
+ private:
+  struct SliceState {
+    mutable absl::Mutex mu;
+    std::vector<float> weights ABSL_GUARDED_BY(mu);
+    std::unique_ptr<Optimizer> optimizer ABSL_GUARDED_BY(mu);
+  };
+
+  ShardStore(const Partition& partition, int server_index);
+
+  const Partition partition_;
+  const int server_index_;
+  const std::vector<Slice> slices_;
+  uint64_t num_elements_ = 0;  // Set in Create, then constant.
+  // One per slice; unique_ptr because absl::Mutex cannot move.
+  std::vector<std::unique_ptr<SliceState>> states_;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_SHARD_STORE_H_

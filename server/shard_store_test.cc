@@ -1,0 +1,171 @@
+#include "server/shard_store.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/initializer.h"
+#include "common/model_spec.h"
+#include "common/partition.h"
+#include "common/tensor_codec.h"
+#include "gtest/gtest.h"
+
+namespace ps::server {
+namespace {
+
+OptimizerConfig PlainSgd(float lr) {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kSgd;
+  c.learning_rate = lr;
+  c.momentum = 0.0f;
+  return c;
+}
+
+Partition MakePartition(int num_servers) {
+  absl::StatusOr<Partition> p =
+      Partition::Create(MlpModelSpec({20, 30, 5}), num_servers);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *std::move(p);
+}
+
+std::unique_ptr<ShardStore> MakeStore(const Partition& p, int index,
+                                      uint64_t seed = 7) {
+  absl::StatusOr<std::unique_ptr<ShardStore>> s =
+      ShardStore::Create(p, index, seed, PlainSgd(0.5f));
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *std::move(s);
+}
+
+TEST(ShardStoreTest, HoldsTheSlicesThePartitionAssigns) {
+  Partition p = MakePartition(3);
+  for (int server = 0; server < 3; ++server) {
+    auto store = MakeStore(p, server);
+    ASSERT_EQ(store->num_slices(),
+              static_cast<int>(p.SlicesOfServer(server).size()));
+    EXPECT_EQ(store->num_elements(), p.ElementsOnServer(server));
+    for (int i = 0; i < store->num_slices(); ++i) {
+      EXPECT_EQ(store->ReadSlice(i).size(), store->slices()[i].num_elements);
+    }
+  }
+}
+
+TEST(ShardStoreTest, WeightsDoNotDependOnServerCount) {
+  Partition one = MakePartition(1);
+  Partition three = MakePartition(3);
+  auto whole = MakeStore(one, 0);
+  std::vector<std::unique_ptr<ShardStore>> parts;
+  for (int s = 0; s < 3; ++s) parts.push_back(MakeStore(three, s));
+  // Reassemble every tensor from the three stores; compare with one store.
+  for (int i = 0; i < whole->num_slices(); ++i) {
+    const Slice& full = whole->slices()[i];
+    std::vector<float> expected = whole->ReadSlice(i);
+    std::vector<float> assembled(full.num_elements, -99.0f);
+    for (const auto& part : parts) {
+      for (int j = 0; j < part->num_slices(); ++j) {
+        const Slice& s = part->slices()[j];
+        if (s.tensor_id != full.tensor_id) continue;
+        std::vector<float> w = part->ReadSlice(j);
+        std::copy(w.begin(), w.end(), assembled.begin() + s.offset);
+      }
+    }
+    EXPECT_EQ(assembled, expected) << "tensor " << full.tensor_id;
+  }
+}
+
+TEST(ShardStoreTest, InitializesWithTheSharedInitializer) {
+  Partition p = MakePartition(2);
+  auto store = MakeStore(p, 1, /*seed=*/42);
+  for (int i = 0; i < store->num_slices(); ++i) {
+    const Slice& s = store->slices()[i];
+    std::vector<float> expected(s.num_elements);
+    InitializeSlice(p.model(), s.tensor_id, s.offset, 42,
+                    absl::MakeSpan(expected));
+    EXPECT_EQ(store->ReadSlice(i), expected);
+  }
+}
+
+TEST(ShardStoreTest, EncodeRangeRoundTripsThroughTheCodec) {
+  Partition p = MakePartition(1);
+  auto store = MakeStore(p, 0);
+  std::vector<float> w = store->ReadSlice(0);
+  std::string bytes = "prefix";
+  ASSERT_TRUE(store->EncodeRange(0, 2, 5, &bytes).ok());
+  ASSERT_EQ(bytes.size(), 6 + 5 * sizeof(float));
+  std::vector<float> decoded(5);
+  ASSERT_TRUE(
+      DecodeFloats(absl::string_view(bytes).substr(6), absl::MakeSpan(decoded))
+          .ok());
+  EXPECT_EQ(decoded, std::vector<float>(w.begin() + 2, w.begin() + 7));
+}
+
+TEST(ShardStoreTest, EncodeRangeRejectsRangesOutsideTheSlice) {
+  Partition p = MakePartition(1);
+  auto store = MakeStore(p, 0);
+  const uint64_t n = store->slices()[0].num_elements;
+  std::string out;
+  EXPECT_FALSE(store->EncodeRange(0, n - 1, 2, &out).ok());
+  EXPECT_FALSE(store->EncodeRange(0, 1, UINT64_MAX, &out).ok());
+  EXPECT_FALSE(store->EncodeRange(store->num_slices(), 0, 1, &out).ok());
+  EXPECT_FALSE(store->EncodeRange(-1, 0, 1, &out).ok());
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(ShardStoreTest, FindSliceAcceptsOnlyRangesInsideOneOwnedSlice) {
+  Partition p = MakePartition(3);
+  auto store = MakeStore(p, 1);
+  ASSERT_GT(store->num_slices(), 0);
+  for (int i = 0; i < store->num_slices(); ++i) {
+    const Slice& s = store->slices()[i];
+    EXPECT_EQ(store->FindSlice(s.tensor_id, s.offset, s.num_elements), i);
+    EXPECT_EQ(store->FindSlice(s.tensor_id, s.offset + s.num_elements - 1, 1),
+              i);
+    EXPECT_EQ(store->FindSlice(s.tensor_id, s.offset, s.num_elements + 1), -1);
+    EXPECT_EQ(store->FindSlice(s.tensor_id, s.offset, 0), -1);
+    EXPECT_EQ(store->FindSlice(s.tensor_id, s.offset + 1, UINT64_MAX), -1);
+    EXPECT_EQ(store->FindSlice(s.tensor_id, UINT64_MAX, 1), -1);
+  }
+  // Slices other servers hold are not found here.
+  for (int other : {0, 2}) {
+    for (const Slice& s : p.SlicesOfServer(other)) {
+      EXPECT_EQ(store->FindSlice(s.tensor_id, s.offset, 1), -1);
+    }
+  }
+  EXPECT_EQ(store->FindSlice(99, 0, 1), -1);
+}
+
+TEST(ShardStoreTest, ApplyGradientRunsTheSliceOptimizer) {
+  Partition p = MakePartition(1);
+  auto store = MakeStore(p, 0);
+  std::vector<float> before = store->ReadSlice(1);
+  std::vector<float> gradient(before.size(), 2.0f);
+  ASSERT_TRUE(store->ApplyGradient(1, gradient).ok());
+  std::vector<float> after = store->ReadSlice(1);
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_FLOAT_EQ(after[i], before[i] - 1.0f);  // lr 0.5 * 2
+  }
+  EXPECT_EQ(store->ReadSlice(0), MakeStore(p, 0)->ReadSlice(0));
+  EXPECT_FALSE(store->ApplyGradient(1, {1.0f}).ok());
+  EXPECT_EQ(store->ReadSlice(1), after);
+}
+
+TEST(ShardStoreTest, RejectsServerIndexOutsideThePartition) {
+  Partition p = MakePartition(2);
+  for (int index : {-1, 2}) {
+    absl::StatusOr<std::unique_ptr<ShardStore>> s =
+        ShardStore::Create(p, index, 1, PlainSgd(0.1f));
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find("--server_index"), std::string::npos);
+  }
+}
+
+TEST(ShardStoreTest, RejectsInvalidOptimizerConfig) {
+  Partition p = MakePartition(1);
+  absl::StatusOr<std::unique_ptr<ShardStore>> s =
+      ShardStore::Create(p, 0, 1, PlainSgd(-1.0f));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--learning_rate"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ps::server
