@@ -26,13 +26,19 @@
 #include "common/logging.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
+#include "server/hostname_index.h"
 #include "server/optimizer.h"
 #include "server/parameter_service.h"
 #include "server/shard_store.h"
 #include "server/update_coordinator.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(int, server_index, -1, "This shard's index, in [0, --num_servers).");
+// Not a valid index: tells "not given" apart from -1.
+constexpr int kServerIndexUnset = -2;
+
+ABSL_FLAG(int, server_index, kServerIndexUnset,
+          "This shard's index, in [0, --num_servers); -1 takes it from the "
+          "hostname's trailing -<ordinal> (a Kubernetes StatefulSet pod).");
 ABSL_FLAG(int, num_servers, 1, "Number of parameter-server shards.");
 ABSL_FLAG(int, num_workers, 1, "Number of workers (ranks 0..n-1).");
 ABSL_FLAG(std::string, model, "784-256-128-10",
@@ -88,6 +94,16 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
     return OutOfRange("num_servers", c.num_servers, 1, kMaxServers);
   }
   c.server_index = absl::GetFlag(FLAGS_server_index);
+  if (c.server_index == kServerIndexUnset) {
+    return absl::InvalidArgumentError(
+        "--server_index is required: 0-based, or -1 to take it from the "
+        "hostname");
+  }
+  if (c.server_index == -1) {
+    absl::StatusOr<int> from_hostname = IndexFromThisHostname();
+    if (!from_hostname.ok()) return from_hostname.status();
+    c.server_index = *from_hostname;
+  }
   if (c.server_index < 0 || c.server_index >= c.num_servers) {
     return OutOfRange("server_index", c.server_index, 0, c.num_servers - 1);
   }
