@@ -6,9 +6,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/logging.h"
 #include "common/tensor_codec.h"
 #include "grpcpp/grpcpp.h"
 
@@ -95,16 +96,88 @@ absl::Status ParameterClient::Annotate(int server,
                                    "): ", status.message()));
 }
 
-absl::StatusOr<RegisterInfo> ParameterClient::Register(uint64_t incarnation) {
+ParameterClient::~ParameterClient() {
+  {
+    absl::MutexLock lock(&heartbeat_mu_);
+    stopping_ = true;
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+absl::Status ParameterClient::CallWithRetry(
+    int server, absl::string_view what,
+    const std::function<absl::Status()>& attempt) {
+  const absl::Time deadline = absl::Now() + options_.retry_timeout;
+  absl::Duration backoff = options_.initial_backoff;
+  while (true) {
+    absl::Status status = attempt();
+    if (status.code() != absl::StatusCode::kUnavailable) {
+      return Annotate(server, status);
+    }
+    if (absl::Now() + backoff > deadline) {
+      return Annotate(server, absl::UnavailableError(absl::StrCat(
+                                  what, " still failing after ",
+                                  absl::FormatDuration(options_.retry_timeout),
+                                  ": ", status.message())));
+    }
+    spdlog::warn("server {} ({}) unavailable for {}, retrying in {}: {}",
+                 server, addresses_[server], what,
+                 absl::FormatDuration(backoff), status.message());
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, options_.max_backoff);
+  }
+}
+
+void ParameterClient::StartHeartbeats(uint64_t incarnation) {
+  if (heartbeat_thread_.joinable()) return;
+  heartbeat_thread_ =
+      std::thread([this, incarnation] { SendHeartbeats(incarnation); });
+}
+
+void ParameterClient::SendHeartbeats(uint64_t incarnation) {
+  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_mu_) {
+    return stopping_;
+  };
+  while (true) {
+    {
+      absl::MutexLock lock(&heartbeat_mu_);
+      if (heartbeat_mu_.AwaitWithTimeout(absl::Condition(&stopping),
+                                         options_.heartbeat_period)) {
+        return;
+      }
+    }
+    for (int s = 0; s < num_servers(); ++s) {
+      proto::HeartbeatRequest request;
+      *request.mutable_header() = Header(s);
+      request.set_incarnation(incarnation);
+      proto::HeartbeatResponse response;
+      grpc::ClientContext context;
+      context.set_deadline(
+          std::chrono::system_clock::now() +
+          absl::ToChronoMilliseconds(options_.heartbeat_period));
+      grpc::Status status = stubs_[s]->Heartbeat(&context, request, &response);
+      if (!status.ok()) {
+        spdlog::debug("heartbeat to server {} failed: {}", s,
+                      status.error_message());
+      }
+    }
+  }
+}
+
+absl::StatusOr<RegisterInfo> ParameterClient::Register(uint64_t incarnation,
+                                                       uint64_t planned_steps) {
   std::vector<proto::RegisterResponse> responses(num_servers());
   absl::Status status = ForEachServer(num_servers(), [&](int s) {
     proto::RegisterRequest request;
     *request.mutable_header() = Header(s);
     request.set_num_tensors(partition_->num_tensors());
     request.set_incarnation(incarnation);
-    grpc::ClientContext context;
-    return Annotate(s, FromGrpcStatus(stubs_[s]->Register(&context, request,
-                                                          &responses[s])));
+    request.set_planned_steps(planned_steps);
+    return CallWithRetry(s, "register", [&] {
+      grpc::ClientContext context;
+      return FromGrpcStatus(
+          stubs_[s]->Register(&context, request, &responses[s]));
+    });
   });
   if (!status.ok()) return status;
   for (int s = 1; s < num_servers(); ++s) {
@@ -126,6 +199,12 @@ absl::StatusOr<RegisterInfo> ParameterClient::Register(uint64_t incarnation) {
   info.examples_done = responses[0].examples_done();
   for (const proto::RegisterResponse& r : responses) {
     info.version = std::min<uint64_t>(info.version, r.version());
+    info.next_step = std::min<uint64_t>(info.next_step, r.next_step());
+    if (std::make_pair(r.epoch(), r.examples_done()) <
+        std::make_pair(info.epoch, info.examples_done)) {
+      info.epoch = r.epoch();
+      info.examples_done = r.examples_done();
+    }
   }
   return info;
 }
@@ -139,7 +218,9 @@ absl::StatusOr<uint64_t> ParameterClient::Pull(
   }
   std::vector<uint64_t> versions(num_servers(), 0);
   absl::Status status = ForEachServer(num_servers(), [&](int s) {
-    return Annotate(s, PullFromServer(s, clock, weights, &versions[s]));
+    return CallWithRetry(s, "pull", [&] {
+      return PullFromServer(s, clock, weights, &versions[s]);
+    });
   });
   if (!status.ok()) return status;
   return *std::min_element(versions.begin(), versions.end());
@@ -230,9 +311,10 @@ absl::Status ParameterClient::Done() {
     proto::DoneRequest request;
     *request.mutable_header() = Header(s);
     proto::DoneResponse response;
-    grpc::ClientContext context;
-    return Annotate(
-        s, FromGrpcStatus(stubs_[s]->Done(&context, request, &response)));
+    return CallWithRetry(s, "done", [&] {
+      grpc::ClientContext context;
+      return FromGrpcStatus(stubs_[s]->Done(&context, request, &response));
+    });
   });
 }
 
@@ -274,7 +356,7 @@ class PushSession::ShardStream {
   absl::Status Join() {
     Close();
     thread_.join();
-    return client_->Annotate(server_, status_);
+    return status_;
   }
 
  private:
@@ -283,17 +365,25 @@ class PushSession::ShardStream {
     const float* tensor_data;
   };
 
+  // The first attempt streams items as they are queued; a retry (the shard
+  // was unreachable) resends every item from the start.
   absl::Status Run() {
+    std::vector<Item> items;
+    return client_->CallWithRetry(server_, "push",
+                                  [&] { return Attempt(items); });
+  }
+
+  absl::Status Attempt(std::vector<Item>& items) {
     grpc::ClientContext context;
     proto::PushResponse response;
     std::unique_ptr<grpc::ClientWriter<proto::PushRequest>> writer =
         client_->stubs_[server_]->Push(&context, &response);
-    const ModelSpec& model = client_->partition_->model();
-    const uint64_t chunk_elements = client_->options_.chunk_elements;
     proto::PushRequest request = prototype_;
-    proto::TensorChunk* chunk = request.mutable_chunk();
-    chunk->set_dtype(proto::DTYPE_FLOAT32);
+    request.mutable_chunk()->set_dtype(proto::DTYPE_FLOAT32);
     bool broken = false;
+    for (const Item& item : items) {
+      if (!broken) broken = !Write(item, request, *writer);
+    }
     while (true) {
       Item item;
       {
@@ -307,24 +397,33 @@ class PushSession::ShardStream {
         item = queue_.front();
         queue_.pop_front();
       }
-      if (broken) continue;
-      const Slice& slice = item.slice;
-      const std::vector<int64_t>& shape = model.tensors[slice.tensor_id].shape;
-      chunk->set_tensor_id(slice.tensor_id);
-      chunk->mutable_shape()->Assign(shape.begin(), shape.end());
-      for (uint64_t done = 0; done < slice.num_elements && !broken;
-           done += chunk_elements) {
-        const uint64_t n = std::min(chunk_elements, slice.num_elements - done);
-        chunk->set_offset(slice.offset + done);
-        chunk->set_num_elements(n);
-        EncodeFloats(
-            absl::MakeConstSpan(item.tensor_data + slice.offset + done, n),
-            chunk->mutable_data());
-        broken = !writer->Write(request);
-      }
+      items.push_back(item);
+      if (!broken) broken = !Write(item, request, *writer);
     }
     if (!broken) writer->WritesDone();
     return FromGrpcStatus(writer->Finish());
+  }
+
+  // Writes one slice as chunks; false once the stream is broken.
+  bool Write(const Item& item, proto::PushRequest& request,
+             grpc::ClientWriter<proto::PushRequest>& writer) {
+    const Slice& slice = item.slice;
+    const std::vector<int64_t>& shape =
+        client_->partition_->model().tensors[slice.tensor_id].shape;
+    const uint64_t chunk_elements = client_->options_.chunk_elements;
+    proto::TensorChunk* chunk = request.mutable_chunk();
+    chunk->set_tensor_id(slice.tensor_id);
+    chunk->mutable_shape()->Assign(shape.begin(), shape.end());
+    for (uint64_t done = 0; done < slice.num_elements; done += chunk_elements) {
+      const uint64_t n = std::min(chunk_elements, slice.num_elements - done);
+      chunk->set_offset(slice.offset + done);
+      chunk->set_num_elements(n);
+      EncodeFloats(
+          absl::MakeConstSpan(item.tensor_data + slice.offset + done, n),
+          chunk->mutable_data());
+      if (!writer.Write(request)) return false;
+    }
+    return true;
   }
 
   ParameterClient* const client_;

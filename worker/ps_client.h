@@ -2,12 +2,15 @@
 #define PS_WORKER_PS_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/partition.h"
@@ -22,6 +25,14 @@ struct ClientOptions {
   uint64_t chunk_elements = 256 * 1024;
   // How long Connect waits for every shard to accept a connection.
   absl::Duration connect_timeout = absl::Seconds(30);
+  // A shard that is unreachable (down, restarting) is retried with
+  // exponential backoff from `initial_backoff` to `max_backoff` for this
+  // long before the call fails.
+  absl::Duration retry_timeout = absl::Seconds(120);
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(2);
+  // Period of the heartbeats that tell the shards this worker is alive.
+  absl::Duration heartbeat_period = absl::Seconds(1);
 };
 
 // What the shards told a registering worker.
@@ -48,8 +59,11 @@ class PushSession;
 // A worker's connection to every parameter-server shard.
 //
 // Every call fans out to the shards in parallel, one stream each, and fails
-// if any shard fails (with the shard's address in the message). The client
-// validates everything the shards send against the partition, so a buggy or
+// if any shard fails (with the shard's address in the message). A shard that
+// is unreachable is retried with backoff for up to `retry_timeout`, so a
+// worker rides out a shard's restart; pushes are safe to repeat because
+// shards recognise a batch they have already applied. The client validates
+// everything the shards send against the partition, so a buggy or
 // mismatched shard yields an error rather than wrong weights.
 //
 // Thread-safe: calls may come from several threads, but a worker normally
@@ -61,8 +75,18 @@ class ParameterClient {
       const std::vector<std::string>& addresses, const Partition* partition,
       const ClientOptions& options);
 
+  ~ParameterClient();
+
   // Registers with every shard; they must agree on mode and worker count.
-  absl::StatusOr<RegisterInfo> Register(uint64_t incarnation);
+  // Resume fields are the most conservative over the shards: the smallest
+  // data progress, so no example is skipped.
+  absl::StatusOr<RegisterInfo> Register(uint64_t incarnation,
+                                        uint64_t planned_steps);
+
+  // Starts a thread that sends a heartbeat to every shard each
+  // `heartbeat_period` until the client is destroyed. Failures are only
+  // logged: a shard that misses heartbeats will say so itself.
+  void StartHeartbeats(uint64_t incarnation);
 
   // Fetches every tensor into `weights[tensor_id]` (resized as needed) once
   // the shards allow clock `clock` to proceed. Returns the smallest version
@@ -91,6 +115,12 @@ class ParameterClient {
                   const Partition* partition, const ClientOptions& options);
 
   proto::RequestHeader Header(int server) const;
+  // Runs `attempt` until it succeeds, fails with an error other than
+  // UNAVAILABLE, or `retry_timeout` has passed; annotates failures with the
+  // shard's address.
+  absl::Status CallWithRetry(int server, absl::string_view what,
+                             const std::function<absl::Status()>& attempt);
+  void SendHeartbeats(uint64_t incarnation);
   absl::Status PullFromServer(int server, uint64_t clock,
                               std::vector<std::vector<float>>& weights,
                               uint64_t* version);
@@ -101,6 +131,10 @@ class ParameterClient {
   const Partition* const partition_;
   const ClientOptions options_;
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
+
+  absl::Mutex heartbeat_mu_;
+  bool stopping_ ABSL_GUARDED_BY(heartbeat_mu_) = false;
+  std::thread heartbeat_thread_;
 };
 
 // One step's push: a stream to every shard, fed tensor by tensor as the

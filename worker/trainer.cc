@@ -1,12 +1,13 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 #include "common/model_file.h"
-#include "spdlog/spdlog.h"
 
 namespace ps::worker {
 namespace {
@@ -18,14 +19,34 @@ std::string FormatEta(absl::Duration eta) {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    const TrainerOptions& options, ParameterClient* client, Mlp* model,
+    const LabeledImages* train, const LabeledImages* test) {
+  absl::StatusOr<EpochSharder> sharder =
+      EpochSharder::Create(train->num_examples, options.num_workers,
+                           options.batch_size, options.seed);
+  if (!sharder.ok()) return sharder.status();
+  if (options.evaluate && test == nullptr) {
+    return absl::InvalidArgumentError("evaluation needs a test set");
+  }
+  return absl::WrapUnique(
+      new Trainer(options, client, model, train, test, *std::move(sharder)));
+}
+
 Trainer::Trainer(const TrainerOptions& options, ParameterClient* client,
                  Mlp* model, const LabeledImages* train,
-                 const LabeledImages* test)
+                 const LabeledImages* test, EpochSharder sharder)
     : options_(options),
       client_(client),
       model_(model),
       train_(train),
-      test_(test) {
+      test_(test),
+      sharder_(std::move(sharder)),
+      planned_steps_(
+          options.max_steps > 0
+              ? std::min<uint64_t>(options.max_steps,
+                                   sharder_.steps_per_epoch() * options.epochs)
+              : sharder_.steps_per_epoch() * options.epochs) {
   const ModelSpec& spec = client_->partition().model();
   gradients_.resize(spec.tensors.size());
   for (size_t t = 0; t < spec.tensors.size(); ++t) {
@@ -44,11 +65,19 @@ absl::Status Trainer::LoadWeights(uint64_t clock, uint64_t* version) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<float> Trainer::Step(const EpochPlan& plan, uint64_t epoch,
-                                    uint64_t step_in_epoch, uint64_t clock) {
+absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
+                                                  uint64_t epoch,
+                                                  uint64_t step_in_epoch,
+                                                  uint64_t clock, bool sync) {
+  // Outside the push, so that killing a slowed worker never cuts a push.
+  if (options_.slowdown > absl::ZeroDuration()) {
+    absl::SleepFor(options_.slowdown);
+  }
   uint64_t version = 0;
   absl::Status status = LoadWeights(clock, &version);
   if (!status.ok()) return status;
+  StepResult result;
+  result.clock = sync ? std::max(clock, version) : clock;
 
   absl::StatusOr<absl::Span<const uint32_t>> indices =
       plan.BatchIndices(step_in_epoch, options_.rank);
@@ -60,18 +89,17 @@ absl::StatusOr<float> Trainer::Step(const EpochPlan& plan, uint64_t epoch,
   if (!done_before.ok()) return done_before.status();
 
   PushMetadata metadata;
-  metadata.step = clock;
+  metadata.step = result.clock;
   metadata.base_version = version;
   metadata.num_examples = static_cast<uint32_t>(batch_.size);
   metadata.epoch = epoch;
   metadata.examples_done = *done_before + batch_.size;
   std::unique_ptr<PushSession> push = client_->StartPush(metadata);
 
-  float loss = 0;
   absl::Status send_status;
   if (batch_.size > 0) {
     // Each gradient goes out as soon as backward has produced it.
-    absl::StatusOr<float> result = model_->ForwardBackward(
+    absl::StatusOr<float> loss = model_->ForwardBackward(
         batch_.images, batch_.labels, static_cast<int>(batch_.size),
         [&](int tensor_id) {
           absl::Status s = model_->GetGradient(
@@ -79,8 +107,8 @@ absl::StatusOr<float> Trainer::Step(const EpochPlan& plan, uint64_t epoch,
           if (s.ok()) s = push->Send(tensor_id, gradients_[tensor_id]);
           if (send_status.ok()) send_status = s;
         });
-    if (!result.ok()) return result.status();
-    loss = *result;
+    if (!loss.ok()) return loss.status();
+    result.loss = *loss;
   } else {
     // An empty share of the epoch's last batch still takes part in the step
     // (sync mode waits for every rank) and weighs nothing.
@@ -90,11 +118,9 @@ absl::StatusOr<float> Trainer::Step(const EpochPlan& plan, uint64_t epoch,
     }
   }
   if (!send_status.ok()) return send_status;
-  if (options_.slowdown > absl::ZeroDuration())
-    absl::SleepFor(options_.slowdown);
   status = push->Finish();
   if (!status.ok()) return status;
-  return loss;
+  return result;
 }
 
 absl::StatusOr<double> Trainer::TestAccuracy() {
@@ -104,62 +130,83 @@ absl::StatusOr<double> Trainer::TestAccuracy() {
   return static_cast<double>(*correct) / test_->num_examples;
 }
 
-absl::StatusOr<TrainingSummary> Trainer::Run() {
-  absl::StatusOr<EpochSharder> sharder =
-      EpochSharder::Create(train_->num_examples, options_.num_workers,
-                           options_.batch_size, options_.seed);
-  if (!sharder.ok()) return sharder.status();
-  const uint64_t steps_per_epoch = sharder->steps_per_epoch();
-  uint64_t total_steps = steps_per_epoch * options_.epochs;
-  if (options_.max_steps > 0) {
-    total_steps = std::min(total_steps, options_.max_steps);
+absl::StatusOr<TrainingSummary> Trainer::Run(const RegisterInfo& resume) {
+  const uint64_t steps_per_epoch = sharder_.steps_per_epoch();
+  const bool sync = resume.mode == "sync";
+  absl::StatusOr<uint64_t> resume_step =
+      sharder_.ResumeStep(options_.rank, resume.examples_done);
+  if (!resume_step.ok()) return resume_step.status();
+  // `position` counts batches of this rank's data done so far; `clock` is
+  // the shards' step, which runs ahead of it after a restart.
+  uint64_t position = resume.epoch * steps_per_epoch + *resume_step;
+  uint64_t clock = resume.next_step;
+  if (position > 0 || clock > 0) {
+    spdlog::info("resuming at epoch {} step {} (clock {})",
+                 position / steps_per_epoch + 1, position % steps_per_epoch + 1,
+                 clock);
   }
   spdlog::info("training {} steps: {} epochs of {} steps, batch {} per worker",
-               total_steps, options_.epochs, steps_per_epoch,
+               planned_steps_, options_.epochs, steps_per_epoch,
                options_.batch_size);
 
+  // A step refused as stale (the job completed it without us) is retried
+  // with the same batch; this many in a row means something else is wrong.
+  constexpr int kMaxStaleRetries = 100;
+  int stale_retries = 0;
   TrainingSummary summary;
   const absl::Time start = absl::Now();
   absl::Time interval_start = start;
   double interval_loss = 0;
   int interval_steps = 0;
-  uint64_t clock = 0;
-  for (uint64_t epoch = 0; clock < total_steps; ++epoch) {
-    const EpochPlan plan = sharder->PlanEpoch(epoch);
-    for (uint64_t step = 0; step < steps_per_epoch && clock < total_steps;
-         ++step) {
-      absl::StatusOr<float> loss = Step(plan, epoch, step, clock);
-      if (!loss.ok()) {
-        return absl::Status(loss.status().code(),
-                            absl::StrFormat("epoch %d step %d: %s", epoch, step,
-                                            loss.status().message()));
-      }
-      ++clock;
-      summary.examples += batch_.size;
-      summary.final_loss = *loss;
-      interval_loss += *loss;
-      ++interval_steps;
-      if (options_.rank == 0 && clock % options_.log_every == 0) {
-        const absl::Duration elapsed = absl::Now() - start;
-        const double seconds =
-            absl::ToDoubleSeconds(absl::Now() - interval_start);
-        // Every worker moves at the pace of the step, so the cluster's rate
-        // is this worker's times the number of workers.
-        const double samples_per_second = interval_steps * options_.batch_size *
-                                          options_.num_workers / seconds;
-        const absl::Duration eta =
-            elapsed * (static_cast<double>(total_steps - clock) / clock);
-        spdlog::info(
-            "epoch {}/{} step {}/{} loss {:.4f} samples/s {:.0f} eta {}",
-            epoch + 1, options_.epochs, step + 1, steps_per_epoch,
-            interval_loss / interval_steps, samples_per_second, FormatEta(eta));
-        interval_loss = 0;
-        interval_steps = 0;
-        interval_start = absl::Now();
-      }
+  const uint64_t first_position = position;
+  std::optional<EpochPlan> plan;
+  while (position < planned_steps_) {
+    const uint64_t epoch = position / steps_per_epoch;
+    const uint64_t step = position % steps_per_epoch;
+    if (!plan.has_value() || plan->epoch() != epoch) {
+      plan.emplace(sharder_.PlanEpoch(epoch));
     }
-    const bool epoch_complete = clock % steps_per_epoch == 0;
-    if (options_.evaluate && epoch_complete && clock < total_steps) {
+    absl::StatusOr<StepResult> result = Step(*plan, epoch, step, clock, sync);
+    if (!result.ok()) {
+      if (result.status().code() == absl::StatusCode::kAborted &&
+          ++stale_retries <= kMaxStaleRetries) {
+        spdlog::warn("epoch {} step {} refused, retrying the batch: {}",
+                     epoch + 1, step + 1, result.status().message());
+        ++clock;
+        continue;
+      }
+      return absl::Status(result.status().code(),
+                          absl::StrFormat("epoch %d step %d: %s", epoch + 1,
+                                          step + 1, result.status().message()));
+    }
+    stale_retries = 0;
+    clock = result->clock + 1;
+    ++position;
+    summary.examples += batch_.size;
+    summary.final_loss = result->loss;
+    interval_loss += result->loss;
+    ++interval_steps;
+    if (options_.rank == 0 && position % options_.log_every == 0) {
+      const absl::Duration elapsed = absl::Now() - start;
+      const double seconds =
+          absl::ToDoubleSeconds(absl::Now() - interval_start);
+      // Every worker moves at the pace of the step, so the cluster's rate
+      // is this worker's times the number of workers.
+      const double samples_per_second =
+          interval_steps * options_.batch_size * options_.num_workers / seconds;
+      const absl::Duration eta =
+          elapsed * (static_cast<double>(planned_steps_ - position) /
+                     (position - first_position));
+      spdlog::info("epoch {}/{} step {}/{} loss {:.4f} samples/s {:.0f} eta {}",
+                   epoch + 1, options_.epochs, step + 1, steps_per_epoch,
+                   interval_loss / interval_steps, samples_per_second,
+                   FormatEta(eta));
+      interval_loss = 0;
+      interval_steps = 0;
+      interval_start = absl::Now();
+    }
+    const bool epoch_complete = position % steps_per_epoch == 0;
+    if (options_.evaluate && epoch_complete && position < planned_steps_) {
       uint64_t version = 0;
       absl::Status status = LoadWeights(clock, &version);
       if (!status.ok()) return status;
@@ -169,7 +216,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
                    options_.epochs, *accuracy);
     }
   }
-  summary.steps = clock;
+  summary.steps = position - first_position;
   summary.wall_time = absl::Now() - start;
 
   if (options_.evaluate || !options_.save_model_path.empty()) {

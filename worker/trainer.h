@@ -2,6 +2,7 @@
 #define PS_WORKER_TRAINER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,15 +52,35 @@ struct TrainingSummary {
 // trainer per worker process. Borrows everything it is given.
 class Trainer {
  public:
-  Trainer(const TrainerOptions& options, ParameterClient* client, Mlp* model,
-          const LabeledImages* train, const LabeledImages* test);
+  // Fails if the options do not fit the data (e.g. batch size, workers).
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      const TrainerOptions& options, ParameterClient* client, Mlp* model,
+      const LabeledImages* train, const LabeledImages* test);
 
-  absl::StatusOr<TrainingSummary> Run();
+  // Batches this worker trains in all; every rank plans the same number.
+  uint64_t planned_steps() const { return planned_steps_; }
+
+  // Trains from where `resume` says this rank stands (a new job starts at
+  // clock 0, epoch 0, no examples done) to the end of the last epoch.
+  absl::StatusOr<TrainingSummary> Run(const RegisterInfo& resume);
 
  private:
-  // One step: pull for `clock`, compute, push. Returns the batch's loss.
-  absl::StatusOr<float> Step(const EpochPlan& plan, uint64_t epoch,
-                             uint64_t step_in_epoch, uint64_t clock);
+  struct StepResult {
+    float loss = 0;
+    // The clock the gradient was pushed for.
+    uint64_t clock = 0;
+  };
+
+  Trainer(const TrainerOptions& options, ParameterClient* client, Mlp* model,
+          const LabeledImages* train, const LabeledImages* test,
+          EpochSharder sharder);
+
+  // One step: pull for `clock`, compute the gradient of this rank's share of
+  // batch `step_in_epoch`, push it. In sync mode the push is for the version
+  // pulled, which is ahead of `clock` when the job went on without us.
+  absl::StatusOr<StepResult> Step(const EpochPlan& plan, uint64_t epoch,
+                                  uint64_t step_in_epoch, uint64_t clock,
+                                  bool sync);
   // Pulls the weights for `clock` into the model.
   absl::Status LoadWeights(uint64_t clock, uint64_t* version);
   // Accuracy of the model's current weights on the test set.
@@ -70,6 +91,8 @@ class Trainer {
   Mlp* const model_;
   const LabeledImages* const train_;
   const LabeledImages* const test_;
+  const EpochSharder sharder_;
+  const uint64_t planned_steps_;
 
   // Buffers reused across steps.
   std::vector<std::vector<float>> weights_;

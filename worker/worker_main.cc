@@ -53,6 +53,11 @@ ABSL_FLAG(int, log_every, 100, "Progress line every this many steps");
 ABSL_FLAG(int, slowdown_ms, 0,
           "Sleep this long every step (to slow one worker on purpose)");
 ABSL_FLAG(int, chunk_kb, 1024, "Size of streamed tensor chunks, in KiB");
+ABSL_FLAG(absl::Duration, retry_timeout, absl::Seconds(120),
+          "How long to keep retrying an unreachable server (e.g. while it "
+          "restarts) before giving up");
+ABSL_FLAG(absl::Duration, heartbeat_period, absl::Seconds(1),
+          "How often to tell the servers this worker is alive");
 
 namespace ps::worker {
 namespace {
@@ -99,6 +104,12 @@ absl::Status CheckFlags(int rank, int num_workers) {
   const int chunk_kb = absl::GetFlag(FLAGS_chunk_kb);
   if (chunk_kb < 1 || chunk_kb > 32 * 1024) {
     return absl::InvalidArgumentError("--chunk_kb must be in [1, 32768]");
+  }
+  if (absl::GetFlag(FLAGS_retry_timeout) < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--retry_timeout must not be negative");
+  }
+  if (absl::GetFlag(FLAGS_heartbeat_period) <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--heartbeat_period must be positive");
   }
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (!mode.empty() && mode != "sync" && mode != "ssp" && mode != "async") {
@@ -167,12 +178,31 @@ int Run() {
   client_options.rank = *rank;
   client_options.chunk_elements =
       uint64_t{1024} * absl::GetFlag(FLAGS_chunk_kb) / sizeof(float);
+  client_options.retry_timeout = absl::GetFlag(FLAGS_retry_timeout);
+  client_options.heartbeat_period = absl::GetFlag(FLAGS_heartbeat_period);
   absl::StatusOr<std::unique_ptr<ParameterClient>> client =
       ParameterClient::Connect(*servers, &*partition, client_options);
   if (!client.ok()) return fail(client.status());
+  TrainerOptions options;
+  options.rank = *rank;
+  options.num_workers = num_workers;
+  options.batch_size = batch_size;
+  options.epochs = absl::GetFlag(FLAGS_epochs);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.max_steps = absl::GetFlag(FLAGS_max_steps);
+  options.log_every = absl::GetFlag(FLAGS_log_every);
+  options.evaluate = *rank == 0;
+  options.save_model_path = *rank == 0 ? absl::GetFlag(FLAGS_save_model) : "";
+  options.slowdown = absl::Milliseconds(absl::GetFlag(FLAGS_slowdown_ms));
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(options, client->get(), mlp->get(), &*train,
+                      *rank == 0 ? &*test : nullptr);
+  if (!trainer.ok()) return fail(trainer.status());
+
   // A fresh id per process, so a shard can tell a restarted worker.
   const uint64_t incarnation = absl::Uniform<uint64_t>(absl::BitGen());
-  absl::StatusOr<RegisterInfo> info = (*client)->Register(incarnation);
+  absl::StatusOr<RegisterInfo> info =
+      (*client)->Register(incarnation, (*trainer)->planned_steps());
   if (!info.ok()) return fail(info.status());
   const std::string expected_mode = absl::GetFlag(FLAGS_mode);
   if (!expected_mode.empty() && expected_mode != info->mode) {
@@ -187,20 +217,7 @@ int Run() {
   spdlog::info("registered with {} servers: mode {}, {} workers, device {}",
                servers->size(), info->mode, num_workers, (*backend)->name());
 
-  TrainerOptions options;
-  options.rank = *rank;
-  options.num_workers = num_workers;
-  options.batch_size = batch_size;
-  options.epochs = absl::GetFlag(FLAGS_epochs);
-  options.seed = absl::GetFlag(FLAGS_seed);
-  options.max_steps = absl::GetFlag(FLAGS_max_steps);
-  options.log_every = absl::GetFlag(FLAGS_log_every);
-  options.evaluate = *rank == 0;
-  options.save_model_path = *rank == 0 ? absl::GetFlag(FLAGS_save_model) : "";
-  options.slowdown = absl::Milliseconds(absl::GetFlag(FLAGS_slowdown_ms));
-  Trainer trainer(options, client->get(), mlp->get(), &*train,
-                  *rank == 0 ? &*test : nullptr);
-  absl::StatusOr<TrainingSummary> summary = trainer.Run();
+  absl::StatusOr<TrainingSummary> summary = (*trainer)->Run(*info);
   if (!summary.ok()) return fail(summary.status());
 
   absl::Status done = (*client)->Done();
@@ -208,7 +225,7 @@ int Run() {
   spdlog::info("trained {} steps on {} examples in {}, last loss {:.4f}",
                summary->steps, summary->examples,
                absl::FormatDuration(summary->wall_time), summary->final_loss);
-  if (options.evaluate) {
+  if (*rank == 0) {
     // The launcher reads this line.
     spdlog::info("final test accuracy: {:.4f}", summary->test_accuracy);
   }
