@@ -10,7 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-scripts/install_deps.sh
+# The Kubernetes manifest checker's packages are for the tests only.
+PS_SKIP_K8S_CHECK_DEPS=1 scripts/install_deps.sh
 bazel build //deploy/local:launch //server //worker
 # exec: Ctrl-C and SIGTERM reach the launcher itself, which stops the cluster.
 exec bazel-bin/deploy/local/launch "$@"
