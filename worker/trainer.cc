@@ -206,14 +206,18 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const RegisterInfo& resume) {
       interval_start = absl::Now();
     }
     const bool epoch_complete = position % steps_per_epoch == 0;
-    if (options_.evaluate && epoch_complete && position < planned_steps_) {
+    const bool eval_due =
+        options_.eval_every > 0 && position % options_.eval_every == 0;
+    if (options_.evaluate && (epoch_complete || eval_due) &&
+        position < planned_steps_) {
       uint64_t version = 0;
       absl::Status status = LoadWeights(clock, &version);
       if (!status.ok()) return status;
       absl::StatusOr<double> accuracy = TestAccuracy();
       if (!accuracy.ok()) return accuracy.status();
-      spdlog::info("epoch {}/{} test accuracy {:.4f}", epoch + 1,
-                   options_.epochs, *accuracy);
+      spdlog::info("epoch {}/{} step {} test accuracy {:.4f} after {:.1f}s",
+                   epoch + 1, options_.epochs, step + 1, *accuracy,
+                   absl::ToDoubleSeconds(absl::Now() - start));
     }
   }
   summary.steps = position - first_position;

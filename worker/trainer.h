@@ -29,6 +29,8 @@ struct TrainerOptions {
   int log_every = 100;
   // Rank 0 evaluates on the test set at each epoch's end and at the end.
   bool evaluate = false;
+  // With `evaluate`, also every this many steps (0: only per epoch).
+  int eval_every = 0;
   // Rank 0 writes the final model here when set.
   std::string save_model_path;
   // Sleeps this long every step: slows one worker on purpose (experiments).

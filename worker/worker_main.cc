@@ -50,6 +50,9 @@ ABSL_FLAG(std::string, mode, "",
           "servers'");
 ABSL_FLAG(std::string, save_model, "", "Rank 0 writes the final model here");
 ABSL_FLAG(int, log_every, 100, "Progress line every this many steps");
+ABSL_FLAG(int, eval_every, 0,
+          "Rank 0 also measures test accuracy every this many steps (0: only "
+          "at each epoch's end)");
 ABSL_FLAG(int, slowdown_ms, 0,
           "Sleep this long every step (to slow one worker on purpose)");
 ABSL_FLAG(int, chunk_kb, 1024, "Size of streamed tensor chunks, in KiB");
@@ -97,6 +100,9 @@ absl::Status CheckFlags(int rank, int num_workers) {
   }
   if (absl::GetFlag(FLAGS_log_every) < 1) {
     return absl::InvalidArgumentError("--log_every must be at least 1");
+  }
+  if (absl::GetFlag(FLAGS_eval_every) < 0) {
+    return absl::InvalidArgumentError("--eval_every must not be negative");
   }
   if (absl::GetFlag(FLAGS_slowdown_ms) < 0) {
     return absl::InvalidArgumentError("--slowdown_ms must not be negative");
@@ -192,6 +198,7 @@ int Run() {
   options.max_steps = absl::GetFlag(FLAGS_max_steps);
   options.log_every = absl::GetFlag(FLAGS_log_every);
   options.evaluate = *rank == 0;
+  options.eval_every = absl::GetFlag(FLAGS_eval_every);
   options.save_model_path = *rank == 0 ? absl::GetFlag(FLAGS_save_model) : "";
   options.slowdown = absl::Milliseconds(absl::GetFlag(FLAGS_slowdown_ms));
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
