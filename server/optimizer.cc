@@ -28,8 +28,7 @@ absl::Status CheckRange(absl::string_view flag, float value, float lo,
 class SgdOptimizer final : public Optimizer {
  public:
   SgdOptimizer(const OptimizerConfig& config, size_t n)
-      : Optimizer(n),
-        lr_(config.learning_rate),
+      : Optimizer(n, config.learning_rate),
         momentum_(config.momentum),
         weight_decay_(config.weight_decay),
         velocity_(config.momentum > 0.0f ? n : 0, 0.0f) {}
@@ -40,23 +39,22 @@ class SgdOptimizer final : public Optimizer {
   }
 
  private:
-  void Update(absl::Span<const float> gradient,
-              absl::Span<float> weights) override {
+  void Update(absl::Span<const float> gradient, absl::Span<float> weights,
+              float lr) override {
     const size_t n = weights.size();
     if (velocity_.empty()) {
       for (size_t i = 0; i < n; ++i) {
-        weights[i] -= lr_ * (gradient[i] + weight_decay_ * weights[i]);
+        weights[i] -= lr * (gradient[i] + weight_decay_ * weights[i]);
       }
       return;
     }
     for (size_t i = 0; i < n; ++i) {
       const float g = gradient[i] + weight_decay_ * weights[i];
       velocity_[i] = momentum_ * velocity_[i] + g;
-      weights[i] -= lr_ * velocity_[i];
+      weights[i] -= lr * velocity_[i];
     }
   }
 
-  const float lr_;
   const float momentum_;
   const float weight_decay_;
   std::vector<float> velocity_;
@@ -69,8 +67,7 @@ class SgdOptimizer final : public Optimizer {
 class AdamOptimizer final : public Optimizer {
  public:
   AdamOptimizer(const OptimizerConfig& config, size_t n)
-      : Optimizer(n),
-        lr_(config.learning_rate),
+      : Optimizer(n, config.learning_rate),
         beta1_(config.beta1),
         beta2_(config.beta2),
         epsilon_(config.epsilon),
@@ -83,8 +80,8 @@ class AdamOptimizer final : public Optimizer {
   }
 
  private:
-  void Update(absl::Span<const float> gradient,
-              absl::Span<float> weights) override {
+  void Update(absl::Span<const float> gradient, absl::Span<float> weights,
+              float lr) override {
     // Corrections in double: 1 - b2^t is tiny for small t and float loses it.
     const double t = static_cast<double>(update_count());
     const float c1 = static_cast<float>(1.0 - std::pow(double{beta1_}, t));
@@ -96,11 +93,10 @@ class AdamOptimizer final : public Optimizer {
       v_[i] = beta2_ * v_[i] + (1.0f - beta2_) * g * g;
       const float m_hat = m_[i] / c1;
       const float v_hat = v_[i] / c2;
-      weights[i] -= lr_ * m_hat / (std::sqrt(v_hat) + epsilon_);
+      weights[i] -= lr * m_hat / (std::sqrt(v_hat) + epsilon_);
     }
   }
 
-  const float lr_;
   const float beta1_;
   const float beta2_;
   const float epsilon_;
@@ -140,13 +136,22 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& config) {
 
 absl::Status Optimizer::Apply(absl::Span<const float> gradient,
                               absl::Span<float> weights) {
+  return Apply(gradient, weights, learning_rate_);
+}
+
+absl::Status Optimizer::Apply(absl::Span<const float> gradient,
+                              absl::Span<float> weights, float learning_rate) {
+  if (!std::isfinite(learning_rate) || learning_rate < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learning rate ", learning_rate, " is not finite and >= 0"));
+  }
   if (gradient.size() != num_elements_ || weights.size() != num_elements_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "optimizer for ", num_elements_, " elements got a gradient of ",
         gradient.size(), " and weights of ", weights.size(), " elements"));
   }
   ++update_count_;
-  Update(gradient, weights);
+  Update(gradient, weights, learning_rate);
   return absl::OkStatus();
 }
 

@@ -55,10 +55,18 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // w <- update(w, gradient). Both spans must have num_elements() elements;
-  // otherwise InvalidArgument and nothing changes.
+  // w <- update(w, gradient) with the configured learning rate. Both spans
+  // must have num_elements() elements; otherwise InvalidArgument and nothing
+  // changes.
   absl::Status Apply(absl::Span<const float> gradient,
                      absl::Span<float> weights);
+  // The same with `learning_rate` (a schedule's value for this update) in
+  // place of the configured one; it must be finite and >= 0.
+  absl::Status Apply(absl::Span<const float> gradient,
+                     absl::Span<float> weights, float learning_rate);
+
+  // The configured learning rate.
+  float learning_rate() const { return learning_rate_; }
 
   size_t num_elements() const { return num_elements_; }
   // Updates applied so far (Adam's bias correction uses it).
@@ -70,14 +78,16 @@ class Optimizer {
   virtual std::vector<OptimizerStateVector> state() = 0;
 
  protected:
-  explicit Optimizer(size_t num_elements) : num_elements_(num_elements) {}
+  Optimizer(size_t num_elements, float learning_rate)
+      : num_elements_(num_elements), learning_rate_(learning_rate) {}
 
   // Called with sizes checked and update_count() already incremented.
   virtual void Update(absl::Span<const float> gradient,
-                      absl::Span<float> weights) = 0;
+                      absl::Span<float> weights, float learning_rate) = 0;
 
  private:
   const size_t num_elements_;
+  const float learning_rate_;
   uint64_t update_count_ = 0;
 };
 

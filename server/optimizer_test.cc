@@ -1,5 +1,6 @@
 #include "server/optimizer.h"
 
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -106,6 +107,19 @@ TEST(OptimizerTest, AdamBiasCorrectionUsesRestoredUpdateCount) {
   EXPECT_NEAR(a[0], -0.1f, 1e-6);
   EXPECT_NEAR(b[0], -0.25152971f, 1e-5);
   EXPECT_EQ(restored->update_count(), 1001u);
+}
+
+TEST(OptimizerTest, UsesTheLearningRateGivenForTheUpdate) {
+  auto opt = Make(Sgd(1.0f, 0.0f, 0.0f), 1);
+  std::vector<float> w = {1.0f};
+  ASSERT_TRUE(opt->Apply({0.5f}, absl::MakeSpan(w), 0.25f).ok());
+  EXPECT_FLOAT_EQ(w[0], 1.0f - 0.25f * 0.5f);
+  EXPECT_FLOAT_EQ(opt->learning_rate(), 1.0f);
+  for (float bad : {-0.1f, NAN, INFINITY}) {
+    EXPECT_EQ(opt->Apply({0.5f}, absl::MakeSpan(w), bad).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(opt->update_count(), 1u);
 }
 
 TEST(OptimizerTest, RejectsMismatchedSizesWithoutChangingAnything) {

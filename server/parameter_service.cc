@@ -21,7 +21,7 @@ static_assert(kDTypeFloat32 == proto::DTYPE_FLOAT32,
 
 RequestHeaderFields FromProto(const proto::RequestHeader& h) {
   return {h.protocol_version(), h.partition_fingerprint(), h.worker_rank(),
-          h.server_index()};
+          h.server_index(), h.incarnation()};
 }
 
 PushMessage FromProto(const proto::PushRequest& r) {
@@ -54,14 +54,12 @@ absl::Status Prefixed(absl::string_view what, const absl::Status& s) {
 
 ParameterService::ParameterService(ShardStore* store,
                                    UpdateCoordinator* coordinator,
-                                   const ServiceOptions& options,
-                                   std::function<void()> on_all_done)
+                                   const ServiceOptions& options)
     : store_(store),
       coordinator_(coordinator),
       options_(options),
       identity_{store->partition().fingerprint(), store->server_index(),
-                coordinator->options().num_workers},
-      on_all_done_(std::move(on_all_done)) {}
+                coordinator->options().num_workers} {}
 
 grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
                                         const proto::RegisterRequest* request,
@@ -78,8 +76,14 @@ grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
         " tensors, this server's has ", num_tensors, " (check --model)")));
   }
   const int rank = request->header().worker_rank();
-  const RankProgress progress =
-      coordinator_->Register(rank, request->incarnation());
+  absl::StatusOr<RankProgress> registered = coordinator_->Register(
+      rank, request->incarnation(), request->planned_steps());
+  if (!registered.ok()) {
+    spdlog::warn("worker {} (incarnation {}) refused: {}", rank,
+                 request->incarnation(), registered.status().ToString());
+    return ToGrpcStatus(Prefixed("register refused", registered.status()));
+  }
+  const RankProgress& progress = *registered;
   response->set_mode(
       std::string(ConsistencyModeName(coordinator_->options().mode)));
   response->set_num_workers(coordinator_->options().num_workers);
@@ -87,8 +91,11 @@ grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
   response->set_next_step(progress.next_step);
   response->set_epoch(progress.epoch);
   response->set_examples_done(progress.examples_done);
-  spdlog::info("worker {} registered (incarnation {}), next step {}", rank,
-               request->incarnation(), progress.next_step);
+  spdlog::info(
+      "worker {} registered (incarnation {}, planned steps {}), next step {}, "
+      "epoch {}, examples_done {}",
+      rank, request->incarnation(), request->planned_steps(),
+      progress.next_step, progress.epoch, progress.examples_done);
   return grpc::Status::OK;
 }
 
@@ -107,6 +114,7 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
           : std::min(request.max_chunk_elements(), options_.max_chunk_elements);
   const absl::Time start = absl::Now();
   absl::StatusOr<uint64_t> version = coordinator_->AwaitPull(
+      request.header().worker_rank(), request.header().incarnation(),
       request.clock(), [context] { return context->IsCancelled(); });
   *wait = absl::Now() - start;
   if (!version.ok()) return version.status();
@@ -191,6 +199,27 @@ grpc::Status ParameterService::Push(
   return grpc::Status::OK;
 }
 
+grpc::Status ParameterService::Heartbeat(grpc::ServerContext* /*context*/,
+                                         const proto::HeartbeatRequest* request,
+                                         proto::HeartbeatResponse* response) {
+  if (absl::Status s =
+          ValidateRequestHeader(FromProto(request->header()), identity_);
+      !s.ok()) {
+    return ToGrpcStatus(Prefixed("heartbeat refused", s));
+  }
+  // The request's own field, else the header's (the same when both set).
+  const uint64_t incarnation = request->incarnation() != 0
+                                   ? request->incarnation()
+                                   : request->header().incarnation();
+  absl::StatusOr<uint64_t> version =
+      coordinator_->Heartbeat(request->header().worker_rank(), incarnation);
+  if (!version.ok()) {
+    return ToGrpcStatus(Prefixed("heartbeat refused", version.status()));
+  }
+  response->set_version(*version);
+  return grpc::Status::OK;
+}
+
 grpc::Status ParameterService::Done(grpc::ServerContext* /*context*/,
                                     const proto::DoneRequest* request,
                                     proto::DoneResponse* /*response*/) {
@@ -200,12 +229,9 @@ grpc::Status ParameterService::Done(grpc::ServerContext* /*context*/,
     return ToGrpcStatus(Prefixed("done refused", s));
   }
   const int rank = request->header().worker_rank();
-  const bool all_done = coordinator_->MarkDone(rank);
+  const bool finished = coordinator_->MarkDone(rank);
   spdlog::info("worker {} is done{}", rank,
-               all_done ? "; every worker is done" : "");
-  if (all_done && !all_done_signalled_.exchange(true) && on_all_done_) {
-    on_all_done_();
-  }
+               finished ? "; every worker is done" : "");
   return grpc::Status::OK;
 }
 
@@ -221,8 +247,7 @@ std::string ParameterService::Report() const {
   return absl::StrCat("server ", store_->server_index(), " mode ",
                       ConsistencyModeName(coordinator_->options().mode),
                       " version ", coordinator_->version(), "\n",
-                      stats_.ToString(), "\n",
-                      coordinator_->staleness().ToString());
+                      stats_.ToString(), "\n", coordinator_->Report());
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(

@@ -1,7 +1,6 @@
 #ifndef PS_SERVER_PARAMETER_SERVICE_H_
 #define PS_SERVER_PARAMETER_SERVICE_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,14 +32,12 @@ struct ServiceOptions {
 // Thread-safe: gRPC calls the handlers from many threads; the service keeps
 // only thread-safe members. No lock is held while a stream is read or
 // written. Does not own the store or coordinator (both must outlive it).
-// `on_all_done` runs once, on an RPC thread, when every rank has called
-// Done; it must only signal (e.g. notify main), never shut the server down
-// itself, since Shutdown waits for that very RPC.
+// The end of the job (every worker done, or one dead under
+// --on_worker_failure=fail) is signalled by the coordinator's on_finished.
 class ParameterService final : public proto::ParameterServer::Service {
  public:
   ParameterService(ShardStore* store, UpdateCoordinator* coordinator,
-                   const ServiceOptions& options,
-                   std::function<void()> on_all_done);
+                   const ServiceOptions& options);
 
   grpc::Status Register(grpc::ServerContext* context,
                         const proto::RegisterRequest* request,
@@ -51,6 +48,9 @@ class ParameterService final : public proto::ParameterServer::Service {
   grpc::Status Push(grpc::ServerContext* context,
                     grpc::ServerReader<proto::PushRequest>* reader,
                     proto::PushResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context,
+                         const proto::HeartbeatRequest* request,
+                         proto::HeartbeatResponse* response) override;
   grpc::Status Done(grpc::ServerContext* context,
                     const proto::DoneRequest* request,
                     proto::DoneResponse* response) override;
@@ -58,7 +58,15 @@ class ParameterService final : public proto::ParameterServer::Service {
                      const proto::StatsRequest* request,
                      proto::StatsResponse* response) override;
 
-  // Version, request counters and the staleness histogram, multi-line.
+  // Multi-line, for the Stats RPC and the exit report:
+  //   server 0 mode sync version 1875
+  //   pushes: ... / pulls: ...          (ServerStats)
+  //   workers: 0=live 1=dead            (UpdateCoordinator::Report)
+  //   worker 0: clock 1875, epoch 1, examples_done 30000
+  //   examples per epoch: 0=60000 1=60000
+  //   replayed pushes acknowledged, not applied: 0
+  //   updates lost in restarts: 0
+  //   staleness (updates: ...): ...
   std::string Report() const;
 
  private:
@@ -73,8 +81,6 @@ class ParameterService final : public proto::ParameterServer::Service {
   UpdateCoordinator* const coordinator_;
   const ServiceOptions options_;
   const ShardIdentity identity_;
-  const std::function<void()> on_all_done_;
-  std::atomic<bool> all_done_signalled_{false};
   ServerStats stats_;
 };
 

@@ -26,7 +26,8 @@ using Weights = std::map<std::pair<uint32_t, uint64_t>, float>;
 
 class ParameterServiceTest : public ::testing::Test {
  protected:
-  void Start(ConsistencyMode mode) {
+  void Start(ConsistencyMode mode,
+             absl::Duration worker_timeout = absl::Seconds(10)) {
     partition_ = std::make_unique<Partition>(
         *Partition::Create(MlpModelSpec({20, 30, 5}), 2));
     OptimizerConfig sgd;
@@ -37,12 +38,16 @@ class ParameterServiceTest : public ::testing::Test {
     CoordinatorOptions options;
     options.mode = mode;
     options.num_workers = kWorkers;
+    options.worker_timeout = worker_timeout;
+    options.on_finished = [this](const absl::Status& outcome) {
+      EXPECT_TRUE(outcome.ok()) << outcome;
+      all_done_.Notify();  // Twice would crash: it is called once.
+    };
     coordinator_ = *UpdateCoordinator::Create(store_.get(), options);
     ServiceOptions service_options;
     service_options.default_chunk_elements = 16;
     service_ = std::make_unique<ParameterService>(
-        store_.get(), coordinator_.get(), service_options,
-        [this] { all_done_.Notify(); });
+        store_.get(), coordinator_.get(), service_options);
     int port = 0;
     server_ = *StartGrpcServer("127.0.0.1:0", service_.get(), 1 << 20, &port);
     channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
@@ -111,9 +116,13 @@ class ParameterServiceTest : public ::testing::Test {
     return reader->Finish();
   }
 
-  // A valid push of gradient `value` everywhere, in chunks of 10 elements.
+  // A valid push of gradient `value` everywhere, in chunks of 10 elements,
+  // of the rank's batch number `batch` (8 examples each, default: `step`).
   std::vector<proto::PushRequest> ValidPush(int rank, uint64_t step,
-                                            float value) const {
+                                            float value,
+                                            int64_t batch = -1) const {
+    const uint64_t examples_done =
+        8 * ((batch < 0 ? step : static_cast<uint64_t>(batch)) + 1);
     std::vector<proto::PushRequest> messages;
     for (const Slice& s : partition_->SlicesOfServer(kServer)) {
       for (uint64_t b = 0; b < s.num_elements; b += 10) {
@@ -123,6 +132,8 @@ class ParameterServiceTest : public ::testing::Test {
         m.set_step(step);
         m.set_base_version(step);
         m.set_num_examples(8);
+        m.set_epoch(0);
+        m.set_examples_done(examples_done);
         proto::TensorChunk* c = m.mutable_chunk();
         c->set_tensor_id(s.tensor_id);
         c->set_dtype(proto::DTYPE_FLOAT32);
@@ -152,6 +163,8 @@ class ParameterServiceTest : public ::testing::Test {
     return status;
   }
 
+  // Before the coordinator, whose callback notifies it.
+  absl::Notification all_done_;
   std::unique_ptr<Partition> partition_;
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<UpdateCoordinator> coordinator_;
@@ -159,7 +172,6 @@ class ParameterServiceTest : public ::testing::Test {
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<proto::ParameterServer::Stub> stub_;
-  absl::Notification all_done_;
 };
 
 TEST_F(ParameterServiceTest, RegisterReportsModeWorkersAndVersion) {
@@ -323,9 +335,64 @@ TEST_F(ParameterServiceTest, SyncRefusesAStaleStepWithAborted) {
   uint64_t version = 0;
   ASSERT_TRUE(Push(ValidPush(0, 0, 1.0f), &version).ok());
   ASSERT_TRUE(Push(ValidPush(1, 0, 1.0f), &version).ok());
-  grpc::Status s = Push(ValidPush(1, 0, 1.0f), &version);
+  // Another batch for the step that completed.
+  grpc::Status s = Push(ValidPush(1, 0, 1.0f, /*batch=*/1), &version);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_NE(s.error_message().find("stale step 0"), std::string::npos);
+}
+
+TEST_F(ParameterServiceTest, AReplayedPushIsAcknowledgedAndNotApplied) {
+  Start(ConsistencyMode::kAsync);
+  uint64_t version = 0;
+  ASSERT_TRUE(Push(ValidPush(0, 0, 1.0f), &version).ok());
+  EXPECT_EQ(version, 1u);
+  // The same batch again (a worker resuming from another shard's progress).
+  ASSERT_TRUE(Push(ValidPush(0, 0, 1.0f), &version).ok());
+  EXPECT_EQ(version, 1u);
+  Weights weights;
+  ASSERT_TRUE(Pull(1, 0, &weights, &version).ok());
+  for (auto& [key, w] : InitialWeights()) EXPECT_FLOAT_EQ(weights[key], w - 1);
+  grpc::ClientContext context;
+  proto::StatsResponse stats;
+  ASSERT_TRUE(stub_->Stats(&context, proto::StatsRequest(), &stats).ok());
+  EXPECT_NE(stats.report().find("examples per epoch: 0=8\n"), std::string::npos)
+      << stats.report();
+  EXPECT_NE(stats.report().find("replayed pushes acknowledged, not applied: 1"),
+            std::string::npos)
+      << stats.report();
+}
+
+TEST_F(ParameterServiceTest, HeartbeatsKeepAWorkerAliveAndNameItsProcess) {
+  Start(ConsistencyMode::kSync, absl::Milliseconds(500));
+  auto heartbeat = [&](int rank, uint64_t incarnation) {
+    grpc::ClientContext context;
+    proto::HeartbeatRequest request;
+    *request.mutable_header() = Header(rank);
+    request.set_incarnation(incarnation);
+    proto::HeartbeatResponse response;
+    return stub_->Heartbeat(&context, request, &response);
+  };
+  {
+    grpc::ClientContext context;
+    proto::RegisterRequest request;
+    *request.mutable_header() = Header(0);
+    request.set_num_tensors(4);
+    request.set_incarnation(5);
+    proto::RegisterResponse response;
+    ASSERT_TRUE(stub_->Register(&context, request, &response).ok());
+  }
+  // Rank 0 beats past the 500 ms timeout; rank 1 is silent and dies.
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(heartbeat(0, 5).ok());
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(coordinator_->RanksBlocking(1), std::vector<int>{0});
+  grpc::Status stale = heartbeat(0, 4);
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(stale.error_message().find("incarnation 5 has registered since"),
+            std::string::npos)
+      << stale.error_message();
+  EXPECT_EQ(heartbeat(2, 5).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(ParameterServiceTest, DoneFromEveryRankSignalsShutdownOnce) {

@@ -29,17 +29,17 @@ absl::Status PushStager::Add(const PushMessage& message) {
   if (!error_.ok()) return error_;
   absl::Status status = ValidateRequestHeader(message.header, identity_);
   if (status.ok()) {
-    if (messages_ == 0) {
-      if (message.num_examples < 1) {
-        status = absl::InvalidArgumentError(
-            "num_examples is 0; a push averages over at least one example");
-      } else {
-        first_ = message;
-        first_.chunk = ChunkView();
-        staged_.gradients.resize(store_->num_slices());
-        for (int i = 0; i < store_->num_slices(); ++i) {
-          staged_.gradients[i].resize(store_->slices()[i].num_elements);
-        }
+    if (messages_ == 0 && message.examples_done < message.num_examples) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("examples_done ", message.examples_done,
+                       " is below num_examples ", message.num_examples,
+                       ": the progress after a batch counts the batch"));
+    } else if (messages_ == 0) {
+      first_ = message;
+      first_.chunk = ChunkView();
+      staged_.gradients.resize(store_->num_slices());
+      for (int i = 0; i < store_->num_slices(); ++i) {
+        staged_.gradients[i].resize(store_->slices()[i].num_elements);
       }
     } else {
       status = CheckSameMetadata(message);
@@ -76,6 +76,10 @@ absl::Status PushStager::CheckSameMetadata(const PushMessage& m) const {
   }
   if (m.num_examples != first_.num_examples) {
     return changed("num_examples", first_.num_examples, m.num_examples);
+  }
+  if (m.epoch != first_.epoch) return changed("epoch", first_.epoch, m.epoch);
+  if (m.examples_done != first_.examples_done) {
+    return changed("examples_done", first_.examples_done, m.examples_done);
   }
   return absl::OkStatus();
 }
@@ -166,6 +170,7 @@ absl::StatusOr<StagedPush> PushStager::Finish() {
     return error_;
   }
   staged_.rank = first_.header.worker_rank;
+  staged_.incarnation = first_.header.incarnation;
   staged_.step = first_.step;
   staged_.base_version = first_.base_version;
   staged_.num_examples = first_.num_examples;

@@ -41,6 +41,8 @@ struct PushMessage {
 // shard owns. `gradients[i]` belongs to ShardStore slice i.
 struct StagedPush {
   int rank = 0;
+  // Of the pushing process; 0 when the worker did not say.
+  uint64_t incarnation = 0;
   uint64_t step = 0;
   uint64_t base_version = 0;
   uint32_t num_examples = 0;
@@ -56,9 +58,10 @@ struct StagedPush {
 // shard. No shard lock is held while a stream is received.
 //
 // Checks, each failing with InvalidArgument naming what is wrong: the header
-// (ValidateRequestHeader); header, step, base_version and num_examples equal
-// in every message; num_examples >= 1; tensor id, dtype and shape match the
-// model; the chunk's range lies inside one owned slice; data holds exactly
+// (ValidateRequestHeader); header, step, base_version, num_examples, epoch
+// and examples_done equal in every message; examples_done >= num_examples
+// (the progress after the batch counts it); tensor id, dtype and shape match
+// the model; the chunk's range lies inside one owned slice; data holds exactly
 // num_elements float32 values; no element is sent twice.
 //
 // Not thread-safe: one stager per stream, used by the thread reading it. The

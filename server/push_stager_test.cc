@@ -175,6 +175,10 @@ TEST_F(PushStagerTest, RejectsMetadataThatChangesWithinTheStream) {
       {[](PushMessage& m) { m.step = 5; }, "step changed"},
       {[](PushMessage& m) { m.base_version = 0; }, "base_version changed"},
       {[](PushMessage& m) { m.num_examples = 31; }, "num_examples changed"},
+      {[](PushMessage& m) { m.epoch = 2; }, "epoch changed"},
+      {[](PushMessage& m) { m.examples_done = 161; }, "examples_done changed"},
+      {[](PushMessage& m) { m.header.incarnation = 9; },
+       "request header changed"},
   };
   for (const Case& c : cases) {
     std::vector<OwnedMessage> push = ValidPush(1, 10);
@@ -183,10 +187,25 @@ TEST_F(PushStagerTest, RejectsMetadataThatChangesWithinTheStream) {
   }
 }
 
-TEST_F(PushStagerTest, RejectsZeroExamples) {
+TEST_F(PushStagerTest, AcceptsZeroExamplesAndKeepsTheIncarnation) {
+  // A rank's empty share of an epoch's last batch still takes part.
   std::vector<OwnedMessage> push = ValidPush(1, 10);
-  for (OwnedMessage& m : push) m.message.num_examples = 0;
-  ExpectRefused(push, "num_examples is 0");
+  for (OwnedMessage& m : push) {
+    m.message.num_examples = 0;
+    m.message.header.incarnation = 77;
+  }
+  absl::StatusOr<StagedPush> staged = Feed(push);
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  EXPECT_EQ(staged->num_examples, 0u);
+  EXPECT_EQ(staged->incarnation, 77u);
+  EXPECT_EQ(staged->epoch, 1u);
+  EXPECT_EQ(staged->examples_done, 160u);
+}
+
+TEST_F(PushStagerTest, RejectsProgressThatDoesNotCountTheBatch) {
+  std::vector<OwnedMessage> push = ValidPush(1, 10);
+  for (OwnedMessage& m : push) m.message.examples_done = 31;
+  ExpectRefused(push, "examples_done 31 is below num_examples 32");
 }
 
 TEST_F(PushStagerTest, RejectsChunksThatDoNotMatchTheModel) {

@@ -19,11 +19,14 @@ struct RequestHeaderFields {
   uint64_t partition_fingerprint = 0;
   int32_t worker_rank = 0;
   int32_t server_index = 0;
+  // The caller's incarnation; 0 when not given.
+  uint64_t incarnation = 0;
 
   bool operator==(const RequestHeaderFields& o) const {
     return protocol_version == o.protocol_version &&
            partition_fingerprint == o.partition_fingerprint &&
-           worker_rank == o.worker_rank && server_index == o.server_index;
+           worker_rank == o.worker_rank && server_index == o.server_index &&
+           incarnation == o.incarnation;
   }
   bool operator!=(const RequestHeaderFields& o) const { return !(*this == o); }
 };

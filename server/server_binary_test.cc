@@ -105,7 +105,17 @@ TEST(ServerBinaryTest, ExitsWithTwoNamingTheBadFlag) {
       {{"--server_index=0", "--mode=bsp"}, "--mode"},
       {{"--server_index=0", "--model=10"}, "--model"},
       {{"--server_index=0", "--port=http"}, "--port"},
-      {{"--server_index=0", "--num_wrokers=2"}, "--num_wrokers"}};
+      {{"--server_index=0", "--num_wrokers=2"}, "--num_wrokers"},
+      {{"--server_index=0", "--worker_timeout=0s"}, "--worker_timeout"},
+      {{"--server_index=0", "--worker_timeout=ten"}, "--worker_timeout"},
+      {{"--server_index=0", "--slow_wait_log=-1s"}, "--slow_wait_log"},
+      {{"--server_index=0", "--on_worker_failure=retry"},
+       "--on_worker_failure"},
+      {{"--server_index=0", "--restore"}, "--checkpoint_dir"},
+      {{"--server_index=0", "--lr_schedule=linear"}, "--lr_schedule"},
+      {{"--server_index=0", "--min_learning_rate=1"}, "--min_learning_rate"},
+      {{"--server_index=0", "--checkpoint_every_steps=-1"},
+       "--checkpoint_every_steps"}};
   for (const auto& [flags, name] : cases) {
     pid_t pid = Spawn(flags, log);
     ChildGuard guard{pid};
@@ -179,6 +189,148 @@ TEST(ServerBinaryTest, ExitsOnceEveryWorkerIsDone) {
   stub.reset();
   EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
   EXPECT_NE(ReadFile(log).find("every worker is done"), std::string::npos);
+}
+
+TEST(ServerBinaryTest, FailPolicyExitsWithOneNamingTheDeadWorker) {
+  const std::string log = TempPath("fail_policy.log");
+  pid_t pid = Spawn({"--server_index=0", "--model=8-4-2", "--num_workers=2",
+                     "--worker_timeout=300ms", "--on_worker_failure=fail"},
+                    log);
+  ChildGuard guard{pid};
+  // Nobody ever registers: both workers die when their first lease ends.
+  EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 1) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("workers 0, 1 are dead (no heartbeat for "
+                               "300ms); --on_worker_failure=fail stops the "
+                               "job"),
+            std::string::npos)
+      << ReadFile(log);
+}
+
+// A shard of 8-4-2 on one server, driven over gRPC.
+class ShardClient {
+ public:
+  explicit ShardClient(int port)
+      : partition_(*Partition::Create(MlpModelSpec({8, 4, 2}), 1)),
+        stub_(proto::ParameterServer::NewStub(
+            grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                grpc::InsecureChannelCredentials()))) {}
+
+  proto::RequestHeader Header() const {
+    proto::RequestHeader h;
+    h.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
+    h.set_partition_fingerprint(partition_.fingerprint());
+    h.set_worker_rank(0);
+    h.set_server_index(0);
+    return h;
+  }
+
+  // Pushes gradient 1 everywhere for `step`, a batch of 4 examples.
+  grpc::Status Push(uint64_t step) {
+    grpc::ClientContext context;
+    proto::PushResponse response;
+    auto writer = stub_->Push(&context, &response);
+    for (const Slice& s : partition_.SlicesOfServer(0)) {
+      proto::PushRequest m;
+      *m.mutable_header() = Header();
+      m.set_step(step);
+      m.set_num_examples(4);
+      m.set_examples_done(4 * (step + 1));
+      proto::TensorChunk* c = m.mutable_chunk();
+      c->set_tensor_id(s.tensor_id);
+      c->set_dtype(proto::DTYPE_FLOAT32);
+      for (int64_t d : partition_.model().tensors[s.tensor_id].shape) {
+        c->add_shape(d);
+      }
+      c->set_offset(s.offset);
+      c->set_num_elements(s.num_elements);
+      std::string* data = c->mutable_data();
+      for (uint64_t i = 0; i < s.num_elements; ++i) {
+        data->append("\x00\x00\x80\x3f", 4);  // 1.0f, little-endian.
+      }
+      writer->Write(m);
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  std::string Report() {
+    grpc::ClientContext context;
+    proto::StatsResponse response;
+    EXPECT_TRUE(stub_->Stats(&context, proto::StatsRequest(), &response).ok());
+    return response.report();
+  }
+
+ private:
+  Partition partition_;
+  std::unique_ptr<proto::ParameterServer::Stub> stub_;
+};
+
+TEST(ServerBinaryTest, CheckpointsOnSigtermAndRestoresFromIt) {
+  const std::string dir = TempPath("ckpt_binary");
+  const std::string port_file = TempPath("ckpt.port");
+  const std::string log = TempPath("ckpt.log");
+  std::remove(port_file.c_str());
+  auto start = [&](const std::vector<std::string>& extra) {
+    std::remove(port_file.c_str());
+    std::vector<std::string> flags = {"--server_index=0", "--model=8-4-2",
+                                      "--mode=async",
+                                      absl::StrCat("--checkpoint_dir=", dir),
+                                      absl::StrCat("--port_file=", port_file)};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return Spawn(flags, log);
+  };
+  {
+    pid_t pid = start({});
+    ChildGuard guard{pid};
+    const int port = WaitForPortFile(port_file);
+    ASSERT_GT(port, 0) << ReadFile(log);
+    ShardClient client(port);
+    for (uint64_t step : {0, 1, 2}) ASSERT_TRUE(client.Push(step).ok());
+    ASSERT_EQ(kill(pid, SIGTERM), 0);
+    EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
+  }
+  const std::string checkpoint = absl::StrCat(dir, "/shard-0-3.ckpt");
+  ASSERT_TRUE(std::ifstream(checkpoint).good()) << ReadFile(log);
+  {
+    // The directory now holds a run: starting afresh over it is refused.
+    pid_t pid = start({});
+    ChildGuard guard{pid};
+    EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 2);
+    EXPECT_NE(ReadFile(log).find("pass --restore"), std::string::npos)
+        << ReadFile(log);
+  }
+  {
+    pid_t pid = start({"--restore"});
+    ChildGuard guard{pid};
+    const int port = WaitForPortFile(port_file);
+    ASSERT_GT(port, 0) << ReadFile(log);
+    EXPECT_NE(ReadFile(log).find(
+                  absl::StrCat("restored ", checkpoint, ": version 3")),
+              std::string::npos)
+        << ReadFile(log);
+    ShardClient client(port);
+    const std::string report = client.Report();
+    EXPECT_NE(report.find("version 3\n"), std::string::npos) << report;
+    EXPECT_NE(report.find("examples per epoch: 0=12\n"), std::string::npos)
+        << report;
+    ASSERT_EQ(kill(pid, SIGTERM), 0);
+    EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
+  }
+  {
+    // Its only checkpoint corrupted: nothing to resume from, a clear error.
+    std::fstream f(checkpoint, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('\x5a');
+    f.close();
+    pid_t pid = start({"--restore"});
+    ChildGuard guard{pid};
+    EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 1) << ReadFile(log);
+    EXPECT_NE(ReadFile(log).find(absl::StrCat("no readable checkpoint of "
+                                              "shard 0 in ",
+                                              dir, ": ", checkpoint)),
+              std::string::npos)
+        << ReadFile(log);
+  }
 }
 
 }  // namespace

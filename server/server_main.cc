@@ -1,34 +1,32 @@
 // The parameter-server shard binary. See --help; launchers pass the flags
 // below and read --port_file to learn the bound port.
-#include <pthread.h>
 #include <signal.h>
 
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
+#include <system_error>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
+#include "server/checkpoint.h"
+#include "server/checkpointer.h"
 #include "server/hostname_index.h"
+#include "server/lr_schedule.h"
 #include "server/optimizer.h"
 #include "server/parameter_service.h"
+#include "server/process_control.h"
 #include "server/shard_store.h"
 #include "server/update_coordinator.h"
 #include "spdlog/spdlog.h"
@@ -59,14 +57,47 @@ ABSL_FLAG(float, beta2, 0.999f, "adam beta2.");
 ABSL_FLAG(float, epsilon, 1e-8f, "adam epsilon.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the weight initializer.");
 ABSL_FLAG(int, max_message_mb, 64, "Largest gRPC message, in MiB.");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "constant, or cosine: decays --learning_rate to "
+          "--min_learning_rate over the planned updates (the workers' "
+          "planned steps; times --num_workers in ssp and async).");
+ABSL_FLAG(float, min_learning_rate, 0.0f,
+          "cosine: the learning rate at and after the last planned update.");
+ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
+          "A worker not heard from (any request, heartbeats included) for "
+          "this long is dead, e.g. 10s or 500ms.");
+ABSL_FLAG(std::string, on_worker_failure, "elastic",
+          "When a worker is dead: fail (every request is refused with "
+          "ABORTED and the server exits with 1) or elastic (steps and clock "
+          "minimums go on with the live workers; a restarted worker "
+          "rejoins).");
+ABSL_FLAG(absl::Duration, slow_wait_log, absl::Seconds(5),
+          "A pull waiting this long logs which workers it waits for.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Where this shard writes its checkpoints (shard-<index>-<version>"
+          ".ckpt, the newest 2 kept); empty: no checkpoints.");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 200,
+          "A checkpoint every this many updates; 0: not by updates.");
+ABSL_FLAG(int64_t, checkpoint_every_seconds, 60,
+          "A checkpoint every this many seconds if the shard changed; 0: not "
+          "by time. One is also written on SIGTERM/SIGINT and at the end.");
+ABSL_FLAG(bool, restore, false,
+          "Resume from the newest readable checkpoint in --checkpoint_dir "
+          "(start fresh if there is none); sync shards then catch up with "
+          "the workers' clock.");
 
 namespace ps::server {
 namespace {
 
 constexpr int kExitBadFlags = 2;
+constexpr int kExitFailed = 1;
 constexpr int kMaxServers = 4096;
 constexpr int kMaxWorkers = 65536;
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
+// Under --on_worker_failure=fail: how long the other workers' requests are
+// still answered (with ABORTED, naming the dead worker) before the exit.
+constexpr absl::Duration kFailureGrace = absl::Seconds(2);
+constexpr absl::Duration kMaxDurationFlag = absl::Hours(24);
 
 // Everything main needs, validated from the flags.
 struct ServerConfig {
@@ -79,12 +110,70 @@ struct ServerConfig {
   OptimizerConfig optimizer;
   uint64_t seed = 1;
   int max_message_bytes = 0;
+  std::optional<CheckpointPolicy> checkpoints;  // Unset: none.
+  bool restore = false;
 };
 
 absl::Status OutOfRange(absl::string_view flag, int64_t value, int64_t lo,
                         int64_t hi) {
   return absl::InvalidArgumentError(absl::StrCat(
       "--", flag, " must be in [", lo, ", ", hi, "], got ", value));
+}
+
+absl::Status CheckDuration(absl::string_view flag, absl::Duration value) {
+  if (value > absl::ZeroDuration() && value <= kMaxDurationFlag) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--", flag, " must be in (0, 24h], got ", absl::FormatDuration(value)));
+}
+
+// The liveness, learning-rate and checkpoint flags.
+absl::Status FaultFlags(ServerConfig& c) {
+  CoordinatorOptions& o = c.coordinator;
+  o.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
+  o.slow_wait_log = absl::GetFlag(FLAGS_slow_wait_log);
+  for (absl::Status s : {CheckDuration("worker_timeout", o.worker_timeout),
+                         CheckDuration("slow_wait_log", o.slow_wait_log)}) {
+    if (!s.ok()) return s;
+  }
+  absl::StatusOr<FailurePolicy> policy =
+      ParseFailurePolicy(absl::GetFlag(FLAGS_on_worker_failure));
+  if (!policy.ok()) return policy.status();
+  o.on_worker_failure = *policy;
+
+  absl::StatusOr<LrScheduleKind> schedule =
+      ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule));
+  if (!schedule.ok()) return schedule.status();
+  absl::StatusOr<LearningRateSchedule> lr =
+      LearningRateSchedule::Create(*schedule, c.optimizer.learning_rate,
+                                   absl::GetFlag(FLAGS_min_learning_rate));
+  if (!lr.ok()) return lr.status();
+  o.lr_schedule = *lr;
+
+  const std::string dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  const int64_t steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  const int64_t seconds = absl::GetFlag(FLAGS_checkpoint_every_seconds);
+  if (steps < 0)
+    return OutOfRange("checkpoint_every_steps", steps, 0, INT64_MAX);
+  if (seconds < 0 || seconds > 86400 * 365) {
+    return OutOfRange("checkpoint_every_seconds", seconds, 0, 86400 * 365);
+  }
+  c.restore = absl::GetFlag(FLAGS_restore);
+  if (c.restore && dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--restore needs --checkpoint_dir (where to restore from)");
+  }
+  if (!dir.empty()) {
+    CheckpointPolicy policy;
+    policy.dir = dir;
+    policy.every_updates = static_cast<uint64_t>(steps);
+    policy.every = absl::Seconds(seconds);
+    c.checkpoints = policy;
+  }
+  // Only a restarted sync shard can be behind the workers' clock.
+  o.fast_forward_after_restart = c.restore;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ServerConfig> ConfigFromFlags() {
@@ -161,138 +250,52 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   const int mb = absl::GetFlag(FLAGS_max_message_mb);
   if (mb < 1 || mb > 2047) return OutOfRange("max_message_mb", mb, 1, 2047);
   c.max_message_bytes = mb << 20;
+  if (absl::Status s = FaultFlags(c); !s.ok()) return s;
   return c;
 }
 
-// Checks that every flag on the command line exists and its value parses,
-// so that such mistakes exit with kExitBadFlags like any other bad value
-// (absl::ParseCommandLine would exit 1). Handles --name=value, --name value,
-// --bool and --nobool.
-absl::Status CheckFlagSyntax(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (!absl::ConsumePrefix(&arg, "-")) continue;  // Positional.
-    absl::ConsumePrefix(&arg, "-");
-    const size_t eq = arg.find('=');
-    absl::string_view name = arg.substr(0, eq);
-    // absl's own flags (--help, --flagfile, ...) are left to absl.
-    for (absl::string_view builtin :
-         {"help", "helpfull", "helpshort", "helppackage", "helpon", "helpmatch",
-          "version", "only_check_args", "flagfile", "fromenv", "tryfromenv",
-          "undefok"}) {
-      if (name == builtin) name = "";
-    }
-    if (name.empty()) continue;
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr && eq == absl::string_view::npos &&
-        absl::StartsWith(name, "no")) {
-      flag = absl::FindCommandLineFlag(name.substr(2));
-      if (flag != nullptr && flag->IsOfType<bool>()) continue;
-      flag = nullptr;
-    }
-    if (flag == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name, " (see --help)"));
-    }
-    absl::string_view value;
-    if (eq != absl::string_view::npos) {
-      value = arg.substr(eq + 1);
-    } else if (flag->IsOfType<bool>()) {
-      continue;
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, " needs a value"));
-    }
-    // Parsing sets the flag; ParseCommandLine sets it again to the same.
-    std::string error;
-    if (!flag->ParseFrom(value, &error)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, "=", value, ": ", error));
-    }
+// With --restore, loads the newest readable checkpoint into the shard;
+// without it, refuses a directory holding another run's checkpoints (a
+// later --restore would mix the two runs). Also checks that the directory
+// can be created.
+absl::Status PrepareCheckpoints(const ServerConfig& config,
+                                UpdateCoordinator& coordinator) {
+  const std::string& dir = config.checkpoints->dir;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_dir: cannot create ", dir, ": ", ec.message()));
   }
+  if (!config.restore) {
+    absl::StatusOr<std::vector<std::string>> existing =
+        ListCheckpoints(dir, config.server_index);
+    if (!existing.ok()) return existing.status();
+    if (existing->empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_dir ", dir, " holds checkpoints of shard ",
+        config.server_index, " (newest ", existing->front(),
+        "); pass --restore to resume from them, or use an empty directory"));
+  }
+  absl::StatusOr<std::optional<LoadedCheckpoint>> loaded =
+      LoadNewestCheckpoint(dir, coordinator.identity());
+  if (!loaded.ok()) return loaded.status();
+  if (!loaded->has_value()) {
+    spdlog::info("--restore: no checkpoint of shard {} in {}; starting fresh",
+                 config.server_index, dir);
+    return absl::OkStatus();
+  }
+  const LoadedCheckpoint& found = **loaded;
+  for (const std::string& skipped : found.skipped) {
+    spdlog::error("checkpoint refused, using an older one: {}", skipped);
+  }
+  if (absl::Status s = coordinator.Restore(found.checkpoint); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("cannot restore ", found.path,
+                                               ": ", s.message()));
+  }
+  spdlog::info("restored {}: version {}", found.path, found.checkpoint.version);
   return absl::OkStatus();
 }
-
-// Writes `port` to `path` via `path.tmp` and rename, so a reader never sees
-// a partial number.
-absl::Status WritePortFile(const std::string& path, int port) {
-  const std::string tmp = absl::StrCat(path, ".tmp");
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "--port_file: cannot create ", tmp, ": ", std::strerror(errno)));
-  }
-  const std::string text = absl::StrCat(port, "\n");
-  const bool written =
-      std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !written) {
-    return absl::UnavailableError(
-        absl::StrCat("--port_file: cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("--port_file: cannot rename ",
-                                               tmp, " to ", path, ": ",
-                                               std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
-// Why the server should stop, set once by the signal thread or the Done
-// RPC; main waits on it. Thread-safe.
-class ShutdownRequest {
- public:
-  void Request(const std::string& reason) {
-    absl::MutexLock lock(&mu_);
-    if (reason_.empty()) reason_ = reason;
-  }
-  std::string Wait() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](std::string* r) { return !r->empty(); }, &reason_));
-    return reason_;
-  }
-  bool requested() {
-    absl::MutexLock lock(&mu_);
-    return !reason_.empty();
-  }
-
- private:
-  absl::Mutex mu_;
-  std::string reason_ ABSL_GUARDED_BY(mu_);
-};
-
-// Turns SIGINT/SIGTERM into a ShutdownRequest without doing anything in a
-// signal handler: the signals are blocked in every thread (the mask is set
-// before any thread starts and inherited) and this thread takes them with
-// sigtimedwait. Stops when the request is made, by a signal or otherwise.
-class SignalWatcher {
- public:
-  // Must run before any other thread is created.
-  static void BlockShutdownSignals(sigset_t* set) {
-    sigemptyset(set);
-    sigaddset(set, SIGINT);
-    sigaddset(set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, set, nullptr);
-  }
-
-  explicit SignalWatcher(const sigset_t& set, ShutdownRequest* request)
-      : thread_([set, request] {
-          const timespec poll = {0, 200 * 1000 * 1000};
-          while (!request->requested()) {
-            const int sig = sigtimedwait(&set, nullptr, &poll);
-            if (sig > 0)
-              request->Request(
-                  absl::StrCat("signal ", sig, " (", strsignal(sig), ")"));
-          }
-        }) {}
-  ~SignalWatcher() { thread_.join(); }
-
- private:
-  std::thread thread_;
-};
 
 int Run(const ServerConfig& config) {
   sigset_t signals;
@@ -309,21 +312,40 @@ int Run(const ServerConfig& config) {
     spdlog::error("{}", store.status().ToString());
     return kExitBadFlags;
   }
+  // Before the coordinator, whose callback requests it.
+  ShutdownRequest shutdown;
+  CoordinatorOptions coordinator_options = config.coordinator;
+  coordinator_options.on_finished = [&shutdown](const absl::Status& outcome) {
+    if (outcome.ok()) {
+      shutdown.Request("every worker is done (or dead)");
+    } else {
+      shutdown.Request(std::string(outcome.message()), kExitFailed);
+    }
+  };
   absl::StatusOr<std::unique_ptr<UpdateCoordinator>> coordinator =
-      UpdateCoordinator::Create(store->get(), config.coordinator);
+      UpdateCoordinator::Create(store->get(), std::move(coordinator_options));
   if (!coordinator.ok()) {
     spdlog::error("{}", coordinator.status().ToString());
     return kExitBadFlags;
   }
+  std::unique_ptr<Checkpointer> checkpointer;
+  if (config.checkpoints.has_value()) {
+    if (absl::Status s = PrepareCheckpoints(config, **coordinator); !s.ok()) {
+      spdlog::error("{}", s.ToString());
+      return s.code() == absl::StatusCode::kInvalidArgument ? kExitBadFlags
+                                                            : kExitFailed;
+    }
+    UpdateCoordinator* c = coordinator->get();
+    checkpointer = std::make_unique<Checkpointer>(
+        *config.checkpoints, [c] { return c->Snapshot(); },
+        [c] { return c->version(); }, c->version());
+  }
 
-  ShutdownRequest shutdown;
   ServiceOptions service_options;
   // Leave room for the message's other fields.
   service_options.max_chunk_elements =
       static_cast<uint64_t>(config.max_message_bytes - (64 << 10)) / 4;
-  ParameterService service(
-      store->get(), coordinator->get(), service_options,
-      [&shutdown] { shutdown.Request("every worker is done"); });
+  ParameterService service(store->get(), coordinator->get(), service_options);
 
   SignalWatcher watcher(signals, &shutdown);
 
@@ -349,6 +371,18 @@ int Run(const ServerConfig& config) {
       (*store)->num_slices(), elements,
       static_cast<double>(elements * sizeof(float)) / (1 << 20),
       config.num_servers);
+  spdlog::info(
+      "workers are dead after {} without a request (--on_worker_failure={}); "
+      "learning rate {} {}; checkpoints {}",
+      absl::FormatDuration(config.coordinator.worker_timeout),
+      std::string(FailurePolicyName(config.coordinator.on_worker_failure)),
+      std::string(LrScheduleName(config.coordinator.lr_schedule->kind())),
+      config.optimizer.learning_rate,
+      config.checkpoints.has_value()
+          ? absl::StrCat("in ", config.checkpoints->dir, " every ",
+                         config.checkpoints->every_updates, " updates / ",
+                         absl::FormatDuration(config.checkpoints->every))
+          : std::string("off"));
   for (const Slice& s : (*store)->slices()) {
     spdlog::info("  slice {} [{}, {})",
                  partition->model().tensors[s.tensor_id].name, s.offset,
@@ -363,14 +397,27 @@ int Run(const ServerConfig& config) {
     }
   }
 
-  const std::string reason = shutdown.Wait();
-  spdlog::info("shutting down: {}", reason);
-  // Wake waiting pulls first so that Shutdown need not wait out their polls.
+  const ShutdownRequest::Reason reason = shutdown.Wait();
+  if (reason.exit_code == 0) {
+    spdlog::info("shutting down: {}", reason.text);
+  } else {
+    spdlog::error("shutting down in {}: {}",
+                  absl::FormatDuration(kFailureGrace), reason.text);
+    // Workers' requests meanwhile get ABORTED naming the dead worker,
+    // rather than UNAVAILABLE, which they would retry.
+    absl::SleepFor(kFailureGrace);
+  }
+  // Wake waiting pulls first so that Shutdown need not wait out their polls;
+  // the final checkpoint then sees no update in flight.
   (*coordinator)->Shutdown();
+  if (checkpointer != nullptr) {
+    absl::StatusOr<std::string> written = checkpointer->WriteNow();
+    (void)written;  // Logged by the checkpointer.
+  }
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
   (*server)->Wait();
   spdlog::info("final report:\n{}", service.Report());
-  return 0;
+  return reason.exit_code;
 }
 
 }  // namespace

@@ -64,6 +64,24 @@ std::string StalenessHistogram::ToString() const {
   return out;
 }
 
+StalenessHistogram::State StalenessHistogram::state() const {
+  absl::MutexLock lock(&mu_);
+  State s;
+  s.buckets = buckets_;
+  s.count = count_;
+  s.max = max_;
+  s.sum = sum_;
+  return s;
+}
+
+void StalenessHistogram::Restore(const State& state) {
+  absl::MutexLock lock(&mu_);
+  buckets_ = state.buckets;
+  count_ = state.count;
+  max_ = state.max;
+  sum_ = state.sum;
+}
+
 void ServerStats::Record(Counter& c, bool ok, uint64_t bytes,
                          absl::Duration latency) {
   ++(ok ? c.ok : c.refused);

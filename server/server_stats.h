@@ -36,6 +36,16 @@ class StalenessHistogram {
 
   static int BucketOf(uint64_t staleness);
 
+  // Everything the histogram holds, for checkpoints.
+  struct State {
+    std::array<uint64_t, kNumBuckets> buckets = {};
+    uint64_t count = 0;
+    uint64_t max = 0;
+    double sum = 0;
+  };
+  State state() const;
+  void Restore(const State& state);
+
  private:
   mutable absl::Mutex mu_;
   std::array<uint64_t, kNumBuckets> buckets_ ABSL_GUARDED_BY(mu_) = {};

@@ -30,6 +30,16 @@ TEST(StalenessHistogramTest, CountsSmallValuesExactlyAndLargeOnesByPowerOfTwo) {
             "staleness (updates: 6, mean 15.33, max 50): 0:3 2:1 32-63:2");
 }
 
+TEST(StalenessHistogramTest, RestoresItsState) {
+  StalenessHistogram h;
+  for (uint64_t v : {0, 3, 3, 100}) h.Add(v);
+  StalenessHistogram copy;
+  copy.Add(7);
+  copy.Restore(h.state());
+  EXPECT_EQ(copy.ToString(), h.ToString());
+  EXPECT_EQ(copy.CountInBucketOf(7), 0u);
+}
+
 TEST(StalenessHistogramTest, ReportsAnEmptyHistogram) {
   EXPECT_EQ(StalenessHistogram().ToString(),
             "staleness (updates: 0, mean 0.00, max 0): none");

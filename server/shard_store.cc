@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/initializer.h"
 #include "common/tensor_codec.h"
 
@@ -88,6 +89,82 @@ absl::Status ShardStore::ApplyGradient(int slice,
   SliceState& state = *states_[slice];
   absl::MutexLock lock(&state.mu);
   return state.optimizer->Apply(gradient, absl::MakeSpan(state.weights));
+}
+
+absl::Status ShardStore::ApplyGradient(int slice,
+                                       absl::Span<const float> gradient,
+                                       float learning_rate) {
+  if (slice < 0 || slice >= num_slices()) {
+    return absl::OutOfRangeError(absl::StrCat("no slice ", slice));
+  }
+  SliceState& state = *states_[slice];
+  absl::MutexLock lock(&state.mu);
+  return state.optimizer->Apply(gradient, absl::MakeSpan(state.weights),
+                                learning_rate);
+}
+
+SliceSnapshot ShardStore::Snapshot(int slice) const {
+  const SliceState& state = *states_[slice];
+  absl::ReaderMutexLock lock(&state.mu);
+  SliceSnapshot snapshot;
+  snapshot.weights = state.weights;
+  snapshot.update_count = state.optimizer->update_count();
+  for (const OptimizerStateVector& v : state.optimizer->state()) {
+    snapshot.state.emplace_back(
+        v.name, std::vector<float>(v.values.begin(), v.values.end()));
+  }
+  return snapshot;
+}
+
+absl::Status ShardStore::Restore(const std::vector<SliceSnapshot>& slices) {
+  if (slices.size() != slices_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint has ", slices.size(),
+                     " slices, this shard holds ", slices_.size()));
+  }
+  // Check everything before changing anything.
+  for (int i = 0; i < num_slices(); ++i) {
+    const Slice& slice = slices_[i];
+    const SliceSnapshot& snap = slices[i];
+    const std::string where = absl::StrCat(
+        "slice ", i, " (tensor ", slice.tensor_id, " [", slice.offset, ", ",
+        slice.offset + slice.num_elements, "))");
+    if (snap.weights.size() != slice.num_elements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": checkpoint has ", snap.weights.size(),
+                       " weights, expected ", slice.num_elements));
+    }
+    SliceState& state = *states_[i];
+    absl::MutexLock lock(&state.mu);
+    const std::vector<OptimizerStateVector> own = state.optimizer->state();
+    bool same = own.size() == snap.state.size();
+    for (size_t v = 0; same && v < own.size(); ++v) {
+      same = own[v].name == snap.state[v].first &&
+             own[v].values.size() == snap.state[v].second.size();
+    }
+    if (!same) {
+      std::vector<std::string> names;
+      for (const auto& [name, values] : snap.state) names.push_back(name);
+      std::vector<std::string> own_names;
+      for (const OptimizerStateVector& v : own) own_names.push_back(v.name);
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": checkpoint's optimizer state [", absl::StrJoin(names, ", "),
+          "] does not match this optimizer's [", absl::StrJoin(own_names, ", "),
+          "] (another --optimizer or --momentum?)"));
+    }
+  }
+  for (int i = 0; i < num_slices(); ++i) {
+    SliceState& state = *states_[i];
+    absl::MutexLock lock(&state.mu);
+    state.weights = slices[i].weights;
+    state.optimizer->set_update_count(slices[i].update_count);
+    std::vector<OptimizerStateVector> own = state.optimizer->state();
+    for (size_t v = 0; v < own.size(); ++v) {
+      std::copy(slices[i].state[v].second.begin(),
+                slices[i].state[v].second.end(), own[v].values.begin());
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<float> ShardStore::ReadSlice(int slice) const {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -16,6 +17,14 @@
 
 namespace ps::server {
 
+// A copy of one slice's weights and optimizer state, for checkpoints.
+struct SliceSnapshot {
+  std::vector<float> weights;
+  uint64_t update_count = 0;
+  // The optimizer's state vectors ("m", "v"; "momentum"), in its order.
+  std::vector<std::pair<std::string, std::vector<float>>> state;
+};
+
 // The weights and optimizer state of the slices one server holds.
 //
 // Which slices is fixed by the partition (`SlicesOfServer(server_index)`);
@@ -27,6 +36,7 @@ namespace ps::server {
 // different slices (and the same one) concurrently while an update is being
 // applied elsewhere, and a reader never sees a half-updated slice. The
 // layout (partition, slices) is immutable and read without locks.
+// Snapshot/Restore copy weights and optimizer state for checkpoints.
 class ShardStore {
  public:
   static absl::StatusOr<std::unique_ptr<ShardStore>> Create(
@@ -54,8 +64,20 @@ class ShardStore {
                            std::string* out) const;
 
   // Runs the slice's optimizer on `gradient` (one value per slice element)
-  // under the slice's writer lock.
+  // under the slice's writer lock, with the configured learning rate or the
+  // given one (a schedule's value for this update).
   absl::Status ApplyGradient(int slice, absl::Span<const float> gradient);
+  absl::Status ApplyGradient(int slice, absl::Span<const float> gradient,
+                             float learning_rate);
+
+  // Copies slice `slice` (weights, optimizer state and update count) under
+  // its reader lock.
+  SliceSnapshot Snapshot(int slice) const;
+  // Replaces every slice's weights and optimizer state with `slices` (one
+  // per slice, in order). All are checked first (counts, sizes, state
+  // vector names), so on error nothing changes: InvalidArgument naming the
+  // slice and what differs.
+  absl::Status Restore(const std::vector<SliceSnapshot>& slices);
 
   // A copy of the slice's current weights.
   std::vector<float> ReadSlice(int slice) const;

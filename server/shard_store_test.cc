@@ -1,6 +1,7 @@
 #include "server/shard_store.h"
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -147,6 +148,81 @@ TEST(ShardStoreTest, ApplyGradientRunsTheSliceOptimizer) {
   EXPECT_EQ(store->ReadSlice(0), MakeStore(p, 0)->ReadSlice(0));
   EXPECT_FALSE(store->ApplyGradient(1, {1.0f}).ok());
   EXPECT_EQ(store->ReadSlice(1), after);
+}
+
+TEST(ShardStoreTest, ApplyGradientTakesTheUpdatesLearningRate) {
+  Partition p = MakePartition(1);
+  auto store = MakeStore(p, 0);
+  std::vector<float> before = store->ReadSlice(0);
+  std::vector<float> gradient(before.size(), 2.0f);
+  ASSERT_TRUE(store->ApplyGradient(0, gradient, 0.125f).ok());
+  std::vector<float> after = store->ReadSlice(0);
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_FLOAT_EQ(after[i], before[i] - 0.25f);
+  }
+}
+
+OptimizerConfig Adam() {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kAdam;
+  c.learning_rate = 0.01f;
+  return c;
+}
+
+TEST(ShardStoreTest, RestoreOfASnapshotContinuesBitIdentically) {
+  Partition p = MakePartition(2);
+  auto a = *ShardStore::Create(p, 1, 7, Adam());
+  auto step = [](ShardStore& store, float g) {
+    for (int i = 0; i < store.num_slices(); ++i) {
+      std::vector<float> gradient(store.slices()[i].num_elements, g);
+      for (size_t k = 0; k < gradient.size(); ++k) gradient[k] += 0.01f * k;
+      ASSERT_TRUE(store.ApplyGradient(i, gradient).ok());
+    }
+  };
+  step(*a, 1.0f);
+  step(*a, -0.5f);
+  std::vector<SliceSnapshot> snapshot;
+  for (int i = 0; i < a->num_slices(); ++i) snapshot.push_back(a->Snapshot(i));
+  ASSERT_EQ(snapshot[0].state.size(), 2u);
+  EXPECT_EQ(snapshot[0].state[0].first, "m");
+  EXPECT_EQ(snapshot[0].update_count, 2u);
+
+  auto b = *ShardStore::Create(p, 1, /*seed=*/99, Adam());
+  ASSERT_TRUE(b->Restore(snapshot).ok());
+  step(*a, 0.25f);
+  step(*b, 0.25f);
+  for (int i = 0; i < a->num_slices(); ++i) {
+    const std::vector<float> wa = a->ReadSlice(i), wb = b->ReadSlice(i);
+    ASSERT_EQ(0, std::memcmp(wa.data(), wb.data(), wa.size() * sizeof(float)))
+        << "slice " << i;
+    EXPECT_EQ(b->Snapshot(i).update_count, 3u);
+  }
+}
+
+TEST(ShardStoreTest, RestoreRefusesAMismatchWithoutChangingAnything) {
+  Partition p = MakePartition(1);
+  auto adam = *ShardStore::Create(p, 0, 7, Adam());
+  auto sgd = MakeStore(p, 0);
+  std::vector<SliceSnapshot> from_sgd;
+  for (int i = 0; i < sgd->num_slices(); ++i) {
+    from_sgd.push_back(sgd->Snapshot(i));
+    from_sgd.back().weights.assign(from_sgd.back().weights.size(), 42.0f);
+  }
+  const std::vector<float> before = adam->ReadSlice(0);
+  absl::Status s = adam->Restore(from_sgd);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("optimizer state [] does not match"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(adam->ReadSlice(0), before);
+
+  std::vector<SliceSnapshot> short_weights = from_sgd;
+  short_weights.back().weights.pop_back();
+  EXPECT_NE(sgd->Restore(short_weights).message().find("weights, expected"),
+            std::string::npos);
+  from_sgd.pop_back();
+  EXPECT_NE(sgd->Restore(from_sgd).message().find("slices"), std::string::npos);
+  EXPECT_NE(sgd->ReadSlice(0)[0], 42.0f);
 }
 
 TEST(ShardStoreTest, RejectsServerIndexOutsideThePartition) {

@@ -1,56 +1,39 @@
 #include "server/update_coordinator.h"
 
 #include <algorithm>
-#include <atomic>
 #include <functional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/slice_apply.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
 namespace {
 
-// Below this many elements an update is applied on the calling thread:
-// starting threads would cost more than it saves.
-constexpr uint64_t kParallelApplyElements = 1 << 20;
-constexpr unsigned kMaxApplyThreads = 8;
+std::string Workers(const std::vector<int>& ranks) {
+  return absl::StrCat(ranks.size() == 1 ? "worker " : "workers ",
+                      absl::StrJoin(ranks, ", "));
+}
 
 }  // namespace
 
-absl::StatusOr<ConsistencyMode> ParseConsistencyMode(absl::string_view name) {
-  if (name == "sync") return ConsistencyMode::kSync;
-  if (name == "ssp") return ConsistencyMode::kSsp;
-  if (name == "async") return ConsistencyMode::kAsync;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--mode must be \"sync\", \"ssp\" or \"async\", got \"", name, "\""));
-}
-
-absl::string_view ConsistencyModeName(ConsistencyMode mode) {
-  switch (mode) {
-    case ConsistencyMode::kSync:
-      return "sync";
-    case ConsistencyMode::kSsp:
-      return "ssp";
-    case ConsistencyMode::kAsync:
-      return "async";
-  }
-  return "unknown";
-}
-
 UpdateCoordinator::UpdateCoordinator(ShardStore* store,
-                                     const CoordinatorOptions& options)
-    : store_(store), options_(options) {
+                                     CoordinatorOptions options)
+    : store_(store),
+      options_(std::move(options)),
+      ranks_(options_.num_workers, options_.worker_timeout, absl::Now()) {
   absl::MutexLock lock(&mu_);
-  ranks_.resize(options.num_workers);
+  sync_.resize(options_.num_workers);
+  recovering_ = options_.fast_forward_after_restart &&
+                options_.mode == ConsistencyMode::kSync;
 }
 
 absl::StatusOr<std::unique_ptr<UpdateCoordinator>> UpdateCoordinator::Create(
-    ShardStore* store, const CoordinatorOptions& options) {
+    ShardStore* store, CoordinatorOptions options) {
   if (options.num_workers < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--num_workers must be at least 1, got ", options.num_workers));
@@ -59,8 +42,25 @@ absl::StatusOr<std::unique_ptr<UpdateCoordinator>> UpdateCoordinator::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "--staleness must be at least 0, got ", options.staleness));
   }
-  return std::unique_ptr<UpdateCoordinator>(
-      new UpdateCoordinator(store, options));
+  for (auto [flag, value] :
+       {std::pair("--worker_timeout", options.worker_timeout),
+        std::pair("--slow_wait_log", options.slow_wait_log),
+        std::pair("poll interval", options.poll_interval)}) {
+    if (value <= absl::ZeroDuration() || value == absl::InfiniteDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " must be positive and finite, got ",
+                       absl::FormatDuration(value)));
+    }
+  }
+  std::unique_ptr<UpdateCoordinator> c(
+      new UpdateCoordinator(store, std::move(options)));
+  c->checker_ = std::thread([p = c.get()] { p->CheckerLoop(); });
+  return c;
+}
+
+UpdateCoordinator::~UpdateCoordinator() {
+  Shutdown();
+  if (checker_.joinable()) checker_.join();
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::Commit(StagedPush push) {
@@ -75,96 +75,191 @@ absl::StatusOr<uint64_t> UpdateCoordinator::Commit(StagedPush push) {
   for (size_t i = 0; sizes_match && i < push.gradients.size(); ++i) {
     sizes_match = push.gradients[i].size() == store_->slices()[i].num_elements;
   }
-  if (!sizes_match || push.num_examples < 1) {
+  if (!sizes_match) {
     return absl::InvalidArgumentError(
-        "push does not cover this shard's slices or has no examples");
+        "push does not cover this shard's slices");
   }
   return options_.mode == ConsistencyMode::kSync ? CommitSync(std::move(push))
                                                  : CommitAsync(std::move(push));
 }
 
-void UpdateCoordinator::RecordProgressLocked(const StagedPush& push) {
-  RankState& rank = ranks_[push.rank];
-  rank.clock = push.step + 1;
-  rank.epoch = push.epoch;
-  rank.examples_done = push.examples_done;
-}
-
 absl::StatusOr<uint64_t> UpdateCoordinator::CommitSync(StagedPush push) {
   const int r = push.rank;
   const uint64_t step = push.step;
-  std::vector<StagedPush> batch;
+  const DataProgress progress{push.epoch, push.examples_done};
+  std::optional<ReadyStep> ready;
   {
     absl::MutexLock lock(&mu_);
-    if (shutdown_) return absl::UnavailableError("server is shutting down");
-    if (step < version_) {
-      return absl::AbortedError(absl::StrCat(
-          "stale step ", step, " from rank ", r, ": shard is at version ",
-          version_, " and collects step ", version_));
-    }
-    if (step > version_) {
+    if (absl::Status s = AdmitLocked(r, push.incarnation); !s.ok()) return s;
+    if (ranks_.done(r)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "step ", step, " from rank ", r, " is ahead: shard is at version ",
-          version_, " and collects step ", version_, "; pull with clock ", step,
-          " before pushing it"));
+          "worker ", r, " already said it is done; push for step ", step));
     }
-    RankState& rank = ranks_[r];
-    if (rank.pushed_current_step) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("rank ", r, " already pushed step ", step));
+    SyncSlot& slot = sync_[r];
+    if (ranks_.IsReplay(r, progress)) {
+      // The batch is already in; at most it counts as taking part.
+      ++replays_;
+      if (step != version_ || slot.pushed || applying_) return version_;
+      slot.pushed = true;
+    } else {
+      if (step > version_) MaybeFastForwardLocked(step);
+      if (step < version_ || (step == version_ && applying_ && !slot.pushed)) {
+        return absl::AbortedError(absl::StrCat(
+            "stale step ", step, " from worker ", r, ": shard is at version ",
+            version_, applying_ ? " and applies it" : "",
+            " (the step completed without this worker); pull again"));
+      }
+      if (step > version_) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "step ", step, " from worker ", r,
+            " is ahead: shard is at version ", version_, " and collects step ",
+            version_, "; pull with clock ", step, " before pushing it"));
+      }
+      if (slot.pushed) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("worker ", r, " already pushed step ", step));
+      }
+      slot.pushed = true;
+      ranks_.RecordAccepted(r, step, progress);
+      slot.pending = std::move(push);
     }
-    rank.pushed_current_step = true;
-    RecordProgressLocked(push);
-    rank.pending = std::move(push);
-    if (++num_pending_ < options_.num_workers) return version_;
-    // The last push of the step: this thread applies the update. Flags stay
-    // set until version_ moves, so repeats are still refused meanwhile.
-    batch.reserve(ranks_.size());
-    for (RankState& s : ranks_) {
-      batch.push_back(*std::move(s.pending));
-      s.pending.reset();
-    }
-    num_pending_ = 0;
+    ready = TakeReadyStepLocked();
+    if (!ready.has_value()) return version_;
   }
+  // The push that completed the step: this thread applies it.
+  return ApplyStep(*std::move(ready));
+}
 
-  absl::MutexLock apply_lock(&apply_mu_);
-  absl::Status applied = ApplyAggregate(batch);
-  absl::MutexLock lock(&mu_);
-  for (const StagedPush& p : batch) {
-    staleness_.Add(version_ >= p.base_version ? version_ - p.base_version : 0);
+std::optional<UpdateCoordinator::ReadyStep>
+UpdateCoordinator::TakeReadyStepLocked() {
+  if (options_.mode != ConsistencyMode::kSync || applying_) return std::nullopt;
+  bool any = false;
+  std::vector<int> missing;
+  for (int r = 0; r < options_.num_workers; ++r) {
+    if (sync_[r].pushed) {
+      any = true;
+    } else if (ranks_.active(r)) {
+      return std::nullopt;
+    } else if (!ranks_.done(r)) {
+      missing.push_back(r);
+    }
   }
-  for (RankState& s : ranks_) s.pushed_current_step = false;
-  version_ = step + 1;
+  if (!any) return std::nullopt;
+  ReadyStep ready;
+  ready.step = version_;
+  ready.learning_rate = LearningRateLocked(version_);
+  for (SyncSlot& slot : sync_) {
+    if (slot.pending.has_value())
+      ready.pushes.push_back(*std::move(slot.pending));
+    slot.pending.reset();
+  }
+  // Slots stay marked until version_ moves, so repeats are refused meanwhile.
+  applying_ = true;
+  if (missing != last_missing_) {
+    if (!missing.empty()) {
+      spdlog::warn("step {} goes on without dead {}", version_,
+                   Workers(missing));
+    } else {
+      spdlog::info("step {}: every live worker takes part again", version_);
+    }
+    last_missing_ = missing;
+  }
+  return ready;
+}
+
+absl::StatusOr<uint64_t> UpdateCoordinator::ApplyStep(ReadyStep ready) {
+  absl::MutexLock apply_lock(&apply_mu_);
+  absl::Status applied = ApplyAggregate(ready);
+  absl::MutexLock lock(&mu_);
+  for (const StagedPush& p : ready.pushes) {
+    if (applied.ok() && p.num_examples > 0) {
+      staleness_.Add(version_ >= p.base_version ? version_ - p.base_version
+                                                : 0);
+    }
+    ranks_.RecordApplied(p.rank, ready.step, {p.epoch, p.examples_done},
+                         applied.ok() ? p.num_examples : 0);
+  }
+  for (SyncSlot& s : sync_) s.pushed = false;
+  version_ = ready.step + 1;
+  applying_ = false;
+  recovering_ = false;
   if (!applied.ok()) {
-    spdlog::error("update for step {} failed: {}", step, applied.ToString());
-    return absl::InternalError(
-        absl::StrCat("applying step ", step, " failed: ", applied.message()));
+    spdlog::error("update for step {} failed: {}", ready.step,
+                  applied.ToString());
+    return absl::InternalError(absl::StrCat("applying step ", ready.step,
+                                            " failed: ", applied.message()));
   }
   return version_;
 }
 
+absl::Status UpdateCoordinator::ApplyAggregate(ReadyStep& ready) {
+  double total_examples = 0;
+  for (const StagedPush& p : ready.pushes) total_examples += p.num_examples;
+  // Only weight-0 pushes: nothing was learned, so nothing changes.
+  if (total_examples == 0) return absl::OkStatus();
+  return ForEachSlice(*store_, [&](int slice) {
+    // g = sum_r (n_r * g_r) / sum_r n_r, always in rank order, so the sum
+    // is the same bits whatever order the pushes arrived in. Element i of
+    // the output is written after every input's element i was read, so it
+    // can reuse the first push's buffer.
+    std::vector<float>& out = ready.pushes[0].gradients[slice];
+    const size_t n = out.size();
+    for (size_t i = 0; i < n; ++i) {
+      double sum = 0;
+      for (const StagedPush& p : ready.pushes) {
+        if (p.num_examples == 0) continue;
+        sum += static_cast<double>(p.num_examples) * p.gradients[slice][i];
+      }
+      out[i] = static_cast<float>(sum / total_examples);
+    }
+    return ready.learning_rate.has_value()
+               ? store_->ApplyGradient(slice, out, *ready.learning_rate)
+               : store_->ApplyGradient(slice, out);
+  });
+}
+
 absl::StatusOr<uint64_t> UpdateCoordinator::CommitAsync(StagedPush push) {
+  const int r = push.rank;
+  const DataProgress progress{push.epoch, push.examples_done};
   // One update at a time, so each sees a definite version and none
   // interleaves with another on a slice.
   absl::MutexLock apply_lock(&apply_mu_);
   uint64_t version_at_apply = 0;
+  std::optional<float> learning_rate;
   {
     absl::MutexLock lock(&mu_);
-    if (shutdown_) return absl::UnavailableError("server is shutting down");
-    const RankState& rank = ranks_[push.rank];
-    if (push.step < rank.clock) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("rank ", push.rank, " already pushed step ",
-                       rank.clock - 1, "; got step ", push.step, " again"));
+    if (absl::Status s = AdmitLocked(r, push.incarnation); !s.ok()) return s;
+    if (ranks_.done(r)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker ", r, " already said it is done; push for step ", push.step));
+    }
+    if (ranks_.IsReplay(r, progress)) {
+      ++replays_;
+      ranks_.RaiseClock(r, push.step + 1);
+      return version_;
+    }
+    if (push.step < ranks_.clock(r)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "worker ", r, " already pushed step ", ranks_.clock(r) - 1,
+          "; got step ", push.step, " again"));
+    }
+    if (push.num_examples == 0) {
+      // Takes its step, changes no weight.
+      ranks_.RecordAccepted(r, push.step, progress);
+      ranks_.RecordApplied(r, push.step, progress, 0);
+      return version_;
     }
     version_at_apply = version_;
+    learning_rate = LearningRateLocked(version_);
   }
-  absl::Status applied = ForEachSlice([&](int slice) {
-    return store_->ApplyGradient(slice, push.gradients[slice]);
+  absl::Status applied = ForEachSlice(*store_, [&](int slice) {
+    return learning_rate.has_value()
+               ? store_->ApplyGradient(slice, push.gradients[slice],
+                                       *learning_rate)
+               : store_->ApplyGradient(slice, push.gradients[slice]);
   });
   if (!applied.ok()) {
-    spdlog::error("update from rank {} failed: {}", push.rank,
-                  applied.ToString());
+    spdlog::error("update from worker {} failed: {}", r, applied.ToString());
     return absl::InternalError(
         absl::StrCat("applying push failed: ", applied.message()));
   }
@@ -172,144 +267,32 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAsync(StagedPush push) {
                      ? version_at_apply - push.base_version
                      : 0);
   absl::MutexLock lock(&mu_);
-  RecordProgressLocked(push);
+  ranks_.RecordAccepted(r, push.step, progress);
+  ranks_.RecordApplied(r, push.step, progress, push.num_examples);
   return ++version_;
 }
 
-absl::Status UpdateCoordinator::ApplyAggregate(std::vector<StagedPush>& batch) {
-  double total_examples = 0;
-  for (const StagedPush& p : batch) total_examples += p.num_examples;
-  return ForEachSlice([&](int slice) {
-    // g = sum_r (n_r * g_r) / sum_r n_r, always in rank order, so the sum
-    // is the same bits whatever order the pushes arrived in.
-    std::vector<float>& out = batch[0].gradients[slice];
-    const size_t n = out.size();
-    for (size_t i = 0; i < n; ++i) {
-      double sum = 0;
-      for (const StagedPush& p : batch) {
-        sum += static_cast<double>(p.num_examples) * p.gradients[slice][i];
-      }
-      out[i] = static_cast<float>(sum / total_examples);
-    }
-    return store_->ApplyGradient(slice, out);
-  });
-}
-
-absl::Status UpdateCoordinator::ForEachSlice(
-    const std::function<absl::Status(int)>& fn) {
-  const int num_slices = store_->num_slices();
-  const unsigned threads =
-      store_->num_elements() < kParallelApplyElements
-          ? 1
-          : std::min({std::max(1u, std::thread::hardware_concurrency()),
-                      kMaxApplyThreads, static_cast<unsigned>(num_slices)});
-  std::vector<absl::Status> results(num_slices);
-  std::atomic<int> next{0};
-  auto work = [&] {
-    for (int s = next++; s < num_slices; s = next++) results[s] = fn(s);
-  };
-  std::vector<std::thread> helpers;
-  for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(work);
-  work();
-  for (std::thread& t : helpers) t.join();
-  for (const absl::Status& s : results) {
-    if (!s.ok()) return s;
+void UpdateCoordinator::MaybeFastForwardLocked(uint64_t clock) {
+  if (!recovering_ || clock <= version_ || applying_) return;
+  for (const SyncSlot& s : sync_) {
+    if (s.pushed) return;  // Step version_ is under way: it is current.
   }
-  return absl::OkStatus();
+  spdlog::warn(
+      "fast-forwarded from version {} to {} after restore: {} updates of this "
+      "shard lost",
+      version_, clock, clock - version_);
+  updates_lost_ += clock - version_;
+  version_ = clock;
 }
 
-bool UpdateCoordinator::PullReadyLocked(uint64_t clock) const {
-  if (shutdown_) return true;
-  switch (options_.mode) {
-    case ConsistencyMode::kAsync:
-      return true;
-    case ConsistencyMode::kSync:
-      return version_ >= clock;
-    case ConsistencyMode::kSsp:
-      return RanksBlockingLocked(clock).empty();
-  }
-  return true;
-}
-
-std::vector<int> UpdateCoordinator::RanksBlockingLocked(uint64_t clock) const {
-  std::vector<int> blocking;
-  const uint64_t s = static_cast<uint64_t>(options_.staleness);
-  if (options_.mode == ConsistencyMode::kAsync) return blocking;
-  if (options_.mode == ConsistencyMode::kSync) {
-    if (version_ >= clock) return blocking;
-    // Those whose push for the step being collected is missing.
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-      if (!ranks_[r].pushed_current_step) blocking.push_back(r);
-    }
-    return blocking;
-  }
-  if (clock <= s) return blocking;
-  for (size_t r = 0; r < ranks_.size(); ++r) {
-    if (!ranks_[r].done && ranks_[r].clock < clock - s) blocking.push_back(r);
-  }
-  return blocking;
-}
-
-std::vector<int> UpdateCoordinator::RanksBlocking(uint64_t clock) const {
-  absl::MutexLock lock(&mu_);
-  return RanksBlockingLocked(clock);
-}
-
-absl::StatusOr<uint64_t> UpdateCoordinator::AwaitPull(
-    uint64_t clock, absl::FunctionRef<bool()> cancelled) {
-  const absl::Time start = absl::Now();
-  absl::Time next_log = start + options_.slow_pull_log_after;
-  auto ready = [this, clock]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return PullReadyLocked(clock);
-  };
-  for (;;) {
-    bool log_due = false;
-    std::vector<int> waiting_on;
-    uint64_t version = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&ready),
-                               options_.poll_interval)) {
-        if (shutdown_) {
-          return absl::UnavailableError("server is shutting down");
-        }
-        return version_;
-      }
-      log_due = absl::Now() >= next_log;
-      if (log_due) {
-        waiting_on = RanksBlockingLocked(clock);
-        version = version_;
-      }
-    }
-    // Logged without the lock: spdlog may block on I/O.
-    if (log_due) {
-      spdlog::warn(
-          "pull for clock {} waiting on workers [{}] for {:.0f} s (mode {}, "
-          "version {})",
-          clock, absl::StrJoin(waiting_on, ", "),
-          absl::ToDoubleSeconds(absl::Now() - start),
-          std::string(ConsistencyModeName(options_.mode)), version);
-      next_log += options_.slow_pull_log_after;
-    }
-    if (cancelled()) {
-      return absl::CancelledError(absl::StrCat("pull for clock ", clock,
-                                               " was cancelled by the caller"));
-    }
-  }
-}
-
-RankProgress UpdateCoordinator::Register(int rank, uint64_t incarnation) {
-  absl::MutexLock lock(&mu_);
-  RankState& s = ranks_[rank];
-  s.incarnation = incarnation;
-  return {s.clock, s.epoch, s.examples_done};
-}
-
-bool UpdateCoordinator::MarkDone(int rank) {
-  absl::MutexLock lock(&mu_);
-  ranks_[rank].done = true;
-  return std::all_of(ranks_.begin(), ranks_.end(),
-                     [](const RankState& s) { return s.done; });
+std::optional<float> UpdateCoordinator::LearningRateLocked(
+    uint64_t update) const {
+  if (!options_.lr_schedule.has_value()) return std::nullopt;
+  const uint64_t horizon =
+      options_.mode == ConsistencyMode::kSync
+          ? planned_steps_
+          : planned_steps_ * static_cast<uint64_t>(options_.num_workers);
+  return options_.lr_schedule->At(update, horizon);
 }
 
 uint64_t UpdateCoordinator::version() const {
@@ -317,9 +300,70 @@ uint64_t UpdateCoordinator::version() const {
   return version_;
 }
 
+absl::Status UpdateCoordinator::failure() const {
+  absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
 void UpdateCoordinator::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
+}
+
+CheckpointIdentity UpdateCoordinator::identity() const {
+  return {store_->partition().fingerprint(), store_->server_index(),
+          std::string(ConsistencyModeName(options_.mode)),
+          options_.num_workers};
+}
+
+ShardCheckpoint UpdateCoordinator::Snapshot() {
+  // No update is half applied while apply_mu_ is held; a sync push still
+  // waiting for its step is in neither the weights nor the rank records.
+  absl::MutexLock apply_lock(&apply_mu_);
+  ShardCheckpoint c;
+  c.identity = identity();
+  c.slices.reserve(store_->num_slices());
+  for (int i = 0; i < store_->num_slices(); ++i) {
+    c.slices.push_back(store_->Snapshot(i));
+  }
+  c.staleness = staleness_.state();
+  absl::MutexLock lock(&mu_);
+  c.version = version_;
+  c.planned_steps = planned_steps_;
+  c.ranks = ranks_.Records();
+  c.examples = ranks_.examples();
+  return c;
+}
+
+absl::Status UpdateCoordinator::Restore(const ShardCheckpoint& checkpoint) {
+  if (absl::Status s = CheckIdentity(identity(), checkpoint.identity);
+      !s.ok()) {
+    return s;
+  }
+  RankRegistry ranks(options_.num_workers, options_.worker_timeout,
+                     absl::Now());
+  if (absl::Status s =
+          ranks.Restore(checkpoint.ranks, checkpoint.examples, absl::Now());
+      !s.ok()) {
+    return s;
+  }
+  absl::MutexLock apply_lock(&apply_mu_);
+  if (absl::Status s = store_->Restore(checkpoint.slices); !s.ok()) return s;
+  staleness_.Restore(checkpoint.staleness);
+  absl::MutexLock lock(&mu_);
+  version_ = checkpoint.version;
+  planned_steps_ = checkpoint.planned_steps;
+  ranks_ = std::move(ranks);
+  for (SyncSlot& slot : sync_) slot = SyncSlot();
+  return absl::OkStatus();
+}
+
+std::string UpdateCoordinator::Report() const {
+  absl::MutexLock lock(&mu_);
+  return absl::StrCat(ranks_.RanksReport(), "\n", ranks_.ExamplesPerEpochLine(),
+                      "\nreplayed pushes acknowledged, not applied: ", replays_,
+                      "\nupdates lost in restarts: ", updates_lost_, "\n",
+                      staleness_.ToString());
 }
 
 }  // namespace ps::server

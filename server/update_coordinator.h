@@ -5,6 +5,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -14,28 +16,40 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/checkpoint.h"
+#include "server/consistency_mode.h"
+#include "server/lr_schedule.h"
 #include "server/push_stager.h"
+#include "server/rank_registry.h"
 #include "server/server_stats.h"
 #include "server/shard_store.h"
 
 namespace ps::server {
 
-// sync: bulk-synchronous; ssp: stale-synchronous with a bound; async: none.
-enum class ConsistencyMode { kSync, kSsp, kAsync };
-
-// Parses "sync", "ssp" or "async".
-absl::StatusOr<ConsistencyMode> ParseConsistencyMode(absl::string_view name);
-absl::string_view ConsistencyModeName(ConsistencyMode mode);
-
 struct CoordinatorOptions {
   ConsistencyMode mode = ConsistencyMode::kSync;
   int num_workers = 1;
-  // ssp only: a pull for clock c proceeds once every rank's clock >= c - s.
+  // ssp only: a pull for clock c proceeds once every live rank's clock is
+  // >= c - s.
   int staleness = 0;
+  FailurePolicy on_worker_failure = FailurePolicy::kElastic;
+  // A rank not heard from (any request) for this long is dead.
+  absl::Duration worker_timeout = absl::Seconds(10);
   // A pull that has waited this long logs which ranks it waits for.
-  absl::Duration slow_pull_log_after = absl::Seconds(10);
+  absl::Duration slow_wait_log = absl::Seconds(5);
   // How often a waiting pull checks whether its caller gave up.
   absl::Duration poll_interval = absl::Milliseconds(100);
+  // The learning rate of each update; unset: the optimizer's own.
+  std::optional<LearningRateSchedule> lr_schedule;
+  // sync, for a shard restarted with --restore: until a step completes, the
+  // first pull or push for a clock beyond the version moves the version
+  // there (the updates since the checkpoint are lost on this shard).
+  bool fast_forward_after_restart = false;
+  // Called once, on some thread and without locks held, when the job is
+  // over: OK once every rank is done (or every rank is done or dead, one at
+  // least done); the failure (Aborted) when a worker died under kFail. It
+  // must only signal (e.g. wake main).
+  std::function<void(const absl::Status&)> on_finished;
 };
 
 // Where a rank stands, as told to a registering worker.
@@ -46,31 +60,51 @@ struct RankProgress {
 };
 
 // Decides when validated pushes reach the shard's weights and when pulls may
-// be answered, per consistency mode. `version` counts updates applied.
+// be answered, per consistency mode, tracking the workers' liveness and data
+// progress. `version` counts updates applied.
 //
-// - sync: a push for step t is taken only while version == t (older:
-//   Aborted, newer: FailedPrecondition, a rank's second push for t:
-//   AlreadyExists). Once all ranks pushed t, the gradients are combined in
-//   rank order, weighted by num_examples, so the result is bit-identical
-//   whatever the arrival order; the optimizer runs and version = t + 1.
-//   A pull for clock c waits until version >= c.
+// - sync: a push for step t is taken while version == t (older: Aborted
+//   "stale step", newer: FailedPrecondition, a second one: AlreadyExists).
+//   Step t completes once every live rank that is not done has pushed it;
+//   the pushes are combined in rank order, weighted by num_examples, so the
+//   result is bit-identical whatever the arrival order; version = t + 1. A
+//   pull for clock c waits until version >= c. A pull for version + 1 from a
+//   rank that did not push step `version` here takes part in it with weight
+//   0: the rank has moved on (its push was lost in a restart of this shard,
+//   or the step went on without it elsewhere) and will not push it.
 // - async: each push is applied as it comes. A pull never waits.
-// - ssp(s): applied as in async; each rank's clock is its last pushed step
-//   + 1; a pull for clock c waits until every rank not yet Done has clock
-//   >= c - s.
+// - ssp(s): applied as in async; a pull for clock c waits until every live
+//   rank that is not done has clock >= c - s.
 // In ssp and async a rank's step must not go back (AlreadyExists).
+//
+// Liveness: every request renews the rank's lease (a waiting pull too);
+// a rank not heard from within worker_timeout is declared dead by a checker
+// thread, which re-evaluates the waits, so a dead worker never blocks the
+// others. Under kElastic the step or clock minimum goes on without it; under
+// kFail every waiting and later request gets Aborted. A rank heard from
+// again is live again; a restarted process (new incarnation) rejoins through
+// Register, and requests from the incarnation it replaced are refused.
+//
+// Exactly-once data: a push whose (epoch, examples_done) is not beyond the
+// rank's recorded progress repeats a batch this shard already took (a worker
+// killed between its pushes to two shards resumes from the minimum over
+// shards); it is acknowledged and not applied (in sync it takes part in the
+// step with weight 0). Pushes with 0 examples take part but change no
+// weights; a sync step whose pushes all have 0 examples applies nothing.
 //
 // Thread-safe. Pushes are received and validated by PushStager without any
 // lock; Commit takes `mu_` only briefly. Updates are applied one at a time
 // under `apply_mu_` (slices of one update in parallel), outside `mu_`, so a
-// waiting pull or a refused push never waits behind the optimizer. Lock
-// order: apply_mu_, then mu_ or a slice lock; mu_ is never held while a
-// slice lock is taken. Per-rank state lives in `ranks_`. Does not own the
-// store, which must outlive it.
+// waiting pull or a refused push never waits behind the optimizer, and a
+// checkpoint taken under `apply_mu_` never sees half an update. Lock order:
+// apply_mu_, then mu_ or a slice lock; mu_ is never held while a slice lock
+// is taken. Does not own the store, which must outlive it. Owns the checker
+// thread, stopped by Shutdown or the destructor.
 class UpdateCoordinator {
  public:
   static absl::StatusOr<std::unique_ptr<UpdateCoordinator>> Create(
-      ShardStore* store, const CoordinatorOptions& options);
+      ShardStore* store, CoordinatorOptions options);
+  ~UpdateCoordinator();
 
   UpdateCoordinator(const UpdateCoordinator&) = delete;
   UpdateCoordinator& operator=(const UpdateCoordinator&) = delete;
@@ -79,56 +113,97 @@ class UpdateCoordinator {
   // taken (sync: the update of its step may still be pending).
   absl::StatusOr<uint64_t> Commit(StagedPush push);
 
-  // Blocks until a pull for `clock` may be answered and returns the version
-  // then. Returns Cancelled once `cancelled()` (polled, called without any
-  // lock held) says the caller gave up, and Unavailable after Shutdown.
-  absl::StatusOr<uint64_t> AwaitPull(uint64_t clock,
+  // Blocks until `rank`'s pull for `clock` may be answered and returns the
+  // version then. Cancelled once `cancelled()` (polled, called without any
+  // lock held) says the caller gave up; Unavailable after Shutdown; Aborted
+  // if the job failed. `incarnation` 0 is not checked.
+  absl::StatusOr<uint64_t> AwaitPull(int rank, uint64_t incarnation,
+                                     uint64_t clock,
                                      absl::FunctionRef<bool()> cancelled);
 
-  // Records the incarnation of a (re)starting rank; `rank` must be valid.
-  RankProgress Register(int rank, uint64_t incarnation);
-  // Marks `rank` finished; true once every rank has. Idempotent.
+  // Records the incarnation of a (re)starting rank and where it resumes.
+  // Every rank must plan the same number of steps (0: not given), else
+  // FailedPrecondition naming both values.
+  absl::StatusOr<RankProgress> Register(int rank, uint64_t incarnation,
+                                        uint64_t planned_steps);
+  // The rank is alive; returns the version.
+  absl::StatusOr<uint64_t> Heartbeat(int rank, uint64_t incarnation);
+  // Marks `rank` finished; true once the job is (see on_finished).
+  // Idempotent.
   bool MarkDone(int rank);
+
+  // Declares dead the ranks whose lease expired and lets waits go on; the
+  // checker thread calls it every worker_timeout / 4 (at most 250 ms).
+  void CheckLeases();
 
   // Ranks a pull for `clock` is waiting for; empty if it need not wait.
   std::vector<int> RanksBlocking(uint64_t clock) const;
 
   uint64_t version() const;
-  // Wakes every waiting pull with Unavailable and refuses later pushes.
+  // Aborted once a worker died under FailurePolicy::kFail; OK otherwise.
+  absl::Status failure() const;
+  // Wakes every waiting pull with Unavailable, refuses later requests and
+  // stops the checker thread.
   void Shutdown();
+
+  // A consistent copy of the shard's state: waits for an update being
+  // applied, blocks updates (not pulls or pushes) while the slices are
+  // copied.
+  ShardCheckpoint Snapshot();
+  // Replaces the shard's state with `checkpoint`, before serving.
+  // FailedPrecondition if it is another job's (identity), InvalidArgument
+  // if it does not fit; nothing changes on error.
+  absl::Status Restore(const ShardCheckpoint& checkpoint);
+  CheckpointIdentity identity() const;
+
+  // Multi-line: worker states and progress, "examples per epoch: 0=60000
+  // 1=60000", replayed pushes, updates lost in restarts, staleness.
+  std::string Report() const;
 
   const CoordinatorOptions& options() const { return options_; }
   const StalenessHistogram& staleness() const { return staleness_; }
 
  private:
-  struct RankState {
-    // Steps pushed so far: last pushed step + 1.
-    uint64_t clock = 0;
-    uint64_t epoch = 0;
-    uint64_t examples_done = 0;
-    uint64_t incarnation = 0;
-    bool done = false;
-    // sync: this rank's push for step `version_`, until the step is applied.
-    bool pushed_current_step = false;
-    std::optional<StagedPush> pending;
+  // sync: a rank's part in the step being collected.
+  struct SyncSlot {
+    bool pushed = false;
+    std::optional<StagedPush> pending;  // None for a weight-0 participation.
+  };
+  // A sync step ready to be applied, taken out of the slots.
+  struct ReadyStep {
+    uint64_t step = 0;
+    std::optional<float> learning_rate;
+    std::vector<StagedPush> pushes;
   };
 
-  UpdateCoordinator(ShardStore* store, const CoordinatorOptions& options);
+  UpdateCoordinator(ShardStore* store, CoordinatorOptions options);
 
   absl::StatusOr<uint64_t> CommitSync(StagedPush push);
   absl::StatusOr<uint64_t> CommitAsync(StagedPush push);
-  // Combines the pushes (indexed by rank) into `batch[0]` and applies it.
-  absl::Status ApplyAggregate(std::vector<StagedPush>& batch)
+  // Applies a step taken by TakeReadyStepLocked; returns the new version.
+  absl::StatusOr<uint64_t> ApplyStep(ReadyStep step);
+  // Combines the pushes into one gradient per slice and applies it.
+  absl::Status ApplyAggregate(ReadyStep& step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
-  // Runs fn(slice) for every slice, in parallel for large shards; returns
-  // the first error.
-  absl::Status ForEachSlice(const std::function<absl::Status(int)>& fn);
 
+  // Refuses requests after Shutdown or a failure and from a replaced
+  // incarnation; otherwise renews the rank's lease.
+  absl::Status AdmitLocked(int rank, uint64_t incarnation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // sync: if step version_ may complete, takes it out of the slots.
+  std::optional<ReadyStep> TakeReadyStepLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // sync, after --restore: moves version_ forward to `clock` if allowed.
+  void MaybeFastForwardLocked(uint64_t clock)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<float> LearningRateLocked(uint64_t update) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool PullReadyLocked(uint64_t clock) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::vector<int> RanksBlockingLocked(uint64_t clock) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void RecordProgressLocked(const StagedPush& push)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls on_finished once the job is over.
+  void MaybeFinish();
+  void CheckerLoop();
 
   ShardStore* const store_;
   const CoordinatorOptions options_;
@@ -138,10 +213,21 @@ class UpdateCoordinator {
   absl::Mutex apply_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
-  // sync: pushes held for step version_.
-  int num_pending_ ABSL_GUARDED_BY(mu_) = 0;
+  RankRegistry ranks_ ABSL_GUARDED_BY(mu_);
+  uint64_t planned_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<SyncSlot> sync_ ABSL_GUARDED_BY(mu_);
+  // sync: step version_ was taken and is being applied.
+  bool applying_ ABSL_GUARDED_BY(mu_) = false;
+  // sync: ranks the last step went on without (to log changes only).
+  std::vector<int> last_missing_ ABSL_GUARDED_BY(mu_);
+  bool recovering_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t updates_lost_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t replays_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::thread checker_;
 };
 
 }  // namespace ps::server

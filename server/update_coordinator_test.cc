@@ -15,77 +15,22 @@
 #include "common/model_spec.h"
 #include "common/partition.h"
 #include "gtest/gtest.h"
-#include "spdlog/sinks/ostream_sink.h"
+#include "server/coordinator_test_util.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
 namespace {
 
-OptimizerConfig PlainSgd() {
-  OptimizerConfig c;
-  c.kind = OptimizerKind::kSgd;
-  c.learning_rate = 1.0f;  // w' = w - g: updates are easy to read back.
-  c.momentum = 0.0f;
-  return c;
-}
-
-std::unique_ptr<ShardStore> MakeStore(std::vector<int> layers,
-                                      const OptimizerConfig& config) {
-  absl::StatusOr<Partition> p = Partition::Create(MlpModelSpec(layers), 1);
-  EXPECT_TRUE(p.ok());
-  return *ShardStore::Create(*p, 0, /*seed=*/3, config);
-}
-
-std::unique_ptr<UpdateCoordinator> MakeCoordinator(ShardStore* store,
-                                                   ConsistencyMode mode,
-                                                   int num_workers,
-                                                   int staleness = 0) {
-  CoordinatorOptions options;
-  options.mode = mode;
-  options.num_workers = num_workers;
-  options.staleness = staleness;
-  options.poll_interval = absl::Milliseconds(5);
-  absl::StatusOr<std::unique_ptr<UpdateCoordinator>> c =
-      UpdateCoordinator::Create(store, options);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return *std::move(c);
-}
-
-// A push whose every gradient element is `value`.
-StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
-                        float value, uint32_t num_examples = 1,
-                        uint64_t base_version = 0) {
-  StagedPush p;
-  p.rank = rank;
-  p.step = step;
-  p.base_version = base_version;
-  p.num_examples = num_examples;
-  for (const Slice& s : store.slices()) {
-    p.gradients.emplace_back(s.num_elements, value);
-  }
-  return p;
-}
-
-std::vector<std::vector<float>> AllWeights(const ShardStore& store) {
-  std::vector<std::vector<float>> w;
-  for (int i = 0; i < store.num_slices(); ++i) w.push_back(store.ReadSlice(i));
-  return w;
-}
-
-// Every weight of `after` equals the same weight of `before` minus `delta`.
-void ExpectShiftedBy(const std::vector<std::vector<float>>& before,
-                     const std::vector<std::vector<float>>& after,
-                     float delta) {
-  ASSERT_EQ(before.size(), after.size());
-  for (size_t s = 0; s < before.size(); ++s) {
-    for (size_t i = 0; i < before[s].size(); ++i) {
-      ASSERT_FLOAT_EQ(after[s][i], before[s][i] - delta)
-          << "slice " << s << " element " << i;
-    }
-  }
-}
-
-auto NeverCancelled = [] { return false; };
+using ::ps::server::testing::AllWeights;
+using ::ps::server::testing::ConstantPush;
+using ::ps::server::testing::ExpectBitIdentical;
+using ::ps::server::testing::ExpectShiftedBy;
+using ::ps::server::testing::FastOptions;
+using ::ps::server::testing::LogCapture;
+using ::ps::server::testing::MakeCoordinator;
+using ::ps::server::testing::MakeStore;
+using ::ps::server::testing::PlainSgd;
+using ::ps::server::testing::Pull;
 
 TEST(UpdateCoordinatorTest, SyncAppliesTheExampleWeightedAverageOnce) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
@@ -107,16 +52,19 @@ TEST(UpdateCoordinatorTest, SyncRefusesStaleAheadAndDuplicatePushes) {
   const auto before = AllWeights(*store);
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
 
-  absl::StatusOr<uint64_t> dup = coord->Commit(ConstantPush(*store, 0, 0, 9));
+  // Another batch for the same step (the same batch would be a replay).
+  StagedPush other_batch = ConstantPush(*store, 0, 0, 9);
+  other_batch.examples_done += 1;
+  absl::StatusOr<uint64_t> dup = coord->Commit(other_batch);
   EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_NE(dup.status().message().find("rank 0 already pushed step 0"),
+  EXPECT_NE(dup.status().message().find("worker 0 already pushed step 0"),
             std::string::npos);
 
   absl::StatusOr<uint64_t> ahead = coord->Commit(ConstantPush(*store, 1, 1, 9));
   EXPECT_EQ(ahead.status().code(), absl::StatusCode::kFailedPrecondition);
 
   ASSERT_EQ(*coord->Commit(ConstantPush(*store, 1, 0, 3.0f)), 1u);
-  absl::StatusOr<uint64_t> stale = coord->Commit(ConstantPush(*store, 0, 0, 9));
+  absl::StatusOr<uint64_t> stale = coord->Commit(std::move(other_batch));
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kAborted);
   EXPECT_NE(stale.status().message().find("stale step 0"), std::string::npos);
 
@@ -199,18 +147,6 @@ std::vector<std::vector<float>> ReferenceStep() {
   return AllWeights(*store);
 }
 
-void ExpectBitIdentical(const std::vector<std::vector<float>>& a,
-                        const std::vector<std::vector<float>>& b,
-                        const std::string& what) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t s = 0; s < a.size(); ++s) {
-    ASSERT_EQ(a[s].size(), b[s].size());
-    ASSERT_EQ(
-        0, std::memcmp(a[s].data(), b[s].data(), a[s].size() * sizeof(float)))
-        << "slice " << s << " differs: " << what;
-  }
-}
-
 TEST(UpdateCoordinatorTest, SyncAggregationIsBitIdenticalInAnyArrivalOrder) {
   const auto reference = ReferenceStep();
   std::vector<int> order = {0, 1, 2, 3};
@@ -254,11 +190,11 @@ TEST(UpdateCoordinatorTest, AppliesLargeShardsInParallelCorrectly) {
 TEST(UpdateCoordinatorTest, SyncPullWaitsUntilTheStepIsApplied) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = MakeCoordinator(store.get(), ConsistencyMode::kSync, 2);
-  EXPECT_EQ(*coord->AwaitPull(0, NeverCancelled), 0u);
+  EXPECT_EQ(*Pull(*coord, 0, 0), 0u);
   absl::Notification pulled;
   uint64_t pulled_version = 0;
   std::thread puller([&] {
-    pulled_version = *coord->AwaitPull(1, NeverCancelled);
+    pulled_version = *Pull(*coord, 0, 1);
     pulled.Notify();
   });
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
@@ -285,7 +221,7 @@ TEST(UpdateCoordinatorTest, AsyncAppliesEachPushAtOnceAndRecordsStaleness) {
   EXPECT_EQ(coord->staleness().CountInBucketOf(0), 2u);
   EXPECT_EQ(coord->staleness().CountInBucketOf(1), 1u);
   // A pull never waits, whatever its clock.
-  EXPECT_EQ(*coord->AwaitPull(1000, NeverCancelled), 3u);
+  EXPECT_EQ(*Pull(*coord, 0, 1000), 3u);
 }
 
 TEST(UpdateCoordinatorTest, AsyncRefusesAStepTheRankAlreadyPushed) {
@@ -294,9 +230,10 @@ TEST(UpdateCoordinatorTest, AsyncRefusesAStepTheRankAlreadyPushed) {
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 3, 1.0f)).ok());
   const auto after_first = AllWeights(*store);
   for (uint64_t step : {0u, 3u}) {
-    absl::StatusOr<uint64_t> again =
-        coord->Commit(ConstantPush(*store, 0, step, 1.0f));
-    EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+    StagedPush again = ConstantPush(*store, 0, step, 1.0f);
+    again.examples_done = 9000;  // New data, so not a replay.
+    EXPECT_EQ(coord->Commit(std::move(again)).status().code(),
+              absl::StatusCode::kAlreadyExists);
   }
   EXPECT_EQ(AllWeights(*store), after_first);
   EXPECT_EQ(coord->version(), 1u);
@@ -306,15 +243,15 @@ TEST(UpdateCoordinatorTest, SspLetsTheFastestRankRunAtMostStalenessAhead) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = MakeCoordinator(store.get(), ConsistencyMode::kSsp, 2, 1);
   // Rank 0 races ahead; rank 1 has pushed nothing (clock 0).
-  EXPECT_EQ(*coord->AwaitPull(1, NeverCancelled), 0u);  // 1 - s <= 0
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
+  EXPECT_EQ(*Pull(*coord, 0, 1), 1u);  // 1 - s <= 0
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 1, 1.0f)).ok());
   EXPECT_EQ(coord->version(), 2u);  // Applied at once.
   EXPECT_EQ(coord->RanksBlocking(2), std::vector<int>{1});
 
   absl::Notification pulled;
   std::thread puller([&] {
-    EXPECT_TRUE(coord->AwaitPull(2, NeverCancelled).ok());
+    EXPECT_TRUE(Pull(*coord, 0, 2).ok());
     pulled.Notify();
   });
   EXPECT_FALSE(pulled.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
@@ -339,7 +276,7 @@ TEST(UpdateCoordinatorTest, SspDoesNotWaitForRanksThatAreDone) {
   auto coord = MakeCoordinator(store.get(), ConsistencyMode::kSsp, 2, 0);
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
   EXPECT_FALSE(coord->MarkDone(1));
-  EXPECT_EQ(*coord->AwaitPull(1, NeverCancelled), 1u);
+  EXPECT_EQ(*Pull(*coord, 0, 1), 1u);
   EXPECT_TRUE(coord->MarkDone(0));
   EXPECT_TRUE(coord->MarkDone(0));  // Idempotent.
 }
@@ -348,7 +285,8 @@ TEST(UpdateCoordinatorTest, WaitingPullGivesUpWhenCancelled) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = MakeCoordinator(store.get(), ConsistencyMode::kSync, 2);
   int polls = 0;
-  absl::StatusOr<uint64_t> r = coord->AwaitPull(1, [&] { return ++polls > 3; });
+  absl::StatusOr<uint64_t> r =
+      coord->AwaitPull(0, 0, 1, [&] { return ++polls > 3; });
   EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
 }
 
@@ -356,7 +294,7 @@ TEST(UpdateCoordinatorTest, ShutdownWakesPullsAndRefusesPushes) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = MakeCoordinator(store.get(), ConsistencyMode::kSync, 2);
   absl::StatusOr<uint64_t> result;
-  std::thread puller([&] { result = coord->AwaitPull(5, NeverCancelled); });
+  std::thread puller([&] { result = Pull(*coord, 0, 5); });
   absl::SleepFor(absl::Milliseconds(20));
   coord->Shutdown();
   puller.join();
@@ -366,26 +304,19 @@ TEST(UpdateCoordinatorTest, ShutdownWakesPullsAndRefusesPushes) {
 }
 
 TEST(UpdateCoordinatorTest, SlowPullLogsWhichWorkersItWaitsFor) {
-  std::ostringstream log;
-  auto previous = spdlog::default_logger();
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-      "test", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
-
+  LogCapture log;
   auto store = MakeStore({6, 4, 2}, PlainSgd());
-  CoordinatorOptions options;
-  options.mode = ConsistencyMode::kSync;
-  options.num_workers = 4;
-  options.slow_pull_log_after = absl::Milliseconds(20);
-  options.poll_interval = absl::Milliseconds(5);
+  CoordinatorOptions options = FastOptions(ConsistencyMode::kSync, 4);
+  options.slow_wait_log = absl::Milliseconds(20);
   auto coord = *UpdateCoordinator::Create(store.get(), options);
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 2, 0, 1.0f)).ok());
   const absl::Time give_up = absl::Now() + absl::Milliseconds(100);
-  EXPECT_FALSE(coord->AwaitPull(1, [&] { return absl::Now() > give_up; }).ok());
-  spdlog::set_default_logger(previous);
-  EXPECT_NE(log.str().find("pull for clock 1 waiting on workers [1, 3]"),
+  EXPECT_FALSE(
+      coord->AwaitPull(0, 0, 1, [&] { return absl::Now() > give_up; }).ok());
+  EXPECT_NE(log.text().find("step 0 waiting on workers [1, 3]"),
             std::string::npos)
-      << log.str();
+      << log.text();
 }
 
 TEST(UpdateCoordinatorTest, RegisterReportsTheRanksProgress) {
@@ -395,11 +326,11 @@ TEST(UpdateCoordinatorTest, RegisterReportsTheRanksProgress) {
   p.epoch = 2;
   p.examples_done = 640;
   ASSERT_TRUE(coord->Commit(std::move(p)).ok());
-  RankProgress progress = coord->Register(1, 99);
+  RankProgress progress = *coord->Register(1, 99, 0);
   EXPECT_EQ(progress.next_step, 7u);
   EXPECT_EQ(progress.epoch, 2u);
   EXPECT_EQ(progress.examples_done, 640u);
-  EXPECT_EQ(coord->Register(0, 5).next_step, 0u);
+  EXPECT_EQ(coord->Register(0, 5, 0)->next_step, 0u);
 }
 
 TEST(UpdateCoordinatorTest, RejectsInvalidOptionsNamingTheFlag) {
@@ -433,6 +364,101 @@ TEST(UpdateCoordinatorTest, RefusesPushesThatDoNotFitTheShard) {
   EXPECT_EQ(coord->Commit(ConstantPush(*store, 2, 0, 1.0f)).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(coord->version(), 0u);
+}
+
+TEST(UpdateCoordinatorTest, AReplayedPushIsAcknowledgedAndNotApplied) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = MakeCoordinator(store.get(), ConsistencyMode::kAsync, 2);
+  const auto before = AllWeights(*store);
+  ASSERT_EQ(*coord->Commit(ConstantPush(*store, 0, 0, 1.0f, 10)), 1u);
+  // The same batch (same progress) again, even under a later step number.
+  EXPECT_EQ(*coord->Commit(ConstantPush(*store, 0, 0, 5.0f, 10)), 1u);
+  StagedPush later = ConstantPush(*store, 0, 4, 5.0f, 10);
+  later.examples_done = 1000;
+  EXPECT_EQ(*coord->Commit(std::move(later)), 1u);
+  ExpectShiftedBy(before, AllWeights(*store), 1.0f);
+  EXPECT_NE(coord->Report().find("examples per epoch: 0=10\n"),
+            std::string::npos)
+      << coord->Report();
+  EXPECT_NE(
+      coord->Report().find("replayed pushes acknowledged, not applied: 2"),
+      std::string::npos);
+}
+
+TEST(UpdateCoordinatorTest, SyncReplayTakesPartInTheStepWithWeightZero) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = MakeCoordinator(store.get(), ConsistencyMode::kSync, 2);
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f, 4)).ok());
+  ASSERT_EQ(*coord->Commit(ConstantPush(*store, 1, 0, 1.0f, 4)), 1u);
+  const auto before = AllWeights(*store);
+  // Rank 1 resumed from an earlier point and resends its step-0 batch as
+  // step 1: it counts as taking part, so the step needs no one else.
+  StagedPush replay = ConstantPush(*store, 1, 1, 9.0f, 4);
+  replay.examples_done = 1000;
+  EXPECT_EQ(*coord->Commit(std::move(replay)), 1u);
+  EXPECT_EQ(coord->RanksBlocking(2), std::vector<int>{0});
+  EXPECT_EQ(*coord->Commit(ConstantPush(*store, 0, 1, 2.0f, 4)), 2u);
+  ExpectShiftedBy(before, AllWeights(*store), 2.0f);  // Rank 0's alone.
+  EXPECT_NE(coord->Report().find("examples per epoch: 0=12\n"),
+            std::string::npos)
+      << coord->Report();
+}
+
+TEST(UpdateCoordinatorTest, SyncStepOfEmptySharesAdvancesWithoutAnUpdate) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = MakeCoordinator(store.get(), ConsistencyMode::kSync, 2);
+  const auto before = AllWeights(*store);
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 3.0f, 0)).ok());
+  ASSERT_EQ(*coord->Commit(ConstantPush(*store, 1, 0, 3.0f, 0)), 1u);
+  EXPECT_EQ(AllWeights(*store), before);
+  // An empty share next to a real one weighs nothing.
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 1, 8.0f, 0)).ok());
+  ASSERT_EQ(*coord->Commit(ConstantPush(*store, 1, 1, 2.0f, 3)), 2u);
+  ExpectShiftedBy(before, AllWeights(*store), 2.0f);
+  EXPECT_EQ(coord->staleness().count(), 1u);
+}
+
+TEST(UpdateCoordinatorTest, AsyncEmptyPushTakesItsStepWithoutAnUpdate) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = MakeCoordinator(store.get(), ConsistencyMode::kSsp, 2, 0);
+  const auto before = AllWeights(*store);
+  ASSERT_EQ(*coord->Commit(ConstantPush(*store, 1, 0, 3.0f, 0)), 0u);
+  EXPECT_EQ(AllWeights(*store), before);
+  EXPECT_EQ(coord->RanksBlocking(1), std::vector<int>{0});  // 1 moved on.
+}
+
+TEST(UpdateCoordinatorTest, CosineScheduleSetsEachUpdatesLearningRate) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  CoordinatorOptions options = FastOptions(ConsistencyMode::kSync, 1);
+  options.lr_schedule =
+      *LearningRateSchedule::Create(LrScheduleKind::kCosine, 1.0f, 0.0f);
+  auto coord = *UpdateCoordinator::Create(store.get(), options);
+  EXPECT_EQ(coord->Register(0, 1, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(coord->Register(0, 1, 4).ok());
+  auto before = AllWeights(*store);
+  // lr(u) = (1 + cos(pi * u / 4)) / 2: 1, 0.854, 0.5, 0.146, then 0.
+  const float expected[] = {1.0f, 0.85355339f, 0.5f, 0.14644661f, 0.0f};
+  for (uint64_t step = 0; step < 5; ++step) {
+    ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, step, 1.0f)).ok());
+    const auto after = AllWeights(*store);
+    ExpectShiftedBy(before, after, expected[step]);
+    before = after;
+  }
+}
+
+TEST(UpdateCoordinatorTest, EveryWorkerMustPlanTheSameNumberOfSteps) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = MakeCoordinator(store.get(), ConsistencyMode::kSync, 2);
+  ASSERT_TRUE(coord->Register(0, 1, 100).ok());
+  absl::StatusOr<RankProgress> other = coord->Register(1, 2, 120);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(other.status().message().find(
+                "worker 1 plans 120 steps but the workers registered before "
+                "it plan 100"),
+            std::string::npos)
+      << other.status();
+  EXPECT_TRUE(coord->Register(1, 2, 100).ok());
 }
 
 }  // namespace

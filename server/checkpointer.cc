@@ -1,0 +1,85 @@
+#include "server/checkpointer.h"
+
+#include <string>
+#include <utility>
+
+#include "spdlog/spdlog.h"
+
+namespace ps::server {
+
+Checkpointer::Checkpointer(CheckpointPolicy policy,
+                           std::function<ShardCheckpoint()> snapshot,
+                           std::function<uint64_t()> version,
+                           uint64_t start_version)
+    : policy_(std::move(policy)),
+      snapshot_(std::move(snapshot)),
+      version_(std::move(version)) {
+  {
+    absl::MutexLock lock(&write_mu_);
+    last_version_ = start_version;
+    last_time_ = absl::Now();
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Checkpointer::~Checkpointer() {
+  {
+    absl::MutexLock lock(&stop_mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+absl::StatusOr<std::string> Checkpointer::WriteNow() {
+  absl::MutexLock lock(&write_mu_);
+  return WriteLocked();
+}
+
+absl::StatusOr<std::string> Checkpointer::WriteLocked() {
+  const absl::Time start = absl::Now();
+  const ShardCheckpoint checkpoint = snapshot_();
+  // Whatever the outcome, the next trigger is counted from here: a failing
+  // disk is retried at the policy's pace, not in a tight loop.
+  last_version_ = checkpoint.version;
+  last_time_ = absl::Now();
+  absl::StatusOr<std::string> path =
+      WriteCheckpoint(policy_.dir, checkpoint, policy_.keep);
+  if (!path.ok()) {
+    spdlog::error("checkpoint of version {} failed (training goes on): {}",
+                  checkpoint.version, path.status().ToString());
+    return path;
+  }
+  uint64_t floats = 0;
+  for (const SliceSnapshot& s : checkpoint.slices) {
+    floats += s.weights.size() * (1 + s.state.size());
+  }
+  spdlog::info("checkpoint {} written: version {}, {:.1f} MiB in {} ms", *path,
+               checkpoint.version,
+               static_cast<double>(floats * sizeof(float)) / (1 << 20),
+               absl::ToInt64Milliseconds(absl::Now() - start));
+  return path;
+}
+
+void Checkpointer::Loop() {
+  for (;;) {
+    {
+      absl::MutexLock lock(&stop_mu_);
+      if (stop_mu_.AwaitWithTimeout(absl::Condition(&stop_), policy_.poll)) {
+        return;
+      }
+    }
+    const uint64_t version = version_();
+    absl::MutexLock lock(&write_mu_);
+    const bool by_updates = policy_.every_updates > 0 &&
+                            version >= last_version_ + policy_.every_updates;
+    const bool by_time = policy_.every > absl::ZeroDuration() &&
+                         absl::Now() - last_time_ >= policy_.every &&
+                         version != last_version_;
+    if (by_updates || by_time) {
+      absl::StatusOr<std::string> written = WriteLocked();
+      (void)written;  // Logged by WriteLocked.
+    }
+  }
+}
+
+}  // namespace ps::server

@@ -1,0 +1,74 @@
+#ifndef PS_SERVER_CHECKPOINTER_H_
+#define PS_SERVER_CHECKPOINTER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/checkpoint.h"
+
+namespace ps::server {
+
+struct CheckpointPolicy {
+  std::string dir;
+  // A checkpoint once the version is this many updates past the last one;
+  // 0: never for that reason.
+  uint64_t every_updates = 200;
+  // A checkpoint once this long has passed since the last one, if the
+  // version moved; zero: never for that reason.
+  absl::Duration every = absl::Seconds(60);
+  // Checkpoints of the shard kept in `dir`.
+  int keep = 2;
+  // How often the version is looked at.
+  absl::Duration poll = absl::Milliseconds(100);
+};
+
+// Writes a shard's checkpoints (WriteCheckpoint) in the background when the
+// policy says so, and on request (WriteNow, e.g. on SIGTERM). The snapshot
+// is taken by `snapshot` (UpdateCoordinator::Snapshot: a brief pause of
+// updates, never of pulls or pushes); the file is written with no shard lock
+// held. A failed write is logged and retried at the next trigger: it never
+// stops training.
+//
+// Thread-safe; one write at a time. Owns its thread, stopped by the
+// destructor; `snapshot` and `version` must stay valid until then.
+class Checkpointer {
+ public:
+  // `start_version`: the version the shard starts from (restored or 0).
+  Checkpointer(CheckpointPolicy policy,
+               std::function<ShardCheckpoint()> snapshot,
+               std::function<uint64_t()> version, uint64_t start_version);
+  ~Checkpointer();
+
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Takes and writes a checkpoint now; returns its path.
+  absl::StatusOr<std::string> WriteNow();
+
+ private:
+  void Loop();
+  absl::StatusOr<std::string> WriteLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+
+  const CheckpointPolicy policy_;
+  const std::function<ShardCheckpoint()> snapshot_;
+  const std::function<uint64_t()> version_;
+
+  absl::Mutex write_mu_;
+  uint64_t last_version_ ABSL_GUARDED_BY(write_mu_);
+  absl::Time last_time_ ABSL_GUARDED_BY(write_mu_);
+
+  absl::Mutex stop_mu_;
+  bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_CHECKPOINTER_H_

@@ -1,0 +1,224 @@
+// UpdateCoordinator under worker failures: leases, the fail and elastic
+// policies, rejoining processes, replays and Done.
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator_test_util.h"
+#include "server/update_coordinator.h"
+
+namespace ps::server {
+namespace {
+
+using ::ps::server::testing::AllWeights;
+using ::ps::server::testing::ConstantPush;
+using ::ps::server::testing::ExpectShiftedBy;
+using ::ps::server::testing::FastOptions;
+using ::ps::server::testing::MakeStore;
+using ::ps::server::testing::PlainSgd;
+using ::ps::server::testing::Pull;
+
+constexpr absl::Duration kTimeout = absl::Milliseconds(200);
+
+std::unique_ptr<UpdateCoordinator> Make(ShardStore* store,
+                                        CoordinatorOptions options) {
+  absl::StatusOr<std::unique_ptr<UpdateCoordinator>> c =
+      UpdateCoordinator::Create(store, std::move(options));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *std::move(c);
+}
+
+CoordinatorOptions ShortLease(ConsistencyMode mode, int workers) {
+  CoordinatorOptions options = FastOptions(mode, workers);
+  options.worker_timeout = kTimeout;
+  return options;
+}
+
+StagedPush From(StagedPush push, uint64_t incarnation) {
+  push.incarnation = incarnation;
+  return push;
+}
+
+TEST(CoordinatorFailureTest, ElasticSyncStepGoesOnWithoutADeadWorker) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  const absl::Time start = absl::Now();
+  auto coord = Make(store.get(), ShortLease(ConsistencyMode::kSync, 2));
+  const auto before = AllWeights(*store);
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 2.0f, 4)).ok());
+  // Rank 1 is never heard from: the pull returns once its lease is over.
+  absl::StatusOr<uint64_t> pulled = Pull(*coord, 0, 1);
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(*pulled, 1u);
+  EXPECT_GE(absl::Now() - start, kTimeout);
+  ExpectShiftedBy(before, AllWeights(*store), 2.0f);  // Rank 0's alone.
+
+  // Rank 1 was slow, not dead: its push for the finished step is stale,
+  // and the request makes it live again, so step 1 waits for it.
+  absl::StatusOr<uint64_t> late = coord->Commit(ConstantPush(*store, 1, 0, 5));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(late.status().message().find("stale step 0"), std::string::npos);
+  EXPECT_EQ(coord->RanksBlocking(2), (std::vector<int>{0, 1}));
+}
+
+TEST(CoordinatorFailureTest, FailPolicyAbortsWaitingAndLaterRequests) {
+  absl::Notification finished;
+  absl::Status outcome;
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  CoordinatorOptions options = ShortLease(ConsistencyMode::kSync, 2);
+  options.on_worker_failure = FailurePolicy::kFail;
+  options.on_finished = [&](const absl::Status& s) {
+    outcome = s;
+    finished.Notify();
+  };
+  auto coord = Make(store.get(), options);
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
+  absl::StatusOr<uint64_t> pulled = Pull(*coord, 0, 1);
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(pulled.status().message(),
+            "worker 1 is dead (no heartbeat for 200ms); "
+            "--on_worker_failure=fail stops the job");
+  ASSERT_TRUE(finished.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(outcome, pulled.status());
+  EXPECT_EQ(coord->failure(), pulled.status());
+  EXPECT_EQ(coord->Register(0, 1, 0).status(), pulled.status());
+  EXPECT_EQ(coord->Heartbeat(1, 0).status(), pulled.status());
+  EXPECT_EQ(coord->Commit(ConstantPush(*store, 1, 0, 1.0f)).status(),
+            pulled.status());
+  EXPECT_EQ(coord->version(), 0u);
+}
+
+TEST(CoordinatorFailureTest, WaitingPullsAndHeartbeatsKeepWorkersAlive) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = Make(store.get(), ShortLease(ConsistencyMode::kSync, 2));
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
+  absl::Notification pulled;
+  std::thread puller([&] {
+    EXPECT_EQ(*Pull(*coord, 0, 1), 1u);
+    pulled.Notify();
+  });
+  // Three leases long: rank 0 waits in its pull, rank 1 only heartbeats.
+  const absl::Time until = absl::Now() + 3 * kTimeout;
+  while (absl::Now() < until) {
+    ASSERT_TRUE(coord->Heartbeat(1, 0).ok());
+    absl::SleepFor(kTimeout / 4);
+  }
+  EXPECT_FALSE(pulled.HasBeenNotified());
+  EXPECT_NE(coord->Report().find("workers: 0=live 1=live"), std::string::npos)
+      << coord->Report();
+  EXPECT_EQ(coord->RanksBlocking(1), std::vector<int>{1});
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 1, 0, 1.0f)).ok());
+  EXPECT_TRUE(pulled.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  puller.join();
+}
+
+TEST(CoordinatorFailureTest, SspClockMinimumIgnoresDeadRanksUntilTheyReturn) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = Make(store.get(), ShortLease(ConsistencyMode::kSsp, 2));
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
+  // s = 0: clock 1 needs rank 1 at clock 1, until rank 1 is dead.
+  EXPECT_EQ(*Pull(*coord, 0, 1), 1u);
+  // A restarted rank 1 registers and resumes at its recorded clock; the
+  // minimum counts it again from then on.
+  EXPECT_EQ(coord->Register(1, 7, 0)->next_step, 0u);
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 1, 1.0f)).ok());
+  EXPECT_EQ(coord->RanksBlocking(2), std::vector<int>{1});
+}
+
+TEST(CoordinatorFailureTest, RestartedWorkerRejoinsAndTheOldProcessIsRefused) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = Make(store.get(), FastOptions(ConsistencyMode::kSync, 2));
+  ASSERT_TRUE(coord->Register(0, 10, 0).ok());
+  ASSERT_TRUE(coord->Register(1, 20, 0).ok());
+  ASSERT_TRUE(coord->Commit(From(ConstantPush(*store, 0, 0, 1), 10)).ok());
+  ASSERT_EQ(*coord->Commit(From(ConstantPush(*store, 1, 0, 1), 20)), 1u);
+  ASSERT_TRUE(coord->Commit(From(ConstantPush(*store, 0, 1, 1), 10)).ok());
+  absl::StatusOr<uint64_t> old_pull;
+  std::thread old_puller(
+      [&] { old_pull = coord->AwaitPull(1, 20, 2, [] { return false; }); });
+  absl::SleepFor(absl::Milliseconds(50));  // Let it wait.
+
+  // Rank 1's process is replaced: it resumes at the current step, from its
+  // recorded progress.
+  absl::StatusOr<RankProgress> rejoined = coord->Register(1, 21, 0);
+  ASSERT_TRUE(rejoined.ok());
+  EXPECT_EQ(rejoined->next_step, 1u);
+  EXPECT_EQ(rejoined->epoch, 0u);
+  EXPECT_EQ(rejoined->examples_done, 1000u);
+  old_puller.join();
+  EXPECT_EQ(old_pull.status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<uint64_t> old_push =
+      coord->Commit(From(ConstantPush(*store, 1, 1, 1), 20));
+  EXPECT_EQ(old_push.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(old_push.status().message().find(
+                "incarnation 20 of worker 1, but incarnation 21 has "
+                "registered since"),
+            std::string::npos)
+      << old_push.status();
+  EXPECT_EQ(coord->Heartbeat(1, 20).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*coord->Commit(From(ConstantPush(*store, 1, 1, 1), 21)), 2u);
+}
+
+TEST(CoordinatorFailureTest, ARejoinedWorkerResendingItsPendingPushIsAcked) {
+  // Killed after pushing to this shard but before the others: the new
+  // process resumes from the other shards' (earlier) progress and resends.
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = Make(store.get(), FastOptions(ConsistencyMode::kSync, 2));
+  const auto before = AllWeights(*store);
+  ASSERT_TRUE(coord->Commit(From(ConstantPush(*store, 1, 0, 3), 20)).ok());
+  ASSERT_EQ(coord->Register(1, 21, 0)->examples_done, 1000u);
+  EXPECT_EQ(*coord->Commit(From(ConstantPush(*store, 1, 0, 9), 21)), 0u);
+  ASSERT_EQ(*coord->Commit(ConstantPush(*store, 0, 0, 1)), 1u);
+  ExpectShiftedBy(before, AllWeights(*store), 2.0f);  // Mean of 1 and 3.
+}
+
+TEST(CoordinatorFailureTest, APullPastAStepNotPushedHereDoesNotWaitForIt) {
+  // Rank 1's step 0 went on without it on another shard and it moved on;
+  // here it never pushed step 0, and its pull must not wait for itself.
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = Make(store.get(), FastOptions(ConsistencyMode::kSync, 2));
+  const auto before = AllWeights(*store);
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 2)).ok());
+  EXPECT_EQ(*Pull(*coord, 1, 1), 1u);
+  ExpectShiftedBy(before, AllWeights(*store), 2.0f);
+  EXPECT_EQ(*coord->Commit(ConstantPush(*store, 1, 1, 4)), 1u);  // Step 1.
+}
+
+TEST(CoordinatorFailureTest, ADoneWorkerNoLongerCountsInSync) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = Make(store.get(), FastOptions(ConsistencyMode::kSync, 2));
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1)).ok());
+  EXPECT_FALSE(coord->MarkDone(1));  // Completes step 0.
+  EXPECT_EQ(coord->version(), 1u);
+  EXPECT_EQ(*coord->Commit(ConstantPush(*store, 0, 1, 1)), 2u);
+  EXPECT_EQ(coord->Commit(ConstantPush(*store, 1, 2, 1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(coord->MarkDone(0));
+}
+
+TEST(CoordinatorFailureTest, JobFinishesOnceEveryWorkerIsDoneOrDead) {
+  absl::Notification finished;
+  absl::Status outcome = absl::UnknownError("not called");
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  CoordinatorOptions options = ShortLease(ConsistencyMode::kAsync, 3);
+  options.on_finished = [&](const absl::Status& s) {
+    outcome = s;
+    finished.Notify();
+  };
+  auto coord = Make(store.get(), options);
+  EXPECT_FALSE(coord->MarkDone(0));
+  EXPECT_FALSE(coord->MarkDone(1));
+  EXPECT_FALSE(finished.HasBeenNotified());  // Rank 2 may still come.
+  ASSERT_TRUE(finished.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(outcome.ok()) << outcome;
+  EXPECT_NE(coord->Report().find("workers: 0=done 1=done 2=dead"),
+            std::string::npos)
+      << coord->Report();
+}
+
+}  // namespace
+}  // namespace ps::server

@@ -1,0 +1,288 @@
+// UpdateCoordinator's side facing the workers as members of the job:
+// admission and leases, registration, heartbeats, Done, and waiting pulls.
+// The update path is in update_coordinator.cc.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/update_coordinator.h"
+#include "spdlog/spdlog.h"
+
+namespace ps::server {
+namespace {
+
+constexpr absl::Duration kMaxCheckInterval = absl::Milliseconds(250);
+
+std::string Workers(const std::vector<int>& ranks) {
+  return absl::StrCat(ranks.size() == 1 ? "worker " : "workers ",
+                      absl::StrJoin(ranks, ", "));
+}
+
+}  // namespace
+
+absl::Status UpdateCoordinator::AdmitLocked(int rank, uint64_t incarnation) {
+  if (shutdown_) return absl::UnavailableError("server is shutting down");
+  if (!failure_.ok()) return failure_;
+  if (absl::Status s = ranks_.CheckIncarnation(rank, incarnation); !s.ok()) {
+    return s;
+  }
+  // A shard restarted without a checkpoint learns incarnations as they come.
+  if (incarnation != 0 && ranks_.incarnation(rank) == 0) {
+    ranks_.SetIncarnation(rank, incarnation);
+  }
+  if (ranks_.Touch(rank, absl::Now())) {
+    // Rare, so logged under the lock.
+    spdlog::info("worker {} is live again", rank);
+  }
+  return absl::OkStatus();
+}
+
+bool UpdateCoordinator::PullReadyLocked(uint64_t clock) const {
+  if (shutdown_ || !failure_.ok()) return true;
+  switch (options_.mode) {
+    case ConsistencyMode::kAsync:
+      return true;
+    case ConsistencyMode::kSync:
+      return version_ >= clock;
+    case ConsistencyMode::kSsp:
+      return RanksBlockingLocked(clock).empty();
+  }
+  return true;
+}
+
+std::vector<int> UpdateCoordinator::RanksBlockingLocked(uint64_t clock) const {
+  const uint64_t s = static_cast<uint64_t>(options_.staleness);
+  switch (options_.mode) {
+    case ConsistencyMode::kAsync:
+      return {};
+    case ConsistencyMode::kSync: {
+      std::vector<int> blocking;
+      if (version_ >= clock) return blocking;
+      // Live ranks whose push for the step being collected is missing.
+      for (int r = 0; r < options_.num_workers; ++r) {
+        if (!sync_[r].pushed && ranks_.active(r)) blocking.push_back(r);
+      }
+      return blocking;
+    }
+    case ConsistencyMode::kSsp:
+      if (clock <= s) return {};
+      return ranks_.ActiveBelowClock(clock - s);
+  }
+  return {};
+}
+
+std::vector<int> UpdateCoordinator::RanksBlocking(uint64_t clock) const {
+  absl::MutexLock lock(&mu_);
+  return RanksBlockingLocked(clock);
+}
+
+absl::StatusOr<uint64_t> UpdateCoordinator::AwaitPull(
+    int rank, uint64_t incarnation, uint64_t clock,
+    absl::FunctionRef<bool()> cancelled) {
+  std::optional<ReadyStep> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = AdmitLocked(rank, incarnation); !s.ok()) return s;
+    // Pulling for `clock` says the rank has done steps [0, clock), even if
+    // a restarted shard lost some of its pushes.
+    ranks_.RaiseClock(rank, clock);
+    if (options_.mode == ConsistencyMode::kSync) {
+      MaybeFastForwardLocked(clock);
+      if (clock == version_ + 1 && !sync_[rank].pushed && !applying_) {
+        // The rank is done with step version_ and will not push it here:
+        // its push was lost in a restart of this shard, or the step went on
+        // without it on another shard and it moved on. Waiting for it would
+        // wait for ever (its own waiting pull keeps it alive).
+        spdlog::warn(
+            "worker {} pulls for clock {} without a push for step {} here; "
+            "it takes part with weight 0",
+            rank, clock, version_);
+        sync_[rank].pushed = true;
+        ready = TakeReadyStepLocked();
+      }
+    }
+  }
+  if (ready.has_value()) {
+    // Errors are logged by ApplyStep; the wait below sees the version.
+    absl::StatusOr<uint64_t> applied = ApplyStep(*std::move(ready));
+    (void)applied;
+  }
+
+  const absl::Time start = absl::Now();
+  absl::Time next_log = start + options_.slow_wait_log;
+  auto is_ready = [this, clock]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return PullReadyLocked(clock);
+  };
+  for (;;) {
+    bool log_due = false;
+    std::vector<int> waiting_on;
+    uint64_t version = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&is_ready),
+                               options_.poll_interval)) {
+        if (shutdown_) return absl::UnavailableError("server is shutting down");
+        if (!failure_.ok()) return failure_;
+        return version_;
+      }
+      // A replaced process stops waiting; a waiting one is alive.
+      if (absl::Status s = ranks_.CheckIncarnation(rank, incarnation);
+          !s.ok()) {
+        return s;
+      }
+      ranks_.Touch(rank, absl::Now());
+      log_due = absl::Now() >= next_log;
+      if (log_due) {
+        waiting_on = RanksBlockingLocked(clock);
+        version = version_;
+      }
+    }
+    // Logged without the lock: spdlog may block on I/O.
+    if (log_due) {
+      const double waited = absl::ToDoubleSeconds(absl::Now() - start);
+      if (options_.mode == ConsistencyMode::kSync) {
+        spdlog::warn(
+            "step {} waiting on workers [{}] for {:.0f} s (pull for clock {} "
+            "from worker {}, version {})",
+            clock - 1, absl::StrJoin(waiting_on, ", "), waited, clock, rank,
+            version);
+      } else {
+        spdlog::warn(
+            "pull for clock {} from worker {} waiting on workers [{}] for "
+            "{:.0f} s (ssp staleness {}, version {})",
+            clock, rank, absl::StrJoin(waiting_on, ", "), waited,
+            options_.staleness, version);
+      }
+      next_log += options_.slow_wait_log;
+    }
+    if (cancelled()) {
+      return absl::CancelledError(absl::StrCat("pull for clock ", clock,
+                                               " was cancelled by the caller"));
+    }
+  }
+}
+
+absl::StatusOr<RankProgress> UpdateCoordinator::Register(
+    int rank, uint64_t incarnation, uint64_t planned_steps) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return absl::UnavailableError("server is shutting down");
+  if (!failure_.ok()) return failure_;
+  if (planned_steps != 0 && planned_steps_ != 0 &&
+      planned_steps != planned_steps_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", rank, " plans ", planned_steps,
+        " steps but the workers registered before it plan ", planned_steps_,
+        "; every worker must plan the same (same --epochs, --max_steps and "
+        "--batch_size)"));
+  }
+  if (planned_steps == 0 && planned_steps_ == 0 &&
+      options_.lr_schedule.has_value() &&
+      options_.lr_schedule->kind() == LrScheduleKind::kCosine) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--lr_schedule=cosine needs the planned number of steps, and worker ",
+        rank, " registered with planned_steps 0"));
+  }
+  if (planned_steps != 0) planned_steps_ = planned_steps;
+  const uint64_t previous = ranks_.SetIncarnation(rank, incarnation);
+  ranks_.Touch(rank, absl::Now());
+  const DataProgress& progress = ranks_.accepted(rank);
+  const RankProgress result{
+      options_.mode == ConsistencyMode::kSync ? version_ : ranks_.clock(rank),
+      progress.epoch, progress.examples_done};
+  if (previous != 0 && previous != incarnation) {
+    spdlog::warn(
+        "worker {} rejoined: incarnation {} replaces {}; it resumes at step "
+        "{}, epoch {}, examples_done {}",
+        rank, incarnation, previous, result.next_step, result.epoch,
+        result.examples_done);
+  }
+  return result;
+}
+
+absl::StatusOr<uint64_t> UpdateCoordinator::Heartbeat(int rank,
+                                                      uint64_t incarnation) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = AdmitLocked(rank, incarnation); !s.ok()) return s;
+  return version_;
+}
+
+bool UpdateCoordinator::MarkDone(int rank) {
+  std::optional<ReadyStep> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    ranks_.MarkDone(rank);
+    // The step may have been waiting only for this rank.
+    ready = TakeReadyStepLocked();
+  }
+  if (ready.has_value()) {
+    absl::StatusOr<uint64_t> applied = ApplyStep(*std::move(ready));
+    (void)applied;  // Logged by ApplyStep.
+  }
+  MaybeFinish();
+  absl::MutexLock lock(&mu_);
+  return ranks_.AllFinished();
+}
+
+void UpdateCoordinator::CheckLeases() {
+  std::vector<int> dead;
+  std::optional<ReadyStep> ready;
+  absl::Status failed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_ || !failure_.ok()) return;
+    dead = ranks_.ExpireLeases(absl::Now());
+    if (dead.empty()) return;
+    if (options_.on_worker_failure == FailurePolicy::kFail) {
+      failure_ = absl::AbortedError(absl::StrCat(
+          Workers(dead), dead.size() == 1 ? " is" : " are",
+          " dead (no heartbeat for ", absl::FormatDuration(ranks_.lease()),
+          "); --on_worker_failure=fail stops the job"));
+      failed = failure_;
+    } else {
+      ready = TakeReadyStepLocked();
+    }
+  }
+  if (!failed.ok()) {
+    spdlog::error("{}", std::string(failed.message()));
+  } else {
+    spdlog::warn(
+        "{} {} dead (no heartbeat for {}); going on without {} "
+        "(--on_worker_failure=elastic)",
+        Workers(dead), dead.size() == 1 ? "is" : "are",
+        absl::FormatDuration(options_.worker_timeout),
+        dead.size() == 1 ? "it" : "them");
+  }
+  if (ready.has_value()) {
+    absl::StatusOr<uint64_t> applied = ApplyStep(*std::move(ready));
+    (void)applied;  // Logged by ApplyStep.
+  }
+  MaybeFinish();
+}
+
+void UpdateCoordinator::CheckerLoop() {
+  const absl::Duration interval =
+      std::min(options_.worker_timeout / 4, kMaxCheckInterval);
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&shutdown_), interval)) return;
+    }
+    CheckLeases();
+  }
+}
+
+void UpdateCoordinator::MaybeFinish() {
+  absl::Status outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    if (failure_.ok() && !ranks_.AllFinished()) return;
+    outcome = failure_;
+    finished_ = true;
+  }
+  if (options_.on_finished) options_.on_finished(outcome);
+}
+
+}  // namespace ps::server

@@ -1,0 +1,212 @@
+// UpdateCoordinator snapshots and restores: a checkpoint's round trip, its
+// identity checks, and a sync shard catching up after a restart.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "server/checkpoint.h"
+#include "server/coordinator_test_util.h"
+#include "server/update_coordinator.h"
+
+namespace ps::server {
+namespace {
+
+using ::ps::server::testing::AllWeights;
+using ::ps::server::testing::ConstantPush;
+using ::ps::server::testing::ExpectBitIdentical;
+using ::ps::server::testing::ExpectShiftedBy;
+using ::ps::server::testing::FastOptions;
+using ::ps::server::testing::LogCapture;
+using ::ps::server::testing::MakeStore;
+using ::ps::server::testing::PlainSgd;
+using ::ps::server::testing::Pull;
+
+std::unique_ptr<UpdateCoordinator> Make(ShardStore* store,
+                                        CoordinatorOptions options) {
+  absl::StatusOr<std::unique_ptr<UpdateCoordinator>> c =
+      UpdateCoordinator::Create(store, std::move(options));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *std::move(c);
+}
+
+OptimizerConfig Adam() {
+  OptimizerConfig c;
+  c.learning_rate = 0.01f;
+  return c;
+}
+
+// A push whose gradient varies by element, so every bit of state matters.
+StagedPush VariedPush(const ShardStore& store, int rank, uint64_t step) {
+  StagedPush p = ConstantPush(store, rank, step, 0.0f, 3 + rank,
+                              /*base_version=*/step > 0 ? step - 1 : 0);
+  for (auto& g : p.gradients) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      g[i] = 0.1f * static_cast<float>((i * 7 + step * 3 + rank) % 11) - 0.5f;
+    }
+  }
+  return p;
+}
+
+void ExpectSameSlices(const ShardStore& a, const ShardStore& b) {
+  ASSERT_EQ(a.num_slices(), b.num_slices());
+  for (int i = 0; i < a.num_slices(); ++i) {
+    const SliceSnapshot sa = a.Snapshot(i), sb = b.Snapshot(i);
+    EXPECT_EQ(sa.update_count, sb.update_count);
+    ExpectBitIdentical({sa.weights}, {sb.weights}, "weights");
+    ASSERT_EQ(sa.state.size(), sb.state.size());
+    for (size_t v = 0; v < sa.state.size(); ++v) {
+      EXPECT_EQ(sa.state[v].first, sb.state[v].first);
+      ExpectBitIdentical({sa.state[v].second}, {sb.state[v].second},
+                         sa.state[v].first);
+    }
+  }
+}
+
+std::string TempDir(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+TEST(CoordinatorRestoreTest, ARestoredShardContinuesBitIdentically) {
+  auto store_a = MakeStore({12, 8, 4}, Adam(), 2, 1);
+  auto a = Make(store_a.get(), FastOptions(ConsistencyMode::kSync, 2));
+  ASSERT_TRUE(a->Register(0, 5, 10).ok());
+  ASSERT_TRUE(a->Register(1, 6, 10).ok());
+  for (uint64_t step = 0; step < 3; ++step) {
+    ASSERT_TRUE(a->Commit(VariedPush(*store_a, 0, step)).ok());
+    ASSERT_TRUE(a->Commit(VariedPush(*store_a, 1, step)).ok());
+  }
+  ASSERT_FALSE(a->MarkDone(0));
+  // Rank 1's push for step 3 waits for nobody (rank 0 is done) and is
+  // applied; then a snapshot, through a file.
+  ASSERT_EQ(*a->Commit(VariedPush(*store_a, 1, 3)), 4u);
+  const ShardCheckpoint taken = a->Snapshot();
+  EXPECT_EQ(taken.version, 4u);
+  EXPECT_EQ(taken.planned_steps, 10u);
+  ASSERT_EQ(taken.ranks.size(), 2u);
+  EXPECT_EQ(taken.ranks[0], (RankRecord{5, 3, {0, 3000}, true}));
+  EXPECT_EQ(taken.ranks[1], (RankRecord{6, 4, {0, 4000}, false}));
+  EXPECT_EQ(taken.examples.at(0), (std::vector<uint64_t>{9, 16}));
+  const std::string dir = TempDir("round_trip");
+  ASSERT_TRUE(WriteCheckpoint(dir, taken).ok());
+  absl::StatusOr<std::optional<LoadedCheckpoint>> loaded =
+      LoadNewestCheckpoint(dir, a->identity());
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+
+  auto store_b = MakeStore({12, 8, 4}, Adam(), 2, 1);
+  auto b = Make(store_b.get(), FastOptions(ConsistencyMode::kSync, 2));
+  ASSERT_TRUE(b->Restore((*loaded)->checkpoint).ok());
+  ExpectSameSlices(*store_a, *store_b);
+  EXPECT_EQ(b->version(), 4u);
+  EXPECT_EQ(b->Snapshot().ranks, taken.ranks);
+  EXPECT_EQ(b->Report(), a->Report());  // Counts, progress, staleness.
+  // Both go on the same way.
+  for (UpdateCoordinator* c : {a.get(), b.get()}) {
+    ShardStore* store = c == a.get() ? store_a.get() : store_b.get();
+    ASSERT_EQ(*c->Commit(VariedPush(*store, 1, 4)), 5u);
+  }
+  ExpectSameSlices(*store_a, *store_b);
+}
+
+TEST(CoordinatorRestoreTest, RefusesAnotherJobsCheckpointChangingNothing) {
+  auto store = MakeStore({12, 8, 4}, PlainSgd());
+  auto two = Make(store.get(), FastOptions(ConsistencyMode::kSync, 2));
+  ASSERT_TRUE(two->Commit(ConstantPush(*store, 0, 0, 1)).ok());
+  ASSERT_TRUE(two->Commit(ConstantPush(*store, 1, 0, 1)).ok());
+  const ShardCheckpoint taken = two->Snapshot();
+
+  struct Case {
+    std::vector<int> layers;
+    ConsistencyMode mode;
+    int workers;
+    const char* text;
+  };
+  const Case cases[] = {
+      {{12, 9, 4}, ConsistencyMode::kSync, 2, "another model or partition"},
+      {{12, 8, 4}, ConsistencyMode::kAsync, 2, "another mode: sync"},
+      {{12, 8, 4}, ConsistencyMode::kSync, 3, "another worker count: 2"},
+  };
+  for (const Case& c : cases) {
+    auto other_store = MakeStore(c.layers, PlainSgd());
+    const auto before = AllWeights(*other_store);
+    auto other = Make(other_store.get(), FastOptions(c.mode, c.workers));
+    absl::Status s = other->Restore(taken);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << c.text;
+    EXPECT_NE(s.message().find(c.text), std::string::npos) << s;
+    EXPECT_EQ(other->version(), 0u);
+    EXPECT_EQ(AllWeights(*other_store), before);
+  }
+}
+
+// A sync shard restored at version 2 while the workers are further on.
+class SyncRestartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto old_store = MakeStore({6, 4, 2}, PlainSgd());
+    auto old = Make(old_store.get(), FastOptions(ConsistencyMode::kSync, 2));
+    for (uint64_t step = 0; step < 2; ++step) {
+      ASSERT_TRUE(old->Commit(ConstantPush(*old_store, 0, step, 1)).ok());
+      ASSERT_TRUE(old->Commit(ConstantPush(*old_store, 1, step, 1)).ok());
+    }
+    store_ = MakeStore({6, 4, 2}, PlainSgd());
+    CoordinatorOptions options = FastOptions(ConsistencyMode::kSync, 2);
+    options.fast_forward_after_restart = true;
+    coord_ = Make(store_.get(), options);
+    ASSERT_TRUE(coord_->Restore(old->Snapshot()).ok());
+    ASSERT_EQ(coord_->version(), 2u);
+  }
+
+  std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<UpdateCoordinator> coord_;
+};
+
+TEST_F(SyncRestartTest, APushForALaterStepFastForwards) {
+  LogCapture log;
+  const auto before = AllWeights(*store_);
+  EXPECT_EQ(*coord_->Commit(ConstantPush(*store_, 0, 5, 1)), 5u);
+  EXPECT_NE(log.text().find("fast-forwarded from version 2 to 5 after "
+                            "restore: 3 updates of this shard lost"),
+            std::string::npos)
+      << log.text();
+  EXPECT_EQ(*coord_->Commit(ConstantPush(*store_, 1, 5, 3)), 6u);
+  ExpectShiftedBy(before, AllWeights(*store_), 2.0f);
+  EXPECT_NE(coord_->Report().find("updates lost in restarts: 3"),
+            std::string::npos);
+  // Caught up: a later step is ahead again, not a fast-forward.
+  EXPECT_EQ(coord_->Commit(ConstantPush(*store_, 0, 9, 1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SyncRestartTest, APullForALaterClockFastForwards) {
+  EXPECT_EQ(*Pull(*coord_, 0, 4), 4u);
+  // Rank 1 had not finished step 3 here: stale, it pulls again.
+  EXPECT_EQ(coord_->Commit(ConstantPush(*store_, 1, 3, 1)).status().code(),
+            absl::StatusCode::kAborted);
+}
+
+TEST_F(SyncRestartTest, APushLostInTheCrashTakesPartWithWeightZero) {
+  const auto before = AllWeights(*store_);
+  ASSERT_TRUE(coord_->Commit(ConstantPush(*store_, 0, 2, 4)).ok());
+  // Rank 1 pushed step 2 before the crash and now pulls for clock 3.
+  EXPECT_EQ(*Pull(*coord_, 1, 3), 3u);
+  ExpectShiftedBy(before, AllWeights(*store_), 4.0f);
+}
+
+TEST(CoordinatorRestoreTest, WithoutARestartALaterClockWaits) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = Make(store.get(), FastOptions(ConsistencyMode::kSync, 2));
+  const absl::Time give_up = absl::Now() + absl::Milliseconds(50);
+  EXPECT_EQ(coord->AwaitPull(0, 0, 3, [&] { return absl::Now() > give_up; })
+                .status()
+                .code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(coord->version(), 0u);
+  EXPECT_EQ(coord->Commit(ConstantPush(*store, 0, 3, 1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace ps::server

@@ -1,0 +1,109 @@
+#include "server/coordinator_test_util.h"
+
+#include <cstring>
+#include <utility>
+
+#include "common/model_spec.h"
+#include "common/partition.h"
+#include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+
+namespace ps::server::testing {
+
+OptimizerConfig PlainSgd() {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kSgd;
+  c.learning_rate = 1.0f;
+  c.momentum = 0.0f;
+  return c;
+}
+
+std::unique_ptr<ShardStore> MakeStore(std::vector<int> layers,
+                                      const OptimizerConfig& config,
+                                      int num_servers, int index) {
+  absl::StatusOr<Partition> p =
+      Partition::Create(MlpModelSpec(layers), num_servers);
+  EXPECT_TRUE(p.ok());
+  return *ShardStore::Create(*p, index, /*seed=*/3, config);
+}
+
+CoordinatorOptions FastOptions(ConsistencyMode mode, int num_workers,
+                               int staleness) {
+  CoordinatorOptions options;
+  options.mode = mode;
+  options.num_workers = num_workers;
+  options.staleness = staleness;
+  options.poll_interval = absl::Milliseconds(5);
+  return options;
+}
+
+std::unique_ptr<UpdateCoordinator> MakeCoordinator(ShardStore* store,
+                                                   ConsistencyMode mode,
+                                                   int num_workers,
+                                                   int staleness) {
+  absl::StatusOr<std::unique_ptr<UpdateCoordinator>> c =
+      UpdateCoordinator::Create(store,
+                                FastOptions(mode, num_workers, staleness));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *std::move(c);
+}
+
+StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
+                        float value, uint32_t num_examples,
+                        uint64_t base_version) {
+  StagedPush p;
+  p.rank = rank;
+  p.step = step;
+  p.base_version = base_version;
+  p.num_examples = num_examples;
+  p.epoch = 0;
+  p.examples_done = (step + 1) * 1000;
+  for (const Slice& s : store.slices()) {
+    p.gradients.emplace_back(s.num_elements, value);
+  }
+  return p;
+}
+
+std::vector<std::vector<float>> AllWeights(const ShardStore& store) {
+  std::vector<std::vector<float>> w;
+  for (int i = 0; i < store.num_slices(); ++i) w.push_back(store.ReadSlice(i));
+  return w;
+}
+
+void ExpectShiftedBy(const std::vector<std::vector<float>>& before,
+                     const std::vector<std::vector<float>>& after,
+                     float delta) {
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t s = 0; s < before.size(); ++s) {
+    for (size_t i = 0; i < before[s].size(); ++i) {
+      ASSERT_FLOAT_EQ(after[s][i], before[s][i] - delta)
+          << "slice " << s << " element " << i;
+    }
+  }
+}
+
+void ExpectBitIdentical(const std::vector<std::vector<float>>& a,
+                        const std::vector<std::vector<float>>& b,
+                        const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t s = 0; s < a.size(); ++s) {
+    ASSERT_EQ(a[s].size(), b[s].size());
+    ASSERT_EQ(
+        0, std::memcmp(a[s].data(), b[s].data(), a[s].size() * sizeof(float)))
+        << "slice " << s << " differs: " << what;
+  }
+}
+
+absl::StatusOr<uint64_t> Pull(UpdateCoordinator& coordinator, int rank,
+                              uint64_t clock) {
+  return coordinator.AwaitPull(rank, 0, clock, [] { return false; });
+}
+
+LogCapture::LogCapture() : previous_(spdlog::default_logger()) {
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "test", std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)));
+}
+
+LogCapture::~LogCapture() { spdlog::set_default_logger(previous_); }
+
+}  // namespace ps::server::testing

@@ -1,0 +1,70 @@
+#ifndef PS_SERVER_COORDINATOR_TEST_UTIL_H_
+#define PS_SERVER_COORDINATOR_TEST_UTIL_H_
+
+// Helpers shared by the UpdateCoordinator tests: small stores, pushes with
+// realistic data progress, weight comparisons and a log capture.
+#include <cstdint>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "server/push_stager.h"
+#include "server/shard_store.h"
+#include "server/update_coordinator.h"
+#include "spdlog/spdlog.h"
+
+namespace ps::server::testing {
+
+// SGD with learning rate 1 and no momentum: w' = w - g, easy to read back.
+OptimizerConfig PlainSgd();
+
+std::unique_ptr<ShardStore> MakeStore(std::vector<int> layers,
+                                      const OptimizerConfig& config,
+                                      int num_servers = 1, int index = 0);
+
+// Options with a fast poll; callers set what the test is about.
+CoordinatorOptions FastOptions(ConsistencyMode mode, int num_workers,
+                               int staleness = 0);
+
+std::unique_ptr<UpdateCoordinator> MakeCoordinator(ShardStore* store,
+                                                   ConsistencyMode mode,
+                                                   int num_workers,
+                                                   int staleness = 0);
+
+// A push whose every gradient element is `value`. Its data progress is
+// (epoch 0, examples_done (step + 1) * 1000): a new batch for every step
+// (1000 >= any num_examples the tests use).
+StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
+                        float value, uint32_t num_examples = 1,
+                        uint64_t base_version = 0);
+
+std::vector<std::vector<float>> AllWeights(const ShardStore& store);
+
+// Every weight of `after` equals the same weight of `before` minus `delta`.
+void ExpectShiftedBy(const std::vector<std::vector<float>>& before,
+                     const std::vector<std::vector<float>>& after, float delta);
+
+void ExpectBitIdentical(const std::vector<std::vector<float>>& a,
+                        const std::vector<std::vector<float>>& b,
+                        const std::string& what);
+
+// AwaitPull without cancellation, incarnation unchecked.
+absl::StatusOr<uint64_t> Pull(UpdateCoordinator& coordinator, int rank,
+                              uint64_t clock);
+
+// Sends spdlog's default logger to a string for the object's life.
+class LogCapture {
+ public:
+  LogCapture();
+  ~LogCapture();
+  std::string text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+}  // namespace ps::server::testing
+
+#endif  // PS_SERVER_COORDINATOR_TEST_UTIL_H_

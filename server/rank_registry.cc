@@ -1,0 +1,158 @@
+#include "server/rank_registry.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps::server {
+
+RankRegistry::RankRegistry(int num_workers, absl::Duration lease,
+                           absl::Time now)
+    : lease_(lease), ranks_(num_workers) {
+  for (Rank& r : ranks_) r.last_heard = now;
+}
+
+absl::Status RankRegistry::CheckIncarnation(int rank,
+                                            uint64_t incarnation) const {
+  const uint64_t registered = ranks_[rank].incarnation;
+  if (incarnation == 0 || registered == 0 || incarnation == registered) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "request from incarnation ", incarnation, " of worker ", rank,
+      ", but incarnation ", registered,
+      " has registered since: this process was replaced by a restarted "
+      "worker"));
+}
+
+uint64_t RankRegistry::SetIncarnation(int rank, uint64_t incarnation) {
+  Rank& r = ranks_[rank];
+  const uint64_t previous = r.incarnation;
+  if (previous != incarnation && previous != 0) r.done = false;
+  r.incarnation = incarnation;
+  return previous;
+}
+
+bool RankRegistry::Touch(int rank, absl::Time now) {
+  Rank& r = ranks_[rank];
+  r.last_heard = std::max(r.last_heard, now);
+  const bool was_dead = r.dead;
+  r.dead = false;
+  return was_dead;
+}
+
+std::vector<int> RankRegistry::ExpireLeases(absl::Time now) {
+  std::vector<int> expired;
+  for (int i = 0; i < num_workers(); ++i) {
+    Rank& r = ranks_[i];
+    if (r.dead || r.done || now - r.last_heard <= lease_) continue;
+    r.dead = true;
+    expired.push_back(i);
+  }
+  return expired;
+}
+
+bool RankRegistry::AllFinished() const {
+  bool any_done = false;
+  for (const Rank& r : ranks_) {
+    if (!r.done && !r.dead) return false;
+    any_done |= r.done;
+  }
+  return any_done;
+}
+
+void RankRegistry::RecordAccepted(int rank, uint64_t step,
+                                  const DataProgress& progress) {
+  Rank& r = ranks_[rank];
+  r.clock = std::max(r.clock, step + 1);
+  r.accepted = std::max(r.accepted, progress);
+}
+
+void RankRegistry::RecordApplied(int rank, uint64_t step,
+                                 const DataProgress& progress,
+                                 uint32_t num_examples) {
+  Rank& r = ranks_[rank];
+  r.applied_clock = std::max(r.applied_clock, step + 1);
+  r.applied = std::max(r.applied, progress);
+  if (num_examples == 0) return;
+  std::vector<uint64_t>& counts = examples_[progress.epoch];
+  counts.resize(ranks_.size(), 0);
+  counts[rank] += num_examples;
+}
+
+void RankRegistry::RaiseClock(int rank, uint64_t clock) {
+  ranks_[rank].clock = std::max(ranks_[rank].clock, clock);
+}
+
+std::vector<int> RankRegistry::ActiveBelowClock(uint64_t min_clock) const {
+  std::vector<int> below;
+  for (int i = 0; i < num_workers(); ++i) {
+    if (active(i) && ranks_[i].clock < min_clock) below.push_back(i);
+  }
+  return below;
+}
+
+std::vector<RankRecord> RankRegistry::Records() const {
+  std::vector<RankRecord> records;
+  records.reserve(ranks_.size());
+  for (const Rank& r : ranks_) {
+    records.push_back({r.incarnation, r.applied_clock, r.applied, r.done});
+  }
+  return records;
+}
+
+absl::Status RankRegistry::Restore(const std::vector<RankRecord>& ranks,
+                                   const ExampleCounts& examples,
+                                   absl::Time now) {
+  if (ranks.size() != ranks_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint has ", ranks.size(), " workers, this job has ",
+                     ranks_.size(), " (check --num_workers)"));
+  }
+  for (const auto& [epoch, counts] : examples) {
+    if (counts.size() != ranks_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint counts examples of epoch ", epoch, " for ",
+                       counts.size(), " workers, expected ", ranks_.size()));
+    }
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    Rank& r = ranks_[i];
+    r = Rank();
+    r.incarnation = ranks[i].incarnation;
+    r.clock = r.applied_clock = ranks[i].clock;
+    r.accepted = r.applied = ranks[i].progress;
+    r.done = ranks[i].done;
+    r.last_heard = now;
+  }
+  examples_ = examples;
+  return absl::OkStatus();
+}
+
+std::string RankRegistry::ExamplesPerEpochLine() const {
+  std::string line = "examples per epoch:";
+  for (const auto& [epoch, counts] : examples_) {
+    uint64_t sum = 0;
+    for (uint64_t c : counts) sum += c;
+    absl::StrAppend(&line, " ", epoch, "=", sum);
+  }
+  return line;
+}
+
+std::string RankRegistry::RanksReport() const {
+  std::string states = "workers:";
+  std::string details;
+  for (int i = 0; i < num_workers(); ++i) {
+    const Rank& r = ranks_[i];
+    absl::StrAppend(&states, " ", i, "=",
+                    r.done ? "done" : (r.dead ? "dead" : "live"));
+    absl::StrAppend(&details, "\nworker ", i, ": clock ", r.clock, ", epoch ",
+                    r.accepted.epoch, ", examples_done ",
+                    r.accepted.examples_done);
+  }
+  return states + details;
+}
+
+}  // namespace ps::server

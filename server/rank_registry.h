@@ -1,0 +1,144 @@
+#ifndef PS_SERVER_RANK_REGISTRY_H_
+#define PS_SERVER_RANK_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace ps::server {
+
+// Data progress of one rank: it has trained on `examples_done` examples of
+// its share of epoch `epoch`. Ordered by (epoch, examples_done).
+struct DataProgress {
+  uint64_t epoch = 0;
+  uint64_t examples_done = 0;
+
+  bool operator<(const DataProgress& o) const {
+    return epoch != o.epoch ? epoch < o.epoch : examples_done < o.examples_done;
+  }
+  bool operator==(const DataProgress& o) const {
+    return epoch == o.epoch && examples_done == o.examples_done;
+  }
+};
+
+// What a checkpoint keeps of a rank: its state as of the last update that
+// reached the weights (a sync push still waiting for its step is not in it).
+struct RankRecord {
+  uint64_t incarnation = 0;
+  uint64_t clock = 0;
+  DataProgress progress;
+  bool done = false;
+
+  bool operator==(const RankRecord& o) const {
+    return incarnation == o.incarnation && clock == o.clock &&
+           progress == o.progress && done == o.done;
+  }
+};
+
+// Examples of the pushes that reached the weights: epoch -> one count per
+// rank.
+using ExampleCounts = std::map<uint64_t, std::vector<uint64_t>>;
+
+// The shard's book of worker ranks: which process (incarnation) holds each
+// rank, whether it is alive (a lease renewed by every request), whether it
+// is done, its clock and its data progress, and how many examples of each
+// epoch its applied pushes carried.
+//
+// Progress is kept twice: `accepted` (every push taken, including a sync
+// push still waiting for its step) decides replays and what a rejoining
+// worker is told; `applied` (only what reached the weights) is what a
+// checkpoint keeps, so that a restored shard never claims a batch whose
+// gradient it lost.
+//
+// Not thread-safe: UpdateCoordinator holds its mutex around every call.
+class RankRegistry {
+ public:
+  // Every rank's lease starts at `now`: a rank never heard from within
+  // `lease` of the shard's start is dead too.
+  RankRegistry(int num_workers, absl::Duration lease, absl::Time now);
+
+  int num_workers() const { return static_cast<int>(ranks_.size()); }
+  absl::Duration lease() const { return lease_; }
+
+  // OK when `incarnation` is 0 (not given), the rank has none registered,
+  // or they match; otherwise FailedPrecondition: the caller was replaced.
+  absl::Status CheckIncarnation(int rank, uint64_t incarnation) const;
+  // Records `incarnation` as the rank's and returns the previous one (0:
+  // none). A new incarnation is a restarted process: it is not done.
+  uint64_t SetIncarnation(int rank, uint64_t incarnation);
+  uint64_t incarnation(int rank) const { return ranks_[rank].incarnation; }
+
+  // The rank was heard from at `now`: renews its lease. Returns true if it
+  // had been declared dead (it is live again).
+  bool Touch(int rank, absl::Time now);
+  // Declares dead every live rank that is not done and was not heard from
+  // within the lease; returns them in rank order.
+  std::vector<int> ExpireLeases(absl::Time now);
+  absl::Duration SinceHeard(int rank, absl::Time now) const {
+    return now - ranks_[rank].last_heard;
+  }
+  bool dead(int rank) const { return ranks_[rank].dead; }
+  bool done(int rank) const { return ranks_[rank].done; }
+  // Takes part in steps and clock minimums: neither dead nor done.
+  bool active(int rank) const { return !dead(rank) && !done(rank); }
+  void MarkDone(int rank) { ranks_[rank].done = true; }
+  // Every rank is done, or every rank is done or dead and one is done.
+  bool AllFinished() const;
+
+  // True unless `progress` is beyond the rank's accepted progress: the push
+  // carries a batch this shard already took.
+  bool IsReplay(int rank, const DataProgress& progress) const {
+    return !(ranks_[rank].accepted < progress);
+  }
+  // A push for `step` ending at `progress` was taken.
+  void RecordAccepted(int rank, uint64_t step, const DataProgress& progress);
+  // A push for `step` ending at `progress` reached the weights with
+  // `num_examples` examples of epoch progress.epoch.
+  void RecordApplied(int rank, uint64_t step, const DataProgress& progress,
+                     uint32_t num_examples);
+  // The rank has done steps [0, clock) (a pull for `clock` says so).
+  void RaiseClock(int rank, uint64_t clock);
+  // Steps taken: the last accepted step + 1.
+  uint64_t clock(int rank) const { return ranks_[rank].clock; }
+  const DataProgress& accepted(int rank) const { return ranks_[rank].accepted; }
+
+  // Active ranks whose clock is below `min_clock`, in rank order.
+  std::vector<int> ActiveBelowClock(uint64_t min_clock) const;
+
+  std::vector<RankRecord> Records() const;
+  const ExampleCounts& examples() const { return examples_; }
+  // Replaces every rank's state and the counts; leases restart at `now`.
+  // InvalidArgument (nothing changes) if the sizes are not num_workers.
+  absl::Status Restore(const std::vector<RankRecord>& ranks,
+                       const ExampleCounts& examples, absl::Time now);
+
+  // "examples per epoch: 0=60000 1=60000 2=13312", summed over ranks.
+  std::string ExamplesPerEpochLine() const;
+  // "workers: 0=live 1=dead 2=done" and one "worker 0: clock 12, epoch 1,
+  // examples_done 3200" line per rank.
+  std::string RanksReport() const;
+
+ private:
+  struct Rank {
+    uint64_t incarnation = 0;
+    uint64_t clock = 0;
+    uint64_t applied_clock = 0;
+    DataProgress accepted;
+    DataProgress applied;
+    bool done = false;
+    bool dead = false;
+    absl::Time last_heard;
+  };
+
+  absl::Duration lease_;
+  std::vector<Rank> ranks_;
+  ExampleCounts examples_;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_RANK_REGISTRY_H_

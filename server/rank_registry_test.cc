@@ -1,0 +1,145 @@
+#include "server/rank_registry.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ps::server {
+namespace {
+
+const absl::Time kStart = absl::FromUnixSeconds(1000);
+const absl::Duration kLease = absl::Seconds(10);
+
+TEST(RankRegistryTest, LeasesExpireOnlyForSilentRanksThatAreNotDone) {
+  RankRegistry ranks(3, kLease, kStart);
+  EXPECT_TRUE(ranks.ExpireLeases(kStart + kLease).empty());  // Not beyond.
+  ranks.Touch(0, kStart + absl::Seconds(5));
+  ranks.MarkDone(2);
+  EXPECT_EQ(ranks.ExpireLeases(kStart + absl::Seconds(11)),
+            std::vector<int>{1});
+  EXPECT_TRUE(ranks.dead(1));
+  EXPECT_FALSE(ranks.active(1));
+  EXPECT_TRUE(ranks.active(0));
+  EXPECT_FALSE(ranks.active(2));
+  EXPECT_TRUE(ranks.ExpireLeases(kStart + absl::Seconds(12)).empty());
+  EXPECT_EQ(ranks.ExpireLeases(kStart + absl::Seconds(16)),
+            std::vector<int>{0});
+  // Heard from again: live again, and Touch says it was dead.
+  EXPECT_TRUE(ranks.Touch(1, kStart + absl::Seconds(20)));
+  EXPECT_FALSE(ranks.Touch(1, kStart + absl::Seconds(21)));
+  EXPECT_TRUE(ranks.active(1));
+  EXPECT_EQ(ranks.SinceHeard(1, kStart + absl::Seconds(24)), absl::Seconds(3));
+}
+
+TEST(RankRegistryTest, OnlyTheRegisteredIncarnationIsAccepted) {
+  RankRegistry ranks(2, kLease, kStart);
+  EXPECT_TRUE(ranks.CheckIncarnation(0, 5).ok());  // None registered yet.
+  EXPECT_EQ(ranks.SetIncarnation(0, 5), 0u);
+  EXPECT_TRUE(ranks.CheckIncarnation(0, 5).ok());
+  EXPECT_TRUE(ranks.CheckIncarnation(0, 0).ok());  // Not given.
+  absl::Status old = ranks.CheckIncarnation(0, 4);
+  EXPECT_EQ(old.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(old.message(),
+            "request from incarnation 4 of worker 0, but incarnation 5 has "
+            "registered since: this process was replaced by a restarted "
+            "worker");
+  // A restarted process that had finished before is not done any more.
+  ranks.MarkDone(0);
+  EXPECT_EQ(ranks.SetIncarnation(0, 5), 5u);
+  EXPECT_TRUE(ranks.done(0));
+  EXPECT_EQ(ranks.SetIncarnation(0, 6), 5u);
+  EXPECT_FALSE(ranks.done(0));
+}
+
+TEST(RankRegistryTest, APushNotBeyondTheAcceptedProgressIsAReplay) {
+  RankRegistry ranks(1, kLease, kStart);
+  EXPECT_TRUE(ranks.IsReplay(0, {0, 0}));
+  EXPECT_FALSE(ranks.IsReplay(0, {0, 32}));
+  ranks.RecordAccepted(0, 3, {1, 64});
+  EXPECT_EQ(ranks.clock(0), 4u);
+  for (DataProgress p :
+       {DataProgress{1, 64}, DataProgress{1, 32}, DataProgress{0, 60000}}) {
+    EXPECT_TRUE(ranks.IsReplay(0, p)) << p.epoch << ":" << p.examples_done;
+  }
+  EXPECT_FALSE(ranks.IsReplay(0, {1, 65}));
+  EXPECT_FALSE(ranks.IsReplay(0, {2, 0}));
+  // Progress and clock never go back.
+  ranks.RecordAccepted(0, 1, {0, 10});
+  EXPECT_EQ(ranks.clock(0), 4u);
+  EXPECT_EQ(ranks.accepted(0), (DataProgress{1, 64}));
+}
+
+TEST(RankRegistryTest, RecordsKeepOnlyWhatReachedTheWeights) {
+  RankRegistry ranks(2, kLease, kStart);
+  ranks.SetIncarnation(1, 9);
+  ranks.RecordAccepted(1, 0, {0, 32});
+  ranks.RecordApplied(1, 0, {0, 32}, 32);
+  ranks.RecordAccepted(1, 1, {0, 64});  // Waits for its step.
+  const std::vector<RankRecord> records = ranks.Records();
+  EXPECT_EQ(records[0], RankRecord());
+  EXPECT_EQ(records[1], (RankRecord{9, 1, {0, 32}, false}));
+  EXPECT_EQ(ranks.accepted(1), (DataProgress{0, 64}));
+}
+
+TEST(RankRegistryTest, CountsAppliedExamplesPerEpochSummedOverRanks) {
+  RankRegistry ranks(2, kLease, kStart);
+  EXPECT_EQ(ranks.ExamplesPerEpochLine(), "examples per epoch:");
+  ranks.RecordApplied(0, 0, {0, 30}, 30);
+  ranks.RecordApplied(1, 0, {0, 30}, 30);
+  ranks.RecordApplied(1, 1, {2, 5}, 5);
+  ranks.RecordApplied(0, 1, {1, 0}, 0);  // An empty share counts nothing.
+  EXPECT_EQ(ranks.ExamplesPerEpochLine(), "examples per epoch: 0=60 2=5");
+  EXPECT_EQ(ranks.examples().at(2), (std::vector<uint64_t>{0, 5}));
+}
+
+TEST(RankRegistryTest, JobIsFinishedWhenEveryRankIsDoneOrDead) {
+  RankRegistry ranks(2, kLease, kStart);
+  EXPECT_FALSE(ranks.AllFinished());
+  ranks.ExpireLeases(kStart + absl::Seconds(11));
+  EXPECT_FALSE(ranks.AllFinished()) << "all dead, none done";
+  ranks.MarkDone(0);
+  EXPECT_TRUE(ranks.AllFinished());
+  ranks.Touch(1, kStart + absl::Seconds(12));
+  EXPECT_FALSE(ranks.AllFinished());
+  ranks.MarkDone(1);
+  EXPECT_TRUE(ranks.AllFinished());
+  EXPECT_EQ(ranks.RanksReport().substr(0, 24), "workers: 0=done 1=done\nw");
+}
+
+TEST(RankRegistryTest, ClockMinimumCountsOnlyActiveRanks) {
+  RankRegistry ranks(3, kLease, kStart);
+  ranks.RecordAccepted(0, 4, {0, 5});
+  ranks.RaiseClock(2, 2);
+  EXPECT_EQ(ranks.ActiveBelowClock(3), (std::vector<int>{1, 2}));
+  ranks.MarkDone(1);
+  EXPECT_EQ(ranks.ActiveBelowClock(3), std::vector<int>{2});
+  ranks.Touch(0, kStart + absl::Seconds(5));
+  ranks.ExpireLeases(kStart + absl::Seconds(11));
+  EXPECT_TRUE(ranks.ActiveBelowClock(3).empty());
+}
+
+TEST(RankRegistryTest, RestoreReplacesStateAndRestartsLeases) {
+  RankRegistry ranks(2, kLease, kStart);
+  ranks.ExpireLeases(kStart + absl::Seconds(11));
+  const std::vector<RankRecord> records = {{3, 5, {1, 10}, false},
+                                           {4, 6, {1, 20}, true}};
+  const ExampleCounts examples = {{1, {10, 20}}};
+  const absl::Time later = kStart + absl::Seconds(100);
+  ASSERT_TRUE(ranks.Restore(records, examples, later).ok());
+  EXPECT_EQ(ranks.Records(), records);
+  EXPECT_EQ(ranks.clock(0), 5u);
+  EXPECT_EQ(ranks.accepted(1), (DataProgress{1, 20}));
+  EXPECT_TRUE(ranks.active(0));
+  EXPECT_TRUE(ranks.ExpireLeases(later + kLease).empty());
+  EXPECT_EQ(ranks.ExamplesPerEpochLine(), "examples per epoch: 1=30");
+
+  EXPECT_EQ(ranks.Restore({records[0]}, examples, later).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ranks.Restore(records, {{0, {1}}}, later).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ranks.Records(), records);
+}
+
+}  // namespace
+}  // namespace ps::server

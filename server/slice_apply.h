@@ -1,0 +1,19 @@
+#ifndef PS_SERVER_SLICE_APPLY_H_
+#define PS_SERVER_SLICE_APPLY_H_
+
+#include <functional>
+
+#include "absl/status/status.h"
+#include "server/shard_store.h"
+
+namespace ps::server {
+
+// Runs fn(slice) for every slice of `store`: on the calling thread for small
+// shards (threads would cost more than they save), else on up to 8 threads.
+// Returns the first error in slice order after every call has finished.
+absl::Status ForEachSlice(const ShardStore& store,
+                          const std::function<absl::Status(int)>& fn);
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_SLICE_APPLY_H_
