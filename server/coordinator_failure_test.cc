@@ -135,23 +135,24 @@ TEST(CoordinatorFailureTest, RestartedWorkerRejoinsAndTheOldProcessIsRefused) {
   ASSERT_TRUE(coord->Register(1, 20, 0).ok());
   ASSERT_TRUE(coord->Commit(From(ConstantPush(*store, 0, 0, 1), 10)).ok());
   ASSERT_EQ(*coord->Commit(From(ConstantPush(*store, 1, 0, 1), 20)), 1u);
-  ASSERT_TRUE(coord->Commit(From(ConstantPush(*store, 0, 1, 1), 10)).ok());
+  ASSERT_TRUE(coord->Commit(From(ConstantPush(*store, 1, 1, 1), 20)).ok());
+  // The old process waits for step 1, which waits for rank 0.
   absl::StatusOr<uint64_t> old_pull;
   std::thread old_puller(
       [&] { old_pull = coord->AwaitPull(1, 20, 2, [] { return false; }); });
-  absl::SleepFor(absl::Milliseconds(50));  // Let it wait.
+  absl::SleepFor(absl::Milliseconds(50));
 
   // Rank 1's process is replaced: it resumes at the current step, from its
-  // recorded progress.
+  // recorded progress (its push for step 1 is taken).
   absl::StatusOr<RankProgress> rejoined = coord->Register(1, 21, 0);
   ASSERT_TRUE(rejoined.ok());
   EXPECT_EQ(rejoined->next_step, 1u);
   EXPECT_EQ(rejoined->epoch, 0u);
-  EXPECT_EQ(rejoined->examples_done, 1000u);
+  EXPECT_EQ(rejoined->examples_done, 2000u);
   old_puller.join();
   EXPECT_EQ(old_pull.status().code(), absl::StatusCode::kFailedPrecondition);
   absl::StatusOr<uint64_t> old_push =
-      coord->Commit(From(ConstantPush(*store, 1, 1, 1), 20));
+      coord->Commit(From(ConstantPush(*store, 1, 2, 1), 20));
   EXPECT_EQ(old_push.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(old_push.status().message().find(
                 "incarnation 20 of worker 1, but incarnation 21 has "
@@ -160,7 +161,9 @@ TEST(CoordinatorFailureTest, RestartedWorkerRejoinsAndTheOldProcessIsRefused) {
       << old_push.status();
   EXPECT_EQ(coord->Heartbeat(1, 20).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(*coord->Commit(From(ConstantPush(*store, 1, 1, 1), 21)), 2u);
+  ASSERT_EQ(*coord->Commit(From(ConstantPush(*store, 0, 1, 1), 10)), 2u);
+  EXPECT_TRUE(coord->Commit(From(ConstantPush(*store, 1, 2, 1), 21)).ok());
+  EXPECT_EQ(coord->RanksBlocking(3), std::vector<int>{0});
 }
 
 TEST(CoordinatorFailureTest, ARejoinedWorkerResendingItsPendingPushIsAcked) {
