@@ -98,7 +98,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitSync(StagedPush push) {
     SyncSlot& slot = sync_[r];
     if (ranks_.IsReplay(r, progress)) {
       // The batch is already in; at most it counts as taking part.
-      ++replays_;
+      if (push.num_examples > 0) ++replays_;  // Not an empty share.
       if (step != version_ || slot.pushed || applying_) return version_;
       slot.pushed = true;
     } else {
@@ -234,7 +234,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAsync(StagedPush push) {
           "worker ", r, " already said it is done; push for step ", push.step));
     }
     if (ranks_.IsReplay(r, progress)) {
-      ++replays_;
+      if (push.num_examples > 0) ++replays_;  // Not an empty share.
       ranks_.RaiseClock(r, push.step + 1);
       return version_;
     }

@@ -416,6 +416,16 @@ TEST(UpdateCoordinatorTest, SyncStepOfEmptySharesAdvancesWithoutAnUpdate) {
   ASSERT_EQ(*coord->Commit(ConstantPush(*store, 1, 1, 2.0f, 3)), 2u);
   ExpectShiftedBy(before, AllWeights(*store), 2.0f);
   EXPECT_EQ(coord->staleness().count(), 1u);
+  // Rank 0's share of the next step is empty too: its progress does not
+  // move, which is no replay of a batch.
+  StagedPush empty = ConstantPush(*store, 0, 2, 8.0f, 0);
+  empty.examples_done = 2000;
+  ASSERT_TRUE(coord->Commit(std::move(empty)).ok());
+  EXPECT_NE(
+      coord->Report().find("replayed pushes acknowledged, not applied: 0"),
+      std::string::npos)
+      << coord->Report();
+  EXPECT_EQ(coord->RanksBlocking(3), std::vector<int>{1});
 }
 
 TEST(UpdateCoordinatorTest, AsyncEmptyPushTakesItsStepWithoutAnUpdate) {
