@@ -85,6 +85,7 @@ proto::RequestHeader ParameterClient::Header(int server) const {
   header.set_partition_fingerprint(partition_->fingerprint());
   header.set_worker_rank(options_.rank);
   header.set_server_index(server);
+  header.set_incarnation(incarnation_.load());
   return header;
 }
 
@@ -166,6 +167,7 @@ void ParameterClient::SendHeartbeats(uint64_t incarnation) {
 
 absl::StatusOr<RegisterInfo> ParameterClient::Register(uint64_t incarnation,
                                                        uint64_t planned_steps) {
+  incarnation_.store(incarnation);
   std::vector<proto::RegisterResponse> responses(num_servers());
   absl::Status status = ForEachServer(num_servers(), [&](int s) {
     proto::RegisterRequest request;

@@ -1,6 +1,7 @@
 #ifndef PS_WORKER_PS_CLIENT_H_
 #define PS_WORKER_PS_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -131,6 +132,9 @@ class ParameterClient {
   const Partition* const partition_;
   const ClientOptions options_;
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
+  // Set by Register and sent in every header, so that a shard can refuse a
+  // process that a restarted worker of the same rank replaced.
+  std::atomic<uint64_t> incarnation_{0};
 
   absl::Mutex heartbeat_mu_;
   bool stopping_ ABSL_GUARDED_BY(heartbeat_mu_) = false;
