@@ -35,6 +35,7 @@ std::unique_ptr<UpdateCoordinator> Make(ShardStore* store,
 CoordinatorOptions ShortLease(ConsistencyMode mode, int workers) {
   CoordinatorOptions options = FastOptions(mode, workers);
   options.worker_timeout = kTimeout;
+  options.rejoin_grace = kTimeout;
   return options;
 }
 

@@ -222,7 +222,7 @@ bool UpdateCoordinator::MarkDone(int rank) {
   }
   MaybeFinish();
   absl::MutexLock lock(&mu_);
-  return ranks_.AllFinished();
+  return finished_;
 }
 
 void UpdateCoordinator::CheckLeases() {
@@ -270,6 +270,8 @@ void UpdateCoordinator::CheckerLoop() {
       if (mu_.AwaitWithTimeout(absl::Condition(&shutdown_), interval)) return;
     }
     CheckLeases();
+    // Dead ranks count as finished once their rejoin grace has passed.
+    MaybeFinish();
   }
 }
 
@@ -278,7 +280,10 @@ void UpdateCoordinator::MaybeFinish() {
   {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
-    if (failure_.ok() && !ranks_.AllFinished()) return;
+    if (failure_.ok() &&
+        !ranks_.AllFinished(absl::Now(), options_.rejoin_grace)) {
+      return;
+    }
     outcome = failure_;
     finished_ = true;
   }

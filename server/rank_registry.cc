@@ -54,11 +54,15 @@ std::vector<int> RankRegistry::ExpireLeases(absl::Time now) {
   return expired;
 }
 
-bool RankRegistry::AllFinished() const {
+bool RankRegistry::AllFinished(absl::Time now,
+                               absl::Duration rejoin_grace) const {
   bool any_done = false;
   for (const Rank& r : ranks_) {
-    if (!r.done && !r.dead) return false;
-    any_done |= r.done;
+    if (r.done) {
+      any_done = true;
+      continue;
+    }
+    if (!r.dead || now - r.last_heard < lease_ + rejoin_grace) return false;
   }
   return any_done;
 }

@@ -86,8 +86,11 @@ class RankRegistry {
   // Takes part in steps and clock minimums: neither dead nor done.
   bool active(int rank) const { return !dead(rank) && !done(rank); }
   void MarkDone(int rank) { ranks_[rank].done = true; }
-  // Every rank is done, or every rank is done or dead and one is done.
-  bool AllFinished() const;
+  // Every rank is done, or every rank is done or dead and one is done,
+  // where a dead rank counts only once it has been silent for its lease plus
+  // `rejoin_grace`: a worker that is being restarted (as Kubernetes does
+  // with a failed pod) finds the shards still there.
+  bool AllFinished(absl::Time now, absl::Duration rejoin_grace) const;
 
   // True unless `progress` is beyond the rank's accepted progress: the push
   // carries a batch this shard already took.

@@ -95,16 +95,28 @@ TEST(RankRegistryTest, CountsAppliedExamplesPerEpochSummedOverRanks) {
 
 TEST(RankRegistryTest, JobIsFinishedWhenEveryRankIsDoneOrDead) {
   RankRegistry ranks(2, kLease, kStart);
-  EXPECT_FALSE(ranks.AllFinished());
+  const absl::Time later = kStart + absl::Seconds(100);
+  const absl::Duration grace = absl::Seconds(5);
+  EXPECT_FALSE(ranks.AllFinished(later, grace));
   ranks.ExpireLeases(kStart + absl::Seconds(11));
-  EXPECT_FALSE(ranks.AllFinished()) << "all dead, none done";
+  EXPECT_FALSE(ranks.AllFinished(later, grace)) << "all dead, none done";
   ranks.MarkDone(0);
-  EXPECT_TRUE(ranks.AllFinished());
+  EXPECT_TRUE(ranks.AllFinished(later, grace));
   ranks.Touch(1, kStart + absl::Seconds(12));
-  EXPECT_FALSE(ranks.AllFinished());
+  EXPECT_FALSE(ranks.AllFinished(later, grace));
   ranks.MarkDone(1);
-  EXPECT_TRUE(ranks.AllFinished());
+  EXPECT_TRUE(ranks.AllFinished(later, grace));
   EXPECT_EQ(ranks.RanksReport().substr(0, 24), "workers: 0=done 1=done\nw");
+}
+
+TEST(RankRegistryTest, DeadRankHoldsTheJobOpenForItsRejoinGrace) {
+  RankRegistry ranks(2, kLease, kStart);
+  ranks.MarkDone(0);
+  ranks.ExpireLeases(kStart + kLease + absl::Seconds(1));
+  const absl::Duration grace = absl::Seconds(30);
+  // Rank 1 was last heard at kStart: dead, but it may still be restarted.
+  EXPECT_FALSE(ranks.AllFinished(kStart + kLease + absl::Seconds(29), grace));
+  EXPECT_TRUE(ranks.AllFinished(kStart + kLease + grace, grace));
 }
 
 TEST(RankRegistryTest, ClockMinimumCountsOnlyActiveRanks) {

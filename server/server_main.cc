@@ -71,6 +71,9 @@ ABSL_FLAG(std::string, on_worker_failure, "elastic",
           "ABORTED and the server exits with 1) or elastic (steps and clock "
           "minimums go on with the live workers; a restarted worker "
           "rejoins).");
+ABSL_FLAG(absl::Duration, rejoin_grace, absl::Seconds(60),
+          "When every other worker is done, how long the servers wait for a "
+          "dead worker to be restarted and rejoin before they exit.");
 ABSL_FLAG(absl::Duration, slow_wait_log, absl::Seconds(5),
           "A pull waiting this long logs which workers it waits for.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
@@ -133,7 +136,9 @@ absl::Status FaultFlags(ServerConfig& c) {
   CoordinatorOptions& o = c.coordinator;
   o.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   o.slow_wait_log = absl::GetFlag(FLAGS_slow_wait_log);
+  o.rejoin_grace = absl::GetFlag(FLAGS_rejoin_grace);
   for (absl::Status s : {CheckDuration("worker_timeout", o.worker_timeout),
+                         CheckDuration("rejoin_grace", o.rejoin_grace),
                          CheckDuration("slow_wait_log", o.slow_wait_log)}) {
     if (!s.ok()) return s;
   }

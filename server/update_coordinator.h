@@ -35,6 +35,9 @@ struct CoordinatorOptions {
   FailurePolicy on_worker_failure = FailurePolicy::kElastic;
   // A rank not heard from (any request) for this long is dead.
   absl::Duration worker_timeout = absl::Seconds(10);
+  // A dead rank holds the job open this long after its lease ran out, so
+  // that a restarted worker can rejoin before the shards exit.
+  absl::Duration rejoin_grace = absl::Seconds(60);
   // A pull that has waited this long logs which ranks it waits for.
   absl::Duration slow_wait_log = absl::Seconds(5);
   // How often a waiting pull checks whether its caller gave up.

@@ -191,13 +191,15 @@ TEST(UpdateCoordinatorTest, SyncPullWaitsUntilTheStepIsApplied) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = MakeCoordinator(store.get(), ConsistencyMode::kSync, 2);
   EXPECT_EQ(*Pull(*coord, 0, 0), 0u);
+  // Rank 0 pushes before it pulls for the next clock: a pull for clock 1
+  // from a rank that has not pushed step 0 would count as its weight-0 part.
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
   absl::Notification pulled;
   uint64_t pulled_version = 0;
   std::thread puller([&] {
     pulled_version = *Pull(*coord, 0, 1);
     pulled.Notify();
   });
-  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
   EXPECT_EQ(coord->RanksBlocking(1), std::vector<int>{1});
   EXPECT_FALSE(pulled.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 1, 0, 1.0f)).ok());
