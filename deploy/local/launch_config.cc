@@ -72,6 +72,11 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--staleness applies only to --mode=ssp, not --mode=", config.mode));
   }
+  if (config.lr_schedule != "constant" && config.lr_schedule != "cosine") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr_schedule must be constant or cosine, got \"",
+                     config.lr_schedule, "\""));
+  }
   if (!std::isfinite(config.learning_rate) || config.learning_rate < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--learning_rate must be a finite number >= 0 (0: the server's "
@@ -99,8 +104,8 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
 }
 
 std::vector<std::string> ReservedServerFlags() {
-  return {"server_index", "num_servers", "num_workers",
-          "port",         "host",        "port_file"};
+  return {"server_index", "num_servers", "num_workers",    "port",   "host",
+          "port_file",    "lr_schedule", "checkpoint_dir", "restore"};
 }
 
 std::vector<std::string> ReservedWorkerFlags() {
@@ -147,6 +152,13 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
   };
   if (config.learning_rate > 0) {
     argv.push_back(absl::StrCat("--learning_rate=", config.learning_rate));
+  }
+  argv.push_back(absl::StrCat("--lr_schedule=", config.lr_schedule));
+  if (!config.checkpoint_dir.empty()) {
+    // --restore on every start: a restarted server resumes; a first start
+    // with no checkpoint yet starts fresh.
+    argv.push_back(absl::StrCat("--checkpoint_dir=", config.checkpoint_dir));
+    argv.push_back("--restore");
   }
   argv.insert(argv.end(), config.extra_server_flags.begin(),
               config.extra_server_flags.end());

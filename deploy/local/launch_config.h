@@ -26,6 +26,11 @@ struct LaunchConfig {
   int staleness = 0;
   std::string optimizer = "adam";
   double learning_rate = 0;  // 0: not forwarded (the server's default).
+  // constant or cosine (decays over the planned steps).
+  std::string lr_schedule = "cosine";
+  // Empty: no checkpoints. Else servers checkpoint there and restore from
+  // it when restarted.
+  std::string checkpoint_dir;
   int64_t seed = 1;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string device = "auto";

@@ -90,7 +90,23 @@ TEST(LaunchConfigTest, ServerArgvCarriesClusterAndTrainingFlags) {
                   "--num_workers=2", "--model=784-256-128-10", "--port=0",
                   "--host=127.0.0.1", "--port_file=/tmp/d/server_1.port",
                   "--mode=ssp", "--staleness=2", "--optimizer=adam", "--seed=1",
-                  "--learning_rate=0.01", "--momentum=0.5"));
+                  "--learning_rate=0.01", "--lr_schedule=cosine",
+                  "--momentum=0.5"));
+}
+
+TEST(LaunchConfigTest, CheckpointDirMakesServersRestoreOnEveryStart) {
+  LaunchConfig config = ValidConfig();
+  config.checkpoint_dir = "/tmp/ckpt";
+  const std::vector<std::string> argv = ServerArgv(config, 0, "/p");
+  EXPECT_THAT(argv, testing::Contains("--checkpoint_dir=/tmp/ckpt"));
+  EXPECT_THAT(argv, testing::Contains("--restore"));
+}
+
+TEST(LaunchConfigTest, RejectsUnknownLearningRateSchedule) {
+  LaunchConfig config = ValidConfig();
+  config.lr_schedule = "linear";
+  EXPECT_THAT(std::string(ValidateLaunchConfig(config).message()),
+              HasSubstr("--lr_schedule"));
 }
 
 TEST(LaunchConfigTest, ServerArgvUsesBasePortAndOmitsDefaultRate) {

@@ -41,6 +41,12 @@ ABSL_FLAG(int, batch_size, 64, "Examples per worker per step.");
 ABSL_FLAG(std::string, mode, "sync", "Consistency: sync|ssp|async.");
 ABSL_FLAG(int, staleness, 0, "Staleness bound for --mode=ssp.");
 ABSL_FLAG(std::string, optimizer, "adam", "adam|sgd.");
+ABSL_FLAG(std::string, lr_schedule, "cosine",
+          "constant, or cosine: the servers decay the learning rate to 0 over "
+          "the planned steps.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Servers checkpoint into this directory and restore from it when "
+          "restarted (empty: no checkpoints).");
 ABSL_FLAG(double, learning_rate, 0,
           "Learning rate; 0 keeps the server's default for the optimizer.");
 ABSL_FLAG(int64_t, seed, 1, "Seed for initialization and data order.");
@@ -110,6 +116,9 @@ absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0) {
   config.staleness = absl::GetFlag(FLAGS_staleness);
   config.optimizer = absl::GetFlag(FLAGS_optimizer);
   config.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  config.lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
+  config.checkpoint_dir =
+      ResolveUserPath(absl::GetFlag(FLAGS_checkpoint_dir), cwd);
   config.seed = absl::GetFlag(FLAGS_seed);
   config.data_dir = ResolveUserPath(absl::GetFlag(FLAGS_data_dir), cwd);
   config.device = absl::GetFlag(FLAGS_device);
