@@ -1,0 +1,187 @@
+#include "bench/bench_runner.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "bench/grpc_echo.h"
+
+namespace ps::bench {
+namespace {
+
+constexpr uint64_t kMaxSize = uint64_t{1} << 30;
+constexpr int kMaxServers = 16;
+constexpr char kWorkspace[] = "paramserver";
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+         access(path.c_str(), X_OK) == 0;
+}
+
+double Ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text) {
+  std::vector<uint64_t> sizes;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    absl::string_view number = absl::StripAsciiWhitespace(part);
+    uint64_t unit = 1;
+    if (!number.empty()) {
+      switch (absl::ascii_toupper(number.back())) {
+        case 'K':
+          unit = uint64_t{1} << 10;
+          break;
+        case 'M':
+          unit = uint64_t{1} << 20;
+          break;
+        case 'G':
+          unit = uint64_t{1} << 30;
+          break;
+      }
+      if (unit != 1) number.remove_suffix(1);
+    }
+    uint64_t value = 0;
+    if (!absl::SimpleAtoi(number, &value) || value == 0 ||
+        value > kMaxSize / unit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "size \"", part, "\" is not a whole number of bytes in [8, 1G] ",
+          "with an optional K, M or G suffix (e.g. 4K,1M,16M,64M)"));
+    }
+    const uint64_t bytes = value * unit;
+    if (bytes < 8 || bytes % 4 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("size \"", part, "\" (", bytes,
+                       " bytes) is not a multiple of 4 bytes (float32) of at "
+                       "least 8"));
+    }
+    sizes.push_back(bytes);
+  }
+  return sizes;
+}
+
+absl::StatusOr<std::vector<int>> ParseServerCounts(absl::string_view text) {
+  std::vector<int> counts;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &n) || n < 1 ||
+        n > kMaxServers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("server count \"", part, "\" is not a whole number in ",
+                       "[1, ", kMaxServers, "] (e.g. 1,2)"));
+    }
+    counts.push_back(n);
+  }
+  return counts;
+}
+
+std::string FormatSize(uint64_t bytes) {
+  if (bytes >= (uint64_t{1} << 30) && bytes % (uint64_t{1} << 30) == 0) {
+    return absl::StrCat(bytes >> 30, " GiB");
+  }
+  if (bytes >= (uint64_t{1} << 20) && bytes % (uint64_t{1} << 20) == 0) {
+    return absl::StrCat(bytes >> 20, " MiB");
+  }
+  if (bytes >= (uint64_t{1} << 10) && bytes % (uint64_t{1} << 10) == 0) {
+    return absl::StrCat(bytes >> 10, " KiB");
+  }
+  return absl::StrCat(bytes, " B");
+}
+
+std::string TableHeader() {
+  return absl::StrFormat(
+      "%-8s %7s | %8s | %8s %6s | %8s %6s | %8s %6s | %8s %8s | %6s %6s %6s",
+      "size", "servers", "ours", "TCP", "o/TCP", "memcpy", "o/mem", "echo",
+      "o/echo", "push", "pull", "cpu:o", "echo", "TCP");
+}
+
+std::string TableRow(const BenchRow& row) {
+  return absl::StrFormat(
+      "%-8s %7d | %8.4f | %8.4f %6.2f | %8.4f %6.2f | %8.4f %6.2f | %8.4f "
+      "%8.4f | %6.2f %6.2f %6.2f",
+      FormatSize(row.size_bytes), row.servers, row.ours_gbps, row.tcp_gbps,
+      Ratio(row.ours_gbps, row.tcp_gbps), row.memcpy_gbps,
+      Ratio(row.ours_gbps, row.memcpy_gbps), row.echo_gbps,
+      Ratio(row.ours_gbps, row.echo_gbps), row.push_gbps, row.pull_gbps,
+      row.ours_cpu_ns_per_byte, row.echo_cpu_ns_per_byte,
+      row.tcp_cpu_ns_per_byte);
+}
+
+std::string FindServerBinary(absl::string_view argv0) {
+  const std::string relative = absl::StrCat(kWorkspace, "/server/server");
+  std::vector<std::string> candidates;
+  if (const char* dir = std::getenv("RUNFILES_DIR"); dir != nullptr) {
+    candidates.push_back(absl::StrCat(dir, "/", relative));
+  }
+  if (const char* dir = std::getenv("TEST_SRCDIR"); dir != nullptr) {
+    candidates.push_back(absl::StrCat(dir, "/", relative));
+  }
+  candidates.push_back(absl::StrCat(argv0, ".runfiles/", relative));
+  // bazel-bin/bench/push_pull_bench next to bazel-bin/server/server.
+  const size_t slash = argv0.rfind('/');
+  const std::string dir = slash == absl::string_view::npos
+                              ? "."
+                              : std::string(argv0.substr(0, slash));
+  candidates.push_back(absl::StrCat(dir, "/../server/server"));
+  for (const std::string& c : candidates) {
+    if (IsExecutableFile(c)) return c;
+  }
+  return "";
+}
+
+absl::Status RunBench(const BenchConfig& config,
+                      absl::FunctionRef<void(const BenchRow&)> on_row) {
+  if (config.sizes.empty() || config.server_counts.empty()) {
+    return absl::InvalidArgumentError("no sizes or no server counts to run");
+  }
+  for (uint64_t size : config.sizes) {
+    BenchRow base;
+    base.size_bytes = size;
+    if (config.baselines) {
+      absl::StatusOr<Measurement> memcpy = MeasureMemcpy(config.measure, size);
+      if (!memcpy.ok()) return memcpy.status();
+      base.memcpy_gbps = memcpy->gbps();
+      absl::StatusOr<Measurement> tcp = MeasureTcpStream(config.measure, size);
+      if (!tcp.ok()) return tcp.status();
+      base.tcp_gbps = tcp->gbps();
+      base.tcp_cpu_ns_per_byte = tcp->cpu_ns_per_byte();
+      absl::StatusOr<Measurement> echo =
+          MeasureGrpcEcho(config.measure, size, config.echo_chunk_bytes);
+      if (!echo.ok()) return echo.status();
+      base.echo_gbps = echo->gbps();
+      base.echo_cpu_ns_per_byte = echo->cpu_ns_per_byte();
+    }
+    for (int servers : config.server_counts) {
+      PushPullOptions options = config.push_pull;
+      options.size_bytes = size;
+      options.num_servers = servers;
+      absl::StatusOr<PushPullResult> ours =
+          MeasurePushPull(config.measure, options);
+      if (!ours.ok()) {
+        return absl::Status(
+            ours.status().code(),
+            absl::StrCat("push+pull of ", FormatSize(size), " with ", servers,
+                         " servers: ", ours.status().message()));
+      }
+      BenchRow row = base;
+      row.servers = servers;
+      row.ours_gbps = ours->round_trip.gbps();
+      row.ours_cpu_ns_per_byte = ours->round_trip.cpu_ns_per_byte();
+      row.push_gbps = ours->push_gbps;
+      row.pull_gbps = ours->pull_gbps;
+      row.shard_reports = std::move(ours->shard_reports);
+      on_row(row);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps::bench

@@ -1,0 +1,78 @@
+#ifndef PS_BENCH_BENCH_RUNNER_H_
+#define PS_BENCH_BENCH_RUNNER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "bench/measure.h"
+#include "bench/push_pull.h"
+
+namespace ps::bench {
+
+// What the push+pull benchmark runs: every size against every server count,
+// plus the baselines once per size.
+struct BenchConfig {
+  std::vector<uint64_t> sizes;
+  std::vector<int> server_counts;
+  MeasureOptions measure;
+  // Server binary, chunk, optimizer and work directory; size and server
+  // count are filled in per row.
+  PushPullOptions push_pull;
+  // Chunk of the gRPC echo baseline.
+  uint64_t echo_chunk_bytes = 1 << 20;
+  // False skips the baselines (their columns read 0), e.g. for profiling.
+  bool baselines = true;
+};
+
+// One line of the table. Every rate is in GB/s (1e9 bytes a second): ours
+// and echo count push plus pull (2 * size a round), TCP and memcpy count the
+// size once (one stream, one copy).
+struct BenchRow {
+  uint64_t size_bytes = 0;
+  int servers = 0;
+  double ours_gbps = 0;
+  double push_gbps = 0;
+  double pull_gbps = 0;
+  double tcp_gbps = 0;
+  double memcpy_gbps = 0;
+  double echo_gbps = 0;
+  // CPU nanoseconds per byte moved (all threads of the worker and the
+  // shards; of this process for the baselines).
+  double ours_cpu_ns_per_byte = 0;
+  double tcp_cpu_ns_per_byte = 0;
+  double echo_cpu_ns_per_byte = 0;
+  // The shards' final reports (see PushPullResult).
+  std::vector<std::string> shard_reports;
+};
+
+// Parses a comma-separated list of sizes such as "4K,1M,16M,64M": a whole
+// number with an optional binary suffix K, M or G (KiB, MiB, GiB). Each
+// must be a multiple of 4 bytes in [8 B, 1 GiB].
+absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text);
+
+// Parses a comma-separated list of server counts, each in [1, 16].
+absl::StatusOr<std::vector<int>> ParseServerCounts(absl::string_view text);
+
+// "4 KiB", "64 MiB", or plain bytes ("1000 B") when not a whole unit.
+std::string FormatSize(uint64_t bytes);
+
+std::string TableHeader();
+std::string TableRow(const BenchRow& row);
+
+// The server binary next to `argv0` in Bazel's runfiles (bazel run, bazel
+// test, or bazel-bin/bench/push_pull_bench run by hand); empty if none.
+std::string FindServerBinary(absl::string_view argv0);
+
+// Measures every row of `config` and hands each to `on_row` as it is done.
+// Stops at the first error.
+absl::Status RunBench(const BenchConfig& config,
+                      absl::FunctionRef<void(const BenchRow&)> on_row);
+
+}  // namespace ps::bench
+
+#endif  // PS_BENCH_BENCH_RUNNER_H_

@@ -1,0 +1,61 @@
+#ifndef PS_BENCH_PUSH_PULL_H_
+#define PS_BENCH_PUSH_PULL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "bench/measure.h"
+
+namespace ps::bench {
+
+// One push+pull measurement against real shard processes.
+struct PushPullOptions {
+  // Path of the `server` binary (//server:server).
+  std::string server_binary;
+  int num_servers = 1;
+  // Bytes of float32 in the model; a multiple of 4, see MlpLayersForBytes.
+  uint64_t size_bytes = 0;
+  // Bytes per streamed chunk, both directions (ClientOptions.chunk_elements
+  // times 4); a multiple of 4.
+  uint64_t chunk_bytes = 1 << 20;
+  // The shards' --optimizer; "sgd" runs with momentum 0, the cheapest update.
+  std::string optimizer = "sgd";
+  // Where the shards' port files go; must exist.
+  std::string work_dir;
+  absl::Duration start_timeout = absl::Seconds(60);
+};
+
+struct PushPullResult {
+  // Push plus pull: 2 * size_bytes a round.
+  Measurement round_trip;
+  // Each direction timed on its own (size_bytes a round), over all the
+  // timed rounds of all trials.
+  double push_gbps = 0;
+  double pull_gbps = 0;
+  // Each shard's log from its final report on (its own push and pull
+  // latencies, over warm-up and timed rounds alike), for profiling.
+  std::vector<std::string> shard_reports;
+};
+
+// Layer sizes {a, b} of the MLP whose weight [a, b] and bias [b] hold
+// exactly size_bytes / 4 floats, so that the server binary's --model flag
+// can express the size: (a + 1) * b = size_bytes / 4, b as close to the
+// square root as divisibility allows. InvalidArgument if size_bytes is not
+// a positive multiple of 4 with at least 2 floats, or no such layers exist
+// within the 1 << 20 layer-size limit.
+absl::StatusOr<std::vector<int>> MlpLayersForBytes(uint64_t size_bytes);
+
+// Starts `num_servers` shard processes of the server binary on 127.0.0.1
+// (port 0, read back from port files) in async mode with one worker, then
+// connects a ParameterClient and times rounds of Push (all gradients) then
+// Pull (all weights). Every shard must exit cleanly after the worker's Done;
+// otherwise the error carries its last log lines.
+absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
+                                               const PushPullOptions& options);
+
+}  // namespace ps::bench
+
+#endif  // PS_BENCH_PUSH_PULL_H_

@@ -1,0 +1,180 @@
+// Push+pull throughput of one worker against 1 and 2 shard processes, next
+// to what this machine does without us: memcpy, a plain TCP stream over
+// 127.0.0.1 and a raw gRPC streaming echo. See bench/README.md.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "bench/bench_runner.h"
+#include "bench/push_pull.h"
+
+ABSL_FLAG(std::string, sizes, "4K,1M,16M,64M",
+          "Model sizes in bytes of float32, K/M/G binary suffixes.");
+ABSL_FLAG(std::string, servers, "1,2", "Server counts to run each size with.");
+ABSL_FLAG(int, rounds, 2, "Minimum timed rounds per trial.");
+ABSL_FLAG(int, trials, 3, "Timed trials per measurement; the median counts.");
+ABSL_FLAG(int, warmup, 2, "Untimed rounds before each measurement.");
+ABSL_FLAG(int, min_time_ms, 400,
+          "Minimum time per trial; 0 runs exactly --rounds.");
+ABSL_FLAG(int, chunk_kb, 1024,
+          "Our stream chunk in KiB (ClientOptions.chunk_elements * 4).");
+ABSL_FLAG(int, echo_chunk_kb, 1024, "The gRPC echo baseline's chunk in KiB.");
+ABSL_FLAG(std::string, optimizer, "sgd",
+          "Shards' optimizer: sgd (momentum 0, cheapest) or adam.");
+ABSL_FLAG(bool, baselines, true,
+          "Measure memcpy, TCP and gRPC echo too; false leaves them 0 (for "
+          "profiling ours alone).");
+ABSL_FLAG(bool, shard_reports, false,
+          "After each row, print the shards' own final reports (their push "
+          "and pull latencies), for profiling.");
+ABSL_FLAG(std::string, server_binary, "",
+          "Path of //server:server; empty: found in this binary's runfiles.");
+
+namespace ps::bench {
+namespace {
+
+absl::Status CheckRange(const char* flag, int value, int lo, int hi) {
+  if (value >= lo && value <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--", flag, " must be in [", lo, ", ", hi, "], got ", value));
+}
+
+absl::StatusOr<BenchConfig> ConfigFromFlags(const char* argv0) {
+  BenchConfig config;
+  absl::StatusOr<std::vector<uint64_t>> sizes =
+      ParseSizes(absl::GetFlag(FLAGS_sizes));
+  if (!sizes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sizes: ", sizes.status().message()));
+  }
+  config.sizes = *sizes;
+  absl::StatusOr<std::vector<int>> servers =
+      ParseServerCounts(absl::GetFlag(FLAGS_servers));
+  if (!servers.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--servers: ", servers.status().message()));
+  }
+  config.server_counts = *servers;
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int trials = absl::GetFlag(FLAGS_trials);
+  const int min_time_ms = absl::GetFlag(FLAGS_min_time_ms);
+  const int chunk_kb = absl::GetFlag(FLAGS_chunk_kb);
+  const int echo_chunk_kb = absl::GetFlag(FLAGS_echo_chunk_kb);
+  for (absl::Status s :
+       {CheckRange("rounds", rounds, 1, 1000000),
+        CheckRange("warmup", warmup, 0, 1000),
+        CheckRange("trials", trials, 1, 1000),
+        CheckRange("min_time_ms", min_time_ms, 0, 600000),
+        CheckRange("chunk_kb", chunk_kb, 1, 32 << 10),
+        CheckRange("echo_chunk_kb", echo_chunk_kb, 1, 32 << 10)}) {
+    if (!s.ok()) return s;
+  }
+  config.measure.min_rounds = rounds;
+  config.measure.warmup_rounds = warmup;
+  config.measure.trials = trials;
+  config.baselines = absl::GetFlag(FLAGS_baselines);
+  config.measure.min_time = absl::Milliseconds(min_time_ms);
+  config.push_pull.chunk_bytes = static_cast<uint64_t>(chunk_kb) << 10;
+  config.echo_chunk_bytes = static_cast<uint64_t>(echo_chunk_kb) << 10;
+  config.push_pull.optimizer = absl::GetFlag(FLAGS_optimizer);
+  if (config.push_pull.optimizer != "sgd" &&
+      config.push_pull.optimizer != "adam") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer must be sgd or adam, got \"",
+                     config.push_pull.optimizer, "\""));
+  }
+  config.push_pull.server_binary = absl::GetFlag(FLAGS_server_binary);
+  if (config.push_pull.server_binary.empty()) {
+    config.push_pull.server_binary = FindServerBinary(argv0);
+    if (config.push_pull.server_binary.empty()) {
+      return absl::NotFoundError(
+          "cannot find the server binary next to this one; run through "
+          "`bazel run //bench:push_pull_bench` or pass --server_binary");
+    }
+  } else if (access(config.push_pull.server_binary.c_str(), X_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--server_binary ", config.push_pull.server_binary,
+                     " is not an executable file"));
+  }
+  return config;
+}
+
+int Run(const char* argv0) {
+  absl::StatusOr<BenchConfig> config = ConfigFromFlags(argv0);
+  if (!config.ok()) {
+    std::fprintf(stderr, "push_pull_bench: %s\n",
+                 std::string(config.status().message()).c_str());
+    return 2;
+  }
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  if (tmp == nullptr) tmp = std::getenv("TMPDIR");
+  std::string work_dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/push_pull_bench.XXXXXX");
+  if (mkdtemp(work_dir.data()) == nullptr) {
+    std::perror("push_pull_bench: mkdtemp");
+    return 1;
+  }
+  config->push_pull.work_dir = work_dir;
+
+  std::printf(
+      "push+pull: 1 worker (this process, ParameterClient, %d KiB chunks) "
+      "against separate `server` processes (%s), --mode=async, "
+      "--optimizer=%s%s; model = MLP a-b whose weight and bias hold the size "
+      "exactly.\nbaselines: memcpy and a TCP stream over 127.0.0.1 count the "
+      "size once a round; ours and the gRPC echo (in-process server, %d KiB "
+      "chunks, upload then download) count 2 x size.\nGB/s = 1e9 bytes/s; "
+      "push/pull: each direction timed alone; cpu: CPU ns per byte moved "
+      "(ours: worker + shards; the others: this process), steadier than GB/s "
+      "when other load competes for the cores.\nMedian of %d trials of >= %d "
+      "rounds and >= %d ms.\n\n",
+      absl::GetFlag(FLAGS_chunk_kb), config->push_pull.server_binary.c_str(),
+      config->push_pull.optimizer.c_str(),
+      config->push_pull.optimizer == "sgd" ? " --momentum=0" : "",
+      absl::GetFlag(FLAGS_echo_chunk_kb), config->measure.trials,
+      config->measure.min_rounds, absl::GetFlag(FLAGS_min_time_ms));
+  std::printf("%s\n", TableHeader().c_str());
+  std::fflush(stdout);
+  const bool shard_reports = absl::GetFlag(FLAGS_shard_reports);
+  absl::Status status = RunBench(*config, [&](const BenchRow& row) {
+    std::printf("%s\n", TableRow(row).c_str());
+    if (shard_reports) {
+      for (const std::string& report : row.shard_reports) {
+        std::printf("%s", report.c_str());
+      }
+    }
+    std::fflush(stdout);
+  });
+  rmdir(work_dir.c_str());
+  if (!status.ok()) {
+    std::fprintf(stderr, "push_pull_bench: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ps::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Push+pull throughput against shard processes, with memcpy, loopback "
+      "TCP and gRPC echo baselines.\n"
+      "  bazel run //bench:push_pull_bench -- --sizes=16M,64M");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "push_pull_bench: unexpected argument \"%s\"\n",
+                 rest[1]);
+    return 2;
+  }
+  return ps::bench::Run(argv[0]);
+}

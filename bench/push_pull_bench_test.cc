@@ -1,0 +1,147 @@
+// A smoke run of the benchmark (tiny sizes, one round) and the checks on
+// its inputs. No speed is asserted: a loaded CI machine may be slow.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "bench/bench_runner.h"
+#include "bench/measure.h"
+#include "bench/push_pull.h"
+#include "gtest/gtest.h"
+
+namespace ps::bench {
+namespace {
+
+MeasureOptions OneRound() {
+  MeasureOptions options;
+  options.warmup_rounds = 1;
+  options.trials = 1;
+  options.min_rounds = 1;
+  options.min_time = absl::ZeroDuration();
+  return options;
+}
+
+std::string MakeWorkDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/bench_test.XXXXXX");
+  EXPECT_NE(mkdtemp(dir.data()), nullptr);
+  return dir;
+}
+
+TEST(PushPullBenchTest, RunsEveryMeasurementOnceWithPositiveRates) {
+  BenchConfig config;
+  config.sizes = {4096, 64 << 10};
+  config.server_counts = {1, 2};
+  config.measure = OneRound();
+  config.push_pull.server_binary = FindServerBinary("bench/push_pull_bench");
+  ASSERT_FALSE(config.push_pull.server_binary.empty())
+      << "server binary not in the runfiles";
+  config.push_pull.work_dir = MakeWorkDir();
+  config.push_pull.chunk_bytes = 16 << 10;  // Several chunks per shard.
+  config.echo_chunk_bytes = 16 << 10;
+
+  std::vector<BenchRow> rows;
+  absl::Status status =
+      RunBench(config, [&rows](const BenchRow& row) { rows.push_back(row); });
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_EQ(rows.size(), 4u);
+  for (const BenchRow& row : rows) {
+    SCOPED_TRACE(TableRow(row));
+    EXPECT_GT(row.ours_gbps, 0);
+    EXPECT_GT(row.push_gbps, 0);
+    EXPECT_GT(row.pull_gbps, 0);
+    EXPECT_GT(row.tcp_gbps, 0);
+    EXPECT_GT(row.memcpy_gbps, 0);
+    EXPECT_GT(row.echo_gbps, 0);
+  }
+  EXPECT_EQ(rows[0].size_bytes, 4096u);
+  EXPECT_EQ(rows[0].servers, 1);
+  EXPECT_EQ(rows[3].size_bytes, 64u << 10);
+  EXPECT_EQ(rows[3].servers, 2);
+}
+
+TEST(PushPullBenchTest, FailsNamingTheShardWhenTheServerBinaryExits) {
+  PushPullOptions options;
+  options.server_binary = "/bin/false";
+  options.size_bytes = 4096;
+  options.work_dir = MakeWorkDir();
+  options.start_timeout = absl::Seconds(10);
+  absl::StatusOr<PushPullResult> result = MeasurePushPull(OneRound(), options);
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("server 0"), absl::string_view::npos)
+      << result.status();
+  EXPECT_NE(result.status().message().find("exited with code 1"),
+            absl::string_view::npos)
+      << result.status();
+}
+
+TEST(PushPullBenchTest, MlpLayersHoldExactlyTheSize) {
+  for (uint64_t bytes :
+       {uint64_t{8}, uint64_t{4096}, uint64_t{1} << 20, uint64_t{16} << 20,
+        uint64_t{64} << 20, uint64_t{12}, uint64_t{4004}}) {
+    absl::StatusOr<std::vector<int>> layers = MlpLayersForBytes(bytes);
+    ASSERT_TRUE(layers.ok()) << bytes << ": " << layers.status();
+    ASSERT_EQ(layers->size(), 2u);
+    const uint64_t floats =
+        static_cast<uint64_t>((*layers)[0] + 1) * (*layers)[1];
+    EXPECT_EQ(floats * 4, bytes);
+  }
+  absl::StatusOr<std::vector<int>> layers = MlpLayersForBytes(64 << 20);
+  ASSERT_TRUE(layers.ok());
+  EXPECT_EQ((*layers)[1], 4096);  // Near the square root, not 1 x n.
+}
+
+TEST(PushPullBenchTest, RejectsSizesThatAreNotWholeFloats) {
+  EXPECT_FALSE(MlpLayersForBytes(0).ok());
+  EXPECT_FALSE(MlpLayersForBytes(4).ok());
+  EXPECT_FALSE(MlpLayersForBytes(4098).ok());
+}
+
+TEST(PushPullBenchTest, ParsesSizeLists) {
+  absl::StatusOr<std::vector<uint64_t>> sizes = ParseSizes("4K,1M, 16m,8");
+  ASSERT_TRUE(sizes.ok()) << sizes.status();
+  EXPECT_EQ(*sizes, (std::vector<uint64_t>{4096, 1 << 20, 16 << 20, 8}));
+  for (const char* bad :
+       {"", "4K,", "0", "3", "6", "abc", "4X", "2G", "-4K", "1.5M"}) {
+    EXPECT_FALSE(ParseSizes(bad).ok()) << bad;
+  }
+}
+
+TEST(PushPullBenchTest, ParsesServerCounts) {
+  absl::StatusOr<std::vector<int>> counts = ParseServerCounts("1,2");
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(*counts, (std::vector<int>{1, 2}));
+  for (const char* bad : {"", "0", "17", "1,,2", "two"}) {
+    EXPECT_FALSE(ParseServerCounts(bad).ok()) << bad;
+  }
+}
+
+TEST(PushPullBenchTest, RejectsBadMeasureOptions) {
+  MeasureOptions options;
+  options.min_rounds = 0;
+  EXPECT_FALSE(ValidateMeasureOptions(options).ok());
+  options = MeasureOptions();
+  options.warmup_rounds = -1;
+  EXPECT_FALSE(ValidateMeasureOptions(options).ok());
+  options = MeasureOptions();
+  options.trials = 0;
+  EXPECT_FALSE(ValidateMeasureOptions(options).ok());
+  options = MeasureOptions();
+  options.min_time = -absl::Seconds(1);
+  EXPECT_FALSE(ValidateMeasureOptions(options).ok());
+}
+
+TEST(PushPullBenchTest, FormatsSizesInWholeUnits) {
+  EXPECT_EQ(FormatSize(4096), "4 KiB");
+  EXPECT_EQ(FormatSize(64 << 20), "64 MiB");
+  EXPECT_EQ(FormatSize(1000), "1000 B");
+}
+
+}  // namespace
+}  // namespace ps::bench
