@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "tests/cluster_runner.h"
 #include "tests/process_cluster.h"
@@ -61,7 +62,8 @@ std::optional<double> LastNumber(const std::vector<std::string>& lines,
     double value = 0;
     std::string rest = it->substr(at + marker.size());
     rest = rest.substr(0, rest.find(' ', 1));
-    if (absl::SimpleAtod(rest, &value)) return value;
+    // Durations end in a unit: "29.9s".
+    if (absl::SimpleAtod(absl::StripSuffix(rest, "s"), &value)) return value;
   }
   return std::nullopt;
 }
