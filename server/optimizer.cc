@@ -40,7 +40,7 @@ class SgdOptimizer final : public Optimizer {
 
  private:
   void Update(absl::Span<const float> gradient, absl::Span<float> weights,
-              float lr) override {
+              float lr, size_t begin) override {
     const size_t n = weights.size();
     if (velocity_.empty()) {
       for (size_t i = 0; i < n; ++i) {
@@ -48,10 +48,11 @@ class SgdOptimizer final : public Optimizer {
       }
       return;
     }
+    float* velocity = velocity_.data() + begin;
     for (size_t i = 0; i < n; ++i) {
       const float g = gradient[i] + weight_decay_ * weights[i];
-      velocity_[i] = momentum_ * velocity_[i] + g;
-      weights[i] -= lr * velocity_[i];
+      velocity[i] = momentum_ * velocity[i] + g;
+      weights[i] -= lr * velocity[i];
     }
   }
 
@@ -81,18 +82,20 @@ class AdamOptimizer final : public Optimizer {
 
  private:
   void Update(absl::Span<const float> gradient, absl::Span<float> weights,
-              float lr) override {
+              float lr, size_t begin) override {
     // Corrections in double: 1 - b2^t is tiny for small t and float loses it.
     const double t = static_cast<double>(update_count());
     const float c1 = static_cast<float>(1.0 - std::pow(double{beta1_}, t));
     const float c2 = static_cast<float>(1.0 - std::pow(double{beta2_}, t));
     const size_t n = weights.size();
+    float* m = m_.data() + begin;
+    float* v = v_.data() + begin;
     for (size_t i = 0; i < n; ++i) {
       const float g = gradient[i] + weight_decay_ * weights[i];
-      m_[i] = beta1_ * m_[i] + (1.0f - beta1_) * g;
-      v_[i] = beta2_ * v_[i] + (1.0f - beta2_) * g * g;
-      const float m_hat = m_[i] / c1;
-      const float v_hat = v_[i] / c2;
+      m[i] = beta1_ * m[i] + (1.0f - beta1_) * g;
+      v[i] = beta2_ * v[i] + (1.0f - beta2_) * g * g;
+      const float m_hat = m[i] / c1;
+      const float v_hat = v[i] / c2;
       weights[i] -= lr * m_hat / (std::sqrt(v_hat) + epsilon_);
     }
   }
@@ -140,7 +143,8 @@ absl::Status Optimizer::Apply(absl::Span<const float> gradient,
 }
 
 absl::Status Optimizer::Apply(absl::Span<const float> gradient,
-                              absl::Span<float> weights, float learning_rate) {
+                              absl::Span<float> weights, float learning_rate,
+                              RangePool* pool) {
   if (!std::isfinite(learning_rate) || learning_rate < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "learning rate ", learning_rate, " is not finite and >= 0"));
@@ -151,7 +155,14 @@ absl::Status Optimizer::Apply(absl::Span<const float> gradient,
         gradient.size(), " and weights of ", weights.size(), " elements"));
   }
   ++update_count_;
-  Update(gradient, weights, learning_rate);
+  if (pool == nullptr) {
+    Update(gradient, weights, learning_rate, 0);
+    return absl::OkStatus();
+  }
+  pool->ForEachRange(num_elements_, [&](size_t begin, size_t end) {
+    Update(gradient.subspan(begin, end - begin),
+           weights.subspan(begin, end - begin), learning_rate, begin);
+  });
   return absl::OkStatus();
 }
 

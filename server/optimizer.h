@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "server/range_pool.h"
 
 namespace ps::server {
 
@@ -49,8 +50,8 @@ struct OptimizerStateVector {
 // parameter-server slice, so a slice's update depends on nothing else.
 //
 // Not thread-safe: the owner (ShardStore) serializes calls with the slice's
-// lock. The state is exposed for checkpoints: read it to save, write it (and
-// set_update_count) to restore.
+// lock (one Apply may still use a pool's threads inside). The state is exposed
+// for checkpoints: read it to save, write it (and set_update_count) to restore.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -61,9 +62,13 @@ class Optimizer {
   absl::Status Apply(absl::Span<const float> gradient,
                      absl::Span<float> weights);
   // The same with `learning_rate` (a schedule's value for this update) in
-  // place of the configured one; it must be finite and >= 0.
+  // place of the configured one; it must be finite and >= 0. With a `pool`,
+  // the elements are updated in ranges on its threads: every state is
+  // per element and the update count is taken once, so the result is the
+  // same bits as on one thread.
   absl::Status Apply(absl::Span<const float> gradient,
-                     absl::Span<float> weights, float learning_rate);
+                     absl::Span<float> weights, float learning_rate,
+                     RangePool* pool = nullptr);
 
   // The configured learning rate.
   float learning_rate() const { return learning_rate_; }
@@ -81,9 +86,13 @@ class Optimizer {
   Optimizer(size_t num_elements, float learning_rate)
       : num_elements_(num_elements), learning_rate_(learning_rate) {}
 
-  // Called with sizes checked and update_count() already incremented.
+  // Updates elements [begin, begin + weights.size()) of the slice, given
+  // their gradients and weights. Called with sizes checked and
+  // update_count() already incremented, maybe concurrently for disjoint
+  // ranges (so it writes only its range's state).
   virtual void Update(absl::Span<const float> gradient,
-                      absl::Span<float> weights, float learning_rate) = 0;
+                      absl::Span<float> weights, float learning_rate,
+                      size_t begin) = 0;
 
  private:
   const size_t num_elements_;

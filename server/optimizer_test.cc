@@ -1,6 +1,7 @@
 #include "server/optimizer.h"
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -173,6 +174,38 @@ TEST(OptimizerTest, ParsesKindNames) {
   absl::StatusOr<OptimizerKind> bad = ParseOptimizerKind("rmsprop");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("rmsprop"), absl::string_view::npos);
+}
+
+TEST(OptimizerTest, PooledUpdateGivesTheSameBitsAsOneThread) {
+  // Long enough for several ranges, with a ragged last one.
+  const size_t n = 3 * RangePool::kMaxRange + 12345;
+  RangePool pool(3);
+  for (const OptimizerConfig& config :
+       {Sgd(0.1f, 0.0f, 0.01f), Sgd(0.1f, 0.9f, 0.01f), Adam(0.01f, 0.01f)}) {
+    std::unique_ptr<Optimizer> serial = Make(config, n);
+    std::unique_ptr<Optimizer> pooled = Make(config, n);
+    std::vector<float> a(n), b(n), g(n);
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = b[i] = std::sin(static_cast<float>(i));
+    }
+    for (int step = 0; step < 3; ++step) {
+      for (size_t i = 0; i < n; ++i) {
+        g[i] = std::cos(static_cast<float>(i * (step + 2)));
+      }
+      ASSERT_TRUE(serial->Apply(g, absl::MakeSpan(a), 0.05f).ok());
+      ASSERT_TRUE(pooled->Apply(g, absl::MakeSpan(b), 0.05f, &pool).ok());
+    }
+    EXPECT_EQ(pooled->update_count(), 3u);
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float)));
+    std::vector<OptimizerStateVector> sa = serial->state();
+    std::vector<OptimizerStateVector> sb = pooled->state();
+    ASSERT_EQ(sa.size(), sb.size());
+    for (size_t v = 0; v < sa.size(); ++v) {
+      EXPECT_EQ(0, std::memcmp(sa[v].values.data(), sb[v].values.data(),
+                               n * sizeof(float)))
+          << sa[v].name;
+    }
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -46,6 +47,12 @@ PushMessage FromProto(const proto::PushRequest& r) {
   return m;
 }
 
+std::vector<uint64_t> SliceSizes(const ShardStore& store) {
+  std::vector<uint64_t> sizes;
+  for (const Slice& s : store.slices()) sizes.push_back(s.num_elements);
+  return sizes;
+}
+
 absl::Status Prefixed(absl::string_view what, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
@@ -59,7 +66,11 @@ ParameterService::ParameterService(ShardStore* store,
       coordinator_(coordinator),
       options_(options),
       identity_{store->partition().fingerprint(), store->server_index(),
-                coordinator->options().num_workers} {}
+                coordinator->options().num_workers},
+      staging_(std::make_shared<StagingPool>(
+          SliceSizes(*store),
+          // A sync step holds one per rank; one more is being received.
+          coordinator->options().num_workers + 1)) {}
 
 grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
                                         const proto::RegisterRequest* request,
@@ -172,7 +183,7 @@ absl::StatusOr<uint64_t> ParameterService::ReceivePush(
     grpc::ServerReader<proto::PushRequest>* reader, uint64_t* bytes) {
   // The whole stream is staged privately; the shard is touched only by
   // Commit, after the last message was validated.
-  PushStager stager(store_, identity_);
+  PushStager stager(store_, identity_, staging_);
   proto::PushRequest request;
   while (reader->Read(&request)) {
     *bytes += request.chunk().data().size();

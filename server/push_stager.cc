@@ -19,11 +19,24 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
 
 }  // namespace
 
-PushStager::PushStager(const ShardStore* store, const ShardIdentity& identity)
+StagedPush::~StagedPush() {
+  if (pool != nullptr) pool->Release(std::move(gradients));
+}
+
+PushStager::PushStager(const ShardStore* store, const ShardIdentity& identity,
+                       std::shared_ptr<StagingPool> pool)
     : store_(store),
       identity_(identity),
+      pool_(std::move(pool)),
       covered_(store->num_slices()),
       covered_elements_(store->num_slices(), 0) {}
+
+PushStager::~PushStager() { ReleaseBuffers(); }
+
+void PushStager::ReleaseBuffers() {
+  if (pool_ != nullptr) pool_->Release(std::move(buffers_));
+  buffers_ = GradientBuffers();
+}
 
 absl::Status PushStager::Add(const PushMessage& message) {
   if (!error_.ok()) return error_;
@@ -37,9 +50,13 @@ absl::Status PushStager::Add(const PushMessage& message) {
     } else if (messages_ == 0) {
       first_ = message;
       first_.chunk = ChunkView();
-      staged_.gradients.resize(store_->num_slices());
-      for (int i = 0; i < store_->num_slices(); ++i) {
-        staged_.gradients[i].resize(store_->slices()[i].num_elements);
+      if (pool_ != nullptr) {
+        buffers_ = pool_->Acquire();
+      } else {
+        buffers_.resize(store_->num_slices());
+        for (int i = 0; i < store_->num_slices(); ++i) {
+          buffers_[i].resize(store_->slices()[i].num_elements);
+        }
       }
     } else {
       status = CheckSameMetadata(message);
@@ -50,7 +67,7 @@ absl::Status PushStager::Add(const PushMessage& message) {
     error_ = absl::Status(
         status.code(),
         absl::StrCat("push message ", messages_, ": ", status.message()));
-    staged_ = StagedPush();  // Free the buffer now; nothing will be applied.
+    ReleaseBuffers();  // Now: nothing will be applied.
     return error_;
   }
   ++messages_;
@@ -136,8 +153,7 @@ absl::Status PushStager::AddChunk(const ChunkView& c) {
         absl::StrCat(range, " overlaps elements already sent in this push"));
   }
   absl::Status s = DecodeFloats(
-      c.data,
-      absl::MakeSpan(staged_.gradients[slice]).subspan(begin, c.num_elements));
+      c.data, absl::MakeSpan(buffers_[slice]).subspan(begin, c.num_elements));
   if (!s.ok()) return s;
   covered.emplace_hint(next, begin, end);
   covered_elements_[slice] += c.num_elements;
@@ -166,18 +182,22 @@ absl::StatusOr<StagedPush> PushStager::Finish() {
                      s.offset, ", ", s.offset + s.num_elements, ") got ",
                      covered_elements_[i], " of ", s.num_elements,
                      " elements; first missing element is ", s.offset + gap));
-    staged_ = StagedPush();
+    ReleaseBuffers();
     return error_;
   }
-  staged_.rank = first_.header.worker_rank;
-  staged_.incarnation = first_.header.incarnation;
-  staged_.step = first_.step;
-  staged_.base_version = first_.base_version;
-  staged_.num_examples = first_.num_examples;
-  staged_.epoch = first_.epoch;
-  staged_.examples_done = first_.examples_done;
+  StagedPush staged;
+  staged.rank = first_.header.worker_rank;
+  staged.incarnation = first_.header.incarnation;
+  staged.step = first_.step;
+  staged.base_version = first_.base_version;
+  staged.num_examples = first_.num_examples;
+  staged.epoch = first_.epoch;
+  staged.examples_done = first_.examples_done;
+  staged.gradients = std::move(buffers_);
+  buffers_ = GradientBuffers();
+  staged.pool = pool_;
   error_ = absl::FailedPreconditionError("push already finished");
-  return std::move(staged_);
+  return std::move(staged);
 }
 
 }  // namespace ps::server

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -11,6 +12,7 @@
 #include "absl/types/span.h"
 #include "server/request_header.h"
 #include "server/shard_store.h"
+#include "server/staging_pool.h"
 
 namespace ps::server {
 
@@ -38,8 +40,17 @@ struct PushMessage {
 };
 
 // A complete, validated push: one gradient value for every element the
-// shard owns. `gradients[i]` belongs to ShardStore slice i.
+// shard owns. `gradients[i]` belongs to ShardStore slice i. When `pool` is
+// set, the destructor hands `gradients` back to it for a later push (a
+// StagedPush assigned over is freed instead; moves leave it empty).
 struct StagedPush {
+  StagedPush() = default;
+  StagedPush(const StagedPush&) = default;
+  StagedPush(StagedPush&&) = default;
+  StagedPush& operator=(const StagedPush&) = default;
+  StagedPush& operator=(StagedPush&&) = default;
+  ~StagedPush();
+
   int rank = 0;
   // Of the pushing process; 0 when the worker did not say.
   uint64_t incarnation = 0;
@@ -48,7 +59,8 @@ struct StagedPush {
   uint32_t num_examples = 0;
   uint64_t epoch = 0;
   uint64_t examples_done = 0;
-  std::vector<std::vector<float>> gradients;
+  GradientBuffers gradients;
+  std::shared_ptr<StagingPool> pool;
 };
 
 // Receives one push stream into a private buffer and validates every
@@ -64,12 +76,21 @@ struct StagedPush {
 // the model; the chunk's range lies inside one owned slice; data holds exactly
 // num_elements float32 values; no element is sent twice.
 //
+// The stream is decoded into buffers taken from `pool` (fresh ones when it
+// is null) as it arrives; a refused push hands them back untouched by the
+// shard, an accepted one passes them on in the StagedPush.
+//
 // Not thread-safe: one stager per stream, used by the thread reading it. The
 // store must outlive the stager. After the first error every later call
 // returns that error.
 class PushStager {
  public:
-  PushStager(const ShardStore* store, const ShardIdentity& identity);
+  PushStager(const ShardStore* store, const ShardIdentity& identity,
+             std::shared_ptr<StagingPool> pool = nullptr);
+  ~PushStager();
+
+  PushStager(const PushStager&) = delete;
+  PushStager& operator=(const PushStager&) = delete;
 
   absl::Status Add(const PushMessage& message);
   absl::StatusOr<StagedPush> Finish();
@@ -79,13 +100,17 @@ class PushStager {
  private:
   absl::Status AddChunk(const ChunkView& chunk);
   absl::Status CheckSameMetadata(const PushMessage& message) const;
+  // Hands the buffers back to the pool (or frees them).
+  void ReleaseBuffers();
 
   const ShardStore* const store_;
   const ShardIdentity identity_;
   int messages_ = 0;
   absl::Status error_;
+  const std::shared_ptr<StagingPool> pool_;
   PushMessage first_;  // Metadata of the first message; chunk unused.
-  StagedPush staged_;
+  // Taken at the first message; empty once handed on or back.
+  GradientBuffers buffers_;
   // Per slice: element ranges received so far (begin -> end, relative to
   // the slice start, disjoint) and how many elements they hold.
   std::vector<std::map<uint64_t, uint64_t>> covered_;

@@ -1,9 +1,11 @@
 #include "server/push_stager.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/model_spec.h"
@@ -271,6 +273,64 @@ TEST_F(PushStagerTest, RejectsAnIncompletePushNamingTheGap) {
   const uint64_t missing = push[1].message.chunk.offset;
   push.erase(push.begin() + 1);
   ExpectRefused(push, absl::StrCat("first missing element is ", missing));
+}
+
+// Stages `messages` with buffers from `pool`; the first error, if any.
+absl::StatusOr<StagedPush> FeedPooled(
+    const ShardStore* store, const ShardIdentity& identity,
+    std::shared_ptr<StagingPool> pool,
+    const std::vector<OwnedMessage>& messages) {
+  PushStager stager(store, identity, std::move(pool));
+  for (const OwnedMessage& m : messages) {
+    if (absl::Status s = stager.Add(m.View()); !s.ok()) return s;
+  }
+  return stager.Finish();
+}
+
+std::shared_ptr<StagingPool> PoolFor(const ShardStore& store) {
+  std::vector<uint64_t> sizes;
+  for (const Slice& s : store.slices()) sizes.push_back(s.num_elements);
+  return std::make_shared<StagingPool>(sizes, 2);
+}
+
+TEST_F(PushStagerTest, ReusesPooledBuffersAndOverwritesEveryValue) {
+  std::shared_ptr<StagingPool> pool = PoolFor(*store_);
+  // A spent buffer full of garbage, as an earlier push leaves it.
+  GradientBuffers spent = pool->Acquire();
+  const float* reused = spent[0].data();
+  for (auto& g : spent) std::fill(g.begin(), g.end(), -7.0f);
+  pool->Release(std::move(spent));
+
+  absl::StatusOr<StagedPush> staged =
+      FeedPooled(store_.get(), identity_, pool, ValidPush(0, 9));
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  EXPECT_EQ(pool->idle(), 0);
+  EXPECT_EQ(staged->gradients[0].data(), reused);
+  for (size_t i = 0; i < store_->slices().size(); ++i) {
+    const Slice& s = store_->slices()[i];
+    for (uint64_t e = 0; e < s.num_elements; ++e) {
+      ASSERT_EQ(staged->gradients[i][e], Value(s.tensor_id, s.offset + e));
+    }
+  }
+  // Applied and dropped: the buffer goes back for the next push.
+  staged = absl::UnknownError("dropped");
+  EXPECT_EQ(pool->idle(), 1);
+}
+
+TEST_F(PushStagerTest, RefusedPushHandsItsBufferBack) {
+  std::shared_ptr<StagingPool> pool = PoolFor(*store_);
+  std::vector<OwnedMessage> push = ValidPush(1, 10);
+  push.erase(push.begin() + 1);
+  absl::StatusOr<StagedPush> refused =
+      FeedPooled(store_.get(), identity_, pool, push);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(pool->idle(), 1);
+
+  push = ValidPush(1, 10);
+  push[2].message.step = 99;
+  refused = FeedPooled(store_.get(), identity_, pool, push);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(pool->idle(), 1);
 }
 
 }  // namespace

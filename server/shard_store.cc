@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,10 +13,21 @@
 
 namespace ps::server {
 
+namespace {
+
+int ApplyThreads() {
+  constexpr unsigned kMaxThreads = 8;
+  return static_cast<int>(
+      std::clamp(std::thread::hardware_concurrency(), 1u, kMaxThreads));
+}
+
+}  // namespace
+
 ShardStore::ShardStore(const Partition& partition, int server_index)
     : partition_(partition),
       server_index_(server_index),
-      slices_(partition.SlicesOfServer(server_index)) {}
+      slices_(partition.SlicesOfServer(server_index)),
+      pool_(std::make_unique<RangePool>(ApplyThreads())) {}
 
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
     const Partition& partition, int server_index, uint64_t seed,
@@ -88,7 +100,8 @@ absl::Status ShardStore::ApplyGradient(int slice,
   }
   SliceState& state = *states_[slice];
   absl::MutexLock lock(&state.mu);
-  return state.optimizer->Apply(gradient, absl::MakeSpan(state.weights));
+  return state.optimizer->Apply(gradient, absl::MakeSpan(state.weights),
+                                state.optimizer->learning_rate(), pool_.get());
 }
 
 absl::Status ShardStore::ApplyGradient(int slice,
@@ -100,7 +113,7 @@ absl::Status ShardStore::ApplyGradient(int slice,
   SliceState& state = *states_[slice];
   absl::MutexLock lock(&state.mu);
   return state.optimizer->Apply(gradient, absl::MakeSpan(state.weights),
-                                learning_rate);
+                                learning_rate, pool_.get());
 }
 
 SliceSnapshot ShardStore::Snapshot(int slice) const {

@@ -14,6 +14,7 @@
 #include "absl/types/span.h"
 #include "common/partition.h"
 #include "server/optimizer.h"
+#include "server/range_pool.h"
 
 namespace ps::server {
 
@@ -35,7 +36,9 @@ struct SliceSnapshot {
 // Thread-safe. Each slice has its own reader/writer lock, so pulls encode
 // different slices (and the same one) concurrently while an update is being
 // applied elsewhere, and a reader never sees a half-updated slice. The
-// layout (partition, slices) is immutable and read without locks.
+// layout (partition, slices) is immutable and read without locks. An
+// update holds its slice's writer lock while the pool's threads update
+// ranges of it.
 // Snapshot/Restore copy weights and optimizer state for checkpoints.
 class ShardStore {
  public:
@@ -82,6 +85,10 @@ class ShardStore {
   // A copy of the slice's current weights.
   std::vector<float> ReadSlice(int slice) const;
 
+  // The threads that updates use (one slice's elements are updated in
+  // ranges on it; callers may run loops over slices or elements on it too).
+  RangePool* pool() const { return pool_.get(); }
+
  private:
   struct SliceState {
     mutable absl::Mutex mu;
@@ -97,6 +104,8 @@ class ShardStore {
   uint64_t num_elements_ = 0;  // Set in Create, then constant.
   // One per slice; unique_ptr because absl::Mutex cannot move.
   std::vector<std::unique_ptr<SliceState>> states_;
+  // hardware_concurrency threads (at most 8), the caller included.
+  const std::unique_ptr<RangePool> pool_;
 };
 
 }  // namespace ps::server

@@ -9,8 +9,10 @@
 namespace ps::server {
 
 // Runs fn(slice) for every slice of `store`: on the calling thread for small
-// shards (threads would cost more than they save), else on up to 8 threads.
-// Returns the first error in slice order after every call has finished.
+// shards (threads would cost more than they save), else on the store's
+// pool, where fn may again split its slice's elements (ShardStore's
+// ApplyGradient does). Returns the first error in slice order after every
+// call has finished.
 absl::Status ForEachSlice(const ShardStore& store,
                           const std::function<absl::Status(int)>& fn);
 

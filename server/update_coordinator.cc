@@ -202,16 +202,18 @@ absl::Status UpdateCoordinator::ApplyAggregate(ReadyStep& ready) {
     // is the same bits whatever order the pushes arrived in. Element i of
     // the output is written after every input's element i was read, so it
     // can reuse the first push's buffer.
+    // Elementwise, so cutting it into ranges changes no bit.
     std::vector<float>& out = ready.pushes[0].gradients[slice];
-    const size_t n = out.size();
-    for (size_t i = 0; i < n; ++i) {
-      double sum = 0;
-      for (const StagedPush& p : ready.pushes) {
-        if (p.num_examples == 0) continue;
-        sum += static_cast<double>(p.num_examples) * p.gradients[slice][i];
+    store_->pool()->ForEachRange(out.size(), [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        double sum = 0;
+        for (const StagedPush& p : ready.pushes) {
+          if (p.num_examples == 0) continue;
+          sum += static_cast<double>(p.num_examples) * p.gradients[slice][i];
+        }
+        out[i] = static_cast<float>(sum / total_examples);
       }
-      out[i] = static_cast<float>(sum / total_examples);
-    }
+    });
     return ready.learning_rate.has_value()
                ? store_->ApplyGradient(slice, out, *ready.learning_rate)
                : store_->ApplyGradient(slice, out);
