@@ -57,8 +57,8 @@ ABSL_FLAG(int, slowdown_ms, 0,
           "Sleep this long every step (to slow one worker on purpose)");
 ABSL_FLAG(int, chunk_kb, 1024, "Size of streamed tensor chunks, in KiB");
 ABSL_FLAG(absl::Duration, retry_timeout, absl::Seconds(120),
-          "How long to keep retrying an unreachable server (e.g. while it "
-          "restarts) before giving up");
+          "How long to wait for servers to come up, and to keep retrying an "
+          "unreachable one (e.g. while it restarts), before giving up");
 ABSL_FLAG(absl::Duration, heartbeat_period, absl::Seconds(1),
           "How often to tell the servers this worker is alive");
 
@@ -185,6 +185,8 @@ int Run() {
   client_options.chunk_elements =
       uint64_t{1024} * absl::GetFlag(FLAGS_chunk_kb) / sizeof(float);
   client_options.retry_timeout = absl::GetFlag(FLAGS_retry_timeout);
+  // Servers may come up after the workers (pods start in any order).
+  client_options.connect_timeout = client_options.retry_timeout;
   client_options.heartbeat_period = absl::GetFlag(FLAGS_heartbeat_period);
   absl::StatusOr<std::unique_ptr<ParameterClient>> client =
       ParameterClient::Connect(*servers, &*partition, client_options);
