@@ -119,7 +119,13 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
   }
   if (!send_status.ok()) return send_status;
   status = push->Finish();
-  if (!status.ok()) return status;
+  if (status.code() == absl::StatusCode::kAborted) {
+    spdlog::warn("step {} refused, will retry the batch: {}", result.clock,
+                 status.message());
+    result.stale = true;
+  } else if (!status.ok()) {
+    return status;
+  }
   return result;
 }
 
@@ -167,14 +173,16 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const RegisterInfo& resume) {
       plan.emplace(sharder_.PlanEpoch(epoch));
     }
     absl::StatusOr<StepResult> result = Step(*plan, epoch, step, clock, sync);
-    if (!result.ok()) {
-      if (result.status().code() == absl::StatusCode::kAborted &&
-          ++stale_retries <= kMaxStaleRetries) {
-        spdlog::warn("epoch {} step {} refused, retrying the batch: {}",
-                     epoch + 1, step + 1, result.status().message());
-        ++clock;
-        continue;
+    if (result.ok() && result->stale) {
+      if (++stale_retries > kMaxStaleRetries) {
+        return absl::AbortedError(absl::StrFormat(
+            "epoch %d step %d: refused as stale %d times in a row", epoch + 1,
+            step + 1, kMaxStaleRetries));
       }
+      clock = result->clock + 1;
+      continue;
+    }
+    if (!result.ok()) {
       return absl::Status(result.status().code(),
                           absl::StrFormat("epoch %d step %d: %s", epoch + 1,
                                           step + 1, result.status().message()));

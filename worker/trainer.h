@@ -71,6 +71,9 @@ class Trainer {
     float loss = 0;
     // The clock the gradient was pushed for.
     uint64_t clock = 0;
+    // The shards refused the push as stale: the step completed without
+    // this worker, and the batch is still to be trained.
+    bool stale = false;
   };
 
   Trainer(const TrainerOptions& options, ParameterClient* client, Mlp* model,
