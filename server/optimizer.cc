@@ -41,18 +41,22 @@ class SgdOptimizer final : public Optimizer {
  private:
   void Update(absl::Span<const float> gradient, absl::Span<float> weights,
               float lr, size_t begin) override {
+    // Raw pointers and locals: Span's checked operator[] and stores that
+    // could alias the members would stop the compiler vectorizing.
+    const float wd = weight_decay_;
+    const float momentum = momentum_;
     const size_t n = weights.size();
+    const float* grad = gradient.data();
+    float* w = weights.data();
     if (velocity_.empty()) {
-      for (size_t i = 0; i < n; ++i) {
-        weights[i] -= lr * (gradient[i] + weight_decay_ * weights[i]);
-      }
+      for (size_t i = 0; i < n; ++i) w[i] -= lr * (grad[i] + wd * w[i]);
       return;
     }
     float* velocity = velocity_.data() + begin;
     for (size_t i = 0; i < n; ++i) {
-      const float g = gradient[i] + weight_decay_ * weights[i];
-      velocity[i] = momentum_ * velocity[i] + g;
-      weights[i] -= lr * velocity[i];
+      const float g = grad[i] + wd * w[i];
+      velocity[i] = momentum * velocity[i] + g;
+      w[i] -= lr * velocity[i];
     }
   }
 
@@ -87,16 +91,19 @@ class AdamOptimizer final : public Optimizer {
     const double t = static_cast<double>(update_count());
     const float c1 = static_cast<float>(1.0 - std::pow(double{beta1_}, t));
     const float c2 = static_cast<float>(1.0 - std::pow(double{beta2_}, t));
+    const float b1 = beta1_, b2 = beta2_, eps = epsilon_, wd = weight_decay_;
     const size_t n = weights.size();
+    const float* grad = gradient.data();
+    float* w = weights.data();
     float* m = m_.data() + begin;
     float* v = v_.data() + begin;
     for (size_t i = 0; i < n; ++i) {
-      const float g = gradient[i] + weight_decay_ * weights[i];
-      m[i] = beta1_ * m[i] + (1.0f - beta1_) * g;
-      v[i] = beta2_ * v[i] + (1.0f - beta2_) * g * g;
+      const float g = grad[i] + wd * w[i];
+      m[i] = b1 * m[i] + (1.0f - b1) * g;
+      v[i] = b2 * v[i] + (1.0f - b2) * g * g;
       const float m_hat = m[i] / c1;
       const float v_hat = v[i] / c2;
-      weights[i] -= lr * m_hat / (std::sqrt(v_hat) + epsilon_);
+      w[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
     }
   }
 
