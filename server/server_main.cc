@@ -1,6 +1,5 @@
 // The parameter-server shard binary. See --help; launchers pass the flags
 // below and read --port_file to learn the bound port.
-#include <malloc.h>
 #include <signal.h>
 
 #include <cstdint>
@@ -19,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/malloc_tuning.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
 #include "server/checkpoint.h"
@@ -426,21 +426,11 @@ int Run(const ServerConfig& config) {
   return reason.exit_code;
 }
 
-// gRPC allocates a buffer of about a message (1 MiB) for every message
-// received or sent, and glibc by default gives freed memory back to the
-// kernel (trimming heaps; mapping blocks above a moving threshold afresh),
-// so each push faulted its pages in again inside recvmsg: ~15% of a shard's
-// CPU at 64 MiB. Kept instead: at most a few transfers' worth of memory.
-void KeepFreedMemory() {
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);   // glibc's largest allowed value.
-  mallopt(M_TRIM_THRESHOLD, 512 << 20);  // Trim only beyond this much free.
-}
-
 }  // namespace
 }  // namespace ps::server
 
 int main(int argc, char** argv) {
-  ps::server::KeepFreedMemory();
+  ps::KeepFreedMemory();
   absl::SetProgramUsageMessage(
       "A parameter-server shard: holds its slices of the model, applies "
       "workers' gradients and serves weights over gRPC.\n"

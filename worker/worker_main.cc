@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cluster_address.h"
 #include "common/logging.h"
+#include "common/malloc_tuning.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
 #include "kernels/device.h"
@@ -245,6 +246,7 @@ int Run() {
 }  // namespace ps::worker
 
 int main(int argc, char** argv) {
+  ps::KeepFreedMemory();
   absl::SetProgramUsageMessage(
       "Trains its shard of Fashion-MNIST against the parameter servers.");
   absl::ParseCommandLine(argc, argv);
