@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "kernels/shape_checks.h"
 
 namespace ps::kernels {
 namespace {
@@ -47,24 +48,7 @@ absl::Status CheckBuffer(absl::string_view op, absl::string_view arg,
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: buffer `%s` was not allocated by a cpu backend", op, arg));
   }
-  if (buffer.size() < needed) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: buffer `%s` holds %d floats but the shape needs %d", op, arg,
-        buffer.size(), needed));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckMatrix(absl::string_view op, int rows, int cols) {
-  if (rows < 0 || cols < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: negative shape rows=%d cols=%d", op, rows, cols));
-  }
-  return absl::OkStatus();
-}
-
-uint64_t Product(int a, int b) {
-  return static_cast<uint64_t>(a) * static_cast<uint64_t>(b);
+  return CheckBufferSize(op, arg, buffer, needed);
 }
 
 class CpuBackend final : public Backend {
@@ -114,10 +98,7 @@ class CpuBackend final : public Backend {
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
                     float alpha, const DeviceBuffer& a, const DeviceBuffer& b,
                     float beta, DeviceBuffer& c) override {
-    if (m < 0 || n < 0 || k < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("Gemm: negative shape m=%d n=%d k=%d", m, n, k));
-    }
+    if (absl::Status s = CheckGemmShape(m, n, k, a, b, c); !s.ok()) return s;
     for (auto [arg, buffer, needed] :
          {std::make_tuple("a", &a, Product(m, k)),
           std::make_tuple("b", &b, Product(k, n)),
@@ -126,10 +107,6 @@ class CpuBackend final : public Backend {
       if (absl::Status s = CheckBuffer("Gemm", arg, *buffer, needed); !s.ok()) {
         return s;
       }
-    }
-    if (&c == &a || &c == &b) {
-      return absl::InvalidArgumentError(
-          "Gemm: the output `c` must not be one of the inputs");
     }
     if (m == 0 || n == 0) return absl::OkStatus();
     if (k == 0) {
@@ -201,11 +178,7 @@ class CpuBackend final : public Backend {
                                    DeviceBuffer& loss,
                                    DeviceBuffer& grad_logits) override {
     constexpr absl::string_view kOp = "SoftmaxCrossEntropy";
-    if (rows < 1 || cols < 1) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: needs at least one row and one class, got rows=%d cols=%d", kOp,
-          rows, cols));
-    }
+    if (absl::Status s = CheckClassMatrix(kOp, rows, cols); !s.ok()) return s;
     for (auto [arg, buffer, needed] :
          {std::make_tuple("logits", &logits, Product(rows, cols)),
           std::make_tuple("labels", &labels, Product(rows, 1)),
@@ -276,12 +249,7 @@ class CpuBackend final : public Backend {
 
   absl::Status ArgmaxRows(int rows, int cols, const DeviceBuffer& x,
                           DeviceBuffer& out) override {
-    if (absl::Status s = CheckMatrix("ArgmaxRows", rows, cols); !s.ok()) {
-      return s;
-    }
-    if (cols < 1 && rows > 0) {
-      return absl::InvalidArgumentError("ArgmaxRows: rows have no columns");
-    }
+    if (absl::Status s = CheckArgmaxShape(rows, cols); !s.ok()) return s;
     if (absl::Status s = CheckBuffer("ArgmaxRows", "x", x, Product(rows, cols));
         !s.ok()) {
       return s;

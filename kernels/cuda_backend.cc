@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_util.h"
+#include "kernels/shape_checks.h"
 
 namespace ps::kernels {
 namespace {
@@ -27,10 +28,6 @@ using cuda::CudaBuffer;
 using cuda::DeviceArray;
 using cuda::Event;
 using cuda::PinnedArray;
-
-uint64_t Product(int a, int b) {
-  return static_cast<uint64_t>(a) * static_cast<uint64_t>(b);
-}
 
 // One buffer argument of an operation and the floats its shape needs.
 struct Arg {
@@ -151,14 +148,7 @@ class CudaBackend final : public Backend {
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
                     float alpha, const DeviceBuffer& a, const DeviceBuffer& b,
                     float beta, DeviceBuffer& c) override {
-    if (m < 0 || n < 0 || k < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("Gemm: negative shape m=%d n=%d k=%d", m, n, k));
-    }
-    if (&c == &a || &c == &b) {
-      return absl::InvalidArgumentError(
-          "Gemm: the output `c` must not be one of the inputs");
-    }
+    if (absl::Status s = CheckGemmShape(m, n, k, a, b, c); !s.ok()) return s;
     absl::StatusOr<Buffers> buffers =
         CheckAll("Gemm", {{"a", &a, Product(m, k)},
                           {"b", &b, Product(k, n)},
@@ -223,11 +213,7 @@ class CudaBackend final : public Backend {
                                    DeviceBuffer& loss,
                                    DeviceBuffer& grad_logits) override {
     constexpr absl::string_view kOp = "SoftmaxCrossEntropy";
-    if (rows < 1 || cols < 1) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: needs at least one row and one class, got rows=%d cols=%d", kOp,
-          rows, cols));
-    }
+    if (absl::Status s = CheckClassMatrix(kOp, rows, cols); !s.ok()) return s;
     absl::StatusOr<Buffers> buffers =
         CheckAll(kOp, {{"logits", &logits, Product(rows, cols)},
                        {"labels", &labels, Product(rows, 1)},
@@ -281,12 +267,7 @@ class CudaBackend final : public Backend {
 
   absl::Status ArgmaxRows(int rows, int cols, const DeviceBuffer& x,
                           DeviceBuffer& out) override {
-    if (absl::Status s = CheckMatrix("ArgmaxRows", rows, cols); !s.ok()) {
-      return s;
-    }
-    if (cols < 1 && rows > 0) {
-      return absl::InvalidArgumentError("ArgmaxRows: rows have no columns");
-    }
+    if (absl::Status s = CheckArgmaxShape(rows, cols); !s.ok()) return s;
     absl::StatusOr<Buffers> buffers = CheckAll(
         "ArgmaxRows",
         {{"x", &x, Product(rows, cols)}, {"out", &out, Product(rows, 1)}});
@@ -305,14 +286,6 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  static absl::Status CheckMatrix(absl::string_view op, int rows, int cols) {
-    if (rows < 0 || cols < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: negative shape rows=%d cols=%d", op, rows, cols));
-    }
-    return absl::OkStatus();
-  }
-
   // The buffer as ours, if this backend allocated it and it holds at least
   // `needed` floats. Another backend's memory may not be device memory.
   absl::StatusOr<const CudaBuffer*> Check(absl::string_view op,
@@ -325,10 +298,8 @@ class CudaBackend final : public Backend {
           "%s: buffer `%s` was not allocated by this %s backend", op, arg,
           name()));
     }
-    if (buffer.size() < needed) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: buffer `%s` holds %d floats but the shape needs %d", op, arg,
-          buffer.size(), needed));
+    if (absl::Status s = CheckBufferSize(op, arg, buffer, needed); !s.ok()) {
+      return s;
     }
     return ours;
   }
