@@ -4,24 +4,17 @@
 #include <cstring>
 #include <string>
 
-#include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
 
 namespace ps {
 namespace {
 
-// On a little-endian host the encoding is the memory image, so encode and
-// decode are one memcpy each; elsewhere each element is byte-swapped.
-#if defined(ABSL_IS_LITTLE_ENDIAN)
-constexpr bool kHostIsLittleEndian = true;
-#else
-constexpr bool kHostIsLittleEndian = false;
-#endif
-
+// Encode and decode are one memcpy each where the encoding is the memory
+// image; elsewhere each element is byte-swapped.
 uint32_t ByteSwap(uint32_t v) { return __builtin_bswap32(v); }
 
 void CopyEncoded(const float* src, size_t n, char* dst) {
-  if (kHostIsLittleEndian) {
+  if (kFloatEncodingIsMemoryImage) {
     std::memcpy(dst, src, n * sizeof(float));
     return;
   }
@@ -33,10 +26,19 @@ void CopyEncoded(const float* src, size_t n, char* dst) {
   }
 }
 
+absl::Status CheckDecodedSize(size_t bytes, size_t elements) {
+  if (bytes != elements * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor data has ", bytes, " bytes, expected ",
+        elements * sizeof(float), " (", elements, " float32 elements)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void AppendFloats(absl::Span<const float> values, std::string* out) {
-  if (kHostIsLittleEndian) {
+  if (kFloatEncodingIsMemoryImage) {
     // One copy: resize() would zero-fill first (a few % of a shard's CPU).
     out->append(reinterpret_cast<const char*>(values.data()),
                 values.size() * sizeof(float));
@@ -53,12 +55,10 @@ void EncodeFloats(absl::Span<const float> values, std::string* out) {
 }
 
 absl::Status DecodeFloats(absl::string_view bytes, absl::Span<float> out) {
-  if (bytes.size() != out.size() * sizeof(float)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor data has ", bytes.size(), " bytes, expected ",
-        out.size() * sizeof(float), " (", out.size(), " float32 elements)"));
+  if (absl::Status s = CheckDecodedSize(bytes.size(), out.size()); !s.ok()) {
+    return s;
   }
-  if (kHostIsLittleEndian) {
+  if (kFloatEncodingIsMemoryImage) {
     std::memcpy(out.data(), bytes.data(), bytes.size());
     return absl::OkStatus();
   }
@@ -67,6 +67,22 @@ absl::Status DecodeFloats(absl::string_view bytes, absl::Span<float> out) {
     std::memcpy(&bits, bytes.data() + 4 * i, 4);
     bits = ByteSwap(bits);
     std::memcpy(&out[i], &bits, 4);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeFloats(const absl::Cord& bytes, absl::Span<float> out) {
+  if (absl::Status s = CheckDecodedSize(bytes.size(), out.size()); !s.ok()) {
+    return s;
+  }
+  if (!kFloatEncodingIsMemoryImage) {
+    // An element may straddle two pieces; flatten, then swap.
+    return DecodeFloats(std::string(bytes), out);
+  }
+  char* dst = reinterpret_cast<char*>(out.data());
+  for (absl::string_view piece : bytes.Chunks()) {
+    std::memcpy(dst, piece.data(), piece.size());
+    dst += piece.size();
   }
   return absl::OkStatus();
 }

@@ -45,5 +45,28 @@ TEST(TensorCodecTest, RejectsWrongLengthAndLeavesOutputUntouched) {
   }
 }
 
+TEST(TensorCodecTest, DecodesBytesInPiecesSplitInsideElements) {
+  const std::vector<float> values = {1.0f, -2.5f, 3.75f, 1e-20f};
+  std::string bytes;
+  EncodeFloats(values, &bytes);
+  // Pieces of 3, 5 and 8 bytes: two elements straddle a boundary.
+  const absl::string_view view = bytes;
+  absl::Cord cord;
+  cord.Append(absl::MakeCordFromExternal(view.substr(0, 3), [] {}));
+  cord.Append(absl::MakeCordFromExternal(view.substr(3, 5), [] {}));
+  cord.Append(absl::MakeCordFromExternal(view.substr(8), [] {}));
+  std::vector<float> decoded(values.size());
+  ASSERT_TRUE(DecodeFloats(cord, absl::MakeSpan(decoded)).ok());
+  EXPECT_EQ(decoded, values);
+}
+
+TEST(TensorCodecTest, RejectsPiecesOfTheWrongLengthAndLeavesOutputUntouched) {
+  std::vector<float> out = {7.0f, 7.0f};
+  absl::Status status =
+      DecodeFloats(absl::Cord(std::string(9, '\0')), absl::MakeSpan(out));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(out[0], 7.0f);
+}
+
 }  // namespace
 }  // namespace ps

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/chunk_wire.h"
 #include "common/grpc_status.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/push_stager.h"
@@ -20,12 +21,22 @@ static_assert(kProtocolVersionCurrent == proto::PROTOCOL_VERSION_CURRENT,
 static_assert(kDTypeFloat32 == proto::DTYPE_FLOAT32,
               "request_header.h must mirror the proto");
 
+// Positions of Pull and Push in the service definition, which is the order
+// the generated Service registers its methods in.
+constexpr int kPullMethodIndex = 1;
+constexpr int kPushMethodIndex = 2;
+
+constexpr ChunkFields kPushFields = {proto::PushRequest::kChunkFieldNumber,
+                                     proto::TensorChunk::kDataFieldNumber};
+constexpr ChunkFields kPullFields = {proto::PullResponse::kChunkFieldNumber,
+                                     proto::TensorChunk::kDataFieldNumber};
+
 RequestHeaderFields FromProto(const proto::RequestHeader& h) {
   return {h.protocol_version(), h.partition_fingerprint(), h.worker_rank(),
           h.server_index(), h.incarnation()};
 }
 
-PushMessage FromProto(const proto::PushRequest& r) {
+PushMessage FromProto(const proto::PushRequest& r, const absl::Cord& data) {
   PushMessage m;
   m.header = FromProto(r.header());
   m.step = r.step();
@@ -42,7 +53,7 @@ PushMessage FromProto(const proto::PushRequest& r) {
         reinterpret_cast<const int64_t*>(c.shape().data()), c.shape_size());
     m.chunk.offset = c.offset();
     m.chunk.num_elements = c.num_elements();
-    m.chunk.data = c.data();
+    m.chunk.data = data;
   }
   return m;
 }
@@ -70,7 +81,18 @@ ParameterService::ParameterService(ShardStore* store,
       staging_(std::make_shared<StagingPool>(
           SliceSizes(*store),
           // A sync step holds one per rank; one more is being received.
-          coordinator->options().num_workers + 1)) {}
+          coordinator->options().num_workers + 1)) {
+  // How generated code swaps a method's handler (WithSplitStreamingMethod_
+  // and the like); the server then treats the call as a bidirectional
+  // stream, which a client-streaming or server-streaming peer cannot tell.
+  using ByteHandler =
+      grpc::internal::BidiStreamingHandler<ParameterService, grpc::ByteBuffer,
+                                           grpc::ByteBuffer>;
+  MarkMethodStreamed(kPullMethodIndex,
+                     new ByteHandler(&ParameterService::PullBytes, this));
+  MarkMethodStreamed(kPushMethodIndex,
+                     new ByteHandler(&ParameterService::PushBytes, this));
+}
 
 grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
                                         const proto::RegisterRequest* request,
@@ -112,8 +134,7 @@ grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
 
 absl::StatusOr<uint64_t> ParameterService::ServePull(
     grpc::ServerContext* context, const proto::PullRequest& request,
-    grpc::ServerWriter<proto::PullResponse>* writer, absl::Duration* wait,
-    uint64_t* bytes) {
+    ByteStream* stream, absl::Duration* wait, uint64_t* bytes) {
   if (absl::Status s =
           ValidateRequestHeader(FromProto(request.header()), identity_);
       !s.ok()) {
@@ -130,30 +151,30 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
   *wait = absl::Now() - start;
   if (!version.ok()) return version.status();
 
-  proto::PullResponse response;
+  proto::PullResponse response;  // All but the chunk.
   response.set_version(*version);
-  proto::TensorChunk* chunk = response.mutable_chunk();
-  chunk->set_dtype(proto::DTYPE_FLOAT32);
+  proto::TensorChunk chunk;  // All but the data.
+  chunk.set_dtype(proto::DTYPE_FLOAT32);
   for (int i = 0; i < store_->num_slices(); ++i) {
     const Slice& slice = store_->slices()[i];
     const TensorSpec& spec =
         store_->partition().model().tensors[slice.tensor_id];
-    chunk->set_tensor_id(slice.tensor_id);
-    chunk->mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
+    chunk.set_tensor_id(slice.tensor_id);
+    chunk.mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
     for (uint64_t begin = 0; begin < slice.num_elements;
          begin += chunk_elements) {
       const uint64_t n = std::min(chunk_elements, slice.num_elements - begin);
-      chunk->set_offset(slice.offset + begin);
-      chunk->set_num_elements(n);
-      chunk->mutable_data()->clear();
-      // Encoded under the slice's reader lock, sent without any lock.
-      if (absl::Status s =
-              store_->EncodeRange(i, begin, n, chunk->mutable_data());
-          !s.ok()) {
+      chunk.set_offset(slice.offset + begin);
+      chunk.set_num_elements(n);
+      // Encoded under the slice's reader lock, sent without any lock and
+      // without another copy.
+      std::string data;
+      if (absl::Status s = store_->EncodeRange(i, begin, n, &data); !s.ok()) {
         return absl::InternalError(s.message());
       }
-      *bytes += chunk->data().size();
-      if (!writer->Write(response)) {
+      *bytes += data.size();
+      if (!stream->Write(SerializeChunkMessage(response, chunk, kPullFields,
+                                               OwnedSlice(std::move(data))))) {
         return absl::CancelledError("pull stream closed by the client");
       }
     }
@@ -161,52 +182,68 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
   return *version;
 }
 
-grpc::Status ParameterService::Pull(
-    grpc::ServerContext* context, const proto::PullRequest* request,
-    grpc::ServerWriter<proto::PullResponse>* writer) {
+grpc::Status ParameterService::PullBytes(grpc::ServerContext* context,
+                                         ByteStream* stream) {
   const absl::Time start = absl::Now();
+  grpc::ByteBuffer message;
+  proto::PullRequest request;
+  if (!stream->Read(&message)) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "pull refused: the call carried no PullRequest"));
+  }
+  if (absl::Status s = ParseMessage(message, &request); !s.ok()) {
+    return ToGrpcStatus(Prefixed("pull refused", s));
+  }
   absl::Duration wait;
   uint64_t bytes = 0;
   absl::StatusOr<uint64_t> version =
-      ServePull(context, *request, writer, &wait, &bytes);
+      ServePull(context, request, stream, &wait, &bytes);
   stats_.RecordPull(version.ok(), bytes, wait, absl::Now() - start);
   if (!version.ok()) {
-    spdlog::warn("pull for clock {} from worker {} failed: {}",
-                 request->clock(), request->header().worker_rank(),
-                 version.status().ToString());
+    spdlog::warn("pull for clock {} from worker {} failed: {}", request.clock(),
+                 request.header().worker_rank(), version.status().ToString());
     return ToGrpcStatus(Prefixed("pull failed", version.status()));
   }
   return grpc::Status::OK;
 }
 
-absl::StatusOr<uint64_t> ParameterService::ReceivePush(
-    grpc::ServerReader<proto::PushRequest>* reader, uint64_t* bytes) {
+absl::StatusOr<uint64_t> ParameterService::ReceivePush(ByteStream* stream,
+                                                       uint64_t* bytes) {
   // The whole stream is staged privately; the shard is touched only by
   // Commit, after the last message was validated.
   PushStager stager(store_, identity_, staging_);
+  grpc::ByteBuffer message;
   proto::PushRequest request;
-  while (reader->Read(&request)) {
-    *bytes += request.chunk().data().size();
-    if (absl::Status s = stager.Add(FromProto(request)); !s.ok()) return s;
+  absl::Cord data;
+  while (stream->Read(&message)) {
+    if (absl::Status s =
+            ParseChunkMessage(message, kPushFields, &request, &data);
+        !s.ok()) {
+      return s;
+    }
+    *bytes += data.size();
+    if (absl::Status s = stager.Add(FromProto(request, data)); !s.ok()) {
+      return s;
+    }
   }
   absl::StatusOr<StagedPush> staged = stager.Finish();
   if (!staged.ok()) return staged.status();
   return coordinator_->Commit(*std::move(staged));
 }
 
-grpc::Status ParameterService::Push(
-    grpc::ServerContext* /*context*/,
-    grpc::ServerReader<proto::PushRequest>* reader,
-    proto::PushResponse* response) {
+grpc::Status ParameterService::PushBytes(grpc::ServerContext* /*context*/,
+                                         ByteStream* stream) {
   const absl::Time start = absl::Now();
   uint64_t bytes = 0;
-  absl::StatusOr<uint64_t> version = ReceivePush(reader, &bytes);
+  absl::StatusOr<uint64_t> version = ReceivePush(stream, &bytes);
   stats_.RecordPush(version.ok(), bytes, absl::Now() - start);
   if (!version.ok()) {
     spdlog::warn("push refused: {}", version.status().ToString());
     return ToGrpcStatus(Prefixed("push refused", version.status()));
   }
-  response->set_version(*version);
+  proto::PushResponse response;
+  response.set_version(*version);
+  stream->Write(SerializeMessage(response));
   return grpc::Status::OK;
 }
 

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "common/byte_stream_call.h"
+#include "common/chunk_wire.h"
 #include "common/initializer.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
@@ -412,6 +414,60 @@ TEST_F(ParameterServiceTest, DoneFromEveryRankSignalsShutdownOnce) {
   ASSERT_TRUE(done(0, kServer).ok());
   EXPECT_TRUE(all_done_.HasBeenNotified());
   ASSERT_TRUE(done(0, kServer).ok());  // Notifying twice would crash.
+}
+
+// Pull and Push parse their messages themselves (common/chunk_wire.h), so
+// bytes that are no protobuf at all must be refused as cleanly as bad values.
+TEST_F(ParameterServiceTest, UndecodableMessagesAreRefusedAndApplyNothing) {
+  Start(ConsistencyMode::kAsync);
+  grpc::GenericStub generic(channel_);
+  const grpc::Slice garbage("\x3a\x05\x32\x10xxx", 7);  // data overruns
+  auto call = [&](absl::string_view method,
+                  const std::vector<grpc::ByteBuffer>& messages) {
+    grpc::ClientContext context;
+    ByteStreamCall stream(
+        &generic, absl::StrCat("/ps.proto.ParameterServer/", method), &context);
+    for (const grpc::ByteBuffer& m : messages) {
+      if (!stream.Write(m)) break;
+    }
+    stream.WritesDone();
+    grpc::ByteBuffer response;
+    while (stream.Read(&response)) {
+    }
+    return stream.Finish();
+  };
+
+  std::vector<grpc::ByteBuffer> push;
+  for (const proto::PushRequest& m : ValidPush(0, 0, 1.0f)) {
+    push.push_back(SerializeMessage(m));
+  }
+  push.emplace_back(&garbage, 1);
+  grpc::Status status = call("Push", push);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find(
+                "push refused: malformed ps.proto.PushRequest"),
+            std::string::npos)
+      << status.error_message();
+
+  const grpc::Slice cut_short("\x10\xff", 2);  // a varint that never ends
+  status = call("Pull", {grpc::ByteBuffer(&cut_short, 1)});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find(
+                "pull refused: malformed ps.proto.PullRequest"),
+            std::string::npos)
+      << status.error_message();
+
+  status = call("Pull", {});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("carried no PullRequest"),
+            std::string::npos)
+      << status.error_message();
+
+  Weights weights;
+  uint64_t version = 0;
+  ASSERT_TRUE(Pull(0, 0, &weights, &version).ok());
+  EXPECT_EQ(version, 0u);
+  EXPECT_EQ(weights, InitialWeights()) << "a refused push changed weights";
 }
 
 TEST_F(ParameterServiceTest, AnswersTheStandardHealthCheck) {

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
+#include "absl/strings/cord.h"
 #include "absl/types/span.h"
 #include "server/request_header.h"
 #include "server/shard_store.h"
@@ -16,14 +16,15 @@
 
 namespace ps::server {
 
-// A ps.proto.TensorChunk, viewed without copying its bytes.
+// A ps.proto.TensorChunk; `data` shares the received bytes (a cord over
+// the network buffers), copied once, into the staging buffer.
 struct ChunkView {
   uint32_t tensor_id = 0;
   int dtype = 0;
   absl::Span<const int64_t> shape;
   uint64_t offset = 0;
   uint64_t num_elements = 0;
-  absl::string_view data;
+  absl::Cord data;
 };
 
 // One ps.proto.PushRequest message. A message may carry no chunk (a shard

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/byte_stream_call.h"
+#include "common/chunk_wire.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/tensor_codec.h"
@@ -17,6 +19,16 @@ namespace ps::worker {
 namespace {
 
 constexpr int kMaxMessageBytes = 64 << 20;
+
+constexpr ChunkFields kPushFields = {proto::PushRequest::kChunkFieldNumber,
+                                     proto::TensorChunk::kDataFieldNumber};
+constexpr ChunkFields kPullFields = {proto::PullResponse::kChunkFieldNumber,
+                                     proto::TensorChunk::kDataFieldNumber};
+
+std::string MethodName(absl::string_view method) {
+  return absl::StrCat("/", proto::ParameterServer::service_full_name(), "/",
+                      method);
+}
 
 // Runs fn(server) for every server on its own thread and returns the first
 // failure in server order.
@@ -75,6 +87,7 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Connect(
                        absl::FormatDuration(options.connect_timeout)));
     }
     client->stubs_.push_back(proto::ParameterServer::NewStub(channel));
+    client->byte_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
   }
   return client;
 }
@@ -239,17 +252,25 @@ absl::Status ParameterClient::PullFromServer(
   request.set_max_chunk_elements(options_.chunk_elements);
 
   grpc::ClientContext context;
-  std::unique_ptr<grpc::ClientReader<proto::PullResponse>> reader =
-      stubs_[server]->Pull(&context, request);
+  ByteStreamCall call(byte_stubs_[server].get(), MethodName("Pull"), &context);
+  call.WriteLast(SerializeMessage(request));
   // Chunks must arrive slice by slice, in order, each continuing where the
   // previous one ended: then exact coverage is a matter of counting.
   size_t slice_index = 0;
   uint64_t next_offset = slices.empty() ? 0 : slices[0].offset;
   absl::Status error;
+  grpc::ByteBuffer message;
   proto::PullResponse response;
+  absl::Cord data;  // The chunk's bytes, left in the received slices.
   bool first = true;
-  while (reader->Read(&response)) {
+  while (call.Read(&message)) {
     if (!error.ok()) continue;  // Drain the stream before Finish().
+    if (absl::Status s =
+            ParseChunkMessage(message, kPullFields, &response, &data);
+        !s.ok()) {
+      error = absl::DataLossError(s.message());
+      continue;
+    }
     if (first) {
       *version = response.version();
       first = false;
@@ -281,13 +302,13 @@ absl::Status ParameterClient::PullFromServer(
     }
     absl::Span<float> dst = absl::MakeSpan(weights[slice.tensor_id])
                                 .subspan(chunk.offset(), chunk.num_elements());
-    error = DecodeFloats(chunk.data(), dst);
+    error = DecodeFloats(data, dst);
     next_offset += chunk.num_elements();
     if (next_offset == slice_end && ++slice_index < slices.size()) {
       next_offset = slices[slice_index].offset;
     }
   }
-  absl::Status rpc_status = FromGrpcStatus(reader->Finish());
+  absl::Status rpc_status = FromGrpcStatus(call.Finish());
   if (!rpc_status.ok()) return rpc_status;
   if (!error.ok()) return error;
   if (slice_index != slices.size()) {
@@ -368,23 +389,23 @@ class PushSession::ShardStream {
   };
 
   // The first attempt streams items as they are queued; a retry (the shard
-  // was unreachable) resends every item from the start.
+  // was unreachable) resends every item from the start. Returns once gRPC
+  // has let go of the gradient memory.
   absl::Status Run() {
     std::vector<Item> items;
-    return client_->CallWithRetry(server_, "push",
-                                  [&] { return Attempt(items); });
+    absl::Status status =
+        client_->CallWithRetry(server_, "push", [&] { return Attempt(items); });
+    lender_.AwaitReturned();
+    return status;
   }
 
   absl::Status Attempt(std::vector<Item>& items) {
     grpc::ClientContext context;
-    proto::PushResponse response;
-    std::unique_ptr<grpc::ClientWriter<proto::PushRequest>> writer =
-        client_->stubs_[server_]->Push(&context, &response);
-    proto::PushRequest request = prototype_;
-    request.mutable_chunk()->set_dtype(proto::DTYPE_FLOAT32);
+    ByteStreamCall call(client_->byte_stubs_[server_].get(), MethodName("Push"),
+                        &context);
     bool broken = false;
     for (const Item& item : items) {
-      if (!broken) broken = !Write(item, request, *writer);
+      if (!broken) broken = !Write(item, call);
     }
     while (true) {
       Item item;
@@ -400,37 +421,49 @@ class PushSession::ShardStream {
         queue_.pop_front();
       }
       items.push_back(item);
-      if (!broken) broken = !Write(item, request, *writer);
+      if (!broken) broken = !Write(item, call);
     }
-    if (!broken) writer->WritesDone();
-    return FromGrpcStatus(writer->Finish());
+    // The one response is the shard's acknowledgement; its version is not
+    // needed here.
+    grpc::ByteBuffer response;
+    const bool answered = !broken && call.WritesDone() && call.Read(&response);
+    absl::Status status = FromGrpcStatus(call.Finish());
+    if (status.ok() && !answered) {
+      return absl::InternalError("push stream ended without an answer");
+    }
+    return status;
   }
 
-  // Writes one slice as chunks; false once the stream is broken.
-  bool Write(const Item& item, proto::PushRequest& request,
-             grpc::ClientWriter<proto::PushRequest>& writer) {
+  // Writes one slice as chunks that point at the gradient memory; false
+  // once the stream is broken.
+  bool Write(const Item& item, ByteStreamCall& call) {
     const Slice& slice = item.slice;
     const std::vector<int64_t>& shape =
         client_->partition_->model().tensors[slice.tensor_id].shape;
     const uint64_t chunk_elements = client_->options_.chunk_elements;
-    proto::TensorChunk* chunk = request.mutable_chunk();
-    chunk->set_tensor_id(slice.tensor_id);
-    chunk->mutable_shape()->Assign(shape.begin(), shape.end());
+    proto::TensorChunk chunk;
+    chunk.set_tensor_id(slice.tensor_id);
+    chunk.set_dtype(proto::DTYPE_FLOAT32);
+    chunk.mutable_shape()->Assign(shape.begin(), shape.end());
     for (uint64_t done = 0; done < slice.num_elements; done += chunk_elements) {
       const uint64_t n = std::min(chunk_elements, slice.num_elements - done);
-      chunk->set_offset(slice.offset + done);
-      chunk->set_num_elements(n);
-      EncodeFloats(
-          absl::MakeConstSpan(item.tensor_data + slice.offset + done, n),
-          chunk->mutable_data());
-      if (!writer.Write(request)) return false;
+      chunk.set_offset(slice.offset + done);
+      chunk.set_num_elements(n);
+      const absl::Span<const float> values =
+          absl::MakeConstSpan(item.tensor_data + slice.offset + done, n);
+      if (!call.Write(SerializeChunkMessage(prototype_, chunk, kPushFields,
+                                            lender_.LendFloats(values)))) {
+        return false;
+      }
     }
     return true;
   }
 
   ParameterClient* const client_;
   const int server_;
+  // Every field but the chunk, the same in each message.
   proto::PushRequest prototype_;
+  SliceLender lender_;
   absl::Mutex mu_;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

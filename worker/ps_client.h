@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/partition.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "proto/parameter_server.grpc.pb.h"
 
 namespace ps::worker {
@@ -132,6 +133,9 @@ class ParameterClient {
   const Partition* const partition_;
   const ClientOptions options_;
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
+  // Pull and Push, whose messages carry tensor bytes, go through these on
+  // the same channels: common/chunk_wire.h serializes them without copies.
+  std::vector<std::unique_ptr<grpc::GenericStub>> byte_stubs_;
   // Set by Register and sent in every header, so that a shard can refuse a
   // process that a restarted worker of the same rank replaced.
   std::atomic<uint64_t> incarnation_{0};

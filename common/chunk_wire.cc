@@ -1,0 +1,257 @@
+#include "common/chunk_wire.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/wire_format_lite.h"
+
+namespace ps {
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::io::CodedOutputStream;
+using google::protobuf::io::StringOutputStream;
+
+constexpr WireFormatLite::WireType kLengthDelimited =
+    WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+
+// Reads a received message's slices in order, without copying them.
+class SliceInputStream final
+    : public google::protobuf::io::ZeroCopyInputStream {
+ public:
+  explicit SliceInputStream(const std::vector<grpc::Slice>* slices)
+      : slices_(*slices) {}
+
+  bool Next(const void** data, int* size) override {
+    for (; index_ < slices_.size(); ++index_, offset_ = 0) {
+      const grpc::Slice& slice = slices_[index_];
+      if (offset_ < slice.size()) {
+        *data = slice.begin() + offset_;
+        *size = static_cast<int>(slice.size() - offset_);
+        offset_ = slice.size();
+        position_ += *size;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Only ever within the piece the last Next returned.
+  void BackUp(int count) override {
+    offset_ -= count;
+    position_ -= count;
+  }
+
+  bool Skip(int count) override {
+    const void* data;
+    int size;
+    while (count > 0) {
+      if (!Next(&data, &size)) return false;
+      const int taken = std::min(count, size);
+      BackUp(size - taken);
+      count -= taken;
+    }
+    return true;
+  }
+
+  int64_t ByteCount() const override { return position_; }
+
+ private:
+  const std::vector<grpc::Slice>& slices_;
+  size_t index_ = 0;
+  size_t offset_ = 0;  // Within slices_[index_].
+  int64_t position_ = 0;
+};
+
+// Bytes [begin, begin + size) of the slices' concatenation, sharing them.
+absl::Cord CordOfRange(const std::vector<grpc::Slice>& slices, size_t begin,
+                       size_t size) {
+  absl::Cord cord;
+  for (const grpc::Slice& slice : slices) {
+    if (size == 0) break;
+    if (begin >= slice.size()) {
+      begin -= slice.size();
+      continue;
+    }
+    const size_t n = std::min(slice.size() - begin, size);
+    const absl::string_view piece(
+        reinterpret_cast<const char*>(slice.begin()) + begin, n);
+    // The cord holds a reference to the slice until it lets go of the piece.
+    cord.Append(absl::MakeCordFromExternal(piece, [ref = slice] {}));
+    begin = 0;
+    size -= n;
+  }
+  return cord;
+}
+
+absl::Status Malformed(const google::protobuf::MessageLite& message,
+                       absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("malformed ", message.GetTypeName(), ": ", what));
+}
+
+}  // namespace
+
+grpc::ByteBuffer SerializeChunkMessage(
+    const google::protobuf::MessageLite& message,
+    const google::protobuf::MessageLite& chunk, const ChunkFields& fields,
+    grpc::Slice data) {
+  const size_t data_size = data.size();
+  const uint32_t data_tag =
+      WireFormatLite::MakeTag(fields.data, kLengthDelimited);
+  const size_t chunk_length =
+      chunk.ByteSizeLong() + CodedOutputStream::VarintSize32(data_tag) +
+      CodedOutputStream::VarintSize64(data_size) + data_size;
+  // Everything before the tensor bytes: small, so copied once more.
+  std::string head = message.SerializeAsString();
+  {
+    StringOutputStream head_stream(&head);
+    CodedOutputStream out(&head_stream);
+    out.WriteTag(WireFormatLite::MakeTag(fields.chunk, kLengthDelimited));
+    out.WriteVarint64(chunk_length);
+    chunk.SerializeWithCachedSizes(&out);
+    out.WriteTag(data_tag);
+    out.WriteVarint64(data_size);
+  }
+  grpc::Slice slices[] = {grpc::Slice(head), std::move(data)};
+  return grpc::ByteBuffer(slices, data_size == 0 ? 1 : 2);
+}
+
+absl::Status ParseChunkMessage(const grpc::ByteBuffer& buffer,
+                               const ChunkFields& fields,
+                               google::protobuf::MessageLite* message,
+                               absl::Cord* data) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return Malformed(*message, "unreadable");
+  SliceInputStream stream(&slices);
+  CodedInputStream in(&stream);
+  // Every field but the chunk's data, re-encoded for the protobuf parser.
+  std::string rest;
+  int64_t data_begin = -1;
+  uint32_t data_size = 0;
+  {
+    StringOutputStream rest_stream(&rest);
+    CodedOutputStream rest_out(&rest_stream);
+    while (const uint32_t tag = in.ReadTag()) {
+      if (WireFormatLite::GetTagFieldNumber(tag) != fields.chunk ||
+          WireFormatLite::GetTagWireType(tag) != kLengthDelimited) {
+        if (!WireFormatLite::SkipField(&in, tag, &rest_out)) {
+          return Malformed(*message, "bad field");
+        }
+        continue;
+      }
+      uint32_t chunk_length;
+      if (!in.ReadVarint32(&chunk_length)) {
+        return Malformed(*message, "bad chunk length");
+      }
+      const CodedInputStream::Limit limit = in.PushLimit(chunk_length);
+      std::string chunk_rest;
+      {
+        StringOutputStream chunk_stream(&chunk_rest);
+        CodedOutputStream chunk_out(&chunk_stream);
+        while (const uint32_t chunk_tag = in.ReadTag()) {
+          if (WireFormatLite::GetTagFieldNumber(chunk_tag) == fields.data &&
+              WireFormatLite::GetTagWireType(chunk_tag) == kLengthDelimited) {
+            // Protobuf semantics: the last occurrence wins.
+            if (!in.ReadVarint32(&data_size)) {
+              return Malformed(*message, "bad data length");
+            }
+            data_begin = in.CurrentPosition();
+            if (!in.Skip(static_cast<int>(data_size))) {
+              return Malformed(*message, "truncated data");
+            }
+          } else if (!WireFormatLite::SkipField(&in, chunk_tag, &chunk_out)) {
+            return Malformed(*message, "bad chunk field");
+          }
+        }
+      }
+      // ReadTag also ends at the end of the input, short of the limit.
+      if (!in.ConsumedEntireMessage() || in.BytesUntilLimit() != 0) {
+        return Malformed(*message, "truncated or bad chunk");
+      }
+      in.PopLimit(limit);
+      // Occurrences of a message field merge, as they would in protobuf.
+      rest_out.WriteTag(tag);
+      rest_out.WriteVarint32(static_cast<uint32_t>(chunk_rest.size()));
+      rest_out.WriteString(chunk_rest);
+    }
+    if (!in.ConsumedEntireMessage()) return Malformed(*message, "bad tag");
+  }
+  if (!message->ParseFromString(rest)) {
+    return Malformed(*message, "bad field values");
+  }
+  *data = data_begin < 0 ? absl::Cord()
+                         : CordOfRange(slices, data_begin, data_size);
+  return absl::OkStatus();
+}
+
+grpc::ByteBuffer SerializeMessage(
+    const google::protobuf::MessageLite& message) {
+  grpc::Slice slice = OwnedSlice(message.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+absl::Status ParseMessage(const grpc::ByteBuffer& buffer,
+                          google::protobuf::MessageLite* message) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return Malformed(*message, "unreadable");
+  SliceInputStream stream(&slices);
+  if (!message->ParseFromZeroCopyStream(&stream)) {
+    return Malformed(*message, "bad field values");
+  }
+  return absl::OkStatus();
+}
+
+grpc::Slice OwnedSlice(std::string bytes) {
+  // Handed to gRPC, which calls the deleter when it drops the last reference.
+  auto* owned = new std::string(std::move(bytes));
+  return grpc::Slice(
+      owned->data(), owned->size(),
+      [](void* p) { delete static_cast<std::string*>(p); }, owned);
+}
+
+SliceLender::~SliceLender() { AwaitReturned(); }
+
+grpc::Slice SliceLender::LendFloats(absl::Span<const float> values) {
+  if (!kFloatEncodingIsMemoryImage) {
+    std::string bytes;
+    EncodeFloats(values, &bytes);
+    return OwnedSlice(std::move(bytes));
+  }
+  if (values.empty()) return grpc::Slice();
+  {
+    absl::MutexLock lock(&ledger_->mu);
+    ++ledger_->outstanding;
+  }
+  // gRPC only reads a slice it sends; the cast is for its C signature.
+  return grpc::Slice(const_cast<float*>(values.data()),
+                     values.size() * sizeof(float), &SliceLender::Return,
+                     new std::shared_ptr<Ledger>(ledger_));
+}
+
+void SliceLender::AwaitReturned() {
+  absl::MutexLock lock(&ledger_->mu);
+  ledger_->mu.Await(absl::Condition(
+      +[](Ledger* ledger) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ledger->mu) {
+        return ledger->outstanding == 0;
+      },
+      ledger_.get()));
+}
+
+void SliceLender::Return(void* ledger_ref) {
+  // Dropped after the unlock: the ledger may be the last thing alive.
+  std::unique_ptr<std::shared_ptr<Ledger>> ref(
+      static_cast<std::shared_ptr<Ledger>*>(ledger_ref));
+  Ledger& ledger = **ref;
+  absl::MutexLock lock(&ledger.mu);
+  --ledger.outstanding;
+}
+
+}  // namespace ps

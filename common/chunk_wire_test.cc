@@ -1,0 +1,242 @@
+#include "common/chunk_wire.h"
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/tensor_codec.h"
+#include "gtest/gtest.h"
+#include "proto/parameter_server.pb.h"
+
+namespace ps {
+namespace {
+
+constexpr ChunkFields kPushFields = {proto::PushRequest::kChunkFieldNumber,
+                                     proto::TensorChunk::kDataFieldNumber};
+
+std::vector<float> Ramp(int n) {
+  std::vector<float> values(n);
+  for (int i = 0; i < n; ++i) values[i] = 0.25f * i - 3.0f;
+  return values;
+}
+
+// A push message as the generated classes would send it, data included.
+proto::PushRequest FullPush(const std::vector<float>& values) {
+  proto::PushRequest request;
+  request.mutable_header()->set_protocol_version(1);
+  request.mutable_header()->set_worker_rank(3);
+  request.set_step(42);
+  request.set_num_examples(64);
+  proto::TensorChunk* chunk = request.mutable_chunk();
+  chunk->set_tensor_id(7);
+  chunk->set_dtype(proto::DTYPE_FLOAT32);
+  chunk->add_shape(10);
+  chunk->add_shape(30);
+  chunk->set_offset(12);
+  chunk->set_num_elements(values.size());
+  EncodeFloats(values, chunk->mutable_data());
+  return request;
+}
+
+std::string Flatten(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return bytes;
+}
+
+// `bytes` cut into slices of `piece` bytes, as a network read might.
+grpc::ByteBuffer Sliced(const std::string& bytes, size_t piece) {
+  std::vector<grpc::Slice> slices;
+  for (size_t i = 0; i < bytes.size(); i += piece) {
+    slices.emplace_back(bytes.data() + i, std::min(piece, bytes.size() - i));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+TEST(ChunkWireTest, SerializesTheSameBytesAsProtobuf) {
+  const std::vector<float> values = Ramp(300);
+  const proto::PushRequest full = FullPush(values);
+  proto::PushRequest message = full;
+  proto::TensorChunk chunk = message.chunk();
+  chunk.clear_data();
+  message.clear_chunk();
+  SliceLender lender;
+  grpc::ByteBuffer buffer = SerializeChunkMessage(message, chunk, kPushFields,
+                                                  lender.LendFloats(values));
+  EXPECT_EQ(Flatten(buffer), full.SerializeAsString());
+}
+
+TEST(ChunkWireTest, ParsesAcrossSliceBoundariesWithoutTheDataInTheMessage) {
+  const std::vector<float> values = Ramp(1000);
+  const proto::PushRequest full = FullPush(values);
+  for (size_t piece : {1, 3, 7, 64, 4096, 1 << 20}) {
+    SCOPED_TRACE(piece);
+    proto::PushRequest parsed;
+    absl::Cord data;
+    ASSERT_TRUE(ParseChunkMessage(Sliced(full.SerializeAsString(), piece),
+                                  kPushFields, &parsed, &data)
+                    .ok());
+    EXPECT_TRUE(parsed.chunk().data().empty());
+    proto::PushRequest expected = full;
+    expected.mutable_chunk()->clear_data();
+    EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString());
+    std::vector<float> decoded(values.size());
+    ASSERT_TRUE(DecodeFloats(data, absl::MakeSpan(decoded)).ok());
+    EXPECT_EQ(decoded, values);
+  }
+}
+
+TEST(ChunkWireTest, RoundTripsThroughItsOwnSerializer) {
+  const std::vector<float> values = Ramp(5);
+  proto::PushRequest message;
+  message.set_step(9);
+  proto::TensorChunk chunk;
+  chunk.set_offset(4);
+  SliceLender lender;
+  grpc::ByteBuffer buffer = SerializeChunkMessage(message, chunk, kPushFields,
+                                                  lender.LendFloats(values));
+  proto::PushRequest parsed;
+  absl::Cord data;
+  ASSERT_TRUE(ParseChunkMessage(buffer, kPushFields, &parsed, &data).ok());
+  EXPECT_EQ(parsed.step(), 9u);
+  EXPECT_EQ(parsed.chunk().offset(), 4u);
+  std::string encoded;
+  EncodeFloats(values, &encoded);
+  EXPECT_EQ(std::string(data), encoded);
+}
+
+TEST(ChunkWireTest, MergesFieldsInAnyOrderAsProtobufDoes) {
+  // Data first, metadata later, the chunk in two occurrences: protobuf
+  // merges concatenated messages, and so must we.
+  proto::PushRequest data_only;
+  data_only.mutable_chunk()->set_data("old!");
+  proto::PushRequest data_again;
+  data_again.mutable_chunk()->set_data("abcdefgh");
+  proto::PushRequest metadata;
+  metadata.set_step(5);
+  metadata.mutable_chunk()->set_tensor_id(2);
+  const std::string bytes = data_only.SerializeAsString() +
+                            metadata.SerializeAsString() +
+                            data_again.SerializeAsString();
+  proto::PushRequest expected;
+  ASSERT_TRUE(expected.ParseFromString(bytes));
+
+  proto::PushRequest parsed;
+  absl::Cord data;
+  ASSERT_TRUE(
+      ParseChunkMessage(Sliced(bytes, 5), kPushFields, &parsed, &data).ok());
+  EXPECT_EQ(parsed.step(), 5u);
+  EXPECT_EQ(parsed.chunk().tensor_id(), 2u);
+  EXPECT_EQ(std::string(data), expected.chunk().data());
+}
+
+TEST(ChunkWireTest, MessageWithoutChunkHasNoData) {
+  proto::PushRequest message;
+  message.set_step(3);
+  proto::PushRequest parsed;
+  absl::Cord data("stale");
+  ASSERT_TRUE(ParseChunkMessage(Sliced(message.SerializeAsString(), 2),
+                                kPushFields, &parsed, &data)
+                  .ok());
+  EXPECT_FALSE(parsed.has_chunk());
+  EXPECT_TRUE(data.empty());
+}
+
+TEST(ChunkWireTest, RejectsEveryTruncationInsideTheChunk) {
+  const std::string bytes = FullPush(Ramp(20)).SerializeAsString();
+  // The chunk is the last field: every cut inside it leaves a chunk whose
+  // length prefix promises more than there is.
+  proto::PushRequest without_chunk = FullPush(Ramp(20));
+  without_chunk.clear_chunk();
+  const size_t chunk_start = without_chunk.ByteSizeLong();
+  for (size_t cut = chunk_start + 1; cut < bytes.size(); ++cut) {
+    SCOPED_TRACE(cut);
+    proto::PushRequest parsed;
+    absl::Cord data;
+    const absl::Status status = ParseChunkMessage(
+        Sliced(bytes.substr(0, cut), 3), kPushFields, &parsed, &data);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("malformed ps.proto.PushRequest"),
+              absl::string_view::npos)
+        << status;
+  }
+}
+
+TEST(ChunkWireTest, RejectsGarbage) {
+  for (const std::string& bytes :
+       {std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 11),
+        std::string("\x3a\x05\x32\x10xxx", 7),  // data longer than its chunk
+        std::string("\x3a\x02\x00\x00", 4),     // tag 0 inside the chunk
+        std::string("\x08", 1)}) {              // varint cut short
+    proto::PushRequest parsed;
+    absl::Cord data;
+    EXPECT_EQ(
+        ParseChunkMessage(Sliced(bytes, 1), kPushFields, &parsed, &data).code(),
+        absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(ChunkWireTest, PlainMessagesRoundTrip) {
+  proto::PullRequest request;
+  request.set_clock(77);
+  request.mutable_header()->set_worker_rank(2);
+  proto::PullRequest parsed;
+  ASSERT_TRUE(ParseMessage(SerializeMessage(request), &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), request.SerializeAsString());
+  ASSERT_TRUE(
+      ParseMessage(Sliced(request.SerializeAsString(), 1), &parsed).ok());
+  EXPECT_EQ(parsed.clock(), 77u);
+  EXPECT_EQ(ParseMessage(Sliced("\x10\xff", 1), &parsed).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ChunkWireTest, OwnedSliceKeepsTheBytes) {
+  std::string bytes(1000, 'x');
+  bytes[999] = 'y';
+  grpc::Slice slice = OwnedSlice(std::move(bytes));
+  ASSERT_EQ(slice.size(), 1000u);
+  EXPECT_EQ(slice.begin()[999], 'y');
+}
+
+TEST(SliceLenderTest, LentSlicePointsAtTheMemory) {
+  const std::vector<float> values = Ramp(8);
+  SliceLender lender;
+  grpc::Slice slice = lender.LendFloats(values);
+  if (!kFloatEncodingIsMemoryImage) GTEST_SKIP() << "big-endian: copied";
+  EXPECT_EQ(static_cast<const void*>(slice.begin()), values.data());
+  EXPECT_EQ(slice.size(), values.size() * sizeof(float));
+}
+
+TEST(SliceLenderTest, AwaitReturnedWaitsForEveryReference) {
+  const std::vector<float> values = Ramp(8);
+  SliceLender lender;
+  std::optional<grpc::ByteBuffer> buffer;
+  {
+    grpc::Slice slices[] = {lender.LendFloats(values),
+                            lender.LendFloats(values)};
+    buffer.emplace(slices, 2);
+  }
+  absl::Notification returned;
+  std::thread waiter([&] {
+    lender.AwaitReturned();
+    returned.Notify();
+  });
+  EXPECT_FALSE(returned.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
+  grpc::ByteBuffer copy = *buffer;  // Shares the slices.
+  buffer.reset();
+  EXPECT_FALSE(returned.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
+  copy.Clear();
+  returned.WaitForNotification();
+  waiter.join();
+}
+
+}  // namespace
+}  // namespace ps
