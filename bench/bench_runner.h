@@ -15,7 +15,8 @@
 namespace ps::bench {
 
 // What the push+pull benchmark runs: every size against every server count,
-// plus the baselines once per size.
+// plus the baselines: memcpy and the gRPC echo once per size, the TCP stream
+// right after each measurement of ours.
 struct BenchConfig {
   std::vector<uint64_t> sizes;
   std::vector<int> server_counts;

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "bench/bench_runner.h"
 #include "bench/push_pull.h"
+#include "common/malloc_tuning.h"
 
 ABSL_FLAG(std::string, sizes, "4K,1M,16M,64M",
           "Model sizes in bytes of float32, K/M/G binary suffixes.");
@@ -170,6 +171,9 @@ int main(int argc, char** argv) {
       "Push+pull throughput against shard processes, with memcpy, loopback "
       "TCP and gRPC echo baselines.\n"
       "  bazel run //bench:push_pull_bench -- --sizes=16M,64M");
+  // This process is the worker, so it keeps freed memory as worker_main
+  // does (the baselines run under the same setting).
+  ps::KeepFreedMemory();
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     std::fprintf(stderr, "push_pull_bench: unexpected argument \"%s\"\n",
