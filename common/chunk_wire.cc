@@ -217,6 +217,21 @@ grpc::Slice OwnedSlice(std::string bytes) {
       [](void* p) { delete static_cast<std::string*>(p); }, owned);
 }
 
+grpc::Slice SharedFloatsSlice(std::shared_ptr<const void> owner,
+                              absl::Span<const float> values) {
+  if (!kFloatEncodingIsMemoryImage) {
+    std::string bytes;
+    EncodeFloats(values, &bytes);
+    return OwnedSlice(std::move(bytes));
+  }
+  if (values.empty()) return grpc::Slice();
+  // gRPC only reads a slice it sends; the cast is for its C signature.
+  return grpc::Slice(
+      const_cast<float*>(values.data()), values.size() * sizeof(float),
+      [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); },
+      new std::shared_ptr<const void>(std::move(owner)));
+}
+
 SliceLender::~SliceLender() { AwaitReturned(); }
 
 grpc::Slice SliceLender::LendFloats(absl::Span<const float> values) {

@@ -64,6 +64,12 @@ absl::Status ParseMessage(const grpc::ByteBuffer& buffer,
 // A slice that owns `bytes`: moved, not copied.
 grpc::Slice OwnedSlice(std::string bytes);
 
+// A slice over `values` that keeps `owner` (whatever owns their memory)
+// alive until gRPC releases it: the memory itself on a little-endian host,
+// else an owned encoded copy. The values must not change meanwhile.
+grpc::Slice SharedFloatsSlice(std::shared_ptr<const void> owner,
+                              absl::Span<const float> values);
+
 // Lends memory to gRPC slices and knows when all of it is back.
 //
 // A slice from Lend() points at the caller's memory; gRPC drops its

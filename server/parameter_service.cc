@@ -161,20 +161,20 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
         store_->partition().model().tensors[slice.tensor_id];
     chunk.set_tensor_id(slice.tensor_id);
     chunk.mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
+    // One version of the whole slice, sent from its memory without a copy
+    // and without holding any lock.
+    const VersionedWeights::Version weights = store_->ShareWeights(i);
     for (uint64_t begin = 0; begin < slice.num_elements;
          begin += chunk_elements) {
       const uint64_t n = std::min(chunk_elements, slice.num_elements - begin);
       chunk.set_offset(slice.offset + begin);
       chunk.set_num_elements(n);
-      // Encoded under the slice's reader lock, sent without any lock and
-      // without another copy.
-      std::string data;
-      if (absl::Status s = store_->EncodeRange(i, begin, n, &data); !s.ok()) {
-        return absl::InternalError(s.message());
-      }
-      *bytes += data.size();
-      if (!stream->Write(SerializeChunkMessage(response, chunk, kPullFields,
-                                               OwnedSlice(std::move(data))))) {
+      *bytes += n * sizeof(float);
+      const grpc::ByteBuffer message = SerializeChunkMessage(
+          response, chunk, kPullFields,
+          SharedFloatsSlice(weights,
+                            absl::MakeConstSpan(*weights).subspan(begin, n)));
+      if (!stream->Write(message)) {
         return absl::CancelledError("pull stream closed by the client");
       }
     }

@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/initializer.h"
-#include "common/tensor_codec.h"
 
 namespace ps::server {
 
@@ -45,10 +44,11 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
         CreateOptimizer(optimizer, slice.num_elements);
     if (!opt.ok()) return opt.status();
     {
-      absl::MutexLock lock(&state->mu);
-      state->weights.resize(slice.num_elements);
+      std::vector<float> weights(slice.num_elements);
       InitializeSlice(partition.model(), slice.tensor_id, slice.offset, seed,
-                      absl::MakeSpan(state->weights));
+                      absl::MakeSpan(weights));
+      absl::MutexLock lock(&state->mu);
+      state->weights = std::make_unique<VersionedWeights>(std::move(weights));
       state->optimizer = *std::move(opt);
     }
     store->num_elements_ += slice.num_elements;
@@ -79,18 +79,10 @@ int ShardStore::FindSlice(uint32_t tensor_id, uint64_t offset,
   return static_cast<int>(it - slices_.begin());
 }
 
-absl::Status ShardStore::EncodeRange(int slice, uint64_t begin, uint64_t n,
-                                     std::string* out) const {
-  if (slice < 0 || slice >= num_slices() ||
-      begin > slices_[slice].num_elements ||
-      n > slices_[slice].num_elements - begin) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "range [", begin, ", +", n, ") of slice ", slice, " is out of range"));
-  }
+VersionedWeights::Version ShardStore::ShareWeights(int slice) const {
   const SliceState& state = *states_[slice];
   absl::ReaderMutexLock lock(&state.mu);
-  AppendFloats(absl::MakeConstSpan(state.weights).subspan(begin, n), out);
-  return absl::OkStatus();
+  return state.weights->Share();
 }
 
 absl::Status ShardStore::ApplyGradient(int slice,
@@ -100,7 +92,7 @@ absl::Status ShardStore::ApplyGradient(int slice,
   }
   SliceState& state = *states_[slice];
   absl::MutexLock lock(&state.mu);
-  return state.optimizer->Apply(gradient, absl::MakeSpan(state.weights),
+  return state.optimizer->Apply(gradient, state.weights->Writable(),
                                 state.optimizer->learning_rate(), pool_.get());
 }
 
@@ -112,7 +104,7 @@ absl::Status ShardStore::ApplyGradient(int slice,
   }
   SliceState& state = *states_[slice];
   absl::MutexLock lock(&state.mu);
-  return state.optimizer->Apply(gradient, absl::MakeSpan(state.weights),
+  return state.optimizer->Apply(gradient, state.weights->Writable(),
                                 learning_rate, pool_.get());
 }
 
@@ -120,7 +112,7 @@ SliceSnapshot ShardStore::Snapshot(int slice) const {
   const SliceState& state = *states_[slice];
   absl::ReaderMutexLock lock(&state.mu);
   SliceSnapshot snapshot;
-  snapshot.weights = state.weights;
+  snapshot.weights = state.weights->values();
   snapshot.update_count = state.optimizer->update_count();
   for (const OptimizerStateVector& v : state.optimizer->state()) {
     snapshot.state.emplace_back(
@@ -169,7 +161,7 @@ absl::Status ShardStore::Restore(const std::vector<SliceSnapshot>& slices) {
   for (int i = 0; i < num_slices(); ++i) {
     SliceState& state = *states_[i];
     absl::MutexLock lock(&state.mu);
-    state.weights = slices[i].weights;
+    state.weights->Assign(slices[i].weights);
     state.optimizer->set_update_count(slices[i].update_count);
     std::vector<OptimizerStateVector> own = state.optimizer->state();
     for (size_t v = 0; v < own.size(); ++v) {
@@ -183,7 +175,7 @@ absl::Status ShardStore::Restore(const std::vector<SliceSnapshot>& slices) {
 std::vector<float> ShardStore::ReadSlice(int slice) const {
   const SliceState& state = *states_[slice];
   absl::ReaderMutexLock lock(&state.mu);
-  return state.weights;
+  return state.weights->values();
 }
 
 }  // namespace ps::server

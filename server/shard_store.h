@@ -15,6 +15,7 @@
 #include "common/partition.h"
 #include "server/optimizer.h"
 #include "server/range_pool.h"
+#include "server/versioned_weights.h"
 
 namespace ps::server {
 
@@ -33,9 +34,10 @@ struct SliceSnapshot {
 // weights whatever the number of servers. Slice i of this store is
 // `slices()[i]`.
 //
-// Thread-safe. Each slice has its own reader/writer lock, so pulls encode
+// Thread-safe. Each slice has its own reader/writer lock, so pulls take
 // different slices (and the same one) concurrently while an update is being
-// applied elsewhere, and a reader never sees a half-updated slice. The
+// applied elsewhere, and a reader never sees a half-updated slice; a pull
+// holds the lock only to take a reference to the slice's current version. The
 // layout (partition, slices) is immutable and read without locks. An
 // update holds its slice's writer lock while the pool's threads update
 // ranges of it.
@@ -60,11 +62,10 @@ class ShardStore {
   // `tensor_id`, or -1 if no single owned slice does (n must be >= 1).
   int FindSlice(uint32_t tensor_id, uint64_t offset, uint64_t n) const;
 
-  // Appends the encoding (common/tensor_codec.h) of elements
-  // [begin, begin + n) of slice `slice`, counted from the slice's start, to
-  // `out`, under the slice's reader lock.
-  absl::Status EncodeRange(int slice, uint64_t begin, uint64_t n,
-                           std::string* out) const;
+  // The slice's current weights, shared rather than copied: later updates
+  // leave this version as it is (see VersionedWeights). `slice` must be in
+  // [0, num_slices()).
+  VersionedWeights::Version ShareWeights(int slice) const;
 
   // Runs the slice's optimizer on `gradient` (one value per slice element)
   // under the slice's writer lock, with the configured learning rate or the
@@ -92,7 +93,7 @@ class ShardStore {
  private:
   struct SliceState {
     mutable absl::Mutex mu;
-    std::vector<float> weights ABSL_GUARDED_BY(mu);
+    std::unique_ptr<VersionedWeights> weights ABSL_GUARDED_BY(mu);
     std::unique_ptr<Optimizer> optimizer ABSL_GUARDED_BY(mu);
   };
 

@@ -9,7 +9,6 @@
 #include "common/initializer.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
-#include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 
 namespace ps::server {
@@ -86,30 +85,18 @@ TEST(ShardStoreTest, InitializesWithTheSharedInitializer) {
   }
 }
 
-TEST(ShardStoreTest, EncodeRangeRoundTripsThroughTheCodec) {
+TEST(ShardStoreTest, ASharedVersionIsUntouchedByLaterUpdates) {
   Partition p = MakePartition(1);
   auto store = MakeStore(p, 0);
-  std::vector<float> w = store->ReadSlice(0);
-  std::string bytes = "prefix";
-  ASSERT_TRUE(store->EncodeRange(0, 2, 5, &bytes).ok());
-  ASSERT_EQ(bytes.size(), 6 + 5 * sizeof(float));
-  std::vector<float> decoded(5);
+  const std::vector<float> before = store->ReadSlice(0);
+  const VersionedWeights::Version pulled = store->ShareWeights(0);
+  ASSERT_EQ(*pulled, before);
   ASSERT_TRUE(
-      DecodeFloats(absl::string_view(bytes).substr(6), absl::MakeSpan(decoded))
-          .ok());
-  EXPECT_EQ(decoded, std::vector<float>(w.begin() + 2, w.begin() + 7));
-}
-
-TEST(ShardStoreTest, EncodeRangeRejectsRangesOutsideTheSlice) {
-  Partition p = MakePartition(1);
-  auto store = MakeStore(p, 0);
-  const uint64_t n = store->slices()[0].num_elements;
-  std::string out;
-  EXPECT_FALSE(store->EncodeRange(0, n - 1, 2, &out).ok());
-  EXPECT_FALSE(store->EncodeRange(0, 1, UINT64_MAX, &out).ok());
-  EXPECT_FALSE(store->EncodeRange(store->num_slices(), 0, 1, &out).ok());
-  EXPECT_FALSE(store->EncodeRange(-1, 0, 1, &out).ok());
-  EXPECT_TRUE(out.empty());
+      store->ApplyGradient(0, std::vector<float>(before.size(), 1.0f)).ok());
+  EXPECT_EQ(*pulled, before) << "an update changed weights being sent";
+  const std::vector<float> after = store->ReadSlice(0);
+  EXPECT_NE(after, before);
+  EXPECT_EQ(*store->ShareWeights(0), after);
 }
 
 TEST(ShardStoreTest, FindSliceAcceptsOnlyRangesInsideOneOwnedSlice) {
