@@ -91,6 +91,13 @@ absl::Cord CordOfRange(const std::vector<grpc::Slice>& slices, size_t begin,
   return cord;
 }
 
+// Where the floats' memory is not their encoding: an owned, encoded copy.
+grpc::Slice EncodedCopy(absl::Span<const float> values) {
+  std::string bytes;
+  EncodeFloats(values, &bytes);
+  return OwnedSlice(std::move(bytes));
+}
+
 absl::Status Malformed(const google::protobuf::MessageLite& message,
                        absl::string_view what) {
   return absl::InvalidArgumentError(
@@ -219,11 +226,7 @@ grpc::Slice OwnedSlice(std::string bytes) {
 
 grpc::Slice SharedFloatsSlice(std::shared_ptr<const void> owner,
                               absl::Span<const float> values) {
-  if (!kFloatEncodingIsMemoryImage) {
-    std::string bytes;
-    EncodeFloats(values, &bytes);
-    return OwnedSlice(std::move(bytes));
-  }
+  if (!kFloatEncodingIsMemoryImage) return EncodedCopy(values);
   if (values.empty()) return grpc::Slice();
   // gRPC only reads a slice it sends; the cast is for its C signature.
   return grpc::Slice(
@@ -235,11 +238,7 @@ grpc::Slice SharedFloatsSlice(std::shared_ptr<const void> owner,
 SliceLender::~SliceLender() { AwaitReturned(); }
 
 grpc::Slice SliceLender::LendFloats(absl::Span<const float> values) {
-  if (!kFloatEncodingIsMemoryImage) {
-    std::string bytes;
-    EncodeFloats(values, &bytes);
-    return OwnedSlice(std::move(bytes));
-  }
+  if (!kFloatEncodingIsMemoryImage) return EncodedCopy(values);
   if (values.empty()) return grpc::Slice();
   {
     absl::MutexLock lock(&ledger_->mu);
