@@ -66,9 +66,10 @@ class ParameterService final : public proto::ParameterServer::Service {
 
  private:
   // Pull and Push carry tensor bytes, so their handlers take the raw
-  // messages and serialize or parse them with common/chunk_wire.h, which
-  // copies the bytes once instead of three times. On the wire they are the
-  // proto's Pull and Push.
+  // messages and serialize or parse them with common/chunk_wire.h: a push's
+  // bytes are copied once (into the staging buffer), a pull's are sent from
+  // a shared version of the weights. On the wire they are the proto's Pull
+  // and Push.
   using ByteStream =
       grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
   grpc::Status PullBytes(grpc::ServerContext* context, ByteStream* stream);
