@@ -15,8 +15,9 @@ namespace ps::server {
 class VersionedWeights::Pool {
  public:
   // One idle buffer covers the usual overlap (one update while pulls of
-  // the previous version are still sending).
-  static constexpr size_t kMaxIdle = 2;
+  // the previous version are still sending) and bounds what a slice keeps
+  // beyond its live versions.
+  static constexpr size_t kMaxIdle = 1;
 
   std::vector<float> Take(size_t size) {
     absl::MutexLock lock(&mu_);
