@@ -13,6 +13,7 @@
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "proto/parameter_server.pb.h"
 
 namespace ps {
 
@@ -36,6 +37,14 @@ struct ChunkFields {
   int chunk = 0;
   int data = 0;
 };
+
+// The two messages of ps.proto that carry a chunk.
+inline constexpr ChunkFields kPushRequestChunk = {
+    proto::PushRequest::kChunkFieldNumber,
+    proto::TensorChunk::kDataFieldNumber};
+inline constexpr ChunkFields kPullResponseChunk = {
+    proto::PullResponse::kChunkFieldNumber,
+    proto::TensorChunk::kDataFieldNumber};
 
 // Serializes `message` plus field `fields.chunk` holding `chunk` with
 // `data` as its bytes field, without copying `data`. `message` must not set

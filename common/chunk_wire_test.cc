@@ -15,9 +15,6 @@
 namespace ps {
 namespace {
 
-constexpr ChunkFields kPushFields = {proto::PushRequest::kChunkFieldNumber,
-                                     proto::TensorChunk::kDataFieldNumber};
-
 std::vector<float> Ramp(int n) {
   std::vector<float> values(n);
   for (int i = 0; i < n; ++i) values[i] = 0.25f * i - 3.0f;
@@ -69,8 +66,8 @@ TEST(ChunkWireTest, SerializesTheSameBytesAsProtobuf) {
   chunk.clear_data();
   message.clear_chunk();
   SliceLender lender;
-  grpc::ByteBuffer buffer = SerializeChunkMessage(message, chunk, kPushFields,
-                                                  lender.LendFloats(values));
+  grpc::ByteBuffer buffer = SerializeChunkMessage(
+      message, chunk, kPushRequestChunk, lender.LendFloats(values));
   EXPECT_EQ(Flatten(buffer), full.SerializeAsString());
 }
 
@@ -82,7 +79,7 @@ TEST(ChunkWireTest, ParsesAcrossSliceBoundariesWithoutTheDataInTheMessage) {
     proto::PushRequest parsed;
     absl::Cord data;
     ASSERT_TRUE(ParseChunkMessage(Sliced(full.SerializeAsString(), piece),
-                                  kPushFields, &parsed, &data)
+                                  kPushRequestChunk, &parsed, &data)
                     .ok());
     EXPECT_TRUE(parsed.chunk().data().empty());
     proto::PushRequest expected = full;
@@ -101,11 +98,12 @@ TEST(ChunkWireTest, RoundTripsThroughItsOwnSerializer) {
   proto::TensorChunk chunk;
   chunk.set_offset(4);
   SliceLender lender;
-  grpc::ByteBuffer buffer = SerializeChunkMessage(message, chunk, kPushFields,
-                                                  lender.LendFloats(values));
+  grpc::ByteBuffer buffer = SerializeChunkMessage(
+      message, chunk, kPushRequestChunk, lender.LendFloats(values));
   proto::PushRequest parsed;
   absl::Cord data;
-  ASSERT_TRUE(ParseChunkMessage(buffer, kPushFields, &parsed, &data).ok());
+  ASSERT_TRUE(
+      ParseChunkMessage(buffer, kPushRequestChunk, &parsed, &data).ok());
   EXPECT_EQ(parsed.step(), 9u);
   EXPECT_EQ(parsed.chunk().offset(), 4u);
   std::string encoded;
@@ -132,7 +130,8 @@ TEST(ChunkWireTest, MergesFieldsInAnyOrderAsProtobufDoes) {
   proto::PushRequest parsed;
   absl::Cord data;
   ASSERT_TRUE(
-      ParseChunkMessage(Sliced(bytes, 5), kPushFields, &parsed, &data).ok());
+      ParseChunkMessage(Sliced(bytes, 5), kPushRequestChunk, &parsed, &data)
+          .ok());
   EXPECT_EQ(parsed.step(), 5u);
   EXPECT_EQ(parsed.chunk().tensor_id(), 2u);
   EXPECT_EQ(std::string(data), expected.chunk().data());
@@ -144,7 +143,7 @@ TEST(ChunkWireTest, MessageWithoutChunkHasNoData) {
   proto::PushRequest parsed;
   absl::Cord data("stale");
   ASSERT_TRUE(ParseChunkMessage(Sliced(message.SerializeAsString(), 2),
-                                kPushFields, &parsed, &data)
+                                kPushRequestChunk, &parsed, &data)
                   .ok());
   EXPECT_FALSE(parsed.has_chunk());
   EXPECT_TRUE(data.empty());
@@ -162,7 +161,7 @@ TEST(ChunkWireTest, RejectsEveryTruncationInsideTheChunk) {
     proto::PushRequest parsed;
     absl::Cord data;
     const absl::Status status = ParseChunkMessage(
-        Sliced(bytes.substr(0, cut), 3), kPushFields, &parsed, &data);
+        Sliced(bytes.substr(0, cut), 3), kPushRequestChunk, &parsed, &data);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(status.message().find("malformed ps.proto.PushRequest"),
               absl::string_view::npos)
@@ -179,7 +178,8 @@ TEST(ChunkWireTest, RejectsGarbage) {
     proto::PushRequest parsed;
     absl::Cord data;
     EXPECT_EQ(
-        ParseChunkMessage(Sliced(bytes, 1), kPushFields, &parsed, &data).code(),
+        ParseChunkMessage(Sliced(bytes, 1), kPushRequestChunk, &parsed, &data)
+            .code(),
         absl::StatusCode::kInvalidArgument);
   }
 }

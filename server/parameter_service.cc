@@ -26,11 +26,6 @@ static_assert(kDTypeFloat32 == proto::DTYPE_FLOAT32,
 constexpr int kPullMethodIndex = 1;
 constexpr int kPushMethodIndex = 2;
 
-constexpr ChunkFields kPushFields = {proto::PushRequest::kChunkFieldNumber,
-                                     proto::TensorChunk::kDataFieldNumber};
-constexpr ChunkFields kPullFields = {proto::PullResponse::kChunkFieldNumber,
-                                     proto::TensorChunk::kDataFieldNumber};
-
 RequestHeaderFields FromProto(const proto::RequestHeader& h) {
   return {h.protocol_version(), h.partition_fingerprint(), h.worker_rank(),
           h.server_index(), h.incarnation()};
@@ -171,7 +166,7 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
       chunk.set_num_elements(n);
       *bytes += n * sizeof(float);
       const grpc::ByteBuffer message = SerializeChunkMessage(
-          response, chunk, kPullFields,
+          response, chunk, kPullResponseChunk,
           SharedFloatsSlice(weights,
                             absl::MakeConstSpan(*weights).subspan(begin, n)));
       if (!stream->Write(message)) {
@@ -217,7 +212,7 @@ absl::StatusOr<uint64_t> ParameterService::ReceivePush(ByteStream* stream,
   absl::Cord data;
   while (stream->Read(&message)) {
     if (absl::Status s =
-            ParseChunkMessage(message, kPushFields, &request, &data);
+            ParseChunkMessage(message, kPushRequestChunk, &request, &data);
         !s.ok()) {
       return s;
     }

@@ -20,11 +20,6 @@ namespace {
 
 constexpr int kMaxMessageBytes = 64 << 20;
 
-constexpr ChunkFields kPushFields = {proto::PushRequest::kChunkFieldNumber,
-                                     proto::TensorChunk::kDataFieldNumber};
-constexpr ChunkFields kPullFields = {proto::PullResponse::kChunkFieldNumber,
-                                     proto::TensorChunk::kDataFieldNumber};
-
 std::string MethodName(absl::string_view method) {
   return absl::StrCat("/", proto::ParameterServer::service_full_name(), "/",
                       method);
@@ -266,7 +261,7 @@ absl::Status ParameterClient::PullFromServer(
   while (call.Read(&message)) {
     if (!error.ok()) continue;  // Drain the stream before Finish().
     if (absl::Status s =
-            ParseChunkMessage(message, kPullFields, &response, &data);
+            ParseChunkMessage(message, kPullResponseChunk, &response, &data);
         !s.ok()) {
       error = absl::DataLossError(s.message());
       continue;
@@ -451,7 +446,8 @@ class PushSession::ShardStream {
       chunk.set_num_elements(n);
       const absl::Span<const float> values =
           absl::MakeConstSpan(item.tensor_data + slice.offset + done, n);
-      if (!call.Write(SerializeChunkMessage(prototype_, chunk, kPushFields,
+      if (!call.Write(SerializeChunkMessage(prototype_, chunk,
+                                            kPushRequestChunk,
                                             lender_.LendFloats(values)))) {
         return false;
       }
