@@ -238,16 +238,18 @@ grpc::Slice SharedFloatsSlice(std::shared_ptr<const void> owner,
 SliceLender::~SliceLender() { AwaitReturned(); }
 
 grpc::Slice SliceLender::LendFloats(absl::Span<const float> values) {
-  if (!kFloatEncodingIsMemoryImage) return EncodedCopy(values);
-  if (values.empty()) return grpc::Slice();
   {
     absl::MutexLock lock(&ledger_->mu);
     ++ledger_->outstanding;
   }
-  // gRPC only reads a slice it sends; the cast is for its C signature.
-  return grpc::Slice(const_cast<float*>(values.data()),
-                     values.size() * sizeof(float), &SliceLender::Return,
-                     new std::shared_ptr<Ledger>(ledger_));
+  // Settled when gRPC drops the slice (at once if none is needed); holds the
+  // ledger, which may outlive this lender.
+  std::shared_ptr<const void> loan(values.data(),
+                                   [ledger = ledger_](const void*) {
+                                     absl::MutexLock lock(&ledger->mu);
+                                     --ledger->outstanding;
+                                   });
+  return SharedFloatsSlice(std::move(loan), values);
 }
 
 void SliceLender::AwaitReturned() {
@@ -257,15 +259,6 @@ void SliceLender::AwaitReturned() {
         return ledger->outstanding == 0;
       },
       ledger_.get()));
-}
-
-void SliceLender::Return(void* ledger_ref) {
-  // Dropped after the unlock: the ledger may be the last thing alive.
-  std::unique_ptr<std::shared_ptr<Ledger>> ref(
-      static_cast<std::shared_ptr<Ledger>*>(ledger_ref));
-  Ledger& ledger = **ref;
-  absl::MutexLock lock(&ledger.mu);
-  --ledger.outstanding;
 }
 
 }  // namespace ps

@@ -111,9 +111,6 @@ class SliceLender {
     int64_t outstanding ABSL_GUARDED_BY(mu) = 0;
   };
 
-  // gRPC's destroy callback; `ledger_ref` is a heap std::shared_ptr<Ledger>.
-  static void Return(void* ledger_ref);
-
   const std::shared_ptr<Ledger> ledger_ = std::make_shared<Ledger>();
 };
 
