@@ -7,10 +7,16 @@ namespace ps {
 ByteStreamCall::ByteStreamCall(grpc::GenericStub* stub,
                                const std::string& method,
                                grpc::ClientContext* context)
-    : context_(context), call_(stub->PrepareCall(context, method, &queue_)) {
+    : context_(context) {
+  // Corked, the call's metadata goes out with its first write instead of
+  // on its own: one completion-queue round trip less per call (~0.1-0.3 ms
+  // here, as much as the whole exchange of a small push). StartCall then
+  // performs no operation, so its tag never completes and is not awaited.
+  context_->set_initial_metadata_corked(true);
+  call_ = stub->PrepareCall(context_, method, &queue_);
   if (call_ == nullptr) return;
-  call_->StartCall(this);
-  started_ = Await();
+  call_->StartCall(/*tag=*/nullptr);
+  started_ = true;
 }
 
 ByteStreamCall::~ByteStreamCall() {
@@ -35,24 +41,29 @@ bool ByteStreamCall::Await() {
 
 bool ByteStreamCall::Write(const grpc::ByteBuffer& message) {
   if (!started_) return false;
+  wrote_ = true;
   call_->Write(message, this);
   return Await();
 }
 
 bool ByteStreamCall::WriteLast(const grpc::ByteBuffer& message) {
   if (!started_) return false;
+  wrote_ = true;
   call_->WriteLast(message, grpc::WriteOptions(), this);
   return Await();
 }
 
 bool ByteStreamCall::WritesDone() {
   if (!started_) return false;
+  wrote_ = true;
   call_->WritesDone(this);
   return Await();
 }
 
 bool ByteStreamCall::Read(grpc::ByteBuffer* message) {
-  if (!started_) return false;
+  // Before any write the server has not even seen the call: waiting would
+  // never end.
+  if (!started_ || !wrote_) return false;
   call_->Read(message, this);
   return Await();
 }

@@ -23,8 +23,9 @@ namespace ps {
 // Not thread-safe: one thread drives a call. `context` must outlive it.
 class ByteStreamCall {
  public:
-  // Starts `method` ("/package.Service/Method") over `stub`. Failure to
-  // start shows as Write/Read returning false and in Finish's status.
+  // Prepares `method` ("/package.Service/Method") over `stub`; it starts
+  // with the first write. Failure to start shows as Write/Read returning
+  // false and in Finish's status.
   ByteStreamCall(grpc::GenericStub* stub, const std::string& method,
                  grpc::ClientContext* context);
   // Cancels the call unless Finish was called, then drains the queue.
@@ -33,7 +34,9 @@ class ByteStreamCall {
   ByteStreamCall(const ByteStreamCall&) = delete;
   ByteStreamCall& operator=(const ByteStreamCall&) = delete;
 
-  // Each returns false once the stream is broken (Finish says why).
+  // Each returns false once the stream is broken (Finish says why). The
+  // call reaches the server with its first write (or WritesDone): Read
+  // before either returns false.
   bool Write(const grpc::ByteBuffer& message);
   // Write, then WritesDone, in one operation.
   bool WriteLast(const grpc::ByteBuffer& message);
@@ -52,6 +55,7 @@ class ByteStreamCall {
   grpc::CompletionQueue queue_;
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
   bool started_ = false;
+  bool wrote_ = false;
   bool finished_ = false;
 };
 

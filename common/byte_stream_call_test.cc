@@ -80,6 +80,18 @@ TEST_F(ByteStreamCallTest, DestroyingAnUnfinishedCallCancelsIt) {
   ASSERT_TRUE(call.Read(&update));  // The first status update.
 }
 
+TEST_F(ByteStreamCallTest, AReadBeforeAnyWriteFailsInsteadOfWaiting) {
+  // The call's metadata waits for the first write, so the server does not
+  // know of the call yet; a read could only wait forever.
+  grpc::ClientContext context;
+  ByteStreamCall call(stub_.get(), "/grpc.health.v1.Health/Watch", &context);
+  grpc::ByteBuffer update;
+  EXPECT_FALSE(call.Read(&update));
+  // The call still works once written to.
+  ASSERT_TRUE(call.WriteLast(Bytes("")));
+  EXPECT_TRUE(call.Read(&update));
+}
+
 TEST_F(ByteStreamCallTest, ACancelledCallFailsEveryOperation) {
   grpc::ClientContext context;
   context.TryCancel();  // Before the call exists: it is cancelled at start.

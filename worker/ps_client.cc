@@ -25,16 +25,18 @@ std::string MethodName(absl::string_view method) {
                       method);
 }
 
-// Runs fn(server) for every server on its own thread and returns the first
-// failure in server order.
+// Runs fn(server) for every server at once and returns the first failure in
+// server order. The calling thread serves the last server itself: a thread
+// start costs ~0.15 ms here, as much as a small pull's whole exchange.
 template <typename Fn>
 absl::Status ForEachServer(int num_servers, Fn fn) {
   std::vector<absl::Status> results(num_servers);
   std::vector<std::thread> threads;
   threads.reserve(num_servers);
-  for (int s = 0; s < num_servers; ++s) {
+  for (int s = 0; s + 1 < num_servers; ++s) {
     threads.emplace_back([&, s] { results[s] = fn(s); });
   }
+  if (num_servers > 0) results.back() = fn(num_servers - 1);
   for (std::thread& t : threads) t.join();
   for (const absl::Status& status : results) {
     if (!status.ok()) return status;
