@@ -203,7 +203,8 @@ grpc::Status ParameterService::PullBytes(grpc::ServerContext* context,
 }
 
 absl::StatusOr<uint64_t> ParameterService::ReceivePush(ByteStream* stream,
-                                                       uint64_t* bytes) {
+                                                       uint64_t* bytes,
+                                                       absl::Duration* commit) {
   // The whole stream is staged privately; the shard is touched only by
   // Commit, after the last message was validated.
   PushStager stager(store_, identity_, staging_);
@@ -223,15 +224,19 @@ absl::StatusOr<uint64_t> ParameterService::ReceivePush(ByteStream* stream,
   }
   absl::StatusOr<StagedPush> staged = stager.Finish();
   if (!staged.ok()) return staged.status();
-  return coordinator_->Commit(*std::move(staged));
+  const absl::Time received = absl::Now();
+  absl::StatusOr<uint64_t> version = coordinator_->Commit(*std::move(staged));
+  *commit = absl::Now() - received;
+  return version;
 }
 
 grpc::Status ParameterService::PushBytes(grpc::ServerContext* /*context*/,
                                          ByteStream* stream) {
   const absl::Time start = absl::Now();
   uint64_t bytes = 0;
-  absl::StatusOr<uint64_t> version = ReceivePush(stream, &bytes);
-  stats_.RecordPush(version.ok(), bytes, absl::Now() - start);
+  absl::Duration commit;
+  absl::StatusOr<uint64_t> version = ReceivePush(stream, &bytes, &commit);
+  stats_.RecordPush(version.ok(), bytes, commit, absl::Now() - start);
   if (!version.ok()) {
     spdlog::warn("push refused: {}", version.status().ToString());
     return ToGrpcStatus(Prefixed("push refused", version.status()));

@@ -79,7 +79,10 @@ class ParameterService final : public proto::ParameterServer::Service {
                                      const proto::PullRequest& request,
                                      ByteStream* stream, absl::Duration* wait,
                                      uint64_t* bytes);
-  absl::StatusOr<uint64_t> ReceivePush(ByteStream* stream, uint64_t* bytes);
+  // Stages the stream, then commits it; `commit` is the time the commit
+  // took.
+  absl::StatusOr<uint64_t> ReceivePush(ByteStream* stream, uint64_t* bytes,
+                                       absl::Duration* commit);
 
   ShardStore* const store_;
   UpdateCoordinator* const coordinator_;

@@ -91,16 +91,17 @@ void ServerStats::Record(Counter& c, bool ok, uint64_t bytes,
 }
 
 void ServerStats::RecordPush(bool accepted, uint64_t bytes,
-                             absl::Duration latency) {
+                             absl::Duration commit, absl::Duration latency) {
   absl::MutexLock lock(&mu_);
   Record(push_, accepted, bytes, latency);
+  push_.total_part += commit;
 }
 
 void ServerStats::RecordPull(bool served, uint64_t bytes, absl::Duration wait,
                              absl::Duration latency) {
   absl::MutexLock lock(&mu_);
   Record(pull_, served, bytes, latency);
-  pull_.total_wait += wait;
+  pull_.total_part += wait;
 }
 
 uint64_t ServerStats::pushes_accepted() const {
@@ -121,26 +122,27 @@ uint64_t ServerStats::pulls_refused() const {
 }
 
 std::string ServerStats::Format(const char* name, const char* bytes_verb,
-                                const Counter& c) {
+                                const char* part_name, const Counter& c) {
   const uint64_t calls = c.ok + c.refused;
   const double mean_ms = calls == 0
                              ? 0.0
                              : absl::ToDoubleMilliseconds(c.total_latency) /
                                    static_cast<double>(calls);
-  const double wait_ms = calls == 0 ? 0.0
-                                    : absl::ToDoubleMilliseconds(c.total_wait) /
+  const double part_ms = calls == 0 ? 0.0
+                                    : absl::ToDoubleMilliseconds(c.total_part) /
                                           static_cast<double>(calls);
   return absl::StrFormat(
-      "%s: %d ok, %d refused, %.1f MiB %s, latency mean %.2f ms (waiting "
-      "%.2f ms) max %.2f ms",
+      "%s: %d ok, %d refused, %.1f MiB %s, latency mean %.2f ms (%s %.2f ms) "
+      "max %.2f ms",
       name, c.ok, c.refused, static_cast<double>(c.bytes) / (1 << 20),
-      bytes_verb, mean_ms, wait_ms, absl::ToDoubleMilliseconds(c.max_latency));
+      bytes_verb, mean_ms, part_name, part_ms,
+      absl::ToDoubleMilliseconds(c.max_latency));
 }
 
 std::string ServerStats::ToString() const {
   absl::MutexLock lock(&mu_);
-  return absl::StrCat(Format("pushes", "received", push_), "\n",
-                      Format("pulls", "sent", pull_));
+  return absl::StrCat(Format("pushes", "received", "committing", push_), "\n",
+                      Format("pulls", "sent", "waiting", pull_));
 }
 
 }  // namespace ps::server

@@ -56,12 +56,17 @@ class StalenessHistogram {
 };
 
 // Request counters of one shard for the Stats RPC and the exit report:
-// pushes and pulls (served and refused), bytes each way and latency.
+// pushes and pulls (served and refused), bytes each way and latency, with
+// the part of it that was not transfer.
 //
 // Thread-safe; each Record is one brief critical section.
 class ServerStats {
  public:
-  void RecordPush(bool accepted, uint64_t bytes, absl::Duration latency);
+  // `commit` is the part of `latency` after the stream was received:
+  // taking part in the step and, for the push that completes it (every
+  // push outside sync mode), applying the update while the worker waits.
+  void RecordPush(bool accepted, uint64_t bytes, absl::Duration commit,
+                  absl::Duration latency);
   // `wait` is the part of `latency` spent waiting for the consistency model
   // (other workers' pushes), reported apart from the transfer.
   void RecordPull(bool served, uint64_t bytes, absl::Duration wait,
@@ -82,12 +87,13 @@ class ServerStats {
     uint64_t bytes = 0;
     absl::Duration total_latency;
     absl::Duration max_latency;
-    absl::Duration total_wait;
+    // Pushes: committing; pulls: waiting (see Record*).
+    absl::Duration total_part;
   };
   static void Record(Counter& c, bool ok, uint64_t bytes,
                      absl::Duration latency);
   static std::string Format(const char* name, const char* bytes_verb,
-                            const Counter& c);
+                            const char* part_name, const Counter& c);
 
   mutable absl::Mutex mu_;
   Counter push_ ABSL_GUARDED_BY(mu_);

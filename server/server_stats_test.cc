@@ -60,8 +60,8 @@ TEST(StalenessHistogramTest, CountsEveryAddFromManyThreads) {
 
 TEST(ServerStatsTest, ReportsCountsBytesAndLatency) {
   ServerStats stats;
-  stats.RecordPush(true, 1 << 20, absl::Milliseconds(4));
-  stats.RecordPush(false, 1 << 20, absl::Milliseconds(2));
+  stats.RecordPush(true, 1 << 20, absl::Milliseconds(3), absl::Milliseconds(4));
+  stats.RecordPush(false, 1 << 20, absl::ZeroDuration(), absl::Milliseconds(2));
   stats.RecordPull(true, 3 << 20, absl::Milliseconds(1), absl::Milliseconds(5));
   EXPECT_EQ(stats.pushes_accepted(), 1u);
   EXPECT_EQ(stats.pushes_refused(), 1u);
@@ -69,7 +69,7 @@ TEST(ServerStatsTest, ReportsCountsBytesAndLatency) {
   EXPECT_EQ(stats.pulls_refused(), 0u);
   const std::string report = stats.ToString();
   EXPECT_NE(report.find("pushes: 1 ok, 1 refused, 2.0 MiB received, latency "
-                        "mean 3.00 ms (waiting 0.00 ms) max 4.00 ms"),
+                        "mean 3.00 ms (committing 1.50 ms) max 4.00 ms"),
             std::string::npos)
       << report;
   EXPECT_NE(report.find("pulls: 1 ok, 0 refused, 3.0 MiB sent, latency mean "
