@@ -92,6 +92,12 @@ TEST_F(ByteStreamCallTest, AReadBeforeAnyWriteFailsInsteadOfWaiting) {
   EXPECT_TRUE(call.Read(&update));
 }
 
+TEST_F(ByteStreamCallTest, DestroyingACallNeverWrittenToDoesNotHang) {
+  // Its metadata never left (corked); cancelling it must still end it.
+  grpc::ClientContext context;
+  ByteStreamCall call(stub_.get(), "/grpc.health.v1.Health/Watch", &context);
+}
+
 TEST_F(ByteStreamCallTest, ACancelledCallFailsEveryOperation) {
   grpc::ClientContext context;
   context.TryCancel();  // Before the call exists: it is cancelled at start.
