@@ -194,7 +194,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const RegisterInfo& resume) {
     summary.final_loss = result->loss;
     interval_loss += result->loss;
     ++interval_steps;
-    if (options_.rank == 0 && position % options_.log_every == 0) {
+    if (position % options_.log_every == 0) {
       const absl::Duration elapsed = absl::Now() - start;
       const double seconds =
           absl::ToDoubleSeconds(absl::Now() - interval_start);

@@ -25,7 +25,8 @@ struct TrainerOptions {
   uint64_t seed = 1;
   // Stop after this many steps in all (0: train every epoch to the end).
   uint64_t max_steps = 0;
-  // Progress line every this many steps (rank 0).
+  // Progress line every this many steps, on every rank: each worker's own
+  // log (a pod's, say) shows where that worker is.
   int log_every = 100;
   // Rank 0 evaluates on the test set at each epoch's end and at the end.
   bool evaluate = false;
