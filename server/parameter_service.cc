@@ -25,6 +25,7 @@ static_assert(kDTypeFloat32 == proto::DTYPE_FLOAT32,
 // the generated Service registers its methods in.
 constexpr int kPullMethodIndex = 1;
 constexpr int kPushMethodIndex = 2;
+constexpr int kPushPullMethodIndex = 6;
 
 RequestHeaderFields FromProto(const proto::RequestHeader& h) {
   return {h.protocol_version(), h.partition_fingerprint(), h.worker_rank(),
@@ -87,6 +88,8 @@ ParameterService::ParameterService(ShardStore* store,
                      new ByteHandler(&ParameterService::PullBytes, this));
   MarkMethodStreamed(kPushMethodIndex,
                      new ByteHandler(&ParameterService::PushBytes, this));
+  MarkMethodStreamed(kPushPullMethodIndex,
+                     new ByteHandler(&ParameterService::PushPullBytes, this));
 }
 
 grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
@@ -189,6 +192,13 @@ grpc::Status ParameterService::PullBytes(grpc::ServerContext* context,
   if (absl::Status s = ParseMessage(message, &request); !s.ok()) {
     return ToGrpcStatus(Prefixed("pull refused", s));
   }
+  return AnswerPull(context, request, stream, start);
+}
+
+grpc::Status ParameterService::AnswerPull(grpc::ServerContext* context,
+                                          const proto::PullRequest& request,
+                                          ByteStream* stream,
+                                          absl::Time start) {
   absl::Duration wait;
   uint64_t bytes = 0;
   absl::StatusOr<uint64_t> version =
@@ -202,9 +212,24 @@ grpc::Status ParameterService::PullBytes(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-absl::StatusOr<uint64_t> ParameterService::ReceivePush(ByteStream* stream,
-                                                       uint64_t* bytes,
-                                                       absl::Duration* commit) {
+absl::StatusOr<uint64_t> ParameterService::ReceivePush(
+    ByteStream* stream, proto::PushRequest* first) {
+  const absl::Time start = absl::Now();
+  uint64_t bytes = 0;
+  absl::Duration commit;
+  absl::StatusOr<uint64_t> version =
+      StageAndCommit(stream, first, &bytes, &commit);
+  stats_.RecordPush(version.ok(), bytes, commit, absl::Now() - start);
+  if (!version.ok()) {
+    spdlog::warn("push refused: {}", version.status().ToString());
+    return Prefixed("push refused", version.status());
+  }
+  return version;
+}
+
+absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
+    ByteStream* stream, proto::PushRequest* first, uint64_t* bytes,
+    absl::Duration* commit) {
   // The whole stream is staged privately; the shard is touched only by
   // Commit, after the last message was validated.
   PushStager stager(store_, identity_, staging_);
@@ -216,6 +241,10 @@ absl::StatusOr<uint64_t> ParameterService::ReceivePush(ByteStream* stream,
             ParseChunkMessage(message, kPushRequestChunk, &request, &data);
         !s.ok()) {
       return s;
+    }
+    if (stager.messages() == 0) {
+      *first = request;
+      first->clear_chunk();
     }
     *bytes += data.size();
     if (absl::Status s = stager.Add(FromProto(request, data)); !s.ok()) {
@@ -232,19 +261,27 @@ absl::StatusOr<uint64_t> ParameterService::ReceivePush(ByteStream* stream,
 
 grpc::Status ParameterService::PushBytes(grpc::ServerContext* /*context*/,
                                          ByteStream* stream) {
-  const absl::Time start = absl::Now();
-  uint64_t bytes = 0;
-  absl::Duration commit;
-  absl::StatusOr<uint64_t> version = ReceivePush(stream, &bytes, &commit);
-  stats_.RecordPush(version.ok(), bytes, commit, absl::Now() - start);
-  if (!version.ok()) {
-    spdlog::warn("push refused: {}", version.status().ToString());
-    return ToGrpcStatus(Prefixed("push refused", version.status()));
-  }
+  proto::PushRequest first;
+  absl::StatusOr<uint64_t> version = ReceivePush(stream, &first);
+  if (!version.ok()) return ToGrpcStatus(version.status());
   proto::PushResponse response;
   response.set_version(*version);
   stream->Write(SerializeMessage(response));
   return grpc::Status::OK;
+}
+
+grpc::Status ParameterService::PushPullBytes(grpc::ServerContext* context,
+                                             ByteStream* stream) {
+  proto::PushRequest first;
+  absl::StatusOr<uint64_t> pushed = ReceivePush(stream, &first);
+  if (!pushed.ok()) return ToGrpcStatus(pushed.status());
+  // The worker has now done step `step`: what it pulls next is clock
+  // step + 1, answered as a Pull of its own would be.
+  proto::PullRequest pull;
+  *pull.mutable_header() = first.header();
+  pull.set_clock(first.step() + 1);
+  pull.set_max_chunk_elements(first.max_pull_chunk_elements());
+  return AnswerPull(context, pull, stream, absl::Now());
 }
 
 grpc::Status ParameterService::Heartbeat(grpc::ServerContext* /*context*/,

@@ -65,24 +65,37 @@ class ParameterService final : public proto::ParameterServer::Service {
   std::string Report() const;
 
  private:
-  // Pull and Push carry tensor bytes, so their handlers take the raw
-  // messages and serialize or parse them with common/chunk_wire.h: a push's
-  // bytes are copied once (into the staging buffer), a pull's are sent from
-  // a shared version of the weights. On the wire they are the proto's Pull
-  // and Push.
+  // Pull, Push and PushPull carry tensor bytes, so their handlers take the
+  // raw messages and serialize or parse them with common/chunk_wire.h: a
+  // push's bytes are copied once (into the staging buffer), a pull's are
+  // sent from a shared version of the weights. On the wire they are the
+  // proto's methods.
   using ByteStream =
       grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
   grpc::Status PullBytes(grpc::ServerContext* context, ByteStream* stream);
   grpc::Status PushBytes(grpc::ServerContext* context, ByteStream* stream);
+  grpc::Status PushPullBytes(grpc::ServerContext* context, ByteStream* stream);
 
+  // Waits as the mode says, streams the weights and records the pull;
+  // `start` is when the pull's latency began.
+  grpc::Status AnswerPull(grpc::ServerContext* context,
+                          const proto::PullRequest& request, ByteStream* stream,
+                          absl::Time start);
   absl::StatusOr<uint64_t> ServePull(grpc::ServerContext* context,
                                      const proto::PullRequest& request,
                                      ByteStream* stream, absl::Duration* wait,
                                      uint64_t* bytes);
+  // Takes a push stream and records it; on success `first` holds its
+  // metadata (the first message without its chunk), on failure the status
+  // says "push refused: ...".
+  absl::StatusOr<uint64_t> ReceivePush(ByteStream* stream,
+                                       proto::PushRequest* first);
   // Stages the stream, then commits it; `commit` is the time the commit
   // took.
-  absl::StatusOr<uint64_t> ReceivePush(ByteStream* stream, uint64_t* bytes,
-                                       absl::Duration* commit);
+  absl::StatusOr<uint64_t> StageAndCommit(ByteStream* stream,
+                                          proto::PushRequest* first,
+                                          uint64_t* bytes,
+                                          absl::Duration* commit);
 
   ShardStore* const store_;
   UpdateCoordinator* const coordinator_;

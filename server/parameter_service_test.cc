@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -84,7 +85,7 @@ class ParameterServiceTest : public ::testing::Test {
     return w;
   }
 
-  // Pulls everything; checks each chunk's framing on the way.
+  // Pulls everything.
   grpc::Status Pull(uint64_t clock, uint64_t max_chunk, Weights* weights,
                     uint64_t* version,
                     absl::Duration timeout = absl::Seconds(30)) {
@@ -95,9 +96,35 @@ class ParameterServiceTest : public ::testing::Test {
     request.set_clock(clock);
     request.set_max_chunk_elements(max_chunk);
     auto reader = stub_->Pull(&context, request);
+    ReadWeights(*reader, max_chunk, weights, version);
+    return reader->Finish();
+  }
+
+  // A step in one call: `messages`, then the weights for clock step + 1.
+  grpc::Status PushPull(std::vector<proto::PushRequest> messages,
+                        uint64_t max_chunk, Weights* weights, uint64_t* version,
+                        absl::Duration timeout = absl::Seconds(30)) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    if (!messages.empty()) {
+      messages.front().set_max_pull_chunk_elements(max_chunk);
+    }
+    auto stream = stub_->PushPull(&context);
+    for (const proto::PushRequest& m : messages) {
+      if (!stream->Write(m)) break;  // The server refused early.
+    }
+    stream->WritesDone();
+    ReadWeights(*stream, max_chunk, weights, version);
+    return stream->Finish();
+  }
+
+  // Reads a pull's answer into `weights`; checks each chunk's framing.
+  template <typename Reader>
+  void ReadWeights(Reader& reader, uint64_t max_chunk, Weights* weights,
+                   uint64_t* version) {
     proto::PullResponse response;
     weights->clear();
-    while (reader->Read(&response)) {
+    while (reader.Read(&response)) {
       const proto::TensorChunk& c = response.chunk();
       *version = response.version();
       EXPECT_EQ(c.dtype(), proto::DTYPE_FLOAT32);
@@ -115,7 +142,6 @@ class ParameterServiceTest : public ::testing::Test {
             << "element sent twice";
       }
     }
-    return reader->Finish();
   }
 
   // A valid push of gradient `value` everywhere, in chunks of 10 elements,
@@ -330,6 +356,68 @@ TEST_F(ParameterServiceTest, MalformedPushesAreRefusedAndApplyNothing) {
       << stats.report();
   EXPECT_NE(stats.report().find("staleness (updates: 1"), std::string::npos)
       << stats.report();
+}
+
+TEST_F(ParameterServiceTest, PushPullAnswersWithTheWeightsAfterItsPush) {
+  Start(ConsistencyMode::kAsync);
+  for (uint64_t max_chunk : {0, 7}) {
+    const uint64_t step = max_chunk == 0 ? 0 : 1;
+    Weights weights;
+    uint64_t version = 0;
+    ASSERT_TRUE(
+        PushPull(ValidPush(0, step, 1.0f), max_chunk, &weights, &version).ok());
+    EXPECT_EQ(version, step + 1);
+    const Weights initial = InitialWeights();
+    ASSERT_EQ(weights.size(), initial.size());
+    for (const auto& [key, w] : initial) {
+      EXPECT_FLOAT_EQ(weights[key], w - (step + 1.0f))
+          << "max_chunk " << max_chunk;
+    }
+  }
+  grpc::ClientContext context;
+  proto::StatsResponse stats;
+  ASSERT_TRUE(stub_->Stats(&context, proto::StatsRequest(), &stats).ok());
+  EXPECT_NE(stats.report().find("pushes: 2 ok, 0 refused"), std::string::npos)
+      << stats.report();
+  EXPECT_NE(stats.report().find("pulls: 2 ok, 0 refused"), std::string::npos)
+      << stats.report();
+}
+
+TEST_F(ParameterServiceTest, SyncPushPullWaitsForEveryRankOfItsStep) {
+  Start(ConsistencyMode::kSync);
+  Weights weights;
+  uint64_t version = 0;
+  grpc::Status status;
+  std::thread rank0(
+      [&] { status = PushPull(ValidPush(0, 0, 1.0f), 0, &weights, &version); });
+  // Rank 0's call waits for the step, which needs rank 1's push.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(coordinator_->version(), 0u);
+  uint64_t pushed = 0;
+  ASSERT_TRUE(Push(ValidPush(1, 0, 3.0f), &pushed).ok());
+  rank0.join();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(version, 1u);
+  for (const auto& [key, w] : InitialWeights()) {
+    EXPECT_FLOAT_EQ(weights[key], w - 2.0f);  // lr 1 * mean(1, 3)
+  }
+}
+
+TEST_F(ParameterServiceTest, PushPullWithARefusedPushPullsNothing) {
+  Start(ConsistencyMode::kAsync);
+  std::vector<proto::PushRequest> incomplete = ValidPush(0, 0, 1.0f);
+  incomplete.pop_back();
+  Weights weights;
+  uint64_t version = 0;
+  grpc::Status s = PushPull(incomplete, 0, &weights, &version);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("push refused: push is incomplete"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_TRUE(weights.empty());
+  ASSERT_TRUE(Pull(0, 0, &weights, &version).ok());
+  EXPECT_EQ(version, 0u);
+  EXPECT_EQ(weights, InitialWeights()) << "a refused push changed weights";
 }
 
 TEST_F(ParameterServiceTest, SyncRefusesAStaleStepWithAborted) {
