@@ -221,13 +221,18 @@ absl::StatusOr<RegisterInfo> ParameterClient::Register(uint64_t incarnation,
   return info;
 }
 
-absl::StatusOr<uint64_t> ParameterClient::Pull(
-    uint64_t clock, std::vector<std::vector<float>>& weights) {
+void ParameterClient::ShapeWeights(
+    std::vector<std::vector<float>>& weights) const {
   const ModelSpec& model = partition_->model();
   weights.resize(model.tensors.size());
   for (size_t t = 0; t < model.tensors.size(); ++t) {
     weights[t].resize(model.tensors[t].num_elements());
   }
+}
+
+absl::StatusOr<uint64_t> ParameterClient::Pull(
+    uint64_t clock, std::vector<std::vector<float>>& weights) {
+  ShapeWeights(weights);
   std::vector<uint64_t> versions(num_servers(), 0);
   absl::Status status = ForEachServer(num_servers(), [&](int s) {
     return CallWithRetry(s, "pull", [&] {
@@ -241,8 +246,6 @@ absl::StatusOr<uint64_t> ParameterClient::Pull(
 absl::Status ParameterClient::PullFromServer(
     int server, uint64_t clock, std::vector<std::vector<float>>& weights,
     uint64_t* version) {
-  const ModelSpec& model = partition_->model();
-  const std::vector<Slice>& slices = partition_->SlicesOfServer(server);
   proto::PullRequest request;
   *request.mutable_header() = Header(server);
   request.set_clock(clock);
@@ -251,6 +254,14 @@ absl::Status ParameterClient::PullFromServer(
   grpc::ClientContext context;
   ByteStreamCall call(byte_stubs_[server].get(), MethodName("Pull"), &context);
   call.WriteLast(SerializeMessage(request));
+  return ReceiveWeights(server, call, weights, version);
+}
+
+absl::Status ParameterClient::ReceiveWeights(
+    int server, ByteStreamCall& call, std::vector<std::vector<float>>& weights,
+    uint64_t* version) {
+  const ModelSpec& model = partition_->model();
+  const std::vector<Slice>& slices = partition_->SlicesOfServer(server);
   // Chunks must arrive slice by slice, in order, each continuing where the
   // previous one ended: then exact coverage is a matter of counting.
   size_t slice_index = 0;
@@ -340,26 +351,39 @@ absl::Status ParameterClient::Done() {
 
 std::unique_ptr<PushSession> ParameterClient::StartPush(
     const PushMetadata& metadata) {
-  return absl::WrapUnique(new PushSession(this, metadata));
+  return absl::WrapUnique(
+      new PushSession(this, metadata, /*pull_after_push=*/false));
+}
+
+std::unique_ptr<PushSession> ParameterClient::StartPushPull(
+    const PushMetadata& metadata) {
+  return absl::WrapUnique(
+      new PushSession(this, metadata, /*pull_after_push=*/true));
 }
 
 // The stream to one shard: a queue of slices to send, drained by a thread
 // of its own that owns the gRPC writer.
+// With `pull_after_push` the call is a PushPull, and the weights it brings
+// back are decoded into the vectors given to Close.
 class PushSession::ShardStream {
  public:
-  ShardStream(ParameterClient* client, int server, const PushMetadata& metadata)
-      : client_(client), server_(server) {
+  ShardStream(ParameterClient* client, int server, const PushMetadata& metadata,
+              bool pull_after_push)
+      : client_(client), server_(server), pull_after_push_(pull_after_push) {
     prototype_.mutable_header()->CopyFrom(client->Header(server));
     prototype_.set_step(metadata.step);
     prototype_.set_base_version(metadata.base_version);
     prototype_.set_num_examples(metadata.num_examples);
     prototype_.set_epoch(metadata.epoch);
     prototype_.set_examples_done(metadata.examples_done);
+    if (pull_after_push) {
+      prototype_.set_max_pull_chunk_elements(client->options_.chunk_elements);
+    }
     thread_ = std::thread([this] { status_ = Run(); });
   }
 
   ~ShardStream() {
-    Close();
+    Close(nullptr);
     if (thread_.joinable()) thread_.join();
   }
 
@@ -368,16 +392,23 @@ class PushSession::ShardStream {
     queue_.push_back({slice, tensor_data});
   }
 
-  void Close() {
+  // No more slices. `weights` (shaped by ShapeWeights) receives a PushPull's
+  // answer; null abandons it.
+  void Close(std::vector<std::vector<float>>* weights) {
     absl::MutexLock lock(&mu_);
+    if (closed_) return;
     closed_ = true;
+    weights_ = weights;
   }
 
-  absl::Status Join() {
-    Close();
+  absl::Status Join(std::vector<std::vector<float>>* weights) {
+    Close(weights);
     thread_.join();
     return status_;
   }
+
+  // The version the shard pulled at; after a successful Join of a PushPull.
+  uint64_t pulled_version() const { return pulled_version_; }
 
  private:
   struct Item {
@@ -390,15 +421,17 @@ class PushSession::ShardStream {
   // has let go of the gradient memory.
   absl::Status Run() {
     std::vector<Item> items;
-    absl::Status status =
-        client_->CallWithRetry(server_, "push", [&] { return Attempt(items); });
+    absl::Status status = client_->CallWithRetry(
+        server_, pull_after_push_ ? "push and pull" : "push",
+        [&] { return Attempt(items); });
     lender_.AwaitReturned();
     return status;
   }
 
   absl::Status Attempt(std::vector<Item>& items) {
     grpc::ClientContext context;
-    ByteStreamCall call(client_->byte_stubs_[server_].get(), MethodName("Push"),
+    ByteStreamCall call(client_->byte_stubs_[server_].get(),
+                        MethodName(pull_after_push_ ? "PushPull" : "Push"),
                         &context);
     bool broken = false;
     for (const Item& item : items) {
@@ -419,6 +452,19 @@ class PushSession::ShardStream {
       }
       items.push_back(item);
       if (!broken) broken = !Write(item, call);
+    }
+    if (pull_after_push_) {
+      std::vector<std::vector<float>>* weights = nullptr;
+      {
+        absl::MutexLock lock(&mu_);
+        weights = weights_;
+      }
+      if (weights == nullptr) {
+        return absl::CancelledError("push and pull abandoned");
+      }
+      if (!broken) call.WritesDone();
+      // A broken stream shows in the call's status, which this returns.
+      return client_->ReceiveWeights(server_, call, *weights, &pulled_version_);
     }
     // The one response is the shard's acknowledgement; its version is not
     // needed here.
@@ -459,21 +505,26 @@ class PushSession::ShardStream {
 
   ParameterClient* const client_;
   const int server_;
+  const bool pull_after_push_;
   // Every field but the chunk, the same in each message.
   proto::PushRequest prototype_;
   SliceLender lender_;
   absl::Mutex mu_;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::vector<float>>* weights_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Written by the thread, read after joining it.
   absl::Status status_;
+  uint64_t pulled_version_ = 0;
   std::thread thread_;
 };
 
-PushSession::PushSession(ParameterClient* client, const PushMetadata& metadata)
-    : client_(client) {
+PushSession::PushSession(ParameterClient* client, const PushMetadata& metadata,
+                         bool pull_after_push)
+    : client_(client), pull_after_push_(pull_after_push) {
   for (int s = 0; s < client->num_servers(); ++s) {
-    streams_.push_back(std::make_unique<ShardStream>(client, s, metadata));
+    streams_.push_back(
+        std::make_unique<ShardStream>(client, s, metadata, pull_after_push));
   }
 }
 
@@ -500,10 +551,39 @@ absl::Status PushSession::Send(uint32_t tensor_id,
 }
 
 absl::Status PushSession::Finish() {
+  if (pull_after_push_) {
+    return absl::FailedPreconditionError(
+        "a session from StartPushPull ends with FinishWithPull");
+  }
+  return JoinStreams(nullptr);
+}
+
+absl::StatusOr<uint64_t> PushSession::FinishWithPull(
+    std::vector<std::vector<float>>& weights) {
+  if (!pull_after_push_) {
+    return absl::FailedPreconditionError(
+        "a session from StartPush pulls nothing; it ends with Finish");
+  }
+  client_->ShapeWeights(weights);
+  std::vector<uint64_t> versions(streams_.size(), 0);
+  absl::Status status = JoinStreams(&weights, &versions);
+  if (!status.ok()) return status;
+  return versions.empty() ? 0
+                          : *std::min_element(versions.begin(), versions.end());
+}
+
+absl::Status PushSession::JoinStreams(std::vector<std::vector<float>>* weights,
+                                      std::vector<uint64_t>* pulled_versions) {
+  if (streams_.empty()) {
+    return absl::FailedPreconditionError("push session already finished");
+  }
   absl::Status first_error;
-  for (auto& stream : streams_) {
-    absl::Status status = stream->Join();
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    absl::Status status = streams_[s]->Join(weights);
     if (first_error.ok()) first_error = status;
+    if (pulled_versions != nullptr) {
+      (*pulled_versions)[s] = streams_[s]->pulled_version();
+    }
   }
   streams_.clear();
   return first_error;

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/byte_stream_call.h"
 #include "common/partition.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/parameter_server.grpc.pb.h"
@@ -99,6 +100,12 @@ class ParameterClient {
   // Opens a push for one step; see PushSession.
   std::unique_ptr<PushSession> StartPush(const PushMetadata& metadata);
 
+  // Opens a push for one step that also brings back the weights for clock
+  // `metadata.step + 1`, as Pull would once the shards allow it: one call
+  // per shard and step instead of two (ps.proto PushPull). Ends with
+  // PushSession::FinishWithPull.
+  std::unique_ptr<PushSession> StartPushPull(const PushMetadata& metadata);
+
   // Pushes complete gradients (`gradients[tensor_id]`) in one call.
   absl::Status Push(const PushMetadata& metadata,
                     const std::vector<std::vector<float>>& gradients);
@@ -117,6 +124,8 @@ class ParameterClient {
                   const Partition* partition, const ClientOptions& options);
 
   proto::RequestHeader Header(int server) const;
+  // Sizes `weights` like the model's tensors.
+  void ShapeWeights(std::vector<std::vector<float>>& weights) const;
   // Runs `attempt` until it succeeds, fails with an error other than
   // UNAVAILABLE, or `retry_timeout` has passed; annotates failures with the
   // shard's address.
@@ -124,6 +133,11 @@ class ParameterClient {
                              const std::function<absl::Status()>& attempt);
   void SendHeartbeats(uint64_t incarnation);
   absl::Status PullFromServer(int server, uint64_t clock,
+                              std::vector<std::vector<float>>& weights,
+                              uint64_t* version);
+  // Reads a pull's answer from `server` on `call` into `weights` (shaped),
+  // checking every chunk against the partition, and finishes the call.
+  absl::Status ReceiveWeights(int server, ByteStreamCall& call,
                               std::vector<std::vector<float>>& weights,
                               uint64_t* version);
   // Prefixes the shard's address to a failed status.
@@ -148,13 +162,14 @@ class ParameterClient {
 // One step's push: a stream to every shard, fed tensor by tensor as the
 // gradients become ready, so that sending the last layer's gradient overlaps
 // computing the earlier layers'. Finish() closes the streams and waits for
-// every shard's answer; a shard commits the push only if its stream covered
-// all its elements, so a session that did not send every tensor applies
-// nothing.
+// every shard's answer (FinishWithPull, of a session from StartPushPull:
+// for the weights each shard sends once it took the push); a shard commits the
+// push only if its stream covered all its elements, so a session that did not
+// send every tensor applies nothing.
 //
 // Send() may be called from one thread while the session's own threads
 // stream; the gradient memory passed to Send must stay valid and unchanged
-// until Finish returns.
+// until Finish (or FinishWithPull) returns.
 class PushSession {
  public:
   ~PushSession();
@@ -165,16 +180,32 @@ class PushSession {
   // sends nothing) if the tensor id or the gradient's size is wrong.
   absl::Status Send(uint32_t tensor_id, absl::Span<const float> gradient);
 
-  // Waits for every shard; OK only if every shard accepted the push.
+  // Waits for every shard; OK only if every shard accepted the push. For a
+  // session from StartPush.
   absl::Status Finish();
+
+  // For a session from StartPushPull: waits for every shard to take the
+  // push and send the weights for clock step + 1 into `weights[tensor_id]`
+  // (resized as needed). Returns the smallest version the shards reported.
+  // On error the weights are unspecified (the push may have been taken:
+  // repeating the step is safe, the shards recognise the batch).
+  absl::StatusOr<uint64_t> FinishWithPull(
+      std::vector<std::vector<float>>& weights);
 
  private:
   friend class ParameterClient;
   class ShardStream;
 
-  PushSession(ParameterClient* client, const PushMetadata& metadata);
+  PushSession(ParameterClient* client, const PushMetadata& metadata,
+              bool pull_after_push);
+
+  // Closes every stream and waits for it; a PushPull's answer goes to
+  // `weights`, each shard's version to `(*pulled_versions)[shard]`.
+  absl::Status JoinStreams(std::vector<std::vector<float>>* weights,
+                           std::vector<uint64_t>* pulled_versions = nullptr);
 
   ParameterClient* const client_;
+  const bool pull_after_push_;
   std::vector<std::unique_ptr<ShardStream>> streams_;
 };
 

@@ -55,9 +55,14 @@ Trainer::Trainer(const TrainerOptions& options, ParameterClient* client,
 }
 
 absl::Status Trainer::LoadWeights(uint64_t clock, uint64_t* version) {
-  absl::StatusOr<uint64_t> pulled = client_->Pull(clock, weights_);
-  if (!pulled.ok()) return pulled.status();
-  *version = *pulled;
+  if (pulled_.has_value() && pulled_->clock == clock) {
+    *version = pulled_->version;
+  } else {
+    pulled_.reset();
+    absl::StatusOr<uint64_t> pulled = client_->Pull(clock, weights_);
+    if (!pulled.ok()) return pulled.status();
+    *version = *pulled;
+  }
   for (size_t t = 0; t < weights_.size(); ++t) {
     absl::Status status = model_->SetWeights(t, weights_[t]);
     if (!status.ok()) return status;
@@ -94,7 +99,9 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
   metadata.num_examples = static_cast<uint32_t>(batch_.size);
   metadata.epoch = epoch;
   metadata.examples_done = *done_before + batch_.size;
-  std::unique_ptr<PushSession> push = client_->StartPush(metadata);
+  // The push brings back the weights of the next clock (one call a step).
+  pulled_.reset();
+  std::unique_ptr<PushSession> push = client_->StartPushPull(metadata);
 
   absl::Status send_status;
   if (batch_.size > 0) {
@@ -118,13 +125,15 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
     }
   }
   if (!send_status.ok()) return send_status;
-  status = push->Finish();
-  if (status.code() == absl::StatusCode::kAborted) {
+  absl::StatusOr<uint64_t> next_version = push->FinishWithPull(weights_);
+  if (next_version.ok()) {
+    pulled_ = PulledWeights{result.clock + 1, *next_version};
+  } else if (next_version.status().code() == absl::StatusCode::kAborted) {
     spdlog::warn("step {} refused, will retry the batch: {}", result.clock,
-                 status.message());
+                 next_version.status().message());
     result.stale = true;
-  } else if (!status.ok()) {
-    return status;
+  } else {
+    return next_version.status();
   }
   return result;
 }

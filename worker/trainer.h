@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,9 @@ struct TrainingSummary {
 };
 
 // The training loop of one worker: pull weights, compute the gradient of its
-// shard of the batch, push it, over every step of every epoch.
+// shard of the batch, push it, over every step of every epoch. A step's push
+// brings back the next step's weights on the same calls (PushPull), so a
+// step makes one call per shard.
 //
 // Pushes overlap the backward pass: each tensor's gradient is queued to the
 // shards as soon as it is computed, last layer first. Not thread-safe; one
@@ -87,7 +90,8 @@ class Trainer {
   absl::StatusOr<StepResult> Step(const EpochPlan& plan, uint64_t epoch,
                                   uint64_t step_in_epoch, uint64_t clock,
                                   bool sync);
-  // Pulls the weights for `clock` into the model.
+  // Puts the weights for `clock` into the model: those the last step's
+  // push brought back if they are for `clock`, else pulled.
   absl::Status LoadWeights(uint64_t clock, uint64_t* version);
   // Accuracy of the model's current weights on the test set.
   absl::StatusOr<double> TestAccuracy();
@@ -99,6 +103,13 @@ class Trainer {
   const LabeledImages* const test_;
   const EpochSharder sharder_;
   const uint64_t planned_steps_;
+
+  // What `weights_` holds after a step whose push brought weights back.
+  struct PulledWeights {
+    uint64_t clock = 0;
+    uint64_t version = 0;
+  };
+  std::optional<PulledWeights> pulled_;
 
   // Buffers reused across steps.
   std::vector<std::vector<float>> weights_;
