@@ -98,20 +98,21 @@ std::string FormatSize(uint64_t bytes) {
 
 std::string TableHeader() {
   return absl::StrFormat(
-      "%-8s %7s | %8s | %8s %6s | %8s %6s | %8s %6s | %8s %8s | %6s %6s %6s",
+      "%-8s %7s | %8s | %8s %6s | %8s %6s | %8s %6s | %8s %8s %8s | %6s %6s "
+      "%6s",
       "size", "servers", "ours", "TCP", "o/TCP", "memcpy", "o/mem", "echo",
-      "o/echo", "push", "pull", "cpu:o", "echo", "TCP");
+      "o/echo", "2 calls", "push", "pull", "cpu:o", "echo", "TCP");
 }
 
 std::string TableRow(const BenchRow& row) {
   return absl::StrFormat(
       "%-8s %7d | %8.4f | %8.4f %6.2f | %8.4f %6.2f | %8.4f %6.2f | %8.4f "
-      "%8.4f | %6.2f %6.2f %6.2f",
+      "%8.4f %8.4f | %6.2f %6.2f %6.2f",
       FormatSize(row.size_bytes), row.servers, row.ours_gbps, row.tcp_gbps,
       Ratio(row.ours_gbps, row.tcp_gbps), row.memcpy_gbps,
       Ratio(row.ours_gbps, row.memcpy_gbps), row.echo_gbps,
-      Ratio(row.ours_gbps, row.echo_gbps), row.push_gbps, row.pull_gbps,
-      row.ours_cpu_ns_per_byte, row.echo_cpu_ns_per_byte,
+      Ratio(row.ours_gbps, row.echo_gbps), row.two_calls_gbps, row.push_gbps,
+      row.pull_gbps, row.ours_cpu_ns_per_byte, row.echo_cpu_ns_per_byte,
       row.tcp_cpu_ns_per_byte);
 }
 
@@ -179,6 +180,7 @@ absl::Status RunBench(const BenchConfig& config,
         row.tcp_cpu_ns_per_byte = tcp->cpu_ns_per_byte();
       }
       row.ours_gbps = ours->round_trip.gbps();
+      row.two_calls_gbps = ours->two_calls.gbps();
       row.ours_cpu_ns_per_byte = ours->round_trip.cpu_ns_per_byte();
       row.push_gbps = ours->push_gbps;
       row.pull_gbps = ours->pull_gbps;

@@ -36,7 +36,10 @@ struct BenchConfig {
 struct BenchRow {
   uint64_t size_bytes = 0;
   int servers = 0;
+  // One PushPull call per shard a round, as training does.
   double ours_gbps = 0;
+  // The same as a Push then a Pull call, and their directions alone.
+  double two_calls_gbps = 0;
   double push_gbps = 0;
   double pull_gbps = 0;
   double tcp_gbps = 0;

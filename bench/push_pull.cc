@@ -166,19 +166,23 @@ absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
   std::vector<std::vector<float>> weights;
   uint64_t step = info->next_step;
   uint64_t version = info->version;
-  absl::Duration push_time;
-  absl::Duration pull_time;
-  int rounds_done = 0;
-  auto round = [&]() -> absl::Status {
-    // MeasureRounds runs the warm-up rounds first; they do not count.
-    if (rounds_done++ == measure.warmup_rounds) {
-      push_time = pull_time = absl::ZeroDuration();
-    }
+  auto next_metadata = [&] {
     worker::PushMetadata metadata;
     metadata.step = step;
     metadata.base_version = version;
     metadata.num_examples = 1;
     metadata.examples_done = step + 1;  // Progress after this batch.
+    return metadata;
+  };
+  absl::Duration push_time;
+  absl::Duration pull_time;
+  int rounds_done = 0;
+  auto two_calls = [&]() -> absl::Status {
+    // MeasureRounds runs the warm-up rounds first; they do not count.
+    if (rounds_done++ == measure.warmup_rounds) {
+      push_time = pull_time = absl::ZeroDuration();
+    }
+    const worker::PushMetadata metadata = next_metadata();
     const absl::Time start = absl::Now();
     if (absl::Status s = (*client)->Push(metadata, gradients); !s.ok()) {
       return s;
@@ -192,6 +196,18 @@ absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
     pull_time += absl::Now() - pushed;
     return absl::OkStatus();
   };
+  auto push_pull = [&]() -> absl::Status {
+    std::unique_ptr<worker::PushSession> session =
+        (*client)->StartPushPull(next_metadata());
+    for (uint32_t t = 0; t < gradients.size(); ++t) {
+      if (absl::Status s = session->Send(t, gradients[t]); !s.ok()) return s;
+    }
+    absl::StatusOr<uint64_t> pulled = session->FinishWithPull(weights);
+    if (!pulled.ok()) return pulled.status();
+    ++step;
+    version = *pulled;
+    return absl::OkStatus();
+  };
   // The worker (this process) plus every shard.
   auto cpu_clock = [&shards]() {
     absl::Duration total = ProcessCpuTime();
@@ -201,11 +217,15 @@ absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
     }
     return total;
   };
-  absl::StatusOr<Measurement> m =
-      MeasureRounds(measure, 2 * options.size_bytes, round, cpu_clock);
-  if (!m.ok()) return m.status();
+  absl::StatusOr<Measurement> separate =
+      MeasureRounds(measure, 2 * options.size_bytes, two_calls, cpu_clock);
+  if (!separate.ok()) return separate.status();
+  absl::StatusOr<Measurement> fused =
+      MeasureRounds(measure, 2 * options.size_bytes, push_pull, cpu_clock);
+  if (!fused.ok()) return fused.status();
   PushPullResult result;
-  result.round_trip = *m;
+  result.round_trip = *fused;
+  result.two_calls = *separate;
   // Over every timed round of every trial, not just the median one.
   const uint64_t one_way =
       options.size_bytes *

@@ -29,10 +29,13 @@ struct PushPullOptions {
 };
 
 struct PushPullResult {
-  // Push plus pull: 2 * size_bytes a round.
+  // A training step's exchange, as the trainer makes it: one PushPull call
+  // per shard (StartPushPull), 2 * size_bytes a round.
   Measurement round_trip;
-  // Each direction timed on its own (size_bytes a round), over all the
-  // timed rounds of all trials.
+  // The same bytes as two calls per shard, Push then Pull.
+  Measurement two_calls;
+  // Each direction of `two_calls` timed on its own (size_bytes a round),
+  // over all its timed rounds of all trials.
   double push_gbps = 0;
   double pull_gbps = 0;
   // Each shard's log from its final report on (its own push and pull
@@ -51,8 +54,9 @@ absl::StatusOr<std::vector<int>> MlpLayersForBytes(uint64_t size_bytes);
 // Starts `num_servers` shard processes of the server binary on 127.0.0.1
 // (port 0, read back from port files) in async mode with one worker, then
 // connects a ParameterClient and times rounds of Push (all gradients) then
-// Pull (all weights). Every shard must exit cleanly after the worker's Done;
-// otherwise the error carries its last log lines.
+// Pull (all weights), then rounds of PushPull (the same in one call). Every
+// shard must exit cleanly after the worker's Done; otherwise the error
+// carries its last log lines.
 absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
                                                const PushPullOptions& options);
 

@@ -133,8 +133,10 @@ int Run(const char* argv0) {
       "--optimizer=%s%s; model = MLP a-b whose weight and bias hold the size "
       "exactly.\nbaselines: memcpy and a TCP stream over 127.0.0.1 count the "
       "size once a round; ours and the gRPC echo (in-process server, %d KiB "
-      "chunks, upload then download) count 2 x size.\nGB/s = 1e9 bytes/s; "
-      "push/pull: each direction timed alone; cpu: CPU ns per byte moved "
+      "chunks, upload then download) count 2 x size.\nours: one PushPull "
+      "call per shard a round, as a training step makes; 2 calls: a Push then "
+      "a Pull call; push/pull: the 2 calls' directions timed alone.\nGB/s = "
+      "1e9 bytes/s; cpu (of ours): CPU ns per byte moved "
       "(ours: worker + shards; the others: this process), steadier than GB/s "
       "when other load competes for the cores.\nMedian of %d trials of >= %d "
       "rounds and >= %d ms.\n\n",

@@ -54,6 +54,7 @@ TEST(PushPullBenchTest, RunsEveryMeasurementOnceWithPositiveRates) {
   for (const BenchRow& row : rows) {
     SCOPED_TRACE(TableRow(row));
     EXPECT_GT(row.ours_gbps, 0);
+    EXPECT_GT(row.two_calls_gbps, 0);
     EXPECT_GT(row.push_gbps, 0);
     EXPECT_GT(row.pull_gbps, 0);
     EXPECT_GT(row.tcp_gbps, 0);
