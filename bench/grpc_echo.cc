@@ -13,7 +13,7 @@
 #include "bench/bench_echo.grpc.pb.h"
 #include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
-#include "server/parameter_service.h"
+#include "server/grpc_server.h"
 
 namespace ps::bench {
 namespace {
@@ -140,10 +140,11 @@ absl::StatusOr<Measurement> MeasureGrpcEcho(const MeasureOptions& options,
                      "] bytes, got ", chunk_bytes));
   }
   EchoService service;
-  int port = 0;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      server::StartGrpcServer("127.0.0.1:0", &service, kMaxMessageBytes, &port);
+  absl::StatusOr<std::unique_ptr<server::GrpcServer>> server =
+      server::GrpcServer::Start("127.0.0.1:0", &service,
+                                Echo::service_full_name(), kMaxMessageBytes);
   if (!server.ok()) return server.status();
+  const int port = (*server)->port();
 
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);

@@ -9,7 +9,6 @@
 #include "absl/time/clock.h"
 #include "common/chunk_wire.h"
 #include "common/grpc_status.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "server/push_stager.h"
 #include "spdlog/spdlog.h"
 
@@ -333,24 +332,6 @@ std::string ParameterService::Report() const {
                       ConsistencyModeName(coordinator_->options().mode),
                       " version ", coordinator_->version(), "\n",
                       stats_.ToString(), "\n", coordinator_->Report());
-}
-
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
-    const std::string& address, grpc::Service* service, int max_message_bytes,
-    int* bound_port) {
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
-                           bound_port);
-  builder.RegisterService(service);
-  builder.SetMaxReceiveMessageSize(max_message_bytes);
-  builder.SetMaxSendMessageSize(max_message_bytes);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || *bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", address, " (address in use or not local?)"));
-  }
-  return server;
 }
 
 }  // namespace ps::server

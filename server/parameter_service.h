@@ -107,13 +107,6 @@ class ParameterService final : public proto::ParameterServer::Service {
   ServerStats stats_;
 };
 
-// Builds and starts a gRPC server for `service` listening on `address`
-// ("127.0.0.1:0" picks a free port), with the standard health service and
-// receive/send limits of `max_message_bytes`. Sets `*bound_port`.
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
-    const std::string& address, grpc::Service* service, int max_message_bytes,
-    int* bound_port);
-
 }  // namespace ps::server
 
 #endif  // PS_SERVER_PARAMETER_SERVICE_H_

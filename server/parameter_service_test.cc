@@ -16,6 +16,7 @@
 #include "common/tensor_codec.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
+#include "server/grpc_server.h"
 
 namespace ps::server {
 namespace {
@@ -51,16 +52,17 @@ class ParameterServiceTest : public ::testing::Test {
     service_options.default_chunk_elements = 16;
     service_ = std::make_unique<ParameterService>(
         store_.get(), coordinator_.get(), service_options);
-    int port = 0;
-    server_ = *StartGrpcServer("127.0.0.1:0", service_.get(), 1 << 20, &port);
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+    server_ = *GrpcServer::Start("127.0.0.1:0", service_.get(),
+                                 proto::ParameterServer::service_full_name(),
+                                 1 << 20);
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
                                    grpc::InsecureChannelCredentials());
     stub_ = proto::ParameterServer::NewStub(channel_);
   }
 
   void TearDown() override {
     if (coordinator_) coordinator_->Shutdown();
-    if (server_) server_->Shutdown(absl::ToChronoTime(absl::Now()));
+    if (server_) server_->Shutdown(absl::Now());
   }
 
   proto::RequestHeader Header(int rank) const {
@@ -197,7 +199,7 @@ class ParameterServiceTest : public ::testing::Test {
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<UpdateCoordinator> coordinator_;
   std::unique_ptr<ParameterService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<GrpcServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<proto::ParameterServer::Stub> stub_;
 };

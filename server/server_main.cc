@@ -23,6 +23,7 @@
 #include "common/partition.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
+#include "server/grpc_server.h"
 #include "server/hostname_index.h"
 #include "server/lr_schedule.h"
 #include "server/optimizer.h"
@@ -355,14 +356,15 @@ int Run(const ServerConfig& config) {
 
   SignalWatcher watcher(signals, &shutdown);
 
-  int port = 0;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartGrpcServer(
-      config.address, &service, config.max_message_bytes, &port);
+  absl::StatusOr<std::unique_ptr<GrpcServer>> server = GrpcServer::Start(
+      config.address, &service, proto::ParameterServer::service_full_name(),
+      config.max_message_bytes);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     shutdown.Request("startup failed");
     return 1;
   }
+  const int port = (*server)->port();
   const uint64_t elements = (*store)->num_elements();
   spdlog::info(
       "listening on {} (port {}), mode {}{}, {} workers, optimizer {}, "
@@ -420,8 +422,7 @@ int Run(const ServerConfig& config) {
     absl::StatusOr<std::string> written = checkpointer->WriteNow();
     (void)written;  // Logged by the checkpointer.
   }
-  (*server)->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
-  (*server)->Wait();
+  (*server)->Shutdown(absl::Now() + kShutdownGrace);
   spdlog::info("final report:\n{}", service.Report());
   return reason.exit_code;
 }
