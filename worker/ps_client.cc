@@ -362,9 +362,9 @@ std::unique_ptr<PushSession> ParameterClient::StartPushPull(
 }
 
 // The stream to one shard: a queue of slices to send, drained by a thread
-// of its own that owns the gRPC writer.
-// With `pull_after_push` the call is a PushPull, and the weights it brings
-// back are decoded into the vectors given to Close.
+// of its own that owns the gRPC writer. With `pull_after_push` the call is
+// a PushPull, whose answer the thread decodes into the vectors given to
+// Close.
 class PushSession::ShardStream {
  public:
   ShardStream(ParameterClient* client, int server, const PushMetadata& metadata,
@@ -568,8 +568,7 @@ absl::StatusOr<uint64_t> PushSession::FinishWithPull(
   std::vector<uint64_t> versions(streams_.size(), 0);
   absl::Status status = JoinStreams(&weights, &versions);
   if (!status.ok()) return status;
-  return versions.empty() ? 0
-                          : *std::min_element(versions.begin(), versions.end());
+  return *std::min_element(versions.begin(), versions.end());
 }
 
 absl::Status PushSession::JoinStreams(std::vector<std::vector<float>>* weights,
