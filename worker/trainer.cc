@@ -99,9 +99,14 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
   metadata.num_examples = static_cast<uint32_t>(batch_.size);
   metadata.epoch = epoch;
   metadata.examples_done = *done_before + batch_.size;
-  // The push brings back the weights of the next clock (one call a step).
+  // The push brings back the weights of the next clock (one call a step),
+  // except on a slowed worker: it sleeps between its push and its next pull
+  // (the meaning of --slowdown_ms), so it pulls after the sleep.
+  const bool pull_with_push = options_.slowdown == absl::ZeroDuration();
   pulled_.reset();
-  std::unique_ptr<PushSession> push = client_->StartPushPull(metadata);
+  std::unique_ptr<PushSession> push = pull_with_push
+                                          ? client_->StartPushPull(metadata)
+                                          : client_->StartPush(metadata);
 
   absl::Status send_status;
   if (batch_.size > 0) {
@@ -125,15 +130,21 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
     }
   }
   if (!send_status.ok()) return send_status;
-  absl::StatusOr<uint64_t> next_version = push->FinishWithPull(weights_);
-  if (next_version.ok()) {
-    pulled_ = PulledWeights{result.clock + 1, *next_version};
-  } else if (next_version.status().code() == absl::StatusCode::kAborted) {
-    spdlog::warn("step {} refused, will retry the batch: {}", result.clock,
-                 next_version.status().message());
-    result.stale = true;
+  if (pull_with_push) {
+    absl::StatusOr<uint64_t> next_version = push->FinishWithPull(weights_);
+    status = next_version.status();
+    if (next_version.ok()) {
+      pulled_ = PulledWeights{result.clock + 1, *next_version};
+    }
   } else {
-    return next_version.status();
+    status = push->Finish();
+  }
+  if (status.code() == absl::StatusCode::kAborted) {
+    spdlog::warn("step {} refused, will retry the batch: {}", result.clock,
+                 status.message());
+    result.stale = true;
+  } else if (!status.ok()) {
+    return status;
   }
   return result;
 }

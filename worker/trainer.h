@@ -35,7 +35,9 @@ struct TrainerOptions {
   int eval_every = 0;
   // Rank 0 writes the final model here when set.
   std::string save_model_path;
-  // Sleeps this long every step: slows one worker on purpose (experiments).
+  // Sleeps this long every step, between its push and its next pull: slows
+  // one worker on purpose (experiments). Such a worker pulls with a call of
+  // its own after the sleep instead of taking weights with its push.
   absl::Duration slowdown = absl::ZeroDuration();
 };
 

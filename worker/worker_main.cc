@@ -55,7 +55,8 @@ ABSL_FLAG(int, eval_every, 0,
           "Rank 0 also measures test accuracy every this many steps (0: only "
           "at each epoch's end)");
 ABSL_FLAG(int, slowdown_ms, 0,
-          "Sleep this long every step (to slow one worker on purpose)");
+          "Sleep this long every step, between its push and its next pull "
+          "(to slow one worker on purpose)");
 ABSL_FLAG(int, chunk_kb, 1024, "Size of streamed tensor chunks, in KiB");
 ABSL_FLAG(absl::Duration, retry_timeout, absl::Seconds(120),
           "How long to wait for servers to come up, and to keep retrying an "
