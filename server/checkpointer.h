@@ -24,8 +24,9 @@ struct CheckpointPolicy {
   absl::Duration every = absl::Seconds(60);
   // Checkpoints of the shard kept in `dir`.
   int keep = 2;
-  // How often the version is looked at.
-  absl::Duration poll = absl::Milliseconds(100);
+  // How often the version is looked at: often enough that every_updates
+  // holds at a few hundred updates a second (a small model's pace here).
+  absl::Duration poll = absl::Milliseconds(10);
 };
 
 // Writes a shard's checkpoints (WriteCheckpoint) in the background when the
