@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace ps::server {
 
 using grpc::health::v1::HealthCheckRequest;
@@ -33,8 +35,9 @@ grpc::Status HealthService::Check(grpc::ServerContext* /*context*/,
   absl::MutexLock lock(&mu_);
   const ServingStatus status = StatusLocked(request->service());
   if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        "unknown service \"" + request->service() + "\"");
+    return grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        absl::StrCat("unknown service \"", request->service(), "\""));
   }
   response->set_status(status);
   return grpc::Status::OK;

@@ -193,6 +193,13 @@ class ParameterServiceTest : public ::testing::Test {
     return status;
   }
 
+  proto::StatsResponse Stats() {
+    grpc::ClientContext context;
+    proto::StatsResponse stats;
+    EXPECT_TRUE(stub_->Stats(&context, proto::StatsRequest(), &stats).ok());
+    return stats;
+  }
+
   // Before the coordinator, whose callback notifies it.
   absl::Notification all_done_;
   std::unique_ptr<Partition> partition_;
@@ -350,9 +357,7 @@ TEST_F(ParameterServiceTest, MalformedPushesAreRefusedAndApplyNothing) {
   uint64_t version = 0;
   ASSERT_TRUE(Push(ValidPush(0, 0, 1.0f), &version).ok());
   EXPECT_EQ(version, 1u);
-  grpc::ClientContext context;
-  proto::StatsResponse stats;
-  ASSERT_TRUE(stub_->Stats(&context, proto::StatsRequest(), &stats).ok());
+  const proto::StatsResponse stats = Stats();
   EXPECT_EQ(stats.version(), 1u);
   EXPECT_NE(stats.report().find("pushes: 1 ok, 7 refused"), std::string::npos)
       << stats.report();
@@ -376,9 +381,7 @@ TEST_F(ParameterServiceTest, PushPullAnswersWithTheWeightsAfterItsPush) {
           << "max_chunk " << max_chunk;
     }
   }
-  grpc::ClientContext context;
-  proto::StatsResponse stats;
-  ASSERT_TRUE(stub_->Stats(&context, proto::StatsRequest(), &stats).ok());
+  const proto::StatsResponse stats = Stats();
   EXPECT_NE(stats.report().find("pushes: 2 ok, 0 refused"), std::string::npos)
       << stats.report();
   EXPECT_NE(stats.report().find("pulls: 2 ok, 0 refused"), std::string::npos)
@@ -444,9 +447,7 @@ TEST_F(ParameterServiceTest, AReplayedPushIsAcknowledgedAndNotApplied) {
   Weights weights;
   ASSERT_TRUE(Pull(1, 0, &weights, &version).ok());
   for (auto& [key, w] : InitialWeights()) EXPECT_FLOAT_EQ(weights[key], w - 1);
-  grpc::ClientContext context;
-  proto::StatsResponse stats;
-  ASSERT_TRUE(stub_->Stats(&context, proto::StatsRequest(), &stats).ok());
+  const proto::StatsResponse stats = Stats();
   EXPECT_NE(stats.report().find("examples per epoch: 0=8\n"), std::string::npos)
       << stats.report();
   EXPECT_NE(stats.report().find("replayed pushes acknowledged, not applied: 1"),
