@@ -212,12 +212,13 @@ grpc::Status ParameterService::AnswerPull(grpc::ServerContext* context,
 }
 
 absl::StatusOr<uint64_t> ParameterService::ReceivePush(
-    ByteStream* stream, proto::PushRequest* first) {
+    grpc::ServerContext* context, ByteStream* stream, PushCall call,
+    proto::PushRequest* first) {
   const absl::Time start = absl::Now();
   uint64_t bytes = 0;
   absl::Duration commit;
   absl::StatusOr<uint64_t> version =
-      StageAndCommit(stream, first, &bytes, &commit);
+      StageAndCommit(context, stream, call, first, &bytes, &commit);
   stats_.RecordPush(version.ok(), bytes, commit, absl::Now() - start);
   if (!version.ok()) {
     spdlog::warn("push refused: {}", version.status().ToString());
@@ -227,8 +228,8 @@ absl::StatusOr<uint64_t> ParameterService::ReceivePush(
 }
 
 absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
-    ByteStream* stream, proto::PushRequest* first, uint64_t* bytes,
-    absl::Duration* commit) {
+    grpc::ServerContext* context, ByteStream* stream, PushCall call,
+    proto::PushRequest* first, uint64_t* bytes, absl::Duration* commit) {
   // The whole stream is staged privately; the shard is touched only by
   // Commit, after the last message was validated.
   PushStager stager(store_, identity_, staging_);
@@ -252,16 +253,29 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
   }
   absl::StatusOr<StagedPush> staged = stager.Finish();
   if (!staged.ok()) return staged.status();
+  if (call == PushCall::kPushPull) {
+    // The worker took the weights for clock `step` with its previous
+    // PushPull instead of pulling them here: the shard hears of that clock
+    // now, as it would have from the pull. So a shard restarted since then
+    // learns that the rank has moved past a step whose push it lost (the
+    // rank takes part in it with weight 0), and a sync push waits, as the
+    // pull did, for its step to be the one collected.
+    absl::StatusOr<uint64_t> clock_reached =
+        coordinator_->AwaitPull(staged->rank, staged->incarnation, staged->step,
+                                [context] { return context->IsCancelled(); });
+    if (!clock_reached.ok()) return clock_reached.status();
+  }
   const absl::Time received = absl::Now();
   absl::StatusOr<uint64_t> version = coordinator_->Commit(*std::move(staged));
   *commit = absl::Now() - received;
   return version;
 }
 
-grpc::Status ParameterService::PushBytes(grpc::ServerContext* /*context*/,
+grpc::Status ParameterService::PushBytes(grpc::ServerContext* context,
                                          ByteStream* stream) {
   proto::PushRequest first;
-  absl::StatusOr<uint64_t> version = ReceivePush(stream, &first);
+  absl::StatusOr<uint64_t> version =
+      ReceivePush(context, stream, PushCall::kPush, &first);
   if (!version.ok()) return ToGrpcStatus(version.status());
   proto::PushResponse response;
   response.set_version(*version);
@@ -272,7 +286,8 @@ grpc::Status ParameterService::PushBytes(grpc::ServerContext* /*context*/,
 grpc::Status ParameterService::PushPullBytes(grpc::ServerContext* context,
                                              ByteStream* stream) {
   proto::PushRequest first;
-  absl::StatusOr<uint64_t> pushed = ReceivePush(stream, &first);
+  absl::StatusOr<uint64_t> pushed =
+      ReceivePush(context, stream, PushCall::kPushPull, &first);
   if (!pushed.ok()) return ToGrpcStatus(pushed.status());
   // The worker has now done step `step`: what it pulls next is clock
   // step + 1, answered as a Pull of its own would be.

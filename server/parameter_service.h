@@ -85,14 +85,19 @@ class ParameterService final : public proto::ParameterServer::Service {
                                      const proto::PullRequest& request,
                                      ByteStream* stream, absl::Duration* wait,
                                      uint64_t* bytes);
+  // Which call a push stream came on: Push, or the push half of PushPull
+  // (whose worker took the weights it computed on with its previous call).
+  enum class PushCall { kPush, kPushPull };
   // Takes a push stream and records it; on success `first` holds its
   // metadata (the first message without its chunk), on failure the status
   // says "push refused: ...".
-  absl::StatusOr<uint64_t> ReceivePush(ByteStream* stream,
+  absl::StatusOr<uint64_t> ReceivePush(grpc::ServerContext* context,
+                                       ByteStream* stream, PushCall call,
                                        proto::PushRequest* first);
   // Stages the stream, then commits it; `commit` is the time the commit
   // took.
-  absl::StatusOr<uint64_t> StageAndCommit(ByteStream* stream,
+  absl::StatusOr<uint64_t> StageAndCommit(grpc::ServerContext* context,
+                                          ByteStream* stream, PushCall call,
                                           proto::PushRequest* first,
                                           uint64_t* bytes,
                                           absl::Duration* commit);

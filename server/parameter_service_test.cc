@@ -408,6 +408,37 @@ TEST_F(ParameterServiceTest, SyncPushPullWaitsForEveryRankOfItsStep) {
   }
 }
 
+TEST_F(ParameterServiceTest, PushPullStandsForThePullItsWorkerMadeBefore) {
+  // Rank 0's push for step 0 was lost here (say, in a restart of this
+  // shard) and it took the weights for clock 1 with that call: its next
+  // request is its push for step 1.
+  Start(ConsistencyMode::kSync);
+  uint64_t pushed = 0;
+  ASSERT_TRUE(Push(ValidPush(1, 0, 3.0f), &pushed).ok());
+  // A Push cannot say so: it is ahead.
+  EXPECT_EQ(Push(ValidPush(0, 1, 1.0f), &pushed).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  // A PushPull does: rank 0 takes part in step 0 with weight 0, then its
+  // push for step 1 is taken and its pull waits for rank 1's.
+  Weights weights;
+  uint64_t version = 0;
+  grpc::Status status;
+  std::thread rank0(
+      [&] { status = PushPull(ValidPush(0, 1, 1.0f), 0, &weights, &version); });
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (coordinator_->version() < 1 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(Push(ValidPush(1, 1, 5.0f), &pushed).ok());
+  rank0.join();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(version, 2u);
+  for (const auto& [key, w] : InitialWeights()) {
+    // Step 0: rank 1's 3 alone; step 1: mean(1, 5).
+    EXPECT_FLOAT_EQ(weights[key], w - 6.0f);
+  }
+}
+
 TEST_F(ParameterServiceTest, PushPullWithARefusedPushPullsNothing) {
   Start(ConsistencyMode::kAsync);
   std::vector<proto::PushRequest> incomplete = ValidPush(0, 0, 1.0f);
