@@ -4,15 +4,22 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace ps::server {
 
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
 
-HealthService::HealthService(std::vector<std::string> services,
-                             absl::Duration watch_poll)
-    : services_(std::move(services)), watch_poll_(watch_poll) {}
+namespace {
+
+// How often a Watch checks whether its caller has gone.
+constexpr absl::Duration kWatchPoll = absl::Milliseconds(100);
+
+}  // namespace
+
+HealthService::HealthService(std::vector<std::string> services)
+    : services_(std::move(services)) {}
 
 void HealthService::Shutdown() {
   absl::MutexLock lock(&mu_);
@@ -54,7 +61,7 @@ grpc::Status HealthService::Watch(
     {
       absl::MutexLock lock(&mu_);
       // Wakes at once on Shutdown, else polls for the caller leaving.
-      if (sent) mu_.AwaitWithTimeout(absl::Condition(&shut_down_), watch_poll_);
+      if (sent) mu_.AwaitWithTimeout(absl::Condition(&shut_down_), kWatchPoll);
       status = StatusLocked(request->service());
       shut_down = shut_down_;
     }

@@ -6,7 +6,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/health.grpc.pb.h"
 
@@ -34,8 +33,7 @@ class HealthService final : public grpc::health::v1::Health::Service {
 
   // `services`: full names of the services the server serves (e.g.
   // "ps.proto.ParameterServer").
-  explicit HealthService(std::vector<std::string> services,
-                         absl::Duration watch_poll = absl::Milliseconds(100));
+  explicit HealthService(std::vector<std::string> services);
 
   HealthService(const HealthService&) = delete;
   HealthService& operator=(const HealthService&) = delete;
@@ -57,8 +55,6 @@ class HealthService final : public grpc::health::v1::Health::Service {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const std::vector<std::string> services_;
-  // How often a Watch checks whether its caller has gone.
-  const absl::Duration watch_poll_;
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
