@@ -151,7 +151,8 @@ absl::Status RunBench(const BenchConfig& config,
       if (!memcpy.ok()) return memcpy.status();
       base.memcpy_gbps = memcpy->gbps();
       absl::StatusOr<Measurement> echo =
-          MeasureGrpcEcho(config.measure, size, config.echo_chunk_bytes);
+          MeasureGrpcEcho(config.measure, size, config.echo_chunk_bytes,
+                          config.push_pull.server_cpus);
       if (!echo.ok()) return echo.status();
       base.echo_gbps = echo->gbps();
       base.echo_cpu_ns_per_byte = echo->cpu_ns_per_byte();
@@ -173,8 +174,8 @@ absl::Status RunBench(const BenchConfig& config,
       if (config.baselines) {
         // The target is a ratio to TCP: measured right after ours, so that
         // both see the same load on a shared machine.
-        absl::StatusOr<Measurement> tcp =
-            MeasureTcpStream(config.measure, size);
+        absl::StatusOr<Measurement> tcp = MeasureTcpStream(
+            config.measure, size, config.push_pull.server_cpus);
         if (!tcp.ok()) return tcp.status();
         row.tcp_gbps = tcp->gbps();
         row.tcp_cpu_ns_per_byte = tcp->cpu_ns_per_byte();

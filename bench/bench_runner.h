@@ -28,6 +28,9 @@ struct BenchConfig {
   uint64_t echo_chunk_bytes = 1 << 20;
   // False skips the baselines (their columns read 0), e.g. for profiling.
   bool baselines = true;
+  // The CPUs of this process, the worker (empty: any). The shards', also
+  // those of the baselines' receiving ends, are push_pull.server_cpus.
+  std::vector<int> worker_cpus;
 };
 
 // One line of the table. Every rate is in GB/s (1e9 bytes a second): ours

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "bench/bench_echo.grpc.pb.h"
+#include "common/cpu_affinity.h"
 #include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "server/grpc_server.h"
@@ -131,8 +133,8 @@ absl::Status Download(Echo::Stub* stub, uint64_t chunk_bytes,
 }  // namespace
 
 absl::StatusOr<Measurement> MeasureGrpcEcho(const MeasureOptions& options,
-                                            uint64_t size,
-                                            uint64_t chunk_bytes) {
+                                            uint64_t size, uint64_t chunk_bytes,
+                                            absl::Span<const int> server_cpus) {
   if (size == 0) return absl::InvalidArgumentError("size must be positive");
   if (chunk_bytes == 0 || chunk_bytes > kMaxMessageBytes / 2) {
     return absl::InvalidArgumentError(
@@ -140,9 +142,20 @@ absl::StatusOr<Measurement> MeasureGrpcEcho(const MeasureOptions& options,
                      "] bytes, got ", chunk_bytes));
   }
   EchoService service;
-  absl::StatusOr<std::unique_ptr<server::GrpcServer>> server =
-      server::GrpcServer::Start("127.0.0.1:0", &service,
-                                Echo::service_full_name(), kMaxMessageBytes);
+  // Started on a thread of the server's CPUs: the threads gRPC starts to
+  // serve it inherit them.
+  absl::StatusOr<std::unique_ptr<server::GrpcServer>> server;
+  std::thread([&] {
+    absl::Status placed = server_cpus.empty()
+                              ? absl::OkStatus()
+                              : RestrictThreadToCpus(server_cpus);
+    if (!placed.ok()) {
+      server = placed;
+      return;
+    }
+    server = server::GrpcServer::Start(
+        "127.0.0.1:0", &service, Echo::service_full_name(), kMaxMessageBytes);
+  }).join();
   if (!server.ok()) return server.status();
   const int port = (*server)->port();
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "bench/measure.h"
 
 namespace ps::bench {
@@ -14,10 +15,10 @@ namespace ps::bench {
 // this process on 127.0.0.1 with its own grpc::Server. Same channel and
 // message limits as the parameter client and server; the bytes are copied
 // into and out of the messages as ours are, but nothing is validated or
-// computed.
-absl::StatusOr<Measurement> MeasureGrpcEcho(const MeasureOptions& options,
-                                            uint64_t size,
-                                            uint64_t chunk_bytes);
+// computed. The server's threads run on `server_cpus` (empty: any).
+absl::StatusOr<Measurement> MeasureGrpcEcho(
+    const MeasureOptions& options, uint64_t size, uint64_t chunk_bytes,
+    absl::Span<const int> server_cpus = {});
 
 }  // namespace ps::bench
 

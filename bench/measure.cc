@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/cpu_affinity.h"
 
 namespace ps::bench {
 namespace {
@@ -94,8 +96,17 @@ class CountingReader {
     if (thread_.joinable()) thread_.join();
   }
 
-  void Start() {
-    thread_ = std::thread([this] { Run(); });
+  // Reads on a thread of its own, restricted to `cpus` unless empty.
+  void Start(std::vector<int> cpus) {
+    thread_ = std::thread([this, cpus = std::move(cpus)] {
+      if (!cpus.empty()) {
+        if (absl::Status s = RestrictThreadToCpus(cpus); !s.ok()) {
+          Stop(s);
+          return;
+        }
+      }
+      Run();
+    });
   }
 
   // Waits until `total` bytes arrived or the reader stopped; the reader's
@@ -121,19 +132,25 @@ class CountingReader {
       const size_t want = buffer_.size() - pos;
       const ssize_t n = read(fd_, buffer_.data() + pos, want);
       if (n < 0 && errno == EINTR) continue;
-      absl::MutexLock lock(&mu_);
       if (n <= 0) {
-        if (n < 0) {
-          error_ = Errno("read");
-          // Unblocks a writer waiting for buffer space.
-          shutdown(fd_, SHUT_RDWR);
-        }
-        stopped_ = true;
+        Stop(n < 0 ? Errno("read") : absl::OkStatus());
         return;
       }
+      absl::MutexLock lock(&mu_);
       received_ += static_cast<uint64_t>(n);
       pos = (pos + static_cast<size_t>(n)) % buffer_.size();
     }
+  }
+
+  // Ends the reading, for `error` if not OK.
+  void Stop(absl::Status error) {
+    absl::MutexLock lock(&mu_);
+    if (!error.ok()) {
+      error_ = std::move(error);
+      // Unblocks a writer waiting for buffer space.
+      shutdown(fd_, SHUT_RDWR);
+    }
+    stopped_ = true;
   }
 
   const int fd_;
@@ -279,8 +296,9 @@ absl::StatusOr<Measurement> MeasureMemcpy(const MeasureOptions& options,
   return m;
 }
 
-absl::StatusOr<Measurement> MeasureTcpStream(const MeasureOptions& options,
-                                             uint64_t size) {
+absl::StatusOr<Measurement> MeasureTcpStream(
+    const MeasureOptions& options, uint64_t size,
+    absl::Span<const int> reader_cpus) {
   if (size == 0) return absl::InvalidArgumentError("size must be positive");
   UniqueFd writer;
   UniqueFd reader_fd;
@@ -289,7 +307,7 @@ absl::StatusOr<Measurement> MeasureTcpStream(const MeasureOptions& options,
   }
   const std::vector<char> data(size, 7);
   CountingReader reader(reader_fd.get(), size);
-  reader.Start();
+  reader.Start(std::vector<int>(reader_cpus.begin(), reader_cpus.end()));
   uint64_t sent = 0;
   absl::StatusOr<Measurement> m = MeasureRounds(options, size, [&] {
     if (absl::Status s = WriteAll(writer.get(), data.data(), size); !s.ok()) {

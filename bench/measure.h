@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace ps::bench {
 
@@ -74,11 +75,12 @@ absl::StatusOr<Measurement> MeasureMemcpy(const MeasureOptions& options,
                                           uint64_t size);
 
 // Streams `size` bytes a round through one TCP connection over 127.0.0.1:
-// this thread writes, another reads into a buffer of `size` bytes; a round
-// ends when the reader has everything. The kernel's loopback limit, without
-// gRPC or protobuf.
-absl::StatusOr<Measurement> MeasureTcpStream(const MeasureOptions& options,
-                                             uint64_t size);
+// this thread writes, another (on `reader_cpus`, empty: any) reads into a
+// buffer of `size` bytes; a round ends when the reader has everything. The
+// kernel's loopback limit, without gRPC or protobuf.
+absl::StatusOr<Measurement> MeasureTcpStream(
+    const MeasureOptions& options, uint64_t size,
+    absl::Span<const int> reader_cpus = {});
 
 }  // namespace ps::bench
 

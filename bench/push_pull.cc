@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/cpu_affinity.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
 #include "common/subprocess.h"
@@ -49,6 +50,10 @@ absl::StatusOr<Shards> StartShards(const PushPullOptions& options,
                 "--port=0",
                 absl::StrCat("--port_file=", port_file)};
     if (options.optimizer == "sgd") sub.argv.push_back("--momentum=0");
+    if (!options.server_cpus.empty()) {
+      sub.argv.push_back(
+          absl::StrCat("--cpus=", FormatCpuList(options.server_cpus)));
+    }
     sub.name = absl::StrCat("server ", i);
     sub.max_kept_lines = 200;
     absl::StatusOr<std::unique_ptr<Subprocess>> process =

@@ -23,6 +23,8 @@ struct PushPullOptions {
   uint64_t chunk_bytes = 1 << 20;
   // The shards' --optimizer; "sgd" runs with momentum 0, the cheapest update.
   std::string optimizer = "sgd";
+  // The shards' --cpus (empty: any CPU).
+  std::vector<int> server_cpus;
   // Where the shards' port files go; must exist.
   std::string work_dir;
   absl::Duration start_timeout = absl::Seconds(60);

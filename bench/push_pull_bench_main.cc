@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -16,6 +17,7 @@
 #include "absl/time/time.h"
 #include "bench/bench_runner.h"
 #include "bench/push_pull.h"
+#include "common/cpu_affinity.h"
 #include "common/malloc_tuning.h"
 
 ABSL_FLAG(std::string, sizes, "4K,1M,16M,64M",
@@ -37,6 +39,13 @@ ABSL_FLAG(bool, baselines, true,
 ABSL_FLAG(bool, shard_reports, false,
           "After each row, print the shards' own final reports (their push "
           "and pull latencies), for profiling.");
+ABSL_FLAG(std::string, worker_cpus, "",
+          "CPUs of this process, the worker (kernel list format, \"0\", "
+          "\"0-3\"); empty: any.");
+ABSL_FLAG(std::string, server_cpus, "",
+          "CPUs of the shards (their --cpus) and of the baselines' receiving "
+          "ends (TCP reader, echo server); empty: any. With --worker_cpus, "
+          "places the worker and the shards as on separate machines.");
 ABSL_FLAG(std::string, server_binary, "",
           "Path of //server:server; empty: found in this binary's runfiles.");
 
@@ -94,6 +103,14 @@ absl::StatusOr<BenchConfig> ConfigFromFlags(const char* argv0) {
         absl::StrCat("--optimizer must be sgd or adam, got \"",
                      config.push_pull.optimizer, "\""));
   }
+  absl::StatusOr<std::vector<int>> worker_cpus =
+      CpusFromFlag("worker_cpus", absl::GetFlag(FLAGS_worker_cpus));
+  if (!worker_cpus.ok()) return worker_cpus.status();
+  config.worker_cpus = *std::move(worker_cpus);
+  absl::StatusOr<std::vector<int>> server_cpus =
+      CpusFromFlag("server_cpus", absl::GetFlag(FLAGS_server_cpus));
+  if (!server_cpus.ok()) return server_cpus.status();
+  config.push_pull.server_cpus = *std::move(server_cpus);
   config.push_pull.server_binary = absl::GetFlag(FLAGS_server_binary);
   if (config.push_pull.server_binary.empty()) {
     config.push_pull.server_binary = FindServerBinary(argv0);
@@ -110,12 +127,36 @@ absl::StatusOr<BenchConfig> ConfigFromFlags(const char* argv0) {
   return config;
 }
 
+std::string CpusText(const std::vector<int>& cpus) {
+  return cpus.empty() ? "any" : FormatCpuList(cpus);
+}
+
 int Run(const char* argv0) {
   absl::StatusOr<BenchConfig> config = ConfigFromFlags(argv0);
   if (!config.ok()) {
     std::fprintf(stderr, "push_pull_bench: %s\n",
                  std::string(config.status().message()).c_str());
     return 2;
+  }
+  if (!config->worker_cpus.empty()) {
+    if (absl::Status s = RestrictProcessToCpus(config->worker_cpus); !s.ok()) {
+      std::fprintf(stderr, "push_pull_bench: --worker_cpus: %s\n",
+                   std::string(s.message()).c_str());
+      return 2;
+    }
+  }
+  if (!config->push_pull.server_cpus.empty()) {
+    // Checked now, on a thread of its own, rather than by the first
+    // measurement that places something there.
+    absl::Status usable;
+    std::thread([&] {
+      usable = RestrictThreadToCpus(config->push_pull.server_cpus);
+    }).join();
+    if (!usable.ok()) {
+      std::fprintf(stderr, "push_pull_bench: --server_cpus: %s\n",
+                   std::string(usable.message()).c_str());
+      return 2;
+    }
   }
   const char* tmp = std::getenv("TEST_TMPDIR");
   if (tmp == nullptr) tmp = std::getenv("TMPDIR");
@@ -138,12 +179,14 @@ int Run(const char* argv0) {
       "a Pull call; push/pull: the 2 calls' directions timed alone.\nGB/s = "
       "1e9 bytes/s; cpu (of ours): CPU ns per byte moved "
       "(ours: worker + shards; the others: this process), steadier than GB/s "
-      "when other load competes for the cores.\nMedian of %d trials of >= %d "
-      "rounds and >= %d ms.\n\n",
+      "when other load competes for the cores.\nCPUs: the worker (and the "
+      "senders of the baselines) %s; the shards (and the receivers) %s.\n"
+      "Median of %d trials of >= %d rounds and >= %d ms.\n\n",
       absl::GetFlag(FLAGS_chunk_kb), config->push_pull.server_binary.c_str(),
       config->push_pull.optimizer.c_str(),
       config->push_pull.optimizer == "sgd" ? " --momentum=0" : "",
-      absl::GetFlag(FLAGS_echo_chunk_kb), config->measure.trials,
+      absl::GetFlag(FLAGS_echo_chunk_kb), CpusText(config->worker_cpus).c_str(),
+      CpusText(config->push_pull.server_cpus).c_str(), config->measure.trials,
       config->measure.min_rounds, absl::GetFlag(FLAGS_min_time_ms));
   std::printf("%s\n", TableHeader().c_str());
   std::fflush(stdout);

@@ -1,5 +1,6 @@
 // A smoke run of the benchmark (tiny sizes, one round) and the checks on
 // its inputs. No speed is asserted: a loaded CI machine may be slow.
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -65,6 +66,54 @@ TEST(PushPullBenchTest, RunsEveryMeasurementOnceWithPositiveRates) {
   EXPECT_EQ(rows[0].servers, 1);
   EXPECT_EQ(rows[3].size_bytes, 64u << 10);
   EXPECT_EQ(rows[3].servers, 2);
+}
+
+// The shards (their --cpus) and the baselines' receiving ends on a CPU of
+// their own: the last one this test may use.
+TEST(PushPullBenchTest, RunsWithTheShardsAndTheReceiversOnServerCpus) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  int last = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) last = cpu;
+  }
+  BenchConfig config;
+  config.sizes = {4096};
+  config.server_counts = {2};
+  config.measure = OneRound();
+  config.push_pull.server_binary = FindServerBinary("bench/push_pull_bench");
+  config.push_pull.work_dir = MakeWorkDir();
+  config.push_pull.server_cpus = {last};
+  std::vector<BenchRow> rows;
+  absl::Status status =
+      RunBench(config, [&rows](const BenchRow& row) { rows.push_back(row); });
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_GT(rows[0].ours_gbps, 0);
+  EXPECT_GT(rows[0].tcp_gbps, 0);
+  EXPECT_GT(rows[0].echo_gbps, 0);
+}
+
+// A CPU nothing may use reaches both the baselines and the shards.
+TEST(PushPullBenchTest, FailsNamingAnUnusableServerCpu) {
+  BenchConfig config;
+  config.sizes = {4096};
+  config.server_counts = {1};
+  config.measure = OneRound();
+  config.push_pull.server_binary = FindServerBinary("bench/push_pull_bench");
+  config.push_pull.work_dir = MakeWorkDir();
+  config.push_pull.server_cpus = {1023};
+  absl::Status status = RunBench(config, [](const BenchRow&) {});
+  EXPECT_NE(status.message().find("CPUs 1023 can be used"),
+            absl::string_view::npos)
+      << status;
+  config.baselines = false;  // Now the shard is the first to try.
+  status = RunBench(config, [](const BenchRow&) {});
+  EXPECT_NE(status.message().find("server 0"), absl::string_view::npos)
+      << status;
+  EXPECT_NE(status.message().find("exited with code 2"),
+            absl::string_view::npos)
+      << status;
 }
 
 TEST(PushPullBenchTest, FailsNamingTheShardWhenTheServerBinaryExits) {

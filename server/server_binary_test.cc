@@ -115,7 +115,10 @@ TEST(ServerBinaryTest, ExitsWithTwoNamingTheBadFlag) {
       {{"--server_index=0", "--lr_schedule=linear"}, "--lr_schedule"},
       {{"--server_index=0", "--min_learning_rate=1"}, "--min_learning_rate"},
       {{"--server_index=0", "--checkpoint_every_steps=-1"},
-       "--checkpoint_every_steps"}};
+       "--checkpoint_every_steps"},
+      {{"--server_index=0", "--cpus=1-0"}, "--cpus"},
+      // No machine here has CPU 1023.
+      {{"--server_index=0", "--cpus=1023"}, "--cpus"}};
   for (const auto& [flags, name] : cases) {
     pid_t pid = Spawn(flags, log);
     ChildGuard guard{pid};

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/cpu_affinity.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/model_spec.h"
@@ -86,6 +87,11 @@ ABSL_FLAG(int64_t, checkpoint_every_steps, 200,
 ABSL_FLAG(int64_t, checkpoint_every_seconds, 60,
           "A checkpoint every this many seconds if the shard changed; 0: not "
           "by time. One is also written on SIGTERM/SIGINT and at the end.");
+ABSL_FLAG(std::string, cpus, "",
+          "CPUs this shard may run on, in the kernel's list format "
+          "(\"0-3,8\"); empty: any. On a host shared with workers, separate "
+          "cores for shards and workers keep the scheduler from moving them "
+          "onto each other's.");
 ABSL_FLAG(bool, restore, false,
           "Resume from the newest readable checkpoint in --checkpoint_dir "
           "(start fresh if there is none); sync shards then catch up with "
@@ -117,6 +123,7 @@ struct ServerConfig {
   int max_message_bytes = 0;
   std::optional<CheckpointPolicy> checkpoints;  // Unset: none.
   bool restore = false;
+  std::vector<int> cpus;  // Empty: any.
 };
 
 absl::Status OutOfRange(absl::string_view flag, int64_t value, int64_t lo,
@@ -258,6 +265,10 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   if (mb < 1 || mb > 2047) return OutOfRange("max_message_mb", mb, 1, 2047);
   c.max_message_bytes = mb << 20;
   if (absl::Status s = FaultFlags(c); !s.ok()) return s;
+  absl::StatusOr<std::vector<int>> cpus =
+      CpusFromFlag("cpus", absl::GetFlag(FLAGS_cpus));
+  if (!cpus.ok()) return cpus.status();
+  c.cpus = *std::move(cpus);
   return c;
 }
 
@@ -368,7 +379,7 @@ int Run(const ServerConfig& config) {
   const uint64_t elements = (*store)->num_elements();
   spdlog::info(
       "listening on {} (port {}), mode {}{}, {} workers, optimizer {}, "
-      "{} slices, {} elements ({:.2f} MiB) of {} servers",
+      "{} slices, {} elements ({:.2f} MiB) of {} servers, CPUs {}",
       config.address, port,
       std::string(ConsistencyModeName(config.coordinator.mode)),
       config.coordinator.mode == ConsistencyMode::kSsp
@@ -378,7 +389,8 @@ int Run(const ServerConfig& config) {
       std::string(OptimizerKindName(config.optimizer.kind)),
       (*store)->num_slices(), elements,
       static_cast<double>(elements * sizeof(float)) / (1 << 20),
-      config.num_servers);
+      config.num_servers,
+      config.cpus.empty() ? "any" : FormatCpuList(config.cpus));
   spdlog::info(
       "workers are dead after {} without a request (--on_worker_failure={}); "
       "learning rate {} {}; checkpoints {}",
@@ -453,6 +465,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "server: %s\n",
                  std::string(config.status().message()).c_str());
     return ps::server::kExitBadFlags;
+  }
+  if (!config->cpus.empty()) {
+    if (absl::Status s = ps::RestrictProcessToCpus(config->cpus); !s.ok()) {
+      std::fprintf(stderr, "server: --cpus: %s\n",
+                   std::string(s.message()).c_str());
+      return ps::server::kExitBadFlags;
+    }
   }
   ps::InitLogging("server", config->server_index);
   return ps::server::Run(*config);

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/cluster_address.h"
+#include "common/cpu_affinity.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/model_spec.h"
@@ -63,6 +64,11 @@ ABSL_FLAG(absl::Duration, retry_timeout, absl::Seconds(120),
           "unreachable one (e.g. while it restarts), before giving up");
 ABSL_FLAG(absl::Duration, heartbeat_period, absl::Seconds(1),
           "How often to tell the servers this worker is alive");
+ABSL_FLAG(std::string, cpus, "",
+          "CPUs this worker may run on, in the kernel's list format "
+          "(\"0-3,8\"); empty: any. On a host shared with servers, separate "
+          "cores for workers and servers keep the scheduler from moving them "
+          "onto each other's.");
 
 namespace ps::worker {
 namespace {
@@ -140,11 +146,21 @@ int Run() {
       ParseLayerSizes(absl::GetFlag(FLAGS_model));
   absl::StatusOr<std::vector<std::string>> servers = ResolveServers();
   absl::Status flags = CheckFlags(*rank, num_workers);
-  for (const absl::Status& s : {layers.status(), servers.status(), flags}) {
+  absl::StatusOr<std::vector<int>> cpus =
+      CpusFromFlag("cpus", absl::GetFlag(FLAGS_cpus));
+  for (const absl::Status& s :
+       {layers.status(), servers.status(), flags, cpus.status()}) {
     if (!s.ok()) {
       spdlog::error("bad flags: {}", s.message());
       return 2;
     }
+  }
+  if (!cpus->empty()) {
+    if (absl::Status s = RestrictProcessToCpus(*cpus); !s.ok()) {
+      spdlog::error("bad flags: --cpus: {}", s.message());
+      return 2;
+    }
+    spdlog::info("running on CPUs {}", FormatCpuList(*cpus));
   }
 
   const ModelSpec model_spec = MlpModelSpec(*layers);
