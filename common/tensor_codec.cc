@@ -1,5 +1,6 @@
 #include "common/tensor_codec.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -75,14 +76,35 @@ absl::Status DecodeFloats(const absl::Cord& bytes, absl::Span<float> out) {
   if (absl::Status s = CheckDecodedSize(bytes.size(), out.size()); !s.ok()) {
     return s;
   }
+  return DecodeFloatsAt(bytes, 0, out);
+}
+
+absl::Status DecodeFloatsAt(const absl::Cord& bytes, uint64_t first,
+                            absl::Span<float> out) {
+  const uint64_t elements = bytes.size() / sizeof(float);
+  if (first > elements || out.size() > elements - first) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "elements [", first, ", ", first + out.size(),
+        ") are not all in tensor data of ", bytes.size(), " bytes"));
+  }
+  uint64_t skip = first * sizeof(float);
+  size_t left = out.size() * sizeof(float);
   if (!kFloatEncodingIsMemoryImage) {
     // An element may straddle two pieces; flatten, then swap.
-    return DecodeFloats(std::string(bytes), out);
+    return DecodeFloats(std::string(bytes.Subcord(skip, left)), out);
   }
   char* dst = reinterpret_cast<char*>(out.data());
   for (absl::string_view piece : bytes.Chunks()) {
-    std::memcpy(dst, piece.data(), piece.size());
-    dst += piece.size();
+    if (left == 0) break;
+    if (skip >= piece.size()) {
+      skip -= piece.size();
+      continue;
+    }
+    const size_t n = std::min<size_t>(piece.size() - skip, left);
+    std::memcpy(dst, piece.data() + skip, n);
+    dst += n;
+    left -= n;
+    skip = 0;
   }
   return absl::OkStatus();
 }

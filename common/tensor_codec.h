@@ -37,6 +37,12 @@ absl::Status DecodeFloats(absl::string_view bytes, absl::Span<float> out);
 // piece by piece, into `out`.
 absl::Status DecodeFloats(const absl::Cord& bytes, absl::Span<float> out);
 
+// Decodes elements [first, first + out.size()) of `bytes` into `out`, for
+// reading a received chunk a block at a time. Fails, leaving `out`
+// untouched, unless `bytes` holds them.
+absl::Status DecodeFloatsAt(const absl::Cord& bytes, uint64_t first,
+                            absl::Span<float> out);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_TENSOR_CODEC_H_

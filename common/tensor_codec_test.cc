@@ -60,6 +60,35 @@ TEST(TensorCodecTest, DecodesBytesInPiecesSplitInsideElements) {
   EXPECT_EQ(decoded, values);
 }
 
+TEST(TensorCodecTest, DecodesAnyRangeOfBytesInPieces) {
+  std::vector<float> values(40);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * i - 3.0f;
+  std::string bytes;
+  EncodeFloats(values, &bytes);
+  // Pieces of 33, 50 and 77 bytes, so that ranges start and end inside
+  // pieces, on their edges and inside elements.
+  const absl::string_view view = bytes;
+  absl::Cord cord;
+  cord.Append(absl::MakeCordFromExternal(view.substr(0, 33), [] {}));
+  cord.Append(absl::MakeCordFromExternal(view.substr(33, 50), [] {}));
+  cord.Append(absl::MakeCordFromExternal(view.substr(83), [] {}));
+  for (size_t first = 0; first <= values.size(); ++first) {
+    for (size_t n = 0; first + n <= values.size(); ++n) {
+      std::vector<float> decoded(n);
+      ASSERT_TRUE(DecodeFloatsAt(cord, first, absl::MakeSpan(decoded)).ok());
+      EXPECT_EQ(decoded, std::vector<float>(values.begin() + first,
+                                            values.begin() + first + n))
+          << first << " +" << n;
+    }
+  }
+  std::vector<float> out = {7.0f, 7.0f};
+  EXPECT_EQ(DecodeFloatsAt(cord, 39, absl::MakeSpan(out)).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(DecodeFloatsAt(cord, 41, absl::MakeSpan(out).first(0)).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(out[0], 7.0f);
+}
+
 TEST(TensorCodecTest, RejectsPiecesOfTheWrongLengthAndLeavesOutputUntouched) {
   std::vector<float> out = {7.0f, 7.0f};
   absl::Status status =

@@ -19,10 +19,12 @@ using ::ps::server::testing::ConstantPush;
 using ::ps::server::testing::ExpectBitIdentical;
 using ::ps::server::testing::ExpectShiftedBy;
 using ::ps::server::testing::FastOptions;
+using ::ps::server::testing::GradientValues;
 using ::ps::server::testing::LogCapture;
 using ::ps::server::testing::MakeStore;
 using ::ps::server::testing::PlainSgd;
 using ::ps::server::testing::Pull;
+using ::ps::server::testing::SetGradientValues;
 
 std::unique_ptr<UpdateCoordinator> Make(ShardStore* store,
                                         CoordinatorOptions options) {
@@ -42,11 +44,13 @@ OptimizerConfig Adam() {
 StagedPush VariedPush(const ShardStore& store, int rank, uint64_t step) {
   StagedPush p = ConstantPush(store, rank, step, 0.0f, 3 + rank,
                               /*base_version=*/step > 0 ? step - 1 : 0);
-  for (auto& g : p.gradients) {
+  std::vector<std::vector<float>> values = GradientValues(p);
+  for (std::vector<float>& g : values) {
     for (size_t i = 0; i < g.size(); ++i) {
       g[i] = 0.1f * static_cast<float>((i * 7 + step * 3 + rank) % 11) - 0.5f;
     }
   }
+  SetGradientValues(p, values);
   return p;
 }
 

@@ -59,9 +59,27 @@ StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
   p.epoch = 0;
   p.examples_done = (step + 1) * 1000;
   for (const Slice& s : store.slices()) {
-    p.gradients.emplace_back(s.num_elements, value);
+    p.gradients.push_back(
+        SliceGradient::FromFloats(std::vector<float>(s.num_elements, value)));
   }
   return p;
+}
+
+std::vector<std::vector<float>> GradientValues(const StagedPush& push) {
+  std::vector<std::vector<float>> values;
+  for (const SliceGradient& g : push.gradients) {
+    values.emplace_back(g.num_elements());
+    g.Read(0, absl::MakeSpan(values.back()));
+  }
+  return values;
+}
+
+void SetGradientValues(StagedPush& push,
+                       const std::vector<std::vector<float>>& values) {
+  push.gradients.clear();
+  for (const std::vector<float>& v : values) {
+    push.gradients.push_back(SliceGradient::FromFloats(v));
+  }
 }
 
 std::vector<std::vector<float>> AllWeights(const ShardStore& store) {

@@ -39,6 +39,12 @@ StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
                         float value, uint32_t num_examples = 1,
                         uint64_t base_version = 0);
 
+// Each slice's gradient in `push`, decoded.
+std::vector<std::vector<float>> GradientValues(const StagedPush& push);
+// Replaces `push`'s gradients with `values`, one vector per slice.
+void SetGradientValues(StagedPush& push,
+                       const std::vector<std::vector<float>>& values);
+
 std::vector<std::vector<float>> AllWeights(const ShardStore& store);
 
 // Every weight of `after` equals the same weight of `before` minus `delta`.

@@ -1,5 +1,6 @@
 #include "server/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -152,24 +153,47 @@ absl::Status Optimizer::Apply(absl::Span<const float> gradient,
 absl::Status Optimizer::Apply(absl::Span<const float> gradient,
                               absl::Span<float> weights, float learning_rate,
                               RangePool* pool) {
+  if (gradient.size() != num_elements_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer for ", num_elements_,
+                     " elements got a gradient of ", gradient.size()));
+  }
+  return Apply(
+      [gradient](uint64_t begin, absl::Span<float> out) {
+        std::copy_n(gradient.begin() + begin, out.size(), out.begin());
+      },
+      weights, learning_rate, pool);
+}
+
+absl::Status Optimizer::Apply(GradientReader gradient,
+                              absl::Span<float> weights, float learning_rate,
+                              RangePool* pool) {
   if (!std::isfinite(learning_rate) || learning_rate < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "learning rate ", learning_rate, " is not finite and >= 0"));
   }
-  if (gradient.size() != num_elements_ || weights.size() != num_elements_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer for ", num_elements_, " elements got a gradient of ",
-        gradient.size(), " and weights of ", weights.size(), " elements"));
+  if (weights.size() != num_elements_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer for ", num_elements_,
+                     " elements got weights of ", weights.size(), " elements"));
   }
   ++update_count_;
+  // Every state is per element, so cutting the slice into ranges and blocks
+  // changes no bit.
+  auto update_range = [&](size_t begin, size_t end) {
+    float block[kGradientBlock];
+    for (size_t b = begin; b < end; b += kGradientBlock) {
+      const size_t n = std::min(kGradientBlock, end - b);
+      const absl::Span<float> g(block, n);
+      gradient(b, g);
+      Update(g, weights.subspan(b, n), learning_rate, b);
+    }
+  };
   if (pool == nullptr) {
-    Update(gradient, weights, learning_rate, 0);
-    return absl::OkStatus();
+    update_range(0, num_elements_);
+  } else {
+    pool->ForEachRange(num_elements_, update_range);
   }
-  pool->ForEachRange(num_elements_, [&](size_t begin, size_t end) {
-    Update(gradient.subspan(begin, end - begin),
-           weights.subspan(begin, end - begin), learning_rate, begin);
-  });
   return absl::OkStatus();
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -45,6 +46,13 @@ struct OptimizerStateVector {
   absl::Span<float> values;
 };
 
+// Where an update reads its gradient: fills `out` with elements
+// [begin, begin + out.size()), at most Optimizer::kGradientBlock of them at
+// once. With a pool it is called from several threads at once, for disjoint
+// ranges.
+using GradientReader =
+    absl::FunctionRef<void(uint64_t begin, absl::Span<float> out)>;
+
 // Updates one contiguous span of weights from gradients, keeping per-element
 // state (momentum, Adam moments) sized to that span. One optimizer per
 // parameter-server slice, so a slice's update depends on nothing else.
@@ -69,6 +77,16 @@ class Optimizer {
   absl::Status Apply(absl::Span<const float> gradient,
                      absl::Span<float> weights, float learning_rate,
                      RangePool* pool = nullptr);
+  // The same with the num_elements() gradient values read a block at a
+  // time from `gradient` into a buffer on the updating thread's stack:
+  // gradients kept as received (SliceGradient) are decoded where the update
+  // uses them, and never copied into a buffer as large as the slice.
+  absl::Status Apply(GradientReader gradient, absl::Span<float> weights,
+                     float learning_rate, RangePool* pool = nullptr);
+
+  // The most elements a GradientReader is asked for at once: 16 KiB of
+  // floats, which stay in the core's L1 cache between decode and update.
+  static constexpr size_t kGradientBlock = 4096;
 
   // The configured learning rate.
   float learning_rate() const { return learning_rate_; }

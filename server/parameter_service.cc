@@ -53,12 +53,6 @@ PushMessage FromProto(const proto::PushRequest& r, const absl::Cord& data) {
   return m;
 }
 
-std::vector<uint64_t> SliceSizes(const ShardStore& store) {
-  std::vector<uint64_t> sizes;
-  for (const Slice& s : store.slices()) sizes.push_back(s.num_elements);
-  return sizes;
-}
-
 absl::Status Prefixed(absl::string_view what, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
@@ -72,11 +66,7 @@ ParameterService::ParameterService(ShardStore* store,
       coordinator_(coordinator),
       options_(options),
       identity_{store->partition().fingerprint(), store->server_index(),
-                coordinator->options().num_workers},
-      staging_(std::make_shared<StagingPool>(
-          SliceSizes(*store),
-          // A sync step holds one per rank; one more is being received.
-          coordinator->options().num_workers + 1)) {
+                coordinator->options().num_workers} {
   // How generated code swaps a method's handler (WithSplitStreamingMethod_
   // and the like); the server then treats the call as a bidirectional
   // stream, which a client-streaming or server-streaming peer cannot tell.
@@ -232,7 +222,7 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
     proto::PushRequest* first, uint64_t* bytes, absl::Duration* commit) {
   // The whole stream is staged privately; the shard is touched only by
   // Commit, after the last message was validated.
-  PushStager stager(store_, identity_, staging_);
+  PushStager stager(store_, identity_);
   grpc::ByteBuffer message;
   proto::PushRequest request;
   absl::Cord data;

@@ -12,7 +12,6 @@
 #include "server/request_header.h"
 #include "server/server_stats.h"
 #include "server/shard_store.h"
-#include "server/staging_pool.h"
 #include "server/update_coordinator.h"
 
 namespace ps::server {
@@ -106,9 +105,6 @@ class ParameterService final : public proto::ParameterServer::Service {
   UpdateCoordinator* const coordinator_;
   const ServiceOptions options_;
   const ShardIdentity identity_;
-  // Push staging buffers, reused across pushes; shared with the pushes a
-  // sync step still holds, which may outlive this service.
-  const std::shared_ptr<StagingPool> staging_;
   ServerStats stats_;
 };
 

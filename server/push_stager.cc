@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/tensor_codec.h"
 
 namespace ps::server {
 namespace {
@@ -19,24 +18,11 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
 
 }  // namespace
 
-StagedPush::~StagedPush() {
-  if (pool != nullptr) pool->Release(std::move(gradients));
-}
-
-PushStager::PushStager(const ShardStore* store, const ShardIdentity& identity,
-                       std::shared_ptr<StagingPool> pool)
+PushStager::PushStager(const ShardStore* store, const ShardIdentity& identity)
     : store_(store),
       identity_(identity),
-      pool_(std::move(pool)),
       covered_(store->num_slices()),
       covered_elements_(store->num_slices(), 0) {}
-
-PushStager::~PushStager() { ReleaseBuffers(); }
-
-void PushStager::ReleaseBuffers() {
-  if (pool_ != nullptr) pool_->Release(std::move(buffers_));
-  buffers_ = GradientBuffers();
-}
 
 absl::Status PushStager::Add(const PushMessage& message) {
   if (!error_.ok()) return error_;
@@ -50,14 +36,7 @@ absl::Status PushStager::Add(const PushMessage& message) {
     } else if (messages_ == 0) {
       first_ = message;
       first_.chunk = ChunkView();
-      if (pool_ != nullptr) {
-        buffers_ = pool_->Acquire();
-      } else {
-        buffers_.resize(store_->num_slices());
-        for (int i = 0; i < store_->num_slices(); ++i) {
-          buffers_[i].resize(store_->slices()[i].num_elements);
-        }
-      }
+      gradients_.resize(store_->num_slices());
     } else {
       status = CheckSameMetadata(message);
     }
@@ -67,7 +46,7 @@ absl::Status PushStager::Add(const PushMessage& message) {
     error_ = absl::Status(
         status.code(),
         absl::StrCat("push message ", messages_, ": ", status.message()));
-    ReleaseBuffers();  // Now: nothing will be applied.
+    gradients_.clear();  // Lets go of the network buffers now.
     return error_;
   }
   ++messages_;
@@ -152,9 +131,7 @@ absl::Status PushStager::AddChunk(const ChunkView& c) {
     return absl::InvalidArgumentError(
         absl::StrCat(range, " overlaps elements already sent in this push"));
   }
-  absl::Status s = DecodeFloats(
-      c.data, absl::MakeSpan(buffers_[slice]).subspan(begin, c.num_elements));
-  if (!s.ok()) return s;
+  gradients_[slice].Add(begin, c.data);
   covered.emplace_hint(next, begin, end);
   covered_elements_[slice] += c.num_elements;
   return absl::OkStatus();
@@ -182,7 +159,7 @@ absl::StatusOr<StagedPush> PushStager::Finish() {
                      s.offset, ", ", s.offset + s.num_elements, ") got ",
                      covered_elements_[i], " of ", s.num_elements,
                      " elements; first missing element is ", s.offset + gap));
-    ReleaseBuffers();
+    gradients_.clear();
     return error_;
   }
   StagedPush staged;
@@ -193,9 +170,8 @@ absl::StatusOr<StagedPush> PushStager::Finish() {
   staged.num_examples = first_.num_examples;
   staged.epoch = first_.epoch;
   staged.examples_done = first_.examples_done;
-  staged.gradients = std::move(buffers_);
-  buffers_ = GradientBuffers();
-  staged.pool = pool_;
+  staged.gradients = std::move(gradients_);
+  gradients_.clear();
   error_ = absl::FailedPreconditionError("push already finished");
   return std::move(staged);
 }

@@ -12,12 +12,12 @@
 #include "absl/types/span.h"
 #include "server/request_header.h"
 #include "server/shard_store.h"
-#include "server/staging_pool.h"
+#include "server/slice_gradient.h"
 
 namespace ps::server {
 
 // A ps.proto.TensorChunk; `data` shares the received bytes (a cord over
-// the network buffers), copied once, into the staging buffer.
+// the network buffers), which stay there until the update reads them.
 struct ChunkView {
   uint32_t tensor_id = 0;
   int dtype = 0;
@@ -41,17 +41,8 @@ struct PushMessage {
 };
 
 // A complete, validated push: one gradient value for every element the
-// shard owns. `gradients[i]` belongs to ShardStore slice i. When `pool` is
-// set, the destructor hands `gradients` back to it for a later push (a
-// StagedPush assigned over is freed instead; moves leave it empty).
+// shard owns. `gradients[i]` belongs to ShardStore slice i.
 struct StagedPush {
-  StagedPush() = default;
-  StagedPush(const StagedPush&) = default;
-  StagedPush(StagedPush&&) = default;
-  StagedPush& operator=(const StagedPush&) = default;
-  StagedPush& operator=(StagedPush&&) = default;
-  ~StagedPush();
-
   int rank = 0;
   // Of the pushing process; 0 when the worker did not say.
   uint64_t incarnation = 0;
@@ -60,8 +51,7 @@ struct StagedPush {
   uint32_t num_examples = 0;
   uint64_t epoch = 0;
   uint64_t examples_done = 0;
-  GradientBuffers gradients;
-  std::shared_ptr<StagingPool> pool;
+  std::vector<SliceGradient> gradients;
 };
 
 // Receives one push stream into a private buffer and validates every
@@ -77,18 +67,16 @@ struct StagedPush {
 // the model; the chunk's range lies inside one owned slice; data holds exactly
 // num_elements float32 values; no element is sent twice.
 //
-// The stream is decoded into buffers taken from `pool` (fresh ones when it
-// is null) as it arrives; a refused push hands them back untouched by the
-// shard, an accepted one passes them on in the StagedPush.
+// The chunks' bytes are kept as received, in the network buffers; a
+// refused push lets go of them at once, an accepted one passes them on in
+// the StagedPush.
 //
 // Not thread-safe: one stager per stream, used by the thread reading it. The
 // store must outlive the stager. After the first error every later call
 // returns that error.
 class PushStager {
  public:
-  PushStager(const ShardStore* store, const ShardIdentity& identity,
-             std::shared_ptr<StagingPool> pool = nullptr);
-  ~PushStager();
+  PushStager(const ShardStore* store, const ShardIdentity& identity);
 
   PushStager(const PushStager&) = delete;
   PushStager& operator=(const PushStager&) = delete;
@@ -101,17 +89,14 @@ class PushStager {
  private:
   absl::Status AddChunk(const ChunkView& chunk);
   absl::Status CheckSameMetadata(const PushMessage& message) const;
-  // Hands the buffers back to the pool (or frees them).
-  void ReleaseBuffers();
 
   const ShardStore* const store_;
   const ShardIdentity identity_;
   int messages_ = 0;
   absl::Status error_;
-  const std::shared_ptr<StagingPool> pool_;
   PushMessage first_;  // Metadata of the first message; chunk unused.
-  // Taken at the first message; empty once handed on or back.
-  GradientBuffers buffers_;
+  // Sized at the first message; empty once handed on or refused.
+  std::vector<SliceGradient> gradients_;
   // Per slice: element ranges received so far (begin -> end, relative to
   // the slice start, disjoint) and how many elements they hold.
   std::vector<std::map<uint64_t, uint64_t>> covered_;

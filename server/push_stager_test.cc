@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -122,9 +123,11 @@ TEST_F(PushStagerTest, StagesACompletePushInAnyChunkOrder) {
   ASSERT_EQ(staged->gradients.size(), store_->slices().size());
   for (size_t i = 0; i < store_->slices().size(); ++i) {
     const Slice& s = store_->slices()[i];
-    ASSERT_EQ(staged->gradients[i].size(), s.num_elements);
+    ASSERT_EQ(staged->gradients[i].num_elements(), s.num_elements);
+    std::vector<float> values(s.num_elements);
+    staged->gradients[i].Read(0, absl::MakeSpan(values));
     for (uint64_t e = 0; e < s.num_elements; ++e) {
-      ASSERT_EQ(staged->gradients[i][e], Value(s.tensor_id, s.offset + e));
+      ASSERT_EQ(values[e], Value(s.tensor_id, s.offset + e));
     }
   }
 }
@@ -275,62 +278,43 @@ TEST_F(PushStagerTest, RejectsAnIncompletePushNamingTheGap) {
   ExpectRefused(push, absl::StrCat("first missing element is ", missing));
 }
 
-// Stages `messages` with buffers from `pool`; the first error, if any.
-absl::StatusOr<StagedPush> FeedPooled(
-    const ShardStore* store, const ShardIdentity& identity,
-    std::shared_ptr<StagingPool> pool,
-    const std::vector<OwnedMessage>& messages) {
-  PushStager stager(store, identity, std::move(pool));
+// Feeds `messages` to `stager` with data cords over their own bytes, each
+// counting into `released` when let go: how many copies the stager kept.
+absl::Status FeedCounted(PushStager& stager,
+                         const std::vector<OwnedMessage>& messages,
+                         int* released) {
   for (const OwnedMessage& m : messages) {
-    if (absl::Status s = stager.Add(m.View()); !s.ok()) return s;
+    PushMessage view = m.View();
+    view.chunk.data =
+        absl::MakeCordFromExternal(m.data, [released] { ++*released; });
+    if (absl::Status s = stager.Add(view); !s.ok()) return s;
   }
-  return stager.Finish();
+  return absl::OkStatus();
 }
 
-std::shared_ptr<StagingPool> PoolFor(const ShardStore& store) {
-  std::vector<uint64_t> sizes;
-  for (const Slice& s : store.slices()) sizes.push_back(s.num_elements);
-  return std::make_shared<StagingPool>(sizes, 2);
-}
-
-TEST_F(PushStagerTest, ReusesPooledBuffersAndOverwritesEveryValue) {
-  std::shared_ptr<StagingPool> pool = PoolFor(*store_);
-  // A spent buffer full of garbage, as an earlier push leaves it.
-  GradientBuffers spent = pool->Acquire();
-  const float* reused = spent[0].data();
-  for (auto& g : spent) std::fill(g.begin(), g.end(), -7.0f);
-  pool->Release(std::move(spent));
-
-  absl::StatusOr<StagedPush> staged =
-      FeedPooled(store_.get(), identity_, pool, ValidPush(0, 9));
-  ASSERT_TRUE(staged.ok()) << staged.status();
-  EXPECT_EQ(pool->idle(), 0);
-  EXPECT_EQ(staged->gradients[0].data(), reused);
-  for (size_t i = 0; i < store_->slices().size(); ++i) {
-    const Slice& s = store_->slices()[i];
-    for (uint64_t e = 0; e < s.num_elements; ++e) {
-      ASSERT_EQ(staged->gradients[i][e], Value(s.tensor_id, s.offset + e));
-    }
+TEST_F(PushStagerTest, KeepsTheReceivedBytesUntilThePushIsDropped) {
+  const std::vector<OwnedMessage> push = ValidPush(0, 9);
+  int released = 0;
+  std::optional<absl::StatusOr<StagedPush>> staged;
+  {
+    PushStager stager(store_.get(), identity_);
+    ASSERT_TRUE(FeedCounted(stager, push, &released).ok());
+    staged = stager.Finish();
   }
-  // Applied and dropped: the buffer goes back for the next push.
-  staged = absl::UnknownError("dropped");
-  EXPECT_EQ(pool->idle(), 1);
+  ASSERT_TRUE(staged->ok()) << staged->status();
+  EXPECT_EQ(released, 0);  // Never copied out: the push holds them.
+  staged.reset();
+  EXPECT_EQ(released, static_cast<int>(push.size()));
 }
 
-TEST_F(PushStagerTest, RefusedPushHandsItsBufferBack) {
-  std::shared_ptr<StagingPool> pool = PoolFor(*store_);
+TEST_F(PushStagerTest, RefusedPushLetsGoOfTheReceivedBytesAtOnce) {
   std::vector<OwnedMessage> push = ValidPush(1, 10);
-  push.erase(push.begin() + 1);
-  absl::StatusOr<StagedPush> refused =
-      FeedPooled(store_.get(), identity_, pool, push);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(pool->idle(), 1);
-
-  push = ValidPush(1, 10);
   push[2].message.step = 99;
-  refused = FeedPooled(store_.get(), identity_, pool, push);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(pool->idle(), 1);
+  int released = 0;
+  PushStager stager(store_.get(), identity_);
+  EXPECT_FALSE(FeedCounted(stager, push, &released).ok());
+  // Messages 0 and 1 were taken, then let go; 2 was refused.
+  EXPECT_EQ(released, 3);
 }
 
 }  // namespace

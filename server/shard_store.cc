@@ -86,26 +86,33 @@ VersionedWeights::Version ShardStore::ShareWeights(int slice) const {
 }
 
 absl::Status ShardStore::ApplyGradient(int slice,
-                                       absl::Span<const float> gradient) {
-  if (slice < 0 || slice >= num_slices()) {
-    return absl::OutOfRangeError(absl::StrCat("no slice ", slice));
-  }
-  SliceState& state = *states_[slice];
-  absl::MutexLock lock(&state.mu);
-  return state.optimizer->Apply(gradient, state.weights->Writable(),
-                                state.optimizer->learning_rate(), pool_.get());
+                                       absl::Span<const float> gradient,
+                                       std::optional<float> learning_rate) {
+  return UpdateSlice(slice, [&](Optimizer& optimizer, absl::Span<float> w) {
+    return optimizer.Apply(gradient, w,
+                           learning_rate.value_or(optimizer.learning_rate()),
+                           pool_.get());
+  });
 }
 
-absl::Status ShardStore::ApplyGradient(int slice,
-                                       absl::Span<const float> gradient,
-                                       float learning_rate) {
+absl::Status ShardStore::ApplyGradient(int slice, GradientReader gradient,
+                                       std::optional<float> learning_rate) {
+  return UpdateSlice(slice, [&](Optimizer& optimizer, absl::Span<float> w) {
+    return optimizer.Apply(gradient, w,
+                           learning_rate.value_or(optimizer.learning_rate()),
+                           pool_.get());
+  });
+}
+
+absl::Status ShardStore::UpdateSlice(
+    int slice,
+    absl::FunctionRef<absl::Status(Optimizer&, absl::Span<float>)> update) {
   if (slice < 0 || slice >= num_slices()) {
     return absl::OutOfRangeError(absl::StrCat("no slice ", slice));
   }
   SliceState& state = *states_[slice];
   absl::MutexLock lock(&state.mu);
-  return state.optimizer->Apply(gradient, state.weights->Writable(),
-                                learning_rate, pool_.get());
+  return update(*state.optimizer, state.weights->Writable());
 }
 
 SliceSnapshot ShardStore::Snapshot(int slice) const {

@@ -3,11 +3,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -68,11 +70,13 @@ class ShardStore {
   VersionedWeights::Version ShareWeights(int slice) const;
 
   // Runs the slice's optimizer on `gradient` (one value per slice element)
-  // under the slice's writer lock, with the configured learning rate or the
-  // given one (a schedule's value for this update).
-  absl::Status ApplyGradient(int slice, absl::Span<const float> gradient);
+  // under the slice's writer lock, with the given learning rate (a
+  // schedule's value for this update) or else the configured one.
   absl::Status ApplyGradient(int slice, absl::Span<const float> gradient,
-                             float learning_rate);
+                             std::optional<float> learning_rate = std::nullopt);
+  // The same with the gradient read a block at a time (Optimizer::Apply).
+  absl::Status ApplyGradient(int slice, GradientReader gradient,
+                             std::optional<float> learning_rate);
 
   // Copies slice `slice` (weights, optimizer state and update count) under
   // its reader lock.
@@ -98,6 +102,12 @@ class ShardStore {
   };
 
   ShardStore(const Partition& partition, int server_index);
+
+  // Runs `update` on the slice's optimizer and writable weights under the
+  // slice's writer lock; OutOfRange for a slice that does not exist.
+  absl::Status UpdateSlice(
+      int slice,
+      absl::FunctionRef<absl::Status(Optimizer&, absl::Span<float>)> update);
 
   const Partition partition_;
   const int server_index_;

@@ -73,7 +73,8 @@ absl::StatusOr<uint64_t> UpdateCoordinator::Commit(StagedPush push) {
   }
   bool sizes_match = push.gradients.size() == store_->slices().size();
   for (size_t i = 0; sizes_match && i < push.gradients.size(); ++i) {
-    sizes_match = push.gradients[i].size() == store_->slices()[i].num_elements;
+    sizes_match =
+        push.gradients[i].num_elements() == store_->slices()[i].num_elements;
   }
   if (!sizes_match) {
     return absl::InvalidArgumentError(
@@ -199,24 +200,25 @@ absl::Status UpdateCoordinator::ApplyAggregate(ReadyStep& ready) {
   if (total_examples == 0) return absl::OkStatus();
   return ForEachSlice(*store_, [&](int slice) {
     // g = sum_r (n_r * g_r) / sum_r n_r, always in rank order, so the sum
-    // is the same bits whatever order the pushes arrived in. Element i of
-    // the output is written after every input's element i was read, so it
-    // can reuse the first push's buffer.
-    // Elementwise, so cutting it into ranges changes no bit.
-    std::vector<float>& out = ready.pushes[0].gradients[slice];
-    store_->pool()->ForEachRange(out.size(), [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) {
-        double sum = 0;
-        for (const StagedPush& p : ready.pushes) {
-          if (p.num_examples == 0) continue;
-          sum += static_cast<double>(p.num_examples) * p.gradients[slice][i];
+    // is the same bits whatever order the pushes arrived in. Computed a
+    // block at a time as the update reads it, from the pushes as received:
+    // elementwise, so the blocks change no bit.
+    auto aggregate = [&](uint64_t begin, absl::Span<float> out) {
+      double sum[Optimizer::kGradientBlock] = {};
+      float part[Optimizer::kGradientBlock];
+      const absl::Span<float> g(part, out.size());
+      for (const StagedPush& p : ready.pushes) {
+        if (p.num_examples == 0) continue;
+        p.gradients[slice].Read(begin, g);
+        for (size_t i = 0; i < g.size(); ++i) {
+          sum[i] += static_cast<double>(p.num_examples) * g[i];
         }
-        out[i] = static_cast<float>(sum / total_examples);
       }
-    });
-    return ready.learning_rate.has_value()
-               ? store_->ApplyGradient(slice, out, *ready.learning_rate)
-               : store_->ApplyGradient(slice, out);
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i] = static_cast<float>(sum[i] / total_examples);
+      }
+    };
+    return store_->ApplyGradient(slice, aggregate, ready.learning_rate);
   });
 }
 
@@ -255,10 +257,13 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAsync(StagedPush push) {
     learning_rate = LearningRateLocked(version_);
   }
   absl::Status applied = ForEachSlice(*store_, [&](int slice) {
-    return learning_rate.has_value()
-               ? store_->ApplyGradient(slice, push.gradients[slice],
-                                       *learning_rate)
-               : store_->ApplyGradient(slice, push.gradients[slice]);
+    const SliceGradient& gradient = push.gradients[slice];
+    return store_->ApplyGradient(
+        slice,
+        [&gradient](uint64_t begin, absl::Span<float> out) {
+          gradient.Read(begin, out);
+        },
+        learning_rate);
   });
   if (!applied.ok()) {
     spdlog::error("update from worker {} failed: {}", r, applied.ToString());

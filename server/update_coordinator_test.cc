@@ -26,11 +26,13 @@ using ::ps::server::testing::ConstantPush;
 using ::ps::server::testing::ExpectBitIdentical;
 using ::ps::server::testing::ExpectShiftedBy;
 using ::ps::server::testing::FastOptions;
+using ::ps::server::testing::GradientValues;
 using ::ps::server::testing::LogCapture;
 using ::ps::server::testing::MakeCoordinator;
 using ::ps::server::testing::MakeStore;
 using ::ps::server::testing::PlainSgd;
 using ::ps::server::testing::Pull;
+using ::ps::server::testing::SetGradientValues;
 
 TEST(UpdateCoordinatorTest, SyncAppliesTheExampleWeightedAverageOnce) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
@@ -90,9 +92,11 @@ std::vector<StagedPush> RandomPushes(const ShardStore& store) {
   const uint32_t examples[kOrderWorkers] = {7, 64, 1, 33};
   for (int r = 0; r < kOrderWorkers; ++r) {
     StagedPush p = ConstantPush(store, r, 0, 0.0f, examples[r]);
-    for (auto& g : p.gradients) {
+    std::vector<std::vector<float>> values = GradientValues(p);
+    for (std::vector<float>& g : values) {
       for (float& v : g) v = dist(rng) * std::pow(10.0f, r);
     }
+    SetGradientValues(p, values);
     pushes.push_back(std::move(p));
   }
   return pushes;
@@ -132,13 +136,17 @@ std::vector<std::vector<float>> ReferenceStep() {
   auto store = MakeAdamStore();
   std::vector<StagedPush> pushes = RandomPushes(*store);
   double total = 0;
-  for (const StagedPush& p : pushes) total += p.num_examples;
+  std::vector<std::vector<std::vector<float>>> values;  // [rank][slice]
+  for (const StagedPush& p : pushes) {
+    total += p.num_examples;
+    values.push_back(GradientValues(p));
+  }
   for (int s = 0; s < store->num_slices(); ++s) {
     std::vector<float> g(store->slices()[s].num_elements);
     for (size_t i = 0; i < g.size(); ++i) {
       double sum = 0;
-      for (const StagedPush& p : pushes) {
-        sum += static_cast<double>(p.num_examples) * p.gradients[s][i];
+      for (size_t r = 0; r < pushes.size(); ++r) {
+        sum += static_cast<double>(pushes[r].num_examples) * values[r][s][i];
       }
       g[i] = static_cast<float>(sum / total);
     }
@@ -360,7 +368,9 @@ TEST(UpdateCoordinatorTest, RefusesPushesThatDoNotFitTheShard) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = MakeCoordinator(store.get(), ConsistencyMode::kAsync, 2);
   StagedPush p = ConstantPush(*store, 0, 0, 1.0f);
-  p.gradients.back().pop_back();
+  std::vector<std::vector<float>> values = GradientValues(p);
+  values.back().pop_back();
+  SetGradientValues(p, values);
   EXPECT_EQ(coord->Commit(std::move(p)).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(coord->Commit(ConstantPush(*store, 2, 0, 1.0f)).status().code(),

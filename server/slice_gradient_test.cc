@@ -1,0 +1,85 @@
+#include "server/slice_gradient.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/string_view.h"
+#include "common/tensor_codec.h"
+#include "gtest/gtest.h"
+
+namespace ps::server {
+namespace {
+
+std::vector<float> Values(size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = 0.25f * i - 7.0f;
+  return v;
+}
+
+// The encoding of `values` as a cord of pieces of `piece` bytes, as the
+// network hands them over: elements straddle the pieces' edges.
+absl::Cord InPieces(absl::Span<const float> values, size_t piece,
+                    std::string* storage) {
+  EncodeFloats(values, storage);
+  const absl::string_view bytes = *storage;
+  absl::Cord cord;
+  for (size_t at = 0; at < bytes.size(); at += piece) {
+    cord.Append(absl::MakeCordFromExternal(bytes.substr(at, piece), [] {}));
+  }
+  return cord;
+}
+
+std::vector<float> ReadAll(const SliceGradient& g, uint64_t begin, size_t n) {
+  std::vector<float> out(n, -1.0f);
+  g.Read(begin, absl::MakeSpan(out));
+  return out;
+}
+
+TEST(SliceGradientTest, ReadsAnyRangeAcrossChunksAddedInAnyOrder) {
+  const std::vector<float> values = Values(50);
+  const absl::Span<const float> all = values;
+  std::string a, b, c;
+  SliceGradient g;
+  // Chunks [30, 50), [0, 13), [13, 30), in 7-byte pieces.
+  g.Add(30, InPieces(all.subspan(30), 7, &c));
+  g.Add(0, InPieces(all.subspan(0, 13), 7, &a));
+  g.Add(13, InPieces(all.subspan(13, 17), 7, &b));
+  EXPECT_EQ(g.num_elements(), 50u);
+  for (size_t begin = 0; begin < values.size(); ++begin) {
+    for (size_t n = 1; begin + n <= values.size(); ++n) {
+      EXPECT_EQ(ReadAll(g, begin, n),
+                std::vector<float>(values.begin() + begin,
+                                   values.begin() + begin + n))
+          << begin << " +" << n;
+    }
+  }
+}
+
+TEST(SliceGradientTest, FromFloatsHoldsTheValues) {
+  const std::vector<float> values = Values(9);
+  const SliceGradient g = SliceGradient::FromFloats(values);
+  EXPECT_EQ(g.num_elements(), 9u);
+  EXPECT_EQ(ReadAll(g, 0, 9), values);
+  EXPECT_EQ(ReadAll(g, 4, 3),
+            std::vector<float>(values.begin() + 4, values.begin() + 7));
+  EXPECT_EQ(SliceGradient().num_elements(), 0u);
+}
+
+TEST(SliceGradientTest, CopiesShareTheBytesAndOutliveTheOriginal) {
+  const std::vector<float> values = Values(20);
+  SliceGradient copy;
+  {
+    SliceGradient original;
+    // Owned by the cord, as the network buffers are.
+    std::string bytes;
+    EncodeFloats(values, &bytes);
+    original.Add(0, absl::Cord(bytes.substr(0, 40)));
+    original.Add(10, absl::Cord(bytes.substr(40)));
+    copy = original;
+  }
+  EXPECT_EQ(ReadAll(copy, 0, 20), values);
+}
+
+}  // namespace
+}  // namespace ps::server
