@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +69,18 @@ TEST(PushPullBenchTest, RunsEveryMeasurementOnceWithPositiveRates) {
   EXPECT_EQ(rows[3].servers, 2);
 }
 
+// One 4 KiB row with `servers` shards placed on `server_cpus`.
+BenchConfig OneRow(int servers, std::vector<int> server_cpus) {
+  BenchConfig config;
+  config.sizes = {4096};
+  config.server_counts = {servers};
+  config.measure = OneRound();
+  config.push_pull.server_binary = FindServerBinary("bench/push_pull_bench");
+  config.push_pull.work_dir = MakeWorkDir();
+  config.push_pull.server_cpus = std::move(server_cpus);
+  return config;
+}
+
 // The shards (their --cpus) and the baselines' receiving ends on a CPU of
 // their own: the last one this test may use.
 TEST(PushPullBenchTest, RunsWithTheShardsAndTheReceiversOnServerCpus) {
@@ -77,13 +90,7 @@ TEST(PushPullBenchTest, RunsWithTheShardsAndTheReceiversOnServerCpus) {
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
     if (CPU_ISSET(cpu, &set)) last = cpu;
   }
-  BenchConfig config;
-  config.sizes = {4096};
-  config.server_counts = {2};
-  config.measure = OneRound();
-  config.push_pull.server_binary = FindServerBinary("bench/push_pull_bench");
-  config.push_pull.work_dir = MakeWorkDir();
-  config.push_pull.server_cpus = {last};
+  BenchConfig config = OneRow(/*servers=*/2, {last});
   std::vector<BenchRow> rows;
   absl::Status status =
       RunBench(config, [&rows](const BenchRow& row) { rows.push_back(row); });
@@ -96,13 +103,7 @@ TEST(PushPullBenchTest, RunsWithTheShardsAndTheReceiversOnServerCpus) {
 
 // A CPU nothing may use reaches both the baselines and the shards.
 TEST(PushPullBenchTest, FailsNamingAnUnusableServerCpu) {
-  BenchConfig config;
-  config.sizes = {4096};
-  config.server_counts = {1};
-  config.measure = OneRound();
-  config.push_pull.server_binary = FindServerBinary("bench/push_pull_bench");
-  config.push_pull.work_dir = MakeWorkDir();
-  config.push_pull.server_cpus = {1023};
+  BenchConfig config = OneRow(/*servers=*/1, {1023});
   absl::Status status = RunBench(config, [](const BenchRow&) {});
   EXPECT_NE(status.message().find("CPUs 1023 can be used"),
             absl::string_view::npos)

@@ -4,19 +4,16 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/status_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace ps {
 namespace {
 
+using ::ps::testing::ExpectInvalid;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-void ExpectInvalid(const absl::Status& status, const std::string& fragment) {
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(std::string(status.message()), HasSubstr(fragment));
-}
 
 TEST(ParseServerListTest, AcceptsNamesIpv4AndBracketedIpv6) {
   absl::StatusOr<std::vector<std::string>> servers = ParseServerList(

@@ -9,19 +9,15 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
+#include "common/status_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace ps {
 namespace {
 
+using ::ps::testing::ExpectInvalid;
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-
-void ExpectInvalid(const absl::Status& status, const std::string& fragment) {
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(std::string(status.message()), HasSubstr(fragment));
-}
 
 // The calling thread's CPUs, in increasing order.
 std::vector<int> ThreadCpus() {
