@@ -78,7 +78,7 @@ TEST(CoordinatorFailureTest, FailPolicyAbortsWaitingAndLaterRequests) {
   auto coord = Make(store.get(), options);
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
   absl::StatusOr<uint64_t> pulled = Pull(*coord, 0, 1);
-  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(pulled.status().message(),
             "worker 1 is dead (no heartbeat for 200ms); "
             "--on_worker_failure=fail stops the job");

@@ -235,7 +235,9 @@ void UpdateCoordinator::CheckLeases() {
     dead = ranks_.ExpireLeases(absl::Now());
     if (dead.empty()) return;
     if (options_.on_worker_failure == FailurePolicy::kFail) {
-      failure_ = absl::AbortedError(absl::StrCat(
+      // Not Aborted: a worker retries a step refused with that (stale), and
+      // this ends the job.
+      failure_ = absl::FailedPreconditionError(absl::StrCat(
           Workers(dead), dead.size() == 1 ? " is" : " are",
           " dead (no heartbeat for ", absl::FormatDuration(ranks_.lease()),
           "); --on_worker_failure=fail stops the job"));

@@ -69,11 +69,13 @@ ABSL_FLAG(float, min_learning_rate, 0.0f,
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
           "A worker not heard from (any request, heartbeats included) for "
           "this long is dead, e.g. 10s or 500ms.");
-ABSL_FLAG(std::string, on_worker_failure, "elastic",
-          "When a worker is dead: fail (every request is refused with "
-          "ABORTED and the server exits with 1) or elastic (steps and clock "
-          "minimums go on with the live workers; a restarted worker "
-          "rejoins).");
+ABSL_FLAG(
+    std::string, on_worker_failure, "elastic",
+    "When a worker is dead: fail (every request is refused with "
+    "FAILED_PRECONDITION naming the dead worker and the server exits with "
+    "1) or elastic (steps and clock "
+    "minimums go on with the live workers; a restarted worker "
+    "rejoins).");
 ABSL_FLAG(absl::Duration, rejoin_grace, absl::Seconds(60),
           "When every other worker is done, how long the servers wait for a "
           "dead worker to be restarted and rejoin before they exit.");
@@ -106,7 +108,8 @@ constexpr int kMaxServers = 4096;
 constexpr int kMaxWorkers = 65536;
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
 // Under --on_worker_failure=fail: how long the other workers' requests are
-// still answered (with ABORTED, naming the dead worker) before the exit.
+// still answered (with FAILED_PRECONDITION, naming the dead worker) before
+// the exit.
 constexpr absl::Duration kFailureGrace = absl::Seconds(2);
 constexpr absl::Duration kMaxDurationFlag = absl::Hours(24);
 
@@ -423,8 +426,8 @@ int Run(const ServerConfig& config) {
   } else {
     spdlog::error("shutting down in {}: {}",
                   absl::FormatDuration(kFailureGrace), reason.text);
-    // Workers' requests meanwhile get ABORTED naming the dead worker,
-    // rather than UNAVAILABLE, which they would retry.
+    // Workers' requests meanwhile get FAILED_PRECONDITION naming the dead
+    // worker, rather than UNAVAILABLE, which they would retry.
     absl::SleepFor(kFailureGrace);
   }
   // Wake waiting pulls first so that Shutdown need not wait out their polls;

@@ -50,7 +50,8 @@ struct CoordinatorOptions {
   bool fast_forward_after_restart = false;
   // Called once, on some thread and without locks held, when the job is
   // over: OK once every rank is done (or every rank is done or dead, one at
-  // least done); the failure (Aborted) when a worker died under kFail. It
+  // least done); the failure (FailedPrecondition) when a worker died under
+  // kFail. It
   // must only signal (e.g. wake main).
   std::function<void(const absl::Status&)> on_finished;
 };
@@ -84,7 +85,8 @@ struct RankProgress {
 // a rank not heard from within worker_timeout is declared dead by a checker
 // thread, which re-evaluates the waits, so a dead worker never blocks the
 // others. Under kElastic the step or clock minimum goes on without it; under
-// kFail every waiting and later request gets Aborted. A rank heard from
+// kFail every waiting and later request gets FailedPrecondition (not
+// Aborted, which tells a worker to retry a stale step). A rank heard from
 // again is live again; a restarted process (new incarnation) rejoins through
 // Register, and requests from the incarnation it replaced are refused.
 //
@@ -118,8 +120,8 @@ class UpdateCoordinator {
 
   // Blocks until `rank`'s pull for `clock` may be answered and returns the
   // version then. Cancelled once `cancelled()` (polled, called without any
-  // lock held) says the caller gave up; Unavailable after Shutdown; Aborted
-  // if the job failed. `incarnation` 0 is not checked.
+  // lock held) says the caller gave up; Unavailable after Shutdown;
+  // FailedPrecondition if the job failed. `incarnation` 0 is not checked.
   absl::StatusOr<uint64_t> AwaitPull(int rank, uint64_t incarnation,
                                      uint64_t clock,
                                      absl::FunctionRef<bool()> cancelled);
@@ -143,7 +145,8 @@ class UpdateCoordinator {
   std::vector<int> RanksBlocking(uint64_t clock) const;
 
   uint64_t version() const;
-  // Aborted once a worker died under FailurePolicy::kFail; OK otherwise.
+  // FailedPrecondition once a worker died under FailurePolicy::kFail; OK
+  // otherwise.
   absl::Status failure() const;
   // Wakes every waiting pull with Unavailable, refuses later requests and
   // stops the checker thread.
