@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -135,6 +136,14 @@ std::string FormatCpuList(absl::Span<const int> cpus) {
     i = end;
   }
   return out;
+}
+
+int UsableCpuCount() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+    return std::max(1u, std::thread::hardware_concurrency());
+  }
+  return std::max(1, CPU_COUNT(&set));
 }
 
 absl::Status RestrictThreadToCpus(absl::Span<const int> cpus) {

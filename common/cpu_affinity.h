@@ -33,6 +33,11 @@ absl::StatusOr<std::vector<int>> CpusFromFlag(absl::string_view flag,
 // {0, 1, 2, 5} -> "0-2,5".
 std::string FormatCpuList(absl::Span<const int> cpus);
 
+// How many CPUs the calling thread may run on (its affinity, which --cpus
+// and cgroup cpusets narrow; std::thread::hardware_concurrency counts the
+// machine's): the threads worth starting for parallel work. At least 1.
+int UsableCpuCount();
+
 // Restricts the calling thread to `cpus`; threads it starts afterwards
 // inherit the restriction. Fails, leaving the thread as it was, if any of
 // `cpus` is one this thread may not use (offline, absent or outside its

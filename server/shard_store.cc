@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/cpu_affinity.h"
 #include "common/initializer.h"
 
 namespace ps::server {
@@ -15,9 +15,8 @@ namespace ps::server {
 namespace {
 
 int ApplyThreads() {
-  constexpr unsigned kMaxThreads = 8;
-  return static_cast<int>(
-      std::clamp(std::thread::hardware_concurrency(), 1u, kMaxThreads));
+  constexpr int kMaxThreads = 8;
+  return std::min(UsableCpuCount(), kMaxThreads);
 }
 
 }  // namespace

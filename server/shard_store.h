@@ -115,7 +115,8 @@ class ShardStore {
   uint64_t num_elements_ = 0;  // Set in Create, then constant.
   // One per slice; unique_ptr because absl::Mutex cannot move.
   std::vector<std::unique_ptr<SliceState>> states_;
-  // hardware_concurrency threads (at most 8), the caller included.
+  // One thread per CPU this process may use (at most 8), the caller
+  // included: a shard placed on one CPU updates on one thread.
   const std::unique_ptr<RangePool> pool_;
 };
 
