@@ -224,5 +224,79 @@ TEST(CoordinatorFailureTest, JobFinishesOnceEveryWorkerIsDoneOrDead) {
       << coord->Report();
 }
 
+// Rank 0's final pull (PullRequest.after_others_finish) holds every other
+// rank's last update.
+TEST(CoordinatorFailureTest, FinalPullWaitsUntilTheOthersFinish) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = Make(store.get(), FastOptions(ConsistencyMode::kAsync, 3));
+  absl::Notification answered;
+  absl::StatusOr<uint64_t> final_version;
+  std::thread rank0([&] {
+    final_version = coord->AwaitOthersFinished(0, 0, [] { return false; });
+    answered.Notify();
+  });
+  // Rank 1 is still training; rank 2 has not even started.
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 1, 0, 1.0f)).ok());
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 1, 1, 1.0f)).ok());
+  EXPECT_FALSE(answered.WaitForNotificationWithTimeout(kTimeout));
+  coord->MarkDone(1);
+  EXPECT_FALSE(answered.WaitForNotificationWithTimeout(kTimeout));
+  // Rank 2 finishing too: neither waits for the other.
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 2, 0, 1.0f)).ok());
+  absl::StatusOr<uint64_t> rank2 =
+      coord->AwaitOthersFinished(2, 0, [] { return false; });
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  rank0.join();
+  ASSERT_TRUE(final_version.ok()) << final_version.status();
+  EXPECT_EQ(*final_version, 3u);  // Every push is in.
+  ASSERT_TRUE(rank2.ok()) << rank2.status();
+  EXPECT_EQ(*rank2, 3u);
+}
+
+// A sync rank in its final pull takes no part in steps, as a done one does:
+// the rank it waits for (e.g. restarted, behind on its data) goes on alone.
+TEST(CoordinatorFailureTest, SyncStepsGoOnWithoutAFinishingRank) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = Make(store.get(), FastOptions(ConsistencyMode::kSync, 2));
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 1, 0, 1.0f)).ok());
+  // Rank 1 pushed step 1 before rank 0 finished: the step waited for it.
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 1, 1, 1.0f)).ok());
+  EXPECT_EQ(coord->version(), 1u);
+  absl::Notification answered;
+  absl::StatusOr<uint64_t> final_version;
+  std::thread rank0([&] {
+    final_version = coord->AwaitOthersFinished(0, 0, [] { return false; });
+    answered.Notify();
+  });
+  EXPECT_EQ(*Pull(*coord, 1, 2), 2u);
+  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 1, 2, 1.0f)).ok());
+  EXPECT_EQ(*Pull(*coord, 1, 3), 3u);
+  EXPECT_FALSE(answered.HasBeenNotified());
+  coord->MarkDone(1);
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  rank0.join();
+  ASSERT_TRUE(final_version.ok()) << final_version.status();
+  EXPECT_EQ(*final_version, 3u);
+}
+
+TEST(CoordinatorFailureTest, FinalPullStopsWaitingForARankGoneForGood) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = Make(store.get(), ShortLease(ConsistencyMode::kAsync, 2));
+  const absl::Time start = absl::Now();
+  // Rank 1 never shows up: dead after its lease, gone after the grace.
+  absl::StatusOr<uint64_t> version =
+      coord->AwaitOthersFinished(0, 0, [] { return false; });
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(*version, 0u);
+  EXPECT_GE(absl::Now() - start, 2 * kTimeout);
+  // The caller gave up: Cancelled, naming the wait.
+  absl::StatusOr<uint64_t> cancelled =
+      Make(store.get(), ShortLease(ConsistencyMode::kAsync, 2))
+          ->AwaitOthersFinished(0, 0, [] { return true; });
+  EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_NE(cancelled.status().message().find("final pull"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ps::server

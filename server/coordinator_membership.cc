@@ -110,10 +110,71 @@ absl::StatusOr<uint64_t> UpdateCoordinator::AwaitPull(
     (void)applied;
   }
 
+  const bool sync = options_.mode == ConsistencyMode::kSync;
+  return WaitAsRank(
+      rank, incarnation,
+      [this, clock]()
+          ABSL_SHARED_LOCKS_REQUIRED(mu_) { return PullReadyLocked(clock); },
+      [this, clock]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return RanksBlockingLocked(clock);
+      },
+      [&](const std::string& waiting_on, double waited, uint64_t version) {
+        if (sync) {
+          spdlog::warn(
+              "step {} waiting on workers [{}] for {:.0f} s (pull for clock "
+              "{} from worker {}, version {})",
+              clock - 1, waiting_on, waited, clock, rank, version);
+        } else {
+          spdlog::warn(
+              "pull for clock {} from worker {} waiting on workers [{}] for "
+              "{:.0f} s (ssp staleness {}, version {})",
+              clock, rank, waiting_on, waited, options_.staleness, version);
+        }
+      },
+      cancelled, absl::StrCat("pull for clock ", clock));
+}
+
+absl::StatusOr<uint64_t> UpdateCoordinator::AwaitOthersFinished(
+    int rank, uint64_t incarnation, absl::FunctionRef<bool()> cancelled) {
+  std::optional<ReadyStep> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = AdmitLocked(rank, incarnation); !s.ok()) return s;
+    ranks_.MarkFinishing(rank);
+    // Steps go on without it: one may have been waiting only for it.
+    ready = TakeReadyStepLocked();
+  }
+  if (ready.has_value()) {
+    absl::StatusOr<uint64_t> applied = ApplyStep(*std::move(ready));
+    (void)applied;  // Logged by ApplyStep.
+  }
+  return WaitAsRank(
+      rank, incarnation,
+      [this, rank]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return ranks_.StillTraining(rank, absl::Now(), options_.rejoin_grace)
+            .empty();
+      },
+      [this, rank]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return ranks_.StillTraining(rank, absl::Now(), options_.rejoin_grace);
+      },
+      [&](const std::string& waiting_on, double waited, uint64_t version) {
+        spdlog::info(
+            "worker {} has trained its last step and waits for workers [{}] "
+            "to finish theirs ({:.0f} s, version {})",
+            rank, waiting_on, waited, version);
+      },
+      cancelled, "final pull");
+}
+
+absl::StatusOr<uint64_t> UpdateCoordinator::WaitAsRank(
+    int rank, uint64_t incarnation, absl::FunctionRef<bool()> ready,
+    absl::FunctionRef<std::vector<int>()> blocking,
+    absl::FunctionRef<void(const std::string&, double, uint64_t)> log_slow,
+    absl::FunctionRef<bool()> cancelled, absl::string_view what) {
   const absl::Time start = absl::Now();
   absl::Time next_log = start + options_.slow_wait_log;
-  auto is_ready = [this, clock]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return PullReadyLocked(clock);
+  auto is_ready = [this, ready]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || !failure_.ok() || ready();
   };
   for (;;) {
     bool log_due = false;
@@ -135,31 +196,19 @@ absl::StatusOr<uint64_t> UpdateCoordinator::AwaitPull(
       ranks_.Touch(rank, absl::Now());
       log_due = absl::Now() >= next_log;
       if (log_due) {
-        waiting_on = RanksBlockingLocked(clock);
+        waiting_on = blocking();
         version = version_;
       }
     }
     // Logged without the lock: spdlog may block on I/O.
     if (log_due) {
-      const double waited = absl::ToDoubleSeconds(absl::Now() - start);
-      if (options_.mode == ConsistencyMode::kSync) {
-        spdlog::warn(
-            "step {} waiting on workers [{}] for {:.0f} s (pull for clock {} "
-            "from worker {}, version {})",
-            clock - 1, absl::StrJoin(waiting_on, ", "), waited, clock, rank,
-            version);
-      } else {
-        spdlog::warn(
-            "pull for clock {} from worker {} waiting on workers [{}] for "
-            "{:.0f} s (ssp staleness {}, version {})",
-            clock, rank, absl::StrJoin(waiting_on, ", "), waited,
-            options_.staleness, version);
-      }
+      log_slow(absl::StrJoin(waiting_on, ", "),
+               absl::ToDoubleSeconds(absl::Now() - start), version);
       next_log += options_.slow_wait_log;
     }
     if (cancelled()) {
-      return absl::CancelledError(absl::StrCat("pull for clock ", clock,
-                                               " was cancelled by the caller"));
+      return absl::CancelledError(
+          absl::StrCat(what, " was cancelled by the caller"));
     }
   }
 }

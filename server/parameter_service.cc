@@ -132,9 +132,15 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
           ? options_.default_chunk_elements
           : std::min(request.max_chunk_elements(), options_.max_chunk_elements);
   const absl::Time start = absl::Now();
+  auto cancelled = [context] { return context->IsCancelled(); };
   absl::StatusOr<uint64_t> version = coordinator_->AwaitPull(
       request.header().worker_rank(), request.header().incarnation(),
-      request.clock(), [context] { return context->IsCancelled(); });
+      request.clock(), cancelled);
+  if (version.ok() && request.after_others_finish()) {
+    version = coordinator_->AwaitOthersFinished(request.header().worker_rank(),
+                                                request.header().incarnation(),
+                                                cancelled);
+  }
   *wait = absl::Now() - start;
   if (!version.ok()) return version.status();
 

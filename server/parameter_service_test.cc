@@ -519,6 +519,43 @@ TEST_F(ParameterServiceTest, HeartbeatsKeepAWorkerAliveAndNameItsProcess) {
   EXPECT_EQ(heartbeat(2, 5).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+TEST_F(ParameterServiceTest, FinalPullAnswersOnceTheOtherRanksAreDone) {
+  Start(ConsistencyMode::kAsync);
+  grpc::Status status;
+  Weights weights;
+  uint64_t version = 0;
+  absl::Notification answered;
+  std::thread rank0([&] {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    proto::PullRequest request;
+    *request.mutable_header() = Header(0);
+    request.set_after_others_finish(true);
+    auto reader = stub_->Pull(&context, request);
+    ReadWeights(*reader, 0, &weights, &version);
+    status = reader->Finish();
+    answered.Notify();
+  });
+  // Rank 1's last step comes after rank 0 asked, and is in the answer.
+  EXPECT_FALSE(
+      answered.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
+  uint64_t pushed = 0;
+  ASSERT_TRUE(Push(ValidPush(1, 0, 2.0f), &pushed).ok());
+  EXPECT_FALSE(
+      answered.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
+  grpc::ClientContext context;
+  proto::DoneRequest done;
+  *done.mutable_header() = Header(1);
+  proto::DoneResponse response;
+  ASSERT_TRUE(stub_->Done(&context, done, &response).ok());
+  rank0.join();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(version, 1u);
+  for (const auto& [key, w] : InitialWeights()) {
+    EXPECT_FLOAT_EQ(weights[key], w - 2.0f);
+  }
+}
+
 TEST_F(ParameterServiceTest, DoneFromEveryRankSignalsShutdownOnce) {
   Start(ConsistencyMode::kSync);
   auto done = [&](int rank, int server_index) {

@@ -30,7 +30,10 @@ absl::Status RankRegistry::CheckIncarnation(int rank,
 uint64_t RankRegistry::SetIncarnation(int rank, uint64_t incarnation) {
   Rank& r = ranks_[rank];
   const uint64_t previous = r.incarnation;
-  if (previous != incarnation && previous != 0) r.done = false;
+  if (previous != incarnation && previous != 0) {
+    r.done = false;
+    r.finishing = false;
+  }
   r.incarnation = incarnation;
   return previous;
 }
@@ -62,9 +65,22 @@ bool RankRegistry::AllFinished(absl::Time now,
       any_done = true;
       continue;
     }
-    if (!r.dead || now - r.last_heard < lease_ + rejoin_grace) return false;
+    if (!GoneForGood(r, now, rejoin_grace)) return false;
   }
   return any_done;
+}
+
+std::vector<int> RankRegistry::StillTraining(
+    int rank, absl::Time now, absl::Duration rejoin_grace) const {
+  std::vector<int> training;
+  for (int i = 0; i < num_workers(); ++i) {
+    const Rank& r = ranks_[i];
+    if (i != rank && !r.done && !r.finishing &&
+        !GoneForGood(r, now, rejoin_grace)) {
+      training.push_back(i);
+    }
+  }
+  return training;
 }
 
 void RankRegistry::RecordAccepted(int rank, uint64_t step,

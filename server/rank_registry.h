@@ -68,7 +68,8 @@ class RankRegistry {
   // or they match; otherwise FailedPrecondition: the caller was replaced.
   absl::Status CheckIncarnation(int rank, uint64_t incarnation) const;
   // Records `incarnation` as the rank's and returns the previous one (0:
-  // none). A new incarnation is a restarted process: it is not done.
+  // none). A new incarnation is a restarted process: it is neither done nor
+  // finishing.
   uint64_t SetIncarnation(int rank, uint64_t incarnation);
   uint64_t incarnation(int rank) const { return ranks_[rank].incarnation; }
 
@@ -83,9 +84,21 @@ class RankRegistry {
   }
   bool dead(int rank) const { return ranks_[rank].dead; }
   bool done(int rank) const { return ranks_[rank].done; }
-  // Takes part in steps and clock minimums: neither dead nor done.
-  bool active(int rank) const { return !dead(rank) && !done(rank); }
+  // Takes part in steps and clock minimums: neither dead, done, nor
+  // finishing (a finishing rank pushes no more; the others' steps go on
+  // without it, as it waits for them).
+  bool active(int rank) const {
+    const Rank& r = ranks_[rank];
+    return !r.dead && !r.done && !r.finishing;
+  }
   void MarkDone(int rank) { ranks_[rank].done = true; }
+  // The rank has trained its last step and waits, in its final pull, for
+  // the others to finish too (it is not done: it still pulls).
+  void MarkFinishing(int rank) { ranks_[rank].finishing = true; }
+  // The ranks other than `rank` that are still training: not done, not
+  // finishing, and not dead for their lease plus `rejoin_grace`.
+  std::vector<int> StillTraining(int rank, absl::Time now,
+                                 absl::Duration rejoin_grace) const;
   // Every rank is done, or every rank is done or dead and one is done,
   // where a dead rank counts only once it has been silent for its lease plus
   // `rejoin_grace`: a worker that is being restarted (as Kubernetes does
@@ -133,9 +146,17 @@ class RankRegistry {
     DataProgress accepted;
     DataProgress applied;
     bool done = false;
+    bool finishing = false;
     bool dead = false;
     absl::Time last_heard;
   };
+
+  // Dead long enough that it is not coming back: silent for its lease plus
+  // `rejoin_grace`.
+  bool GoneForGood(const Rank& r, absl::Time now,
+                   absl::Duration rejoin_grace) const {
+    return r.dead && now - r.last_heard >= lease_ + rejoin_grace;
+  }
 
   absl::Duration lease_;
   std::vector<Rank> ranks_;

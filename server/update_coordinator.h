@@ -125,6 +125,13 @@ class UpdateCoordinator {
   absl::StatusOr<uint64_t> AwaitPull(int rank, uint64_t incarnation,
                                      uint64_t clock,
                                      absl::FunctionRef<bool()> cancelled);
+  // For a rank's final pull (ps.proto PullRequest.after_others_finish):
+  // marks `rank` finishing, then blocks until every other rank is done,
+  // finishing too, or dead for its lease plus `rejoin_grace`, and returns
+  // the version then, which holds every other rank's last update. Errors as
+  // AwaitPull's. Finishing ranks do not wait for each other.
+  absl::StatusOr<uint64_t> AwaitOthersFinished(
+      int rank, uint64_t incarnation, absl::FunctionRef<bool()> cancelled);
 
   // Records the incarnation of a (re)starting rank and where it resumes.
   // Every rank must plan the same number of steps (0: not given), else
@@ -205,6 +212,16 @@ class UpdateCoordinator {
   std::optional<float> LearningRateLocked(uint64_t update) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool PullReadyLocked(uint64_t clock) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Waits, as `rank` (kept alive, and stopped if a new incarnation replaced
+  // it), until `ready()` (called under mu_), shutdown or failure; returns
+  // the version then. Every slow_wait_log it calls `log_slow` (without the
+  // lock) with the ranks `blocking()` names, the seconds waited and the
+  // version. `what` names the wait in its Cancelled error.
+  absl::StatusOr<uint64_t> WaitAsRank(
+      int rank, uint64_t incarnation, absl::FunctionRef<bool()> ready,
+      absl::FunctionRef<std::vector<int>()> blocking,
+      absl::FunctionRef<void(const std::string&, double, uint64_t)> log_slow,
+      absl::FunctionRef<bool()> cancelled, absl::string_view what);
   std::vector<int> RanksBlockingLocked(uint64_t clock) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Calls on_finished once the job is over.

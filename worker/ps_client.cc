@@ -232,11 +232,23 @@ void ParameterClient::ShapeWeights(
 
 absl::StatusOr<uint64_t> ParameterClient::Pull(
     uint64_t clock, std::vector<std::vector<float>>& weights) {
+  return PullFromAll(clock, /*after_others_finish=*/false, weights);
+}
+
+absl::StatusOr<uint64_t> ParameterClient::PullFinal(
+    uint64_t clock, std::vector<std::vector<float>>& weights) {
+  return PullFromAll(clock, /*after_others_finish=*/true, weights);
+}
+
+absl::StatusOr<uint64_t> ParameterClient::PullFromAll(
+    uint64_t clock, bool after_others_finish,
+    std::vector<std::vector<float>>& weights) {
   ShapeWeights(weights);
   std::vector<uint64_t> versions(num_servers(), 0);
   absl::Status status = ForEachServer(num_servers(), [&](int s) {
     return CallWithRetry(s, "pull", [&] {
-      return PullFromServer(s, clock, weights, &versions[s]);
+      return PullFromServer(s, clock, after_others_finish, weights,
+                            &versions[s]);
     });
   });
   if (!status.ok()) return status;
@@ -244,12 +256,13 @@ absl::StatusOr<uint64_t> ParameterClient::Pull(
 }
 
 absl::Status ParameterClient::PullFromServer(
-    int server, uint64_t clock, std::vector<std::vector<float>>& weights,
-    uint64_t* version) {
+    int server, uint64_t clock, bool after_others_finish,
+    std::vector<std::vector<float>>& weights, uint64_t* version) {
   proto::PullRequest request;
   *request.mutable_header() = Header(server);
   request.set_clock(clock);
   request.set_max_chunk_elements(options_.chunk_elements);
+  request.set_after_others_finish(after_others_finish);
 
   grpc::ClientContext context;
   ByteStreamCall call(byte_stubs_[server].get(), MethodName("Pull"), &context);

@@ -96,6 +96,12 @@ class ParameterClient {
   // the shards reported.
   absl::StatusOr<uint64_t> Pull(uint64_t clock,
                                 std::vector<std::vector<float>>& weights);
+  // Pull for a worker that has trained its last step: the shards answer
+  // once every other worker has finished too (done, making this pull, or
+  // dead past the shards' --rejoin_grace), so the weights hold every
+  // worker's last update (ps.proto PullRequest.after_others_finish).
+  absl::StatusOr<uint64_t> PullFinal(uint64_t clock,
+                                     std::vector<std::vector<float>>& weights);
 
   // Opens a push for one step; see PushSession.
   std::unique_ptr<PushSession> StartPush(const PushMetadata& metadata);
@@ -132,7 +138,12 @@ class ParameterClient {
   absl::Status CallWithRetry(int server, absl::string_view what,
                              const std::function<absl::Status()>& attempt);
   void SendHeartbeats(uint64_t incarnation);
+  // Pull and PullFinal.
+  absl::StatusOr<uint64_t> PullFromAll(
+      uint64_t clock, bool after_others_finish,
+      std::vector<std::vector<float>>& weights);
   absl::Status PullFromServer(int server, uint64_t clock,
+                              bool after_others_finish,
                               std::vector<std::vector<float>>& weights,
                               uint64_t* version);
   // Reads a pull's answer from `server` on `call` into `weights` (shaped),

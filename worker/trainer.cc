@@ -63,6 +63,10 @@ absl::Status Trainer::LoadWeights(uint64_t clock, uint64_t* version) {
     if (!pulled.ok()) return pulled.status();
     *version = *pulled;
   }
+  return SetModelWeights();
+}
+
+absl::Status Trainer::SetModelWeights() {
   for (size_t t = 0; t < weights_.size(); ++t) {
     absl::Status status = model_->SetWeights(t, weights_[t]);
     if (!status.ok()) return status;
@@ -252,8 +256,12 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const RegisterInfo& resume) {
   summary.wall_time = absl::Now() - start;
 
   if (options_.evaluate || !options_.save_model_path.empty()) {
-    uint64_t version = 0;
-    absl::Status status = LoadWeights(clock, &version);
+    // What every worker trained, not only this one: in ssp and async the
+    // others (a restarted one above all) may still be training.
+    pulled_.reset();
+    absl::StatusOr<uint64_t> version = client_->PullFinal(clock, weights_);
+    if (!version.ok()) return version.status();
+    absl::Status status = SetModelWeights();
     if (!status.ok()) return status;
     if (options_.evaluate) {
       absl::StatusOr<double> accuracy = TestAccuracy();
@@ -264,7 +272,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const RegisterInfo& resume) {
       status = SaveModel(options_.save_model_path, client_->partition().model(),
                          weights_);
       if (!status.ok()) return status;
-      spdlog::info("saved model (version {}) to {}", version,
+      spdlog::info("saved model (version {}) to {}", *version,
                    options_.save_model_path);
     }
   }

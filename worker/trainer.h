@@ -95,6 +95,8 @@ class Trainer {
   // Puts the weights for `clock` into the model: those the last step's
   // push brought back if they are for `clock`, else pulled.
   absl::Status LoadWeights(uint64_t clock, uint64_t* version);
+  // Puts weights_ into the model.
+  absl::Status SetModelWeights();
   // Accuracy of the model's current weights on the test set.
   absl::StatusOr<double> TestAccuracy();
 
