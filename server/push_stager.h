@@ -54,7 +54,7 @@ struct StagedPush {
   std::vector<SliceGradient> gradients;
 };
 
-// Receives one push stream into a private buffer and validates every
+// Receives one push stream, holding it privately, and validates every
 // message, so that a push is all-or-nothing: Finish() yields a StagedPush
 // only if the stream covered every owned element exactly once with
 // consistent metadata; otherwise the push is refused and nothing reaches the
