@@ -119,10 +119,21 @@ TEST(FaultToleranceTest, AsyncSurvivesAKilledWorkerAndCountsEachExampleOnce) {
   ExpectExitsZero(cluster.WaitWorker(0, kJobTimeout), "worker 0");
   ExpectExitsZero(cluster.WaitWorker(1, kJobTimeout), "worker 1");
   EXPECT_TRUE(cluster.AwaitWorkerLine(1, "resuming at", absl::Seconds(1)).ok());
+  // Rank 0 evaluated the weights after the restarted worker's last update,
+  // though it finished its own steps first.
+  const std::optional<std::string> evaluated =
+      LastValue(cluster.WorkerLines(0), "final weights: version ");
+  ASSERT_TRUE(evaluated.has_value());
   for (int s = 0; s < 2; ++s) {
     ExpectExitsZero(cluster.WaitServer(s, absl::Seconds(30)), "server");
-    EXPECT_EQ(ExamplesPerEpoch(cluster.ServerLines(s)),
+    const std::vector<std::string> lines = cluster.ServerLines(s);
+    EXPECT_EQ(ExamplesPerEpoch(lines),
               std::vector<uint64_t>{2 * kSteps * kBatch})
+        << "server " << s;
+    const std::optional<std::string> final_version =
+        LastValue(lines, "mode async version ");
+    ASSERT_TRUE(final_version.has_value()) << "server " << s;
+    EXPECT_EQ(evaluated->substr(0, evaluated->find(',')), *final_version)
         << "server " << s;
   }
 }

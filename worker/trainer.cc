@@ -261,6 +261,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const RegisterInfo& resume) {
     pulled_.reset();
     absl::StatusOr<uint64_t> version = client_->PullFinal(clock, weights_);
     if (!version.ok()) return version.status();
+    spdlog::info("final weights: version {}, with every worker's last update",
+                 *version);
     absl::Status status = SetModelWeights();
     if (!status.ok()) return status;
     if (options_.evaluate) {
