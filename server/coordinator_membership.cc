@@ -40,7 +40,6 @@ absl::Status UpdateCoordinator::AdmitLocked(int rank, uint64_t incarnation) {
 }
 
 bool UpdateCoordinator::PullReadyLocked(uint64_t clock) const {
-  if (shutdown_ || !failure_.ok()) return true;
   switch (options_.mode) {
     case ConsistencyMode::kAsync:
       return true;
