@@ -87,6 +87,16 @@ class ParameterServiceTest : public ::testing::Test {
     return w;
   }
 
+  // Tells server `server_index` that `rank` is done.
+  grpc::Status Done(int rank, int server_index = kServer) {
+    grpc::ClientContext context;
+    proto::DoneRequest request;
+    *request.mutable_header() = Header(rank);
+    request.mutable_header()->set_server_index(server_index);
+    proto::DoneResponse response;
+    return stub_->Done(&context, request, &response);
+  }
+
   // Pulls everything.
   grpc::Status Pull(uint64_t clock, uint64_t max_chunk, Weights* weights,
                     uint64_t* version,
@@ -543,11 +553,7 @@ TEST_F(ParameterServiceTest, FinalPullAnswersOnceTheOtherRanksAreDone) {
   ASSERT_TRUE(Push(ValidPush(1, 0, 2.0f), &pushed).ok());
   EXPECT_FALSE(
       answered.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
-  grpc::ClientContext context;
-  proto::DoneRequest done;
-  *done.mutable_header() = Header(1);
-  proto::DoneResponse response;
-  ASSERT_TRUE(stub_->Done(&context, done, &response).ok());
+  ASSERT_TRUE(Done(1).ok());
   rank0.join();
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(version, 1u);
@@ -558,21 +564,13 @@ TEST_F(ParameterServiceTest, FinalPullAnswersOnceTheOtherRanksAreDone) {
 
 TEST_F(ParameterServiceTest, DoneFromEveryRankSignalsShutdownOnce) {
   Start(ConsistencyMode::kSync);
-  auto done = [&](int rank, int server_index) {
-    grpc::ClientContext context;
-    proto::DoneRequest request;
-    *request.mutable_header() = Header(rank);
-    request.mutable_header()->set_server_index(server_index);
-    proto::DoneResponse response;
-    return stub_->Done(&context, request, &response);
-  };
-  EXPECT_EQ(done(1, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  ASSERT_TRUE(done(1, kServer).ok());
-  ASSERT_TRUE(done(1, kServer).ok());
+  EXPECT_EQ(Done(1, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(Done(1).ok());
+  ASSERT_TRUE(Done(1).ok());
   EXPECT_FALSE(all_done_.HasBeenNotified());
-  ASSERT_TRUE(done(0, kServer).ok());
+  ASSERT_TRUE(Done(0).ok());
   EXPECT_TRUE(all_done_.HasBeenNotified());
-  ASSERT_TRUE(done(0, kServer).ok());  // Notifying twice would crash.
+  ASSERT_TRUE(Done(0).ok());  // Notifying twice would crash.
 }
 
 // Pull and Push parse their messages themselves (common/chunk_wire.h), so
