@@ -119,6 +119,31 @@ TEST(RankRegistryTest, DeadRankHoldsTheJobOpenForItsRejoinGrace) {
   EXPECT_TRUE(ranks.AllFinished(kStart + kLease + grace, grace));
 }
 
+TEST(RankRegistryTest, StillTrainingLeavesOutDoneFinishingAndGoneRanks) {
+  RankRegistry ranks(4, kLease, kStart);
+  const absl::Duration grace = absl::Seconds(30);
+  EXPECT_EQ(ranks.StillTraining(0, kStart, grace), (std::vector<int>{1, 2, 3}));
+  ranks.MarkDone(1);
+  ranks.MarkFinishing(2);
+  EXPECT_FALSE(ranks.active(2)) << "a finishing rank takes no more steps";
+  EXPECT_EQ(ranks.StillTraining(0, kStart, grace), std::vector<int>{3});
+  // Rank 3 dies; it still counts until its lease plus the grace are over.
+  ranks.Touch(0, kStart + kLease);
+  ranks.Touch(2, kStart + kLease);
+  ranks.ExpireLeases(kStart + kLease + absl::Seconds(1));
+  EXPECT_EQ(ranks.StillTraining(0, kStart + kLease + absl::Seconds(29), grace),
+            std::vector<int>{3});
+  EXPECT_TRUE(ranks.StillTraining(0, kStart + kLease + grace, grace).empty());
+  // Restarted, it trains again, and so does a finishing rank restarted.
+  ranks.SetIncarnation(3, 7);
+  ranks.SetIncarnation(3, 8);
+  ranks.Touch(3, kStart + kLease + grace);
+  ranks.SetIncarnation(2, 5);
+  ranks.SetIncarnation(2, 6);
+  EXPECT_EQ(ranks.StillTraining(0, kStart + kLease + grace, grace),
+            (std::vector<int>{2, 3}));
+}
+
 TEST(RankRegistryTest, ClockMinimumCountsOnlyActiveRanks) {
   RankRegistry ranks(3, kLease, kStart);
   ranks.RecordAccepted(0, 4, {0, 5});
