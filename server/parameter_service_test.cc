@@ -101,14 +101,21 @@ class ParameterServiceTest : public ::testing::Test {
   grpc::Status Pull(uint64_t clock, uint64_t max_chunk, Weights* weights,
                     uint64_t* version,
                     absl::Duration timeout = absl::Seconds(30)) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     proto::PullRequest request;
     *request.mutable_header() = Header(0);
     request.set_clock(clock);
     request.set_max_chunk_elements(max_chunk);
+    return SendPull(request, weights, version, timeout);
+  }
+
+  // Makes the pull `request` asks for.
+  grpc::Status SendPull(const proto::PullRequest& request, Weights* weights,
+                        uint64_t* version,
+                        absl::Duration timeout = absl::Seconds(30)) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     auto reader = stub_->Pull(&context, request);
-    ReadWeights(*reader, max_chunk, weights, version);
+    ReadWeights(*reader, request.max_chunk_elements(), weights, version);
     return reader->Finish();
   }
 
@@ -536,14 +543,10 @@ TEST_F(ParameterServiceTest, FinalPullAnswersOnceTheOtherRanksAreDone) {
   uint64_t version = 0;
   absl::Notification answered;
   std::thread rank0([&] {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
     proto::PullRequest request;
     *request.mutable_header() = Header(0);
     request.set_after_others_finish(true);
-    auto reader = stub_->Pull(&context, request);
-    ReadWeights(*reader, 0, &weights, &version);
-    status = reader->Finish();
+    status = SendPull(request, &weights, &version);
     answered.Notify();
   });
   // Rank 1's last step comes after rank 0 asked, and is in the answer.

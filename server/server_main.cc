@@ -69,13 +69,11 @@ ABSL_FLAG(float, min_learning_rate, 0.0f,
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
           "A worker not heard from (any request, heartbeats included) for "
           "this long is dead, e.g. 10s or 500ms.");
-ABSL_FLAG(
-    std::string, on_worker_failure, "elastic",
-    "When a worker is dead: fail (every request is refused with "
-    "FAILED_PRECONDITION naming the dead worker and the server exits with "
-    "1) or elastic (steps and clock "
-    "minimums go on with the live workers; a restarted worker "
-    "rejoins).");
+ABSL_FLAG(std::string, on_worker_failure, "elastic",
+          "When a worker is dead: fail (every request is refused with "
+          "FAILED_PRECONDITION naming the dead worker, and the server exits "
+          "with 1) or elastic (steps and clock minimums go on with the live "
+          "workers; a restarted worker rejoins).");
 ABSL_FLAG(absl::Duration, rejoin_grace, absl::Seconds(60),
           "When every other worker is done, how long the servers wait for a "
           "dead worker to be restarted and rejoin before they exit.");

@@ -22,17 +22,19 @@ void SliceGradient::Add(uint64_t begin, absl::Cord bytes) {
   Chunk chunk{begin, bytes.size() / sizeof(float), std::move(bytes)};
   num_elements_ += chunk.size;
   // Workers send a slice's chunks in order, so this is an append.
-  auto after =
-      std::upper_bound(chunks_.begin(), chunks_.end(), begin,
-                       [](uint64_t b, const Chunk& c) { return b < c.begin; });
-  chunks_.insert(after, std::move(chunk));
+  chunks_.insert(FirstChunkAfter(begin), std::move(chunk));
+}
+
+std::vector<SliceGradient::Chunk>::const_iterator
+SliceGradient::FirstChunkAfter(uint64_t element) const {
+  return std::upper_bound(
+      chunks_.begin(), chunks_.end(), element,
+      [](uint64_t e, const Chunk& c) { return e < c.begin; });
 }
 
 void SliceGradient::Read(uint64_t begin, absl::Span<float> out) const {
-  // The chunk holding `begin`: the last one that starts at or before it.
-  auto chunk =
-      std::upper_bound(chunks_.begin(), chunks_.end(), begin,
-                       [](uint64_t b, const Chunk& c) { return b < c.begin; });
+  // The chunk holding `begin` is the one before.
+  auto chunk = FirstChunkAfter(begin);
   while (!out.empty()) {
     assert(chunk != chunks_.begin());  // Read's precondition: all added.
     const Chunk& c = *std::prev(chunk);

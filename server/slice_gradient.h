@@ -42,6 +42,9 @@ class SliceGradient {
     absl::Cord bytes;
   };
 
+  // The first chunk that starts after `element` (end() if none).
+  std::vector<Chunk>::const_iterator FirstChunkAfter(uint64_t element) const;
+
   std::vector<Chunk> chunks_;  // By `begin`; disjoint.
   uint64_t num_elements_ = 0;
 };
