@@ -1,6 +1,7 @@
 #include "common/tensor_codec.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -13,6 +14,11 @@ namespace {
 // Encode and decode are one memcpy each where the encoding is the memory
 // image; elsewhere each element is byte-swapped.
 uint32_t ByteSwap(uint32_t v) { return __builtin_bswap32(v); }
+
+absl::string_view BytesOf(absl::Span<const float> values) {
+  return absl::string_view(reinterpret_cast<const char*>(values.data()),
+                           values.size() * sizeof(float));
+}
 
 void CopyEncoded(const float* src, size_t n, char* dst) {
   if (kFloatEncodingIsMemoryImage) {
@@ -41,8 +47,8 @@ absl::Status CheckDecodedSize(size_t bytes, size_t elements) {
 void AppendFloats(absl::Span<const float> values, std::string* out) {
   if (kFloatEncodingIsMemoryImage) {
     // One copy: resize() would zero-fill first (a few % of a shard's CPU).
-    out->append(reinterpret_cast<const char*>(values.data()),
-                values.size() * sizeof(float));
+    const absl::string_view bytes = BytesOf(values);
+    out->append(bytes.data(), bytes.size());
     return;
   }
   const size_t old_size = out->size();
@@ -107,6 +113,19 @@ absl::Status DecodeFloatsAt(const absl::Cord& bytes, uint64_t first,
     skip = 0;
   }
   return absl::OkStatus();
+}
+
+EncodedFloats EncodeInto(absl::Span<const float> values, absl::Span<char> out) {
+  assert(out.size() >= values.size() * sizeof(float));
+  CopyEncoded(values.data(), values.size(), out.data());
+  return EncodedFloats(
+      absl::string_view(out.data(), values.size() * sizeof(float)));
+}
+
+EncodedFloats EncodedView(absl::Span<const float> values,
+                          absl::Span<char> scratch) {
+  if (kFloatEncodingIsMemoryImage) return EncodedFloats(BytesOf(values));
+  return EncodeInto(values, scratch);
 }
 
 }  // namespace ps

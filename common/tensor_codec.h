@@ -1,6 +1,8 @@
 #ifndef PS_COMMON_TENSOR_CODEC_H_
 #define PS_COMMON_TENSOR_CODEC_H_
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "absl/base/config.h"
@@ -42,6 +44,43 @@ absl::Status DecodeFloats(const absl::Cord& bytes, absl::Span<float> out);
 // untouched, unless `bytes` holds them.
 absl::Status DecodeFloatsAt(const absl::Cord& bytes, uint64_t first,
                             absl::Span<float> out);
+
+// Encoded values read where they lie, at any alignment: element i is
+// decoded as it is read, so an update can take a gradient straight from the
+// network buffers it arrived in instead of from a decoded copy. Where the
+// encoding is the memory image a read is one unaligned load, and a loop of
+// reads vectorizes as one over a float array does. Does not own the bytes.
+class EncodedFloats {
+ public:
+  EncodedFloats() = default;
+  // `bytes` must hold whole elements.
+  explicit EncodedFloats(absl::string_view bytes)
+      : data_(bytes.data()), size_(bytes.size() / sizeof(float)) {}
+
+  size_t size() const { return size_; }
+
+  float operator[](size_t i) const {
+    uint32_t bits;
+    std::memcpy(&bits, data_ + i * sizeof(float), sizeof(bits));
+    if (!kFloatEncodingIsMemoryImage) bits = __builtin_bswap32(bits);
+    float value;
+    std::memcpy(&value, &bits, sizeof(value));
+    return value;
+  }
+
+ private:
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Encodes `values` into `out` (at least values.size() * 4 bytes) and
+// returns the encoded view of them there.
+EncodedFloats EncodeInto(absl::Span<const float> values, absl::Span<char> out);
+
+// `values` as encoded values: their own memory where it is the encoding (no
+// copy), else encoded into `scratch` as EncodeInto does.
+EncodedFloats EncodedView(absl::Span<const float> values,
+                          absl::Span<char> scratch);
 
 }  // namespace ps
 

@@ -89,6 +89,48 @@ TEST(TensorCodecTest, DecodesAnyRangeOfBytesInPieces) {
   EXPECT_EQ(out[0], 7.0f);
 }
 
+TEST(TensorCodecTest, EncodedFloatsReadsValuesAtAnyAlignment) {
+  const std::vector<float> values = {1.0f, -2.5f, 3.75f, 1e-20f, -0.0f};
+  std::string bytes;
+  EncodeFloats(values, &bytes);
+  // The same encoding starting at each offset of a word, as in network
+  // buffers that keep no alignment.
+  for (size_t shift = 0; shift < 4; ++shift) {
+    const std::string shifted = std::string(shift, 'x') + bytes;
+    const EncodedFloats view(absl::string_view(shifted).substr(shift));
+    ASSERT_EQ(view.size(), values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float read = view[i];  // Bits, so that -0.0 is told from 0.0.
+      EXPECT_EQ(std::memcmp(&values[i], &read, sizeof(read)), 0)
+          << "shift " << shift << " element " << i;
+    }
+  }
+  EXPECT_EQ(EncodedFloats().size(), 0u);
+}
+
+TEST(TensorCodecTest, EncodeIntoWritesTheEncodingToTheBuffer) {
+  const std::vector<float> values = {1.0f, -2.5f};
+  char buffer[12] = {};
+  const EncodedFloats view = EncodeInto(values, absl::MakeSpan(buffer));
+  ASSERT_EQ(view.size(), 2u);
+  EXPECT_EQ(view[1], -2.5f);
+  std::string bytes;
+  EncodeFloats(values, &bytes);
+  EXPECT_EQ(std::string(buffer, 8), bytes);
+  EXPECT_EQ(buffer[8], 0);  // Nothing past the values.
+}
+
+TEST(TensorCodecTest, EncodedViewReadsFloatMemoryInPlaceWhereItIsTheEncoding) {
+  const std::vector<float> values = {4.0f, 0.5f, -8.0f};
+  char scratch[12] = {};
+  const EncodedFloats view = EncodedView(values, absl::MakeSpan(scratch));
+  ASSERT_EQ(view.size(), 3u);
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(view[i], values[i]);
+  if (kFloatEncodingIsMemoryImage) {
+    EXPECT_EQ(scratch[0], 0);  // Not copied.
+  }
+}
+
 TEST(TensorCodecTest, RejectsPiecesOfTheWrongLengthAndLeavesOutputUntouched) {
   std::vector<float> out = {7.0f, 7.0f};
   absl::Status status =

@@ -1,6 +1,7 @@
 #include "server/optimizer.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -40,14 +41,13 @@ class SgdOptimizer final : public Optimizer {
   }
 
  private:
-  void Update(absl::Span<const float> gradient, absl::Span<float> weights,
-              float lr, size_t begin) override {
+  void Update(EncodedFloats grad, absl::Span<float> weights, float lr,
+              size_t begin) override {
     // Raw pointers and locals: Span's checked operator[] and stores that
     // could alias the members would stop the compiler vectorizing.
     const float wd = weight_decay_;
     const float momentum = momentum_;
     const size_t n = weights.size();
-    const float* grad = gradient.data();
     float* w = weights.data();
     if (velocity_.empty()) {
       for (size_t i = 0; i < n; ++i) w[i] -= lr * (grad[i] + wd * w[i]);
@@ -86,15 +86,14 @@ class AdamOptimizer final : public Optimizer {
   }
 
  private:
-  void Update(absl::Span<const float> gradient, absl::Span<float> weights,
-              float lr, size_t begin) override {
+  void Update(EncodedFloats grad, absl::Span<float> weights, float lr,
+              size_t begin) override {
     // Corrections in double: 1 - b2^t is tiny for small t and float loses it.
     const double t = static_cast<double>(update_count());
     const float c1 = static_cast<float>(1.0 - std::pow(double{beta1_}, t));
     const float c2 = static_cast<float>(1.0 - std::pow(double{beta2_}, t));
     const float b1 = beta1_, b2 = beta2_, eps = epsilon_, wd = weight_decay_;
     const size_t n = weights.size();
-    const float* grad = gradient.data();
     float* w = weights.data();
     float* m = m_.data() + begin;
     float* v = v_.data() + begin;
@@ -159,8 +158,9 @@ absl::Status Optimizer::Apply(absl::Span<const float> gradient,
                      " elements got a gradient of ", gradient.size()));
   }
   return Apply(
-      [gradient](uint64_t begin, absl::Span<float> out) {
-        std::copy_n(gradient.begin() + begin, out.size(), out.begin());
+      [gradient](uint64_t begin, absl::Span<char> scratch) {
+        return EncodedView(
+            gradient.subspan(begin, scratch.size() / sizeof(float)), scratch);
       },
       weights, learning_rate, pool);
 }
@@ -178,15 +178,17 @@ absl::Status Optimizer::Apply(GradientReader gradient,
                      " elements got weights of ", weights.size(), " elements"));
   }
   ++update_count_;
-  // Every state is per element, so cutting the slice into ranges and blocks
+  // Every state is per element, so cutting the slice into ranges and runs
   // changes no bit.
   auto update_range = [&](size_t begin, size_t end) {
-    float block[kGradientBlock];
-    for (size_t b = begin; b < end; b += kGradientBlock) {
-      const size_t n = std::min(kGradientBlock, end - b);
-      const absl::Span<float> g(block, n);
-      gradient(b, g);
-      Update(g, weights.subspan(b, n), learning_rate, b);
+    char scratch[kGradientBlock * sizeof(float)];
+    for (size_t b = begin; b < end;) {
+      const size_t most = std::min(kGradientBlock, end - b);
+      const EncodedFloats g =
+          gradient(b, absl::MakeSpan(scratch, most * sizeof(float)));
+      assert(g.size() >= 1 && g.size() <= most);
+      Update(g, weights.subspan(b, g.size()), learning_rate, b);
+      b += g.size();
     }
   };
   if (pool == nullptr) {

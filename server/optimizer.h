@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/tensor_codec.h"
 #include "server/range_pool.h"
 
 namespace ps::server {
@@ -46,12 +47,14 @@ struct OptimizerStateVector {
   absl::Span<float> values;
 };
 
-// Where an update reads its gradient: fills `out` with elements
-// [begin, begin + out.size()), at most Optimizer::kGradientBlock of them at
-// once. With a pool it is called from several threads at once, for disjoint
+// Where an update reads its gradient: returns elements [begin, begin + n)
+// for some n in [1, scratch.size() / 4], read where they lie (in the bytes a
+// push arrived in) or written into `scratch` (at most
+// Optimizer::kGradientBlock elements' worth, on the updating thread's stack).
+// With a pool it is called from several threads at once, for disjoint
 // ranges.
 using GradientReader =
-    absl::FunctionRef<void(uint64_t begin, absl::Span<float> out)>;
+    absl::FunctionRef<EncodedFloats(uint64_t begin, absl::Span<char> scratch)>;
 
 // Updates one contiguous span of weights from gradients, keeping per-element
 // state (momentum, Adam moments) sized to that span. One optimizer per
@@ -77,15 +80,16 @@ class Optimizer {
   absl::Status Apply(absl::Span<const float> gradient,
                      absl::Span<float> weights, float learning_rate,
                      RangePool* pool = nullptr);
-  // The same with the num_elements() gradient values read a block at a
-  // time from `gradient` into a buffer on the updating thread's stack:
-  // gradients kept as received (SliceGradient) are decoded where the update
-  // uses them, and never copied into a buffer as large as the slice.
+  // The same with the num_elements() gradient values read a run at a time
+  // from `gradient`: gradients kept as received (SliceGradient) are read by
+  // the update where they lie, and never copied into a buffer as large as
+  // the slice.
   absl::Status Apply(GradientReader gradient, absl::Span<float> weights,
                      float learning_rate, RangePool* pool = nullptr);
 
   // The most elements a GradientReader is asked for at once: 16 KiB of
-  // floats, which stay in the core's L1 cache between decode and update.
+  // floats, which stay in the core's L1 cache when a reader computes them
+  // (a sync step's sum).
   static constexpr size_t kGradientBlock = 4096;
 
   // The configured learning rate.
@@ -108,9 +112,8 @@ class Optimizer {
   // their gradients and weights. Called with sizes checked and
   // update_count() already incremented, maybe concurrently for disjoint
   // ranges (so it writes only its range's state).
-  virtual void Update(absl::Span<const float> gradient,
-                      absl::Span<float> weights, float learning_rate,
-                      size_t begin) = 0;
+  virtual void Update(EncodedFloats gradient, absl::Span<float> weights,
+                      float learning_rate, size_t begin) = 0;
 
  private:
   const size_t num_elements_;

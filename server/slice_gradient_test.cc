@@ -1,5 +1,6 @@
 #include "server/slice_gradient.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,50 @@ TEST(SliceGradientTest, ReadsAnyRangeAcrossChunksAddedInAnyOrder) {
           << begin << " +" << n;
     }
   }
+}
+
+TEST(SliceGradientTest, ViewsRunsInPlaceAndCopiesOnlyAnElementSplitByPieces) {
+  const std::vector<float> values = Values(30);
+  std::string storage;
+  SliceGradient g;
+  // Elements 0-3 in the first 18-byte piece, element 4 split 2 + 2 bytes,
+  // elements 5-8 in the rest of the second piece, and so on.
+  g.Add(0, InPieces(values, 18, &storage));
+  char scratch[sizeof(float)];
+  const auto view = [&](uint64_t begin, size_t max) {
+    return g.View(begin, max, absl::MakeSpan(scratch));
+  };
+
+  EncodedFloats run = view(0, 100);
+  EXPECT_EQ(run.size(), 4u);  // What lies whole in the first piece.
+  EXPECT_EQ(run[3], values[3]);
+  run = view(1, 2);
+  EXPECT_EQ(run.size(), 2u);  // At most what was asked for.
+  EXPECT_EQ(run[0], values[1]);
+  run = view(4, 100);
+  EXPECT_EQ(run.size(), 1u);  // Split by the pieces' edge: copied alone.
+  EXPECT_EQ(run[0], values[4]);
+  run = view(5, 100);
+  EXPECT_EQ(run.size(), 4u);  // Bytes 20-35 of the piece [18, 36).
+  EXPECT_EQ(run[3], values[8]);
+
+  // Read in place: the runs point into the received bytes, not a copy.
+  std::fill_n(storage.begin(), sizeof(float), '\0');  // Element 0 := 0.0f.
+  EXPECT_EQ(view(0, 1)[0], 0.0f);
+  EXPECT_NE(values[0], 0.0f);
+}
+
+TEST(SliceGradientTest, ViewStopsAtTheEndOfAChunk) {
+  const std::vector<float> values = Values(10);
+  const absl::Span<const float> all = values;
+  std::string a, b;
+  SliceGradient g;
+  // One piece each, adjacent in memory: a run must not cross into the next.
+  g.Add(0, InPieces(all.subspan(0, 6), 1000, &a));
+  g.Add(6, InPieces(all.subspan(6), 1000, &b));
+  char scratch[sizeof(float)];
+  EXPECT_EQ(g.View(2, 100, absl::MakeSpan(scratch)).size(), 4u);
+  EXPECT_EQ(g.View(6, 100, absl::MakeSpan(scratch)).size(), 4u);
 }
 
 TEST(SliceGradientTest, FromFloatsHoldsTheValues) {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/tensor_codec.h"
 #include "server/slice_apply.h"
 #include "spdlog/spdlog.h"
 
@@ -201,22 +202,28 @@ absl::Status UpdateCoordinator::ApplyAggregate(ReadyStep& ready) {
   return ForEachSlice(*store_, [&](int slice) {
     // g = sum_r (n_r * g_r) / sum_r n_r, always in rank order, so the sum
     // is the same bits whatever order the pushes arrived in. Computed a
-    // block at a time as the update reads it, from the pushes as received:
-    // elementwise, so the blocks change no bit.
-    auto aggregate = [&](uint64_t begin, absl::Span<float> out) {
+    // block at a time as the update reads it, from the pushes where they
+    // lie: elementwise, so the blocks change no bit.
+    auto aggregate = [&](uint64_t begin, absl::Span<char> scratch) {
+      const size_t n = scratch.size() / sizeof(float);
       double sum[Optimizer::kGradientBlock] = {};
-      float part[Optimizer::kGradientBlock];
-      const absl::Span<float> g(part, out.size());
       for (const StagedPush& p : ready.pushes) {
         if (p.num_examples == 0) continue;
-        p.gradients[slice].Read(begin, g);
-        for (size_t i = 0; i < g.size(); ++i) {
-          sum[i] += static_cast<double>(p.num_examples) * g[i];
+        const double weight = p.num_examples;
+        for (size_t done = 0; done < n;) {
+          const EncodedFloats g =
+              p.gradients[slice].View(begin + done, n - done, scratch);
+          for (size_t i = 0; i < g.size(); ++i) {
+            sum[done + i] += weight * g[i];
+          }
+          done += g.size();
         }
       }
-      for (size_t i = 0; i < out.size(); ++i) {
-        out[i] = static_cast<float>(sum[i] / total_examples);
+      float mean[Optimizer::kGradientBlock];
+      for (size_t i = 0; i < n; ++i) {
+        mean[i] = static_cast<float>(sum[i] / total_examples);
       }
+      return EncodeInto(absl::MakeConstSpan(mean, n), scratch);
     };
     return store_->ApplyGradient(slice, aggregate, ready.learning_rate);
   });
@@ -260,8 +267,8 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAsync(StagedPush push) {
     const SliceGradient& gradient = push.gradients[slice];
     return store_->ApplyGradient(
         slice,
-        [&gradient](uint64_t begin, absl::Span<float> out) {
-          gradient.Read(begin, out);
+        [&gradient](uint64_t begin, absl::Span<char> scratch) {
+          return gradient.View(begin, scratch.size() / sizeof(float), scratch);
         },
         learning_rate);
   });
