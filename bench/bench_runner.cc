@@ -116,6 +116,13 @@ std::string TableRow(const BenchRow& row) {
       row.tcp_cpu_ns_per_byte);
 }
 
+CpuSplit SplitCpus(absl::Span<const int> cpus) {
+  if (cpus.size() < 2) return {};
+  const size_t half = cpus.size() / 2;
+  return {std::vector<int>(cpus.begin(), cpus.begin() + half),
+          std::vector<int>(cpus.begin() + half, cpus.end())};
+}
+
 std::string FindServerBinary(absl::string_view argv0) {
   const std::string relative = absl::StrCat(kWorkspace, "/server/server");
   std::vector<std::string> candidates;

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "bench/measure.h"
 #include "bench/push_pull.h"
 
@@ -64,6 +65,16 @@ absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text);
 
 // Parses a comma-separated list of server counts, each in [1, 16].
 absl::StatusOr<std::vector<int>> ParseServerCounts(absl::string_view text);
+
+// The benchmark's default placement, as on separate machines: the worker
+// on the first half of `cpus` (those this process may use), the shards and
+// the baselines' receiving ends on the rest. With fewer than 2 CPUs both
+// are empty (any).
+struct CpuSplit {
+  std::vector<int> worker;
+  std::vector<int> servers;
+};
+CpuSplit SplitCpus(absl::Span<const int> cpus);
 
 // "4 KiB", "64 MiB", or plain bytes ("1000 B") when not a whole unit.
 std::string FormatSize(uint64_t bytes);

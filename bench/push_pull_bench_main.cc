@@ -41,11 +41,16 @@ ABSL_FLAG(bool, shard_reports, false,
           "and pull latencies), for profiling.");
 ABSL_FLAG(std::string, worker_cpus, "",
           "CPUs of this process, the worker (kernel list format, \"0\", "
-          "\"0-3\"); empty: any.");
+          "\"0-3\"); empty: any, or half of them with --split_cpus.");
 ABSL_FLAG(std::string, server_cpus, "",
           "CPUs of the shards (their --cpus) and of the baselines' receiving "
-          "ends (TCP reader, echo server); empty: any. With --worker_cpus, "
-          "places the worker and the shards as on separate machines.");
+          "ends (TCP reader, echo server); empty: any, or half of them with "
+          "--split_cpus.");
+ABSL_FLAG(bool, split_cpus, true,
+          "Unless --worker_cpus or --server_cpus is given: run the worker on "
+          "the first half of the CPUs this process may use and the shards and "
+          "the receiving ends on the other half, as on separate machines; "
+          "false leaves everything to the scheduler.");
 ABSL_FLAG(std::string, server_binary, "",
           "Path of //server:server; empty: found in this binary's runfiles.");
 
@@ -111,6 +116,12 @@ absl::StatusOr<BenchConfig> ConfigFromFlags(const char* argv0) {
       CpusFromFlag("server_cpus", absl::GetFlag(FLAGS_server_cpus));
   if (!server_cpus.ok()) return server_cpus.status();
   config.push_pull.server_cpus = *std::move(server_cpus);
+  if (config.worker_cpus.empty() && config.push_pull.server_cpus.empty() &&
+      absl::GetFlag(FLAGS_split_cpus)) {
+    CpuSplit split = SplitCpus(UsableCpus());
+    config.worker_cpus = std::move(split.worker);
+    config.push_pull.server_cpus = std::move(split.servers);
+  }
   config.push_pull.server_binary = absl::GetFlag(FLAGS_server_binary);
   if (config.push_pull.server_binary.empty()) {
     config.push_pull.server_binary = FindServerBinary(argv0);

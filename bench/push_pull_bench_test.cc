@@ -188,6 +188,20 @@ TEST(PushPullBenchTest, RejectsBadMeasureOptions) {
   EXPECT_FALSE(ValidateMeasureOptions(options).ok());
 }
 
+TEST(PushPullBenchTest, SplitsTheCpusBetweenTheWorkerAndTheShards) {
+  CpuSplit split = SplitCpus({0, 1});
+  EXPECT_EQ(split.worker, std::vector<int>{0});
+  EXPECT_EQ(split.servers, std::vector<int>{1});
+  split = SplitCpus({2, 3, 5, 8, 9});
+  EXPECT_EQ(split.worker, (std::vector<int>{2, 3}));
+  EXPECT_EQ(split.servers, (std::vector<int>{5, 8, 9}));
+  for (const std::vector<int>& too_few : {std::vector<int>{4}, {}}) {
+    split = SplitCpus(too_few);
+    EXPECT_TRUE(split.worker.empty());
+    EXPECT_TRUE(split.servers.empty());
+  }
+}
+
 TEST(PushPullBenchTest, FormatsSizesInWholeUnits) {
   EXPECT_EQ(FormatSize(4096), "4 KiB");
   EXPECT_EQ(FormatSize(64 << 20), "64 MiB");

@@ -138,12 +138,21 @@ std::string FormatCpuList(absl::Span<const int> cpus) {
   return out;
 }
 
-int UsableCpuCount() {
+std::vector<int> UsableCpus() {
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
-    return std::max(1u, std::thread::hardware_concurrency());
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu <= kMaxCpu; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
   }
-  return std::max(1, CPU_COUNT(&set));
+  return cpus;
+}
+
+int UsableCpuCount() {
+  const std::vector<int> cpus = UsableCpus();
+  if (cpus.empty()) return std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(cpus.size());
 }
 
 absl::Status RestrictThreadToCpus(absl::Span<const int> cpus) {

@@ -33,6 +33,10 @@ absl::StatusOr<std::vector<int>> CpusFromFlag(absl::string_view flag,
 // {0, 1, 2, 5} -> "0-2,5".
 std::string FormatCpuList(absl::Span<const int> cpus);
 
+// The CPUs the calling thread may run on, in increasing order; empty if
+// the kernel will not say.
+std::vector<int> UsableCpus();
+
 // How many CPUs the calling thread may run on (its affinity, which --cpus
 // and cgroup cpusets narrow; std::thread::hardware_concurrency counts the
 // machine's): the threads worth starting for parallel work. At least 1.

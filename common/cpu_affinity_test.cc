@@ -100,11 +100,13 @@ TEST(FormatCpuListTest, WritesRunsAsRanges) {
 }
 
 TEST(RestrictThreadToCpusTest, RestrictsTheThreadAndWhatItStarts) {
+  EXPECT_EQ(UsableCpus(), ThreadCpus());
   EXPECT_EQ(UsableCpuCount(), static_cast<int>(ThreadCpus().size()));
   OnOwnThread([] {
     const int cpu = ThreadCpus().front();
     ASSERT_TRUE(RestrictThreadToCpus({cpu}).ok());
     EXPECT_THAT(ThreadCpus(), ElementsAre(cpu));
+    EXPECT_THAT(UsableCpus(), ElementsAre(cpu));
     EXPECT_EQ(UsableCpuCount(), 1);
     OnOwnThread([cpu] { EXPECT_THAT(ThreadCpus(), ElementsAre(cpu)); });
   });
