@@ -66,9 +66,9 @@ class ParameterService final : public proto::ParameterServer::Service {
  private:
   // Pull, Push and PushPull carry tensor bytes, so their handlers take the
   // raw messages and serialize or parse them with common/chunk_wire.h: a
-  // push's bytes are copied once (into the staging buffer), a pull's are
-  // sent from a shared version of the weights. On the wire they are the
-  // proto's methods.
+  // push's bytes stay in the received buffers, where the update reads them
+  // (SliceGradient), a pull's are sent from a shared version of the
+  // weights. On the wire they are the proto's methods.
   using ByteStream =
       grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
   grpc::Status PullBytes(grpc::ServerContext* context, ByteStream* stream);

@@ -74,7 +74,7 @@ class ShardStore {
   // schedule's value for this update) or else the configured one.
   absl::Status ApplyGradient(int slice, absl::Span<const float> gradient,
                              std::optional<float> learning_rate = std::nullopt);
-  // The same with the gradient read a block at a time (Optimizer::Apply).
+  // The same with the gradient read a run at a time (Optimizer::Apply).
   absl::Status ApplyGradient(int slice, GradientReader gradient,
                              std::optional<float> learning_rate);
 
