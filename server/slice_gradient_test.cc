@@ -116,11 +116,12 @@ TEST(SliceGradientTest, CopiesShareTheBytesAndOutliveTheOriginal) {
   SliceGradient copy;
   {
     SliceGradient original;
-    // Owned by the cord, as the network buffers are.
+    // Owned by the cord, as the network buffers are; the last 8 bytes are
+    // few enough for a cord to hold them inside itself.
     std::string bytes;
     EncodeFloats(values, &bytes);
-    original.Add(0, absl::Cord(bytes.substr(0, 40)));
-    original.Add(10, absl::Cord(bytes.substr(40)));
+    original.Add(0, absl::Cord(bytes.substr(0, 72)));
+    original.Add(18, absl::Cord(bytes.substr(72)));
     copy = original;
   }
   EXPECT_EQ(ReadAll(copy, 0, 20), values);
