@@ -90,15 +90,18 @@ TEST(SliceGradientTest, ViewsRunsInPlaceAndCopiesOnlyAnElementSplitByPieces) {
 
 TEST(SliceGradientTest, ViewStopsAtTheEndOfAChunk) {
   const std::vector<float> values = Values(10);
-  const absl::Span<const float> all = values;
-  std::string a, b;
+  std::string storage;
+  EncodeFloats(values, &storage);
+  const absl::string_view bytes = storage;
   SliceGradient g;
-  // One piece each, adjacent in memory: a run must not cross into the next.
-  g.Add(0, InPieces(all.subspan(0, 6), 1000, &a));
-  g.Add(6, InPieces(all.subspan(6), 1000, &b));
+  // Two chunks over adjacent bytes of one buffer: a run must still end
+  // where its chunk does.
+  g.Add(0, absl::MakeCordFromExternal(bytes.substr(0, 24), [] {}));
+  g.Add(6, absl::MakeCordFromExternal(bytes.substr(24), [] {}));
   char scratch[sizeof(float)];
   EXPECT_EQ(g.View(2, 100, absl::MakeSpan(scratch)).size(), 4u);
   EXPECT_EQ(g.View(6, 100, absl::MakeSpan(scratch)).size(), 4u);
+  EXPECT_EQ(ReadAll(g, 0, 10), values);
 }
 
 TEST(SliceGradientTest, FromFloatsHoldsTheValues) {
