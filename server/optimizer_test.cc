@@ -176,6 +176,43 @@ TEST(OptimizerTest, ParsesKindNames) {
   EXPECT_NE(bad.status().message().find("rmsprop"), absl::string_view::npos);
 }
 
+// The update loops run as whichever vector code the CPU allows (AVX2 or
+// the x86-64 baseline); every one must give the bits of the formulas
+// evaluated an element at a time, so that runs agree across machines.
+TEST(OptimizerTest, GivesTheBitsOfTheFormulasOneElementAtATime) {
+  const size_t n = 1003;  // Vector bodies and a scalar tail.
+  const float lr = 0.05f, wd = 0.01f, momentum = 0.9f;
+  const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  for (const OptimizerConfig& config :
+       {Sgd(lr, 0.0f, wd), Sgd(lr, momentum, wd), Adam(lr, wd)}) {
+    std::unique_ptr<Optimizer> opt = Make(config, n);
+    std::vector<float> w(n), g(n), expected(n), m(n, 0.0f), v(n, 0.0f);
+    for (size_t i = 0; i < n; ++i) w[i] = expected[i] = std::sin(1.0f * i);
+    for (int step = 1; step <= 3; ++step) {
+      for (size_t i = 0; i < n; ++i) g[i] = std::cos(1.0f * i * (step + 1));
+      ASSERT_TRUE(opt->Apply(g, absl::MakeSpan(w), lr).ok());
+      const float c1 = static_cast<float>(1.0 - std::pow(double{b1}, step));
+      const float c2 = static_cast<float>(1.0 - std::pow(double{b2}, step));
+      for (size_t i = 0; i < n; ++i) {
+        float& e = expected[i];
+        const float gd = g[i] + wd * e;
+        if (config.kind == OptimizerKind::kAdam) {
+          m[i] = b1 * m[i] + (1.0f - b1) * gd;
+          v[i] = b2 * v[i] + (1.0f - b2) * gd * gd;
+          e -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+        } else if (config.momentum > 0.0f) {
+          m[i] = momentum * m[i] + gd;
+          e -= lr * m[i];
+        } else {
+          e -= lr * gd;
+        }
+      }
+    }
+    EXPECT_EQ(0, std::memcmp(w.data(), expected.data(), n * sizeof(float)))
+        << OptimizerKindName(config.kind) << " momentum " << config.momentum;
+  }
+}
+
 TEST(OptimizerTest, PooledUpdateGivesTheSameBitsAsOneThread) {
   // Long enough for several ranges, with a ragged last one.
   const size_t n = 3 * RangePool::kMaxRange + 12345;
