@@ -1,6 +1,7 @@
 #include "common/tensor_codec.h"
 
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -9,6 +10,18 @@
 
 namespace ps {
 namespace {
+
+// `bytes` as a cord of pieces of the given sizes, over `bytes` itself (as
+// received bytes stay where the network put them).
+absl::Cord InPieces(absl::string_view bytes,
+                    std::initializer_list<size_t> sizes) {
+  absl::Cord cord;
+  for (size_t size : sizes) {
+    cord.Append(absl::MakeCordFromExternal(bytes.substr(0, size), [] {}));
+    bytes.remove_prefix(size);
+  }
+  return cord;
+}
 
 TEST(TensorCodecTest, RoundTripsValuesBitForBit) {
   const std::vector<float> values = {
@@ -50,11 +63,7 @@ TEST(TensorCodecTest, DecodesBytesInPiecesSplitInsideElements) {
   std::string bytes;
   EncodeFloats(values, &bytes);
   // Pieces of 3, 5 and 8 bytes: two elements straddle a boundary.
-  const absl::string_view view = bytes;
-  absl::Cord cord;
-  cord.Append(absl::MakeCordFromExternal(view.substr(0, 3), [] {}));
-  cord.Append(absl::MakeCordFromExternal(view.substr(3, 5), [] {}));
-  cord.Append(absl::MakeCordFromExternal(view.substr(8), [] {}));
+  const absl::Cord cord = InPieces(bytes, {3, 5, 8});
   std::vector<float> decoded(values.size());
   ASSERT_TRUE(DecodeFloats(cord, absl::MakeSpan(decoded)).ok());
   EXPECT_EQ(decoded, values);
@@ -67,11 +76,7 @@ TEST(TensorCodecTest, DecodesAnyRangeOfBytesInPieces) {
   EncodeFloats(values, &bytes);
   // Pieces of 33, 50 and 77 bytes, so that ranges start and end inside
   // pieces, on their edges and inside elements.
-  const absl::string_view view = bytes;
-  absl::Cord cord;
-  cord.Append(absl::MakeCordFromExternal(view.substr(0, 33), [] {}));
-  cord.Append(absl::MakeCordFromExternal(view.substr(33, 50), [] {}));
-  cord.Append(absl::MakeCordFromExternal(view.substr(83), [] {}));
+  const absl::Cord cord = InPieces(bytes, {33, 50, 77});
   for (size_t first = 0; first <= values.size(); ++first) {
     for (size_t n = 0; first + n <= values.size(); ++n) {
       std::vector<float> decoded(n);
