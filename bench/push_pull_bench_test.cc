@@ -1,4 +1,4 @@
-// A smoke run of the benchmark (tiny sizes, one round) and the checks on
+// A smoke run of the benchmark (tiny sizes, short trials) and the checks on
 // its inputs. No speed is asserted: a loaded CI machine may be slow.
 #include <sched.h>
 #include <stdlib.h>
@@ -19,12 +19,17 @@
 namespace ps::bench {
 namespace {
 
-MeasureOptions OneRound() {
+// One trial of at least one round and at least 50 ms. A single round may be
+// far shorter (a 4 KiB memcpy takes ~100 ns), and a coarse or stepped clock
+// may read it as no time at all: a rate of 0. 50 ms is many ticks of any
+// clock, so every rate comes out positive (push and pull alone add up their
+// calls over the trial's rounds).
+MeasureOptions Smoke() {
   MeasureOptions options;
   options.warmup_rounds = 1;
   options.trials = 1;
   options.min_rounds = 1;
-  options.min_time = absl::ZeroDuration();
+  options.min_time = absl::Milliseconds(50);
   return options;
 }
 
@@ -40,7 +45,7 @@ TEST(PushPullBenchTest, RunsEveryMeasurementOnceWithPositiveRates) {
   BenchConfig config;
   config.sizes = {4096, 64 << 10};
   config.server_counts = {1, 2};
-  config.measure = OneRound();
+  config.measure = Smoke();
   config.push_pull.server_binary = FindServerBinary("bench/push_pull_bench");
   ASSERT_FALSE(config.push_pull.server_binary.empty())
       << "server binary not in the runfiles";
@@ -74,7 +79,7 @@ BenchConfig OneRow(int servers, std::vector<int> server_cpus) {
   BenchConfig config;
   config.sizes = {4096};
   config.server_counts = {servers};
-  config.measure = OneRound();
+  config.measure = Smoke();
   config.push_pull.server_binary = FindServerBinary("bench/push_pull_bench");
   config.push_pull.work_dir = MakeWorkDir();
   config.push_pull.server_cpus = std::move(server_cpus);
@@ -123,7 +128,7 @@ TEST(PushPullBenchTest, FailsNamingTheShardWhenTheServerBinaryExits) {
   options.size_bytes = 4096;
   options.work_dir = MakeWorkDir();
   options.start_timeout = absl::Seconds(10);
-  absl::StatusOr<PushPullResult> result = MeasurePushPull(OneRound(), options);
+  absl::StatusOr<PushPullResult> result = MeasurePushPull(Smoke(), options);
   ASSERT_FALSE(result.ok());
   EXPECT_NE(result.status().message().find("server 0"), absl::string_view::npos)
       << result.status();

@@ -31,16 +31,12 @@ std::vector<int> ThreadCpus() {
   return cpus;
 }
 
-// The lowest CPU number the calling thread may not run on.
-int UnusableCpu() {
-  const std::vector<int> cpus = ThreadCpus();
-  int cpu = 0;
-  for (int usable : cpus) {
-    if (usable != cpu) break;
-    ++cpu;
-  }
-  return cpu;
-}
+// A CPU number no machine this runs on has, but one RestrictThreadToCpus
+// takes (the largest a cpu_set_t can name), so that the kernel refuses it.
+// A CPU merely missing from this thread's affinity will not do: when the
+// runner narrows it (taskset), the CPU may be online, and a thread may move
+// onto any online CPU of its cgroup.
+constexpr int kUnusableCpu = CPU_SETSIZE - 1;
 
 // Runs `fn` on a thread of its own, so that this test's thread keeps its
 // CPUs.
@@ -115,7 +111,7 @@ TEST(RestrictThreadToCpusTest, RestrictsTheThreadAndWhatItStarts) {
 TEST(RestrictThreadToCpusTest, RefusesAnUnusableCpuAndChangesNothing) {
   OnOwnThread([] {
     const std::vector<int> before = ThreadCpus();
-    const int unusable = UnusableCpu();
+    const int unusable = kUnusableCpu;
     ExpectInvalid(RestrictThreadToCpus({unusable}),
                   "none of CPUs " + std::to_string(unusable) +
                       " can be used by this process");

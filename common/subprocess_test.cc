@@ -21,10 +21,17 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+// How long a test waits for what a child does at once: a safety limit only,
+// since a loaded CI machine may be slow to run the child.
+constexpr absl::Duration kChildTimeout = absl::Seconds(60);
+
 SubprocessOptions Shell(const std::string& script) {
   SubprocessOptions options;
   options.argv = {"/bin/sh", "-c", script};
   options.name = "test child";
+  // These children's output ends when they do: how fast a loaded machine
+  // runs the reader thread must not decide whether the last lines are kept.
+  options.output_drain_timeout = kChildTimeout;
   return options;
 }
 
@@ -49,7 +56,7 @@ bool ProcessIsGone(pid_t pid) {
 }
 
 bool EventuallyGone(pid_t pid) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(3);
+  const absl::Time deadline = absl::Now() + kChildTimeout;
   while (absl::Now() < deadline) {
     if (ProcessIsGone(pid)) return true;
     absl::SleepFor(absl::Milliseconds(10));
@@ -112,18 +119,21 @@ TEST(SubprocessTest, ChildDoesNotInheritBlockedSignals) {
 }
 
 TEST(SubprocessTest, DestructorKillsChild) {
-  auto child = StartOrDie(Shell("exec sleep 1000"));
+  SubprocessOptions options = Shell("exec sleep 1000");
+  options.kill_grace = absl::Seconds(60);
+  auto child = StartOrDie(std::move(options));
   const pid_t pid = child->pid();
   const absl::Time start = absl::Now();
   child.reset();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  // Well under kill_grace: SIGTERM ended it, not the escalation to SIGKILL.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
   EXPECT_TRUE(EventuallyGone(pid));
 }
 
 TEST(SubprocessTest, DestructorKillsGrandchildren) {
   auto child = StartOrDie(Shell("sleep 1000 & echo grandchild $!; wait"));
   absl::StatusOr<std::string> line =
-      child->WaitForOutputLine("grandchild", absl::Seconds(5));
+      child->WaitForOutputLine("grandchild", kChildTimeout);
   ASSERT_TRUE(line.ok()) << line.status();
   int grandchild = 0;
   ASSERT_TRUE(absl::SimpleAtoi(line->substr(line->find(' ') + 1), &grandchild));
@@ -135,7 +145,7 @@ TEST(SubprocessTest, DestructorEscalatesToSigkill) {
   SubprocessOptions options = Shell("trap '' TERM; echo ready; sleep 1000");
   options.kill_grace = absl::Milliseconds(100);
   auto child = StartOrDie(std::move(options));
-  ASSERT_TRUE(child->WaitForOutputLine("ready", absl::Seconds(5)).ok());
+  ASSERT_TRUE(child->WaitForOutputLine("ready", kChildTimeout).ok());
   const pid_t pid = child->pid();
   EXPECT_EQ(child->Terminate(absl::Milliseconds(100)),
             ExitStatus::Signaled(SIGKILL));
@@ -241,7 +251,7 @@ TEST(SubprocessTest, RejectsEmptyArgvAndBadEnvironment) {
 TEST(SubprocessTest, WaitForOutputLineFailsWhenOutputEnds) {
   auto child = StartOrDie(Shell("echo something else"));
   absl::StatusOr<std::string> line =
-      child->WaitForOutputLine("listening", absl::Seconds(5));
+      child->WaitForOutputLine("listening", kChildTimeout);
   EXPECT_TRUE(absl::IsFailedPrecondition(line.status())) << line.status();
 }
 
@@ -280,8 +290,7 @@ TEST(PortFileTest, WaitsForAFileWrittenLater) {
   auto child = StartOrDie(
       Shell(absl::StrCat("sleep 0.2; echo 4321 > ", path, ".tmp; mv ", path,
                          ".tmp ", path, "; sleep 1000")));
-  absl::StatusOr<int> port =
-      WaitForPortFile(path, absl::Seconds(5), child.get());
+  absl::StatusOr<int> port = WaitForPortFile(path, kChildTimeout, child.get());
   ASSERT_TRUE(port.ok()) << port.status();
   EXPECT_EQ(*port, 4321);
   unlink(path.c_str());
@@ -291,8 +300,7 @@ TEST(PortFileTest, NamesTheChildThatDiedBeforeWritingIt) {
   const std::string path = TempPath("dead_port");
   unlink(path.c_str());
   auto child = StartOrDie(Shell("echo 'fatal: cannot bind'; exit 4"));
-  absl::StatusOr<int> port =
-      WaitForPortFile(path, absl::Seconds(5), child.get());
+  absl::StatusOr<int> port = WaitForPortFile(path, kChildTimeout, child.get());
   ASSERT_TRUE(absl::IsFailedPrecondition(port.status())) << port.status();
   EXPECT_THAT(port.status().message(), HasSubstr("test child"));
   EXPECT_THAT(port.status().message(), HasSubstr("exited with code 4"));

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +33,14 @@ namespace {
 std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");
   return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+// A path inside a new directory of its own, not yet there: reruns outside
+// Bazel (/tmp, shared and kept) must not find an earlier run's files.
+std::string FreshTempPath(const std::string& name) {
+  std::string dir = TempPath("server_binary_test.XXXXXX");
+  EXPECT_NE(mkdtemp(dir.data()), nullptr) << dir;
+  return absl::StrCat(dir, "/", name);
 }
 
 std::string ReadFile(const std::string& path) {
@@ -269,7 +278,8 @@ class ShardClient {
 };
 
 TEST(ServerBinaryTest, CheckpointsOnSigtermAndRestoresFromIt) {
-  const std::string dir = TempPath("ckpt_binary");
+  // Empty at first: the first start must not find a checkpoint to refuse.
+  const std::string dir = FreshTempPath("ckpt_binary");
   const std::string port_file = TempPath("ckpt.port");
   const std::string log = TempPath("ckpt.log");
   std::remove(port_file.c_str());

@@ -1,5 +1,6 @@
 #include "worker/idx_reader.h"
 
+#include <stdlib.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -26,6 +27,14 @@ constexpr char kInstalledDir[] = "/usr/share/datasets/fashion-mnist";
 std::string TempDir() {
   const char* dir = std::getenv("TEST_TMPDIR");
   return dir != nullptr ? dir : "/tmp";
+}
+
+// A new, empty directory of its own: the temp root may hold files of an
+// earlier run (outside Bazel, /tmp is shared and kept).
+std::string FreshTempDir() {
+  std::string dir = absl::StrCat(TempDir(), "/idx_reader_test.XXXXXX");
+  EXPECT_NE(mkdtemp(dir.data()), nullptr) << dir;
+  return dir;
 }
 
 std::string TempPath(const std::string& name) {
@@ -291,7 +300,8 @@ TEST(IdxReaderTest, RejectsEmptyImages) {
 }
 
 TEST(IdxReaderTest, LoadFashionMnistFallsBackToUncompressedFiles) {
-  const std::string dir = TempDir();
+  // Only the files written here: no stale .gz to prefer, no train-* split.
+  const std::string dir = FreshTempDir();
   WritePlain(dir + "/t10k-images-idx3-ubyte",
              IdxBytes(kIdxImagesMagic, {2, 1, 2}, {0, 255, 255, 0}));
   WriteGzip(dir + "/t10k-labels-idx1-ubyte.gz",

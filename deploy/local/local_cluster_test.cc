@@ -72,9 +72,13 @@ ClusterSpec ShellCluster(int num_servers, std::vector<std::string> servers,
         "/bin/sh",         "-c", script, "sh", absl::StrJoin(addresses, ","),
         absl::StrCat(rank)};
   };
-  spec.startup_timeout = absl::Seconds(5);
-  spec.shutdown_timeout = absl::Seconds(5);
-  spec.kill_grace = absl::Seconds(2);
+  // Safety limits only, far above what a loaded 2-core CI machine needs:
+  // tests that exercise a limit set a short one of their own. A long
+  // kill_grace also means that a stand-in ending by a signal other than
+  // SIGKILL was stopped by the stop signal, not by the escalation.
+  spec.startup_timeout = absl::Seconds(60);
+  spec.shutdown_timeout = absl::Seconds(60);
+  spec.kill_grace = absl::Seconds(60);
   const char* tmp = std::getenv("TEST_TMPDIR");
   spec.temp_root = tmp != nullptr ? tmp : "";
   return spec;
@@ -175,18 +179,25 @@ TEST(LocalClusterTest, StopsServersThatOutstayTheShutdownTimeout) {
 
 TEST(LocalClusterTest, FailingWorkerStopsTheOthersAndIsNamed) {
   Output output;
+  // Worker 1 fails only once worker 2 runs: the launcher starts no worker
+  // after a failure, and a fast exit may beat the start of the next.
+  const std::string started = DoneDir("failing_worker");
   LocalCluster cluster(
-      ShellCluster(
-          2, {ServerScript("exec sleep 1000")}, 3,
-          {"exec sleep 1000", "echo loading; echo 'error: bad batch'; exit 3",
-           "exec sleep 1000"}),
+      ShellCluster(2, {ServerScript("exec sleep 1000")}, 3,
+                   {"exec sleep 1000",
+                    absl::StrCat("while [ ! -e ", started,
+                                 "/2 ]; do sleep 0.02; done; echo loading; "
+                                 "echo 'error: bad batch'; exit 3"),
+                    absl::StrCat("touch ", started, "/$2; exec sleep 1000")}),
       output.writer());
   const ClusterResult result = cluster.Run();
   EXPECT_TRUE(absl::IsAborted(result.status)) << result.status;
   EXPECT_EQ(result.status.message(),
             "worker 1 exited with code 3: error: bad batch");
   EXPECT_EQ(result.ExitCode(), 1);
-  EXPECT_LT(result.elapsed, absl::Seconds(2));
+  // Well under kill_grace (60 s): SIGTERM stopped the others, no SIGKILL
+  // escalation was waited for.
+  EXPECT_LT(result.elapsed, absl::Seconds(30));
   for (const char* name : {"server 0", "server 1", "worker 0", "worker 2"}) {
     const ProcessOutcome& process = Find(result, name);
     EXPECT_TRUE(process.stopped_by_launcher) << name;
@@ -291,21 +302,26 @@ TEST(LocalClusterTest, SecondStopRequestKillsAtOnce) {
   });
   const ClusterResult result = cluster.Run();
   EXPECT_EQ(result.stop_signal, SIGTERM);
-  EXPECT_LT(result.elapsed, absl::Seconds(5));
+  // Well under kill_grace (60 s): the second request did not wait it out.
+  EXPECT_LT(result.elapsed, absl::Seconds(30));
   EXPECT_EQ(Find(result, "worker 0").exit, ExitStatus::Signaled(SIGKILL));
 }
 
 TEST(LocalClusterTest, IgnoredStopSignalIsFollowedBySigkill) {
   Output output;
-  ClusterSpec spec = ShellCluster(1, {ServerScript("trap '' TERM; sleep 1000")},
-                                  1, {"echo 'error: failing'; exit 2"});
+  // The trap comes before the port file: the launcher may send SIGTERM as
+  // soon as the port file is there.
+  ClusterSpec spec = ShellCluster(
+      1, {absl::StrCat("trap '' TERM; ", ServerScript("sleep 1000"))}, 1,
+      {"echo 'error: failing'; exit 2"});
   spec.kill_grace = absl::Milliseconds(200);
   LocalCluster cluster(std::move(spec), output.writer());
   const ClusterResult result = cluster.Run();
   EXPECT_EQ(result.status.message(),
             "worker 0 exited with code 2: error: failing");
   EXPECT_EQ(Find(result, "server 0").exit, ExitStatus::Signaled(SIGKILL));
-  EXPECT_LT(result.elapsed, absl::Seconds(3));
+  // Only a safety limit: the server was killed, not left to its sleep 1000.
+  EXPECT_LT(result.elapsed, absl::Seconds(30));
 }
 
 }  // namespace
