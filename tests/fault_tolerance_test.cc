@@ -27,12 +27,16 @@ using ::ps::testing::TempPath;
 
 constexpr int kBatch = 64;
 constexpr absl::Duration kJobTimeout = absl::Seconds(120);
+// For a line of a process that has exited: its output may still be draining.
+constexpr absl::Duration kLineTimeout = absl::Seconds(30);
 
 LaunchConfig FaultJob(const std::string& mode, int max_steps) {
   LaunchConfig config = SmallJob();
   config.mode = mode;
   config.batch_size = kBatch;
-  config.extra_server_flags = {"--worker_timeout=2s", "--slow_wait_log=1s"};
+  // Long enough that a live worker's heartbeats get through on a loaded
+  // 2-core machine; killed workers are waited for, not slept through.
+  config.extra_server_flags = {"--worker_timeout=4s", "--slow_wait_log=1s"};
   config.extra_worker_flags = {absl::StrCat("--max_steps=", max_steps),
                                "--log_every=10", "--heartbeat_period=200ms"};
   return config;
@@ -105,8 +109,13 @@ void KillAndRestartWorkerOne(ProcessCluster& cluster, int steps) {
           .AwaitWorkerLine(1, absl::StrCat(" step ", steps, "/"), kJobTimeout)
           .ok());
   cluster.KillWorker(1);
-  // Long enough for the shards to declare it dead (--worker_timeout=2s).
-  absl::SleepFor(absl::Seconds(3));
+  // Restarted once every shard has declared it dead, so that each goes on
+  // without it first.
+  for (int s = 0; s < cluster.config().num_servers; ++s) {
+    ASSERT_TRUE(
+        cluster.AwaitServerLine(s, "worker 1 is dead", kJobTimeout).ok())
+        << "server " << s;
+  }
   ASSERT_TRUE(cluster.StartWorker(1).ok());
 }
 
@@ -118,7 +127,7 @@ TEST(FaultToleranceTest, AsyncSurvivesAKilledWorkerAndCountsEachExampleOnce) {
   KillAndRestartWorkerOne(cluster, 40);
   ExpectExitsZero(cluster.WaitWorker(0, kJobTimeout), "worker 0");
   ExpectExitsZero(cluster.WaitWorker(1, kJobTimeout), "worker 1");
-  EXPECT_TRUE(cluster.AwaitWorkerLine(1, "resuming at", absl::Seconds(1)).ok());
+  EXPECT_TRUE(cluster.AwaitWorkerLine(1, "resuming at", kLineTimeout).ok());
   // Rank 0 evaluated the weights after the restarted worker's last update,
   // though it finished its own steps first.
   const std::optional<std::string> evaluated =
@@ -169,7 +178,7 @@ TEST(FaultToleranceTest, FailPolicyStopsTheJobNamingTheDeadWorker) {
   ASSERT_TRUE(worker0.has_value());
   EXPECT_FALSE(worker0->success());
   EXPECT_TRUE(
-      cluster.AwaitWorkerLine(0, "worker 1 is dead", absl::Seconds(1)).ok());
+      cluster.AwaitWorkerLine(0, "worker 1 is dead", kLineTimeout).ok());
   for (int s = 0; s < 2; ++s) {
     std::optional<ExitStatus> server = cluster.WaitServer(s, kJobTimeout);
     ASSERT_TRUE(server.has_value());
@@ -199,7 +208,7 @@ TEST(FaultToleranceTest, KilledServerResumesFromItsCheckpoint) {
   ExpectExitsZero(cluster.WaitServer(0, absl::Seconds(30)), "server 0");
   ExpectExitsZero(cluster.WaitServer(1, absl::Seconds(30)), "server 1");
   EXPECT_TRUE(
-      cluster.AwaitWorkerLine(0, "final test accuracy", absl::Seconds(1)).ok());
+      cluster.AwaitWorkerLine(0, "final test accuracy", kLineTimeout).ok());
 }
 
 TEST(FaultToleranceTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
@@ -231,11 +240,18 @@ TEST(FaultToleranceTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   cluster.KillServer(0);
 
   // Truncate the newest checkpoint, as a crash in the middle of a copy would.
+  // Newest by the version in its name (shard-0-<version>.ckpt): two files
+  // written within a tick of the file system's clock share a write time.
   std::vector<std::filesystem::path> files = checkpoint_files();
   ASSERT_GE(files.size(), 2u) << "expected two checkpoints kept";
-  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) {
-    return std::filesystem::last_write_time(a) <
-           std::filesystem::last_write_time(b);
+  auto version = [](const std::filesystem::path& path) {
+    const std::string stem = path.stem().string();
+    uint64_t v = 0;
+    EXPECT_TRUE(absl::SimpleAtoi(stem.substr(stem.rfind('-') + 1), &v)) << path;
+    return v;
+  };
+  std::sort(files.begin(), files.end(), [&](const auto& a, const auto& b) {
+    return version(a) < version(b);
   });
   std::filesystem::resize_file(files.back(),
                                std::filesystem::file_size(files.back()) / 2);
