@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/model_spec.h"
+#include "common/worker_environment.h"
 
 namespace ps {
 namespace {
@@ -96,9 +97,15 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
   if (config.data_dir.empty()) {
     return absl::InvalidArgumentError("--data_dir must not be empty");
   }
-  if (config.server_binary.empty() || config.worker_binary.empty()) {
+  if (config.server_binary.empty()) {
+    return absl::InvalidArgumentError("--server_binary must not be empty");
+  }
+  if (config.program.empty() && config.worker_binary.empty()) {
     return absl::InvalidArgumentError(
-        "--server_binary and --worker_binary must not be empty");
+        "--worker_binary must not be empty (or give a program after --)");
+  }
+  if (!config.program.empty() && config.program.front().empty()) {
+    return absl::InvalidArgumentError("the program after -- has no name");
   }
   return absl::OkStatus();
 }
@@ -167,6 +174,7 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
 
 std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
                                     const std::vector<std::string>& servers) {
+  if (!config.program.empty()) return config.program;
   std::vector<std::string> argv = {
       config.worker_binary,
       absl::StrCat("--rank=", rank),
@@ -188,6 +196,18 @@ std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
   return argv;
 }
 
+std::vector<std::pair<std::string, std::string>> WorkerEnv(
+    const LaunchConfig& config, int rank,
+    const std::vector<std::string>& servers) {
+  WorkerEnvironment environment;
+  environment.rank = rank;
+  environment.num_workers = config.num_workers;
+  environment.local_rank = rank;
+  environment.local_num_workers = config.num_workers;
+  environment.servers = servers;
+  return WorkerEnvironmentVariables(environment);
+}
+
 ClusterSpec MakeClusterSpec(const LaunchConfig& config) {
   ClusterSpec spec;
   spec.num_servers = config.num_servers;
@@ -199,6 +219,13 @@ ClusterSpec MakeClusterSpec(const LaunchConfig& config) {
                                  const std::vector<std::string>& servers) {
     return WorkerArgv(config, rank, servers);
   };
+  if (!config.program.empty()) {
+    spec.worker_environment =
+        [config](int rank, const std::vector<std::string>& servers) {
+          return WorkerEnv(config, rank, servers);
+        };
+    spec.stop_servers_after_workers = true;
+  }
   spec.host = "127.0.0.1";
   spec.startup_timeout = config.startup_timeout;
   spec.shutdown_timeout = config.shutdown_timeout;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -41,6 +42,11 @@ struct LaunchConfig {
 
   std::string server_binary;
   std::string worker_binary;
+  // Empty: workers run worker_binary with the flags above. Else the argv of
+  // the program each worker runs instead, which learns its rank and the
+  // servers from its environment (common/worker_environment.h); the servers
+  // are stopped once every copy has exited 0.
+  std::vector<std::string> program;
   // 0: each server picks a free port; else server i listens on base_port + i.
   int base_port = 0;
   absl::Duration startup_timeout = absl::Seconds(60);
@@ -66,6 +72,11 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
                                     const std::string& port_file);
 std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
                                     const std::vector<std::string>& servers);
+// What a worker program (config.program) is told: every worker runs on this
+// host.
+std::vector<std::pair<std::string, std::string>> WorkerEnv(
+    const LaunchConfig& config, int rank,
+    const std::vector<std::string>& servers);
 
 // The cluster that runs `config` (validated) on 127.0.0.1.
 ClusterSpec MakeClusterSpec(const LaunchConfig& config);

@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -147,6 +148,41 @@ TEST(LaunchConfigTest, ClusterSpecBuildsTheSameCommands) {
   EXPECT_EQ(spec.host, "127.0.0.1");
   EXPECT_EQ(spec.server_command(2, "/p"), ServerArgv(config, 2, "/p"));
   EXPECT_EQ(spec.worker_command(1, {"a:1"}), WorkerArgv(config, 1, {"a:1"}));
+}
+
+TEST(LaunchConfigTest, AProgramRunsAsIsWithTheWorkerEnvironment) {
+  LaunchConfig config = ValidConfig();
+  config.worker_binary = "";
+  config.program = {"python3", "train.py", "--lr=1"};
+  ASSERT_TRUE(ValidateLaunchConfig(config).ok());
+  const std::vector<std::string> servers = {"127.0.0.1:4000", "127.0.0.1:4001"};
+  const ClusterSpec spec = MakeClusterSpec(config);
+  EXPECT_EQ(spec.worker_command(1, servers), config.program);
+  EXPECT_TRUE(spec.stop_servers_after_workers);
+  ASSERT_TRUE(spec.worker_environment);
+  const auto env = spec.worker_environment(1, servers);
+  EXPECT_THAT(env, testing::Contains(std::pair<std::string, std::string>(
+                       "PS_SERVERS", "127.0.0.1:4000,127.0.0.1:4001")));
+  EXPECT_THAT(env, testing::Contains(
+                       std::pair<std::string, std::string>("PS_RANK", "1")));
+  EXPECT_THAT(env, testing::Contains(
+                       std::pair<std::string, std::string>("WORLD_SIZE", "2")));
+}
+
+TEST(LaunchConfigTest, OurWorkerGetsFlagsAndNoEnvironment) {
+  const ClusterSpec spec = MakeClusterSpec(ValidConfig());
+  EXPECT_FALSE(spec.worker_environment);
+  EXPECT_FALSE(spec.stop_servers_after_workers);
+}
+
+TEST(LaunchConfigTest, RejectsAMissingWorker) {
+  LaunchConfig config = ValidConfig();
+  config.worker_binary = "";
+  EXPECT_THAT(std::string(ValidateLaunchConfig(config).message()),
+              HasSubstr("--worker_binary must not be empty"));
+  config.program = {""};
+  EXPECT_THAT(std::string(ValidateLaunchConfig(config).message()),
+              HasSubstr("the program after -- has no name"));
 }
 
 TEST(ExtraFlagsTest, SplitsFlagsOnWhitespace) {

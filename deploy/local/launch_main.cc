@@ -1,9 +1,11 @@
 // Runs one training job on this machine: N servers and M workers as local
 // processes on 127.0.0.1, every line of their output streamed with a prefix,
-// a summary (with the final test accuracy) at the end.
+// a summary (with the final test accuracy) at the end. The workers run our
+// worker binary, or any program given after "--", as torchrun does.
 //
 //   bazel run //deploy/local:launch -- --num_servers=2 --num_workers=2
 //   bazel-bin/deploy/local/launch --mode=ssp --staleness=2
+//   bazel-bin/deploy/local/launch --num_workers=4 -- python3 train.py --lr=1
 //
 // Exit code: 0 when every worker succeeded, 1 when a process failed or the
 // cluster could not start, 2 on bad flags, 128 + signal when interrupted.
@@ -18,11 +20,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -102,7 +108,30 @@ absl::StatusOr<std::string> BinaryFromFlag(const LauncherLocation& location,
   return path;
 }
 
-absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0) {
+// Flags that configure our worker binary, which a program given after "--"
+// does not read.
+constexpr const char* kWorkerBinaryFlags[] = {
+    "epochs",     "batch_size",   "data_dir",     "device",
+    "save_model", "worker_flags", "worker_binary"};
+
+absl::Status CheckNoWorkerBinaryFlags() {
+  for (const char* name : kWorkerBinaryFlags) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    // Set to something else than its default: a value that would be
+    // silently ignored.
+    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name,
+          " configures our worker binary; a program given after -- reads "
+          "its own arguments (and PS_RANK, PS_SERVERS, ... from its "
+          "environment)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0,
+                                             std::vector<std::string> program) {
   // Under `bazel run` the cwd is the runfiles tree; user paths are relative
   // to where the user typed the command.
   const std::string cwd = EnvOrEmpty("BUILD_WORKING_DIRECTORY");
@@ -135,6 +164,7 @@ absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0) {
       "worker_flags", absl::GetFlag(FLAGS_worker_flags), ReservedWorkerFlags());
   if (!worker_flags.ok()) return worker_flags.status();
   config.extra_worker_flags = *std::move(worker_flags);
+  config.program = std::move(program);
 
   const LauncherLocation location{SelfExecutable(), argv0,
                                   EnvOrEmpty("RUNFILES_DIR")};
@@ -143,6 +173,15 @@ absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0) {
       "server/server", "//server:server");
   if (!server.ok()) return server.status();
   config.server_binary = *server;
+  if (!config.program.empty()) {
+    if (absl::Status status = CheckNoWorkerBinaryFlags(); !status.ok()) {
+      return status;
+    }
+    if (absl::Status status = ValidateLaunchConfig(config); !status.ok()) {
+      return status;
+    }
+    return config;
+  }
   absl::StatusOr<std::string> worker = BinaryFromFlag(
       location, cwd, "worker_binary", absl::GetFlag(FLAGS_worker_binary),
       "worker/worker", "//worker:worker");
@@ -192,13 +231,37 @@ class SignalForwarder {
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Runs a parameter-server training job as local processes.\n"
-      "  launch --num_servers=2 --num_workers=2 --mode=sync --epochs=10");
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+      "  launch --num_servers=2 --num_workers=2 --mode=sync --epochs=10\n"
+      "  launch --num_workers=2 -- PROGRAM [ARGS...]\n"
+      "With a PROGRAM, each worker runs it with PS_RANK, PS_NUM_WORKERS, "
+      "PS_LOCAL_RANK,\nPS_LOCAL_NUM_WORKERS, PS_NUM_SERVERS and PS_SERVERS "
+      "(and torchrun's RANK,\nWORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) in "
+      "its environment; the servers\nare stopped once every copy has "
+      "exited 0.");
+  // Everything after the first "--" is the worker program, untouched.
+  int flag_count = argc;
+  std::vector<std::string> program;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      flag_count = i;
+      program.assign(argv + i + 1, argv + argc);
+      if (program.empty()) {
+        std::fprintf(stderr, "launch: no program after --\n");
+        return 2;
+      }
+      break;
+    }
+  }
+  std::vector<char*> positional = absl::ParseCommandLine(flag_count, argv);
   if (positional.size() > 1) {
-    std::fprintf(stderr, "launch: unexpected argument '%s'\n", positional[1]);
+    std::fprintf(stderr,
+                 "launch: unexpected argument '%s' (a worker program goes "
+                 "after --)\n",
+                 positional[1]);
     return 2;
   }
-  absl::StatusOr<LaunchConfig> config = ConfigFromFlags(argv[0]);
+  absl::StatusOr<LaunchConfig> config =
+      ConfigFromFlags(argv[0], std::move(program));
   if (!config.ok()) {
     std::fprintf(stderr, "launch: %s\n",
                  std::string(config.status().message()).c_str());

@@ -116,12 +116,14 @@ void LocalCluster::OnLine(const std::string& prefix, bool is_worker0,
   }
 }
 
-absl::Status LocalCluster::StartChild(bool is_server, int index,
-                                      std::vector<std::string> argv) {
+absl::Status LocalCluster::StartChild(
+    bool is_server, int index, std::vector<std::string> argv,
+    std::vector<std::pair<std::string, std::string>> env) {
   const std::string name = ChildName(is_server, index);
   const int child = static_cast<int>(children_.size());
   SubprocessOptions options;
   options.argv = std::move(argv);
+  options.env = std::move(env);
   options.name = name;
   options.kill_grace = spec_.kill_grace;
   options.line_callback = [this, prefix = absl::StrCat("[", name, "] "),
@@ -250,8 +252,12 @@ absl::Status LocalCluster::StartWorkers(
     if (absl::Status status = CheckForFailure(Phase::kTraining); !status.ok()) {
       return status;
     }
-    absl::Status status =
-        StartChild(false, rank, spec_.worker_command(rank, addresses));
+    std::vector<std::pair<std::string, std::string>> env;
+    if (spec_.worker_environment) {
+      env = spec_.worker_environment(rank, addresses);
+    }
+    absl::Status status = StartChild(
+        false, rank, spec_.worker_command(rank, addresses), std::move(env));
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
@@ -340,7 +346,13 @@ ClusterResult LocalCluster::Run() {
   if (status.ok()) status = StartServers((*work_dir)->path(), &addresses);
   if (status.ok()) status = StartWorkers(addresses);
   if (status.ok()) status = AwaitWorkers();
-  if (status.ok()) status = AwaitServerExit(&result.notes);
+  if (status.ok()) {
+    if (spec_.stop_servers_after_workers) {
+      Log("all workers finished; stopping the servers");
+    } else {
+      status = AwaitServerExit(&result.notes);
+    }
+  }
   if (!status.ok()) Log(absl::StrCat("stopping: ", status.message()));
   StopAll();
 

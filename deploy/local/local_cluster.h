@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -31,6 +32,15 @@ struct ClusterSpec {
   std::function<std::vector<std::string>(
       int rank, const std::vector<std::string>& servers)>
       worker_command;
+  // Variables set in worker `rank`'s environment on top of the launcher's;
+  // none if empty.
+  std::function<std::vector<std::pair<std::string, std::string>>(
+      int rank, const std::vector<std::string>& servers)>
+      worker_environment;
+  // Once every worker has exited 0, stop the servers at once rather than
+  // give them shutdown_timeout to exit on their own: for worker programs
+  // that may never tell the servers they are done.
+  bool stop_servers_after_workers = false;
   // Where the servers listen.
   std::string host = "127.0.0.1";
   // Servers must all have written their port file within this.
@@ -102,8 +112,9 @@ class LocalCluster {
   // Decides which exits are failures.
   enum class Phase { kStartup, kTraining, kShutdown };
 
-  absl::Status StartChild(bool is_server, int index,
-                          std::vector<std::string> argv);
+  absl::Status StartChild(
+      bool is_server, int index, std::vector<std::string> argv,
+      std::vector<std::pair<std::string, std::string>> env = {});
   absl::Status StartServers(const std::string& work_dir,
                             std::vector<std::string>* addresses);
   absl::Status StartWorkers(const std::vector<std::string>& addresses);

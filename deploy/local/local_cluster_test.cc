@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -305,6 +306,36 @@ TEST(LocalClusterTest, SecondStopRequestKillsAtOnce) {
   // Well under kill_grace (60 s): the second request did not wait it out.
   EXPECT_LT(result.elapsed, absl::Seconds(30));
   EXPECT_EQ(Find(result, "worker 0").exit, ExitStatus::Signaled(SIGKILL));
+}
+
+TEST(LocalClusterTest, WorkerProgramsGetTheirEnvironmentThenServersStop) {
+  Output output;
+  // Servers that never exit on their own, as with a program that never
+  // tells them it is done.
+  ClusterSpec spec = ShellCluster(2, {ServerScript("exec sleep 1000")}, 2,
+                                  {"echo \"rank $PS_RANK of $PS_SERVERS\""});
+  spec.worker_environment = [](int rank,
+                               const std::vector<std::string>& servers) {
+    return std::vector<std::pair<std::string, std::string>>{
+        {"PS_RANK", absl::StrCat(rank)},
+        {"PS_SERVERS", absl::StrJoin(servers, ",")}};
+  };
+  spec.stop_servers_after_workers = true;
+  LocalCluster cluster(std::move(spec), output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_TRUE(result.status.ok()) << result.status;
+  EXPECT_EQ(result.ExitCode(), 0);
+  for (int rank : {0, 1}) {
+    EXPECT_THAT(output.lines(),
+                Contains(absl::StrCat("[worker ", rank, "] rank ", rank,
+                                      " of 127.0.0.1:4000,127.0.0.1:4001")));
+  }
+  for (const char* name : {"server 0", "server 1"}) {
+    EXPECT_TRUE(Find(result, name).stopped_by_launcher) << name;
+  }
+  // Well under shutdown_timeout (60 s): the servers were not waited for.
+  EXPECT_LT(result.elapsed, absl::Seconds(30));
+  EXPECT_TRUE(result.notes.empty());
 }
 
 TEST(LocalClusterTest, IgnoredStopSignalIsFollowedBySigkill) {

@@ -1,0 +1,99 @@
+#include "common/worker_environment.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/cluster_address.h"
+
+namespace ps {
+namespace {
+
+// More than any host or job of ours runs; a bound that catches garbage.
+constexpr int kMaxWorkers = 1 << 16;
+
+absl::StatusOr<int> ReadCount(
+    absl::FunctionRef<const char*(const char*)> lookup, const char* name,
+    int low, int high) {
+  const char* value = lookup(name);
+  if (value == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("$", name,
+                     " is not set (start worker programs with "
+                     "`launch -- PROGRAM`)"));
+  }
+  int n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n < low || n > high) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("$", name, " must be a number in [", low, ", ", high,
+                     "], got '", value, "'"));
+  }
+  return n;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> WorkerEnvironmentVariables(
+    const WorkerEnvironment& environment) {
+  const std::string rank = absl::StrCat(environment.rank);
+  const std::string num_workers = absl::StrCat(environment.num_workers);
+  const std::string local_rank = absl::StrCat(environment.local_rank);
+  const std::string local_num_workers =
+      absl::StrCat(environment.local_num_workers);
+  return {
+      {"PS_RANK", rank},
+      {"PS_NUM_WORKERS", num_workers},
+      {"PS_LOCAL_RANK", local_rank},
+      {"PS_LOCAL_NUM_WORKERS", local_num_workers},
+      {"PS_NUM_SERVERS", absl::StrCat(environment.servers.size())},
+      {"PS_SERVERS", absl::StrJoin(environment.servers, ",")},
+      {"RANK", rank},
+      {"WORLD_SIZE", num_workers},
+      {"LOCAL_RANK", local_rank},
+      {"LOCAL_WORLD_SIZE", local_num_workers},
+  };
+}
+
+absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
+    absl::FunctionRef<const char*(const char*)> lookup) {
+  WorkerEnvironment environment;
+  absl::StatusOr<int> num_workers =
+      ReadCount(lookup, "PS_NUM_WORKERS", 1, kMaxWorkers);
+  if (!num_workers.ok()) return num_workers.status();
+  absl::StatusOr<int> rank = ReadCount(lookup, "PS_RANK", 0, *num_workers - 1);
+  if (!rank.ok()) return rank.status();
+  absl::StatusOr<int> local_num_workers =
+      ReadCount(lookup, "PS_LOCAL_NUM_WORKERS", 1, *num_workers);
+  if (!local_num_workers.ok()) return local_num_workers.status();
+  absl::StatusOr<int> local_rank =
+      ReadCount(lookup, "PS_LOCAL_RANK", 0, *local_num_workers - 1);
+  if (!local_rank.ok()) return local_rank.status();
+  absl::StatusOr<int> num_servers =
+      ReadCount(lookup, "PS_NUM_SERVERS", 1, kMaxWorkers);
+  if (!num_servers.ok()) return num_servers.status();
+  const char* list = lookup("PS_SERVERS");
+  if (list == nullptr) {
+    return absl::InvalidArgumentError("$PS_SERVERS is not set");
+  }
+  absl::StatusOr<std::vector<std::string>> servers = ParseServerList(list);
+  if (!servers.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("$PS_SERVERS: ", servers.status().message()));
+  }
+  if (servers->size() != static_cast<size_t>(*num_servers)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("$PS_SERVERS lists ", servers->size(),
+                     " servers but $PS_NUM_SERVERS is ", *num_servers));
+  }
+  environment.rank = *rank;
+  environment.num_workers = *num_workers;
+  environment.local_rank = *local_rank;
+  environment.local_num_workers = *local_num_workers;
+  environment.servers = *std::move(servers);
+  return environment;
+}
+
+}  // namespace ps

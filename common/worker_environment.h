@@ -1,0 +1,46 @@
+#ifndef PS_COMMON_WORKER_ENVIRONMENT_H_
+#define PS_COMMON_WORKER_ENVIRONMENT_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+
+namespace ps {
+
+// Who a worker program is and where the servers are, as the launcher tells
+// it through the environment (deploy/local `launch -- PROGRAM ARGS...`):
+//
+//   PS_RANK, PS_NUM_WORKERS      this worker's rank in [0, PS_NUM_WORKERS)
+//   PS_LOCAL_RANK                its rank among the workers of this host
+//   PS_LOCAL_NUM_WORKERS         how many workers this host runs
+//   PS_NUM_SERVERS, PS_SERVERS   the servers' host:port, comma-separated, in
+//                                index order
+//
+// and, for programs written for torchrun, the same as RANK, WORLD_SIZE,
+// LOCAL_RANK and LOCAL_WORLD_SIZE.
+struct WorkerEnvironment {
+  int rank = 0;
+  int num_workers = 1;
+  int local_rank = 0;
+  int local_num_workers = 1;
+  std::vector<std::string> servers;
+};
+
+// The variables above, as (name, value) pairs to set in a child.
+std::vector<std::pair<std::string, std::string>> WorkerEnvironmentVariables(
+    const WorkerEnvironment& environment);
+
+// Reads the PS_ variables through `lookup` (std::getenv in a program; it
+// returns nullptr for an unset variable). InvalidArgument naming the
+// variable when one is unset, not a number, out of range, or when they
+// disagree (a rank outside [0, PS_NUM_WORKERS), PS_NUM_SERVERS not the length
+// of PS_SERVERS, a malformed address).
+absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
+    absl::FunctionRef<const char*(const char*)> lookup);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_WORKER_ENVIRONMENT_H_

@@ -1,0 +1,105 @@
+#include "common/worker_environment.h"
+
+#include <map>
+#include <string>
+
+#include "common/status_testing.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::ps::testing::ExpectInvalid;
+
+// An environment in a map, as ReadWorkerEnvironment looks it up.
+class FakeEnvironment {
+ public:
+  explicit FakeEnvironment(const WorkerEnvironment& environment) {
+    for (const auto& [name, value] : WorkerEnvironmentVariables(environment)) {
+      variables_[name] = value;
+    }
+  }
+  void Set(const std::string& name, const std::string& value) {
+    variables_[name] = value;
+  }
+  void Unset(const std::string& name) { variables_.erase(name); }
+
+  absl::StatusOr<WorkerEnvironment> Read() const {
+    return ReadWorkerEnvironment([this](const char* name) -> const char* {
+      auto it = variables_.find(name);
+      return it == variables_.end() ? nullptr : it->second.c_str();
+    });
+  }
+
+ private:
+  std::map<std::string, std::string> variables_;
+};
+
+WorkerEnvironment ThirdOfFour() {
+  return {2, 4, 0, 1, {"127.0.0.1:7000", "127.0.0.1:7001"}};
+}
+
+TEST(WorkerEnvironmentTest, SetsOursAndTorchrunsVariables) {
+  const auto variables = WorkerEnvironmentVariables(ThirdOfFour());
+  const std::map<std::string, std::string> got(variables.begin(),
+                                               variables.end());
+  EXPECT_EQ(got.at("PS_RANK"), "2");
+  EXPECT_EQ(got.at("PS_NUM_WORKERS"), "4");
+  EXPECT_EQ(got.at("PS_NUM_SERVERS"), "2");
+  EXPECT_EQ(got.at("PS_SERVERS"), "127.0.0.1:7000,127.0.0.1:7001");
+  EXPECT_EQ(got.at("RANK"), "2");
+  EXPECT_EQ(got.at("WORLD_SIZE"), "4");
+  EXPECT_EQ(got.at("LOCAL_RANK"), "0");
+  EXPECT_EQ(got.at("LOCAL_WORLD_SIZE"), "1");
+}
+
+TEST(WorkerEnvironmentTest, ReadsBackWhatItSets) {
+  absl::StatusOr<WorkerEnvironment> read =
+      FakeEnvironment(ThirdOfFour()).Read();
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->rank, 2);
+  EXPECT_EQ(read->num_workers, 4);
+  EXPECT_EQ(read->local_rank, 0);
+  EXPECT_EQ(read->local_num_workers, 1);
+  EXPECT_EQ(read->servers, ThirdOfFour().servers);
+}
+
+TEST(WorkerEnvironmentTest, NamesAMissingVariable) {
+  for (const char* name :
+       {"PS_RANK", "PS_NUM_WORKERS", "PS_LOCAL_RANK", "PS_LOCAL_NUM_WORKERS",
+        "PS_NUM_SERVERS", "PS_SERVERS"}) {
+    FakeEnvironment env(ThirdOfFour());
+    env.Unset(name);
+    ExpectInvalid(env.Read().status(), std::string("$") + name + " is not set");
+  }
+}
+
+TEST(WorkerEnvironmentTest, RefusesMalformedOrInconsistentValues) {
+  struct Case {
+    const char* name;
+    const char* value;
+    const char* error;
+  };
+  for (const Case& c : {
+           Case{"PS_RANK", "4", "$PS_RANK must be a number in [0, 3]"},
+           Case{"PS_RANK", "-1", "$PS_RANK must be a number in [0, 3]"},
+           Case{"PS_RANK", "two", "got 'two'"},
+           Case{"PS_NUM_WORKERS", "0", "$PS_NUM_WORKERS must be a number"},
+           Case{"PS_NUM_WORKERS", "99999999999", "$PS_NUM_WORKERS must be"},
+           Case{"PS_LOCAL_RANK", "1",
+                "$PS_LOCAL_RANK must be a number in [0, 0]"},
+           Case{"PS_LOCAL_NUM_WORKERS", "5", "in [1, 4]"},
+           Case{"PS_NUM_SERVERS", "3",
+                "lists 2 servers but $PS_NUM_SERVERS is 3"},
+           Case{"PS_SERVERS", "127.0.0.1:7000,nope", "$PS_SERVERS: "},
+           Case{"PS_SERVERS", "", "$PS_SERVERS: "},
+       }) {
+    SCOPED_TRACE(std::string(c.name) + "=" + c.value);
+    FakeEnvironment env(ThirdOfFour());
+    env.Set(c.name, c.value);
+    ExpectInvalid(env.Read().status(), c.error);
+  }
+}
+
+}  // namespace
+}  // namespace ps

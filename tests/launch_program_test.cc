@@ -1,0 +1,105 @@
+// The launcher running a program of the user's as its workers, as torchrun
+// does: the real launcher and server binaries on 127.0.0.1.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster_runner.h"
+
+namespace ps {
+namespace {
+
+using ::ps::testing::RunfilePath;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+// A generous limit: the job itself takes well under a second.
+constexpr absl::Duration kLaunchTimeout = absl::Seconds(120);
+
+struct Launch {
+  ExitStatus exit;
+  std::vector<std::string> lines;
+};
+
+Launch RunLauncher(std::vector<std::string> args) {
+  SubprocessOptions options;
+  options.argv = {
+      RunfilePath("deploy/local/launch"),
+      absl::StrCat("--server_binary=", RunfilePath("server/server"))};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.name = "launch";
+  options.output_drain_timeout = kLaunchTimeout;
+  absl::StatusOr<std::unique_ptr<Subprocess>> launch =
+      Subprocess::Start(std::move(options));
+  EXPECT_TRUE(launch.ok()) << launch.status();
+  if (!launch.ok()) return {ExitStatus::Exited(-1), {}};
+  std::optional<ExitStatus> exit = (*launch)->WaitFor(kLaunchTimeout);
+  EXPECT_TRUE(exit.has_value()) << "the launcher did not finish";
+  return {exit.value_or(ExitStatus::Exited(-1)), (*launch)->OutputLines()};
+}
+
+// The line that contains `text`, or "".
+std::string LineWith(const std::vector<std::string>& lines,
+                     const std::string& text) {
+  for (const std::string& line : lines) {
+    if (absl::StrContains(line, text)) return line;
+  }
+  return "";
+}
+
+TEST(LaunchProgramTest, EachRankSeesItsEnvironmentAndTheServersStop) {
+  const Launch launch = RunLauncher(
+      {"--num_servers=2", "--num_workers=2", "--", "/bin/sh", "-c",
+       "echo \"rank $PS_RANK/$PS_NUM_WORKERS torchrun $RANK/$WORLD_SIZE "
+       "servers $PS_NUM_SERVERS $PS_SERVERS\""});
+  EXPECT_TRUE(launch.exit.success()) << launch.exit.ToString();
+  for (int rank : {0, 1}) {
+    const std::string line = LineWith(
+        launch.lines, absl::StrCat("[worker ", rank, "] rank ", rank, "/2"));
+    ASSERT_FALSE(line.empty()) << "rank " << rank << " printed nothing";
+    EXPECT_THAT(line, HasSubstr(absl::StrCat("torchrun ", rank, "/2")));
+    EXPECT_THAT(line, HasSubstr("servers 2 127.0.0.1:"));
+  }
+  // The servers, which no worker told it was done, were stopped.
+  EXPECT_THAT(launch.lines,
+              Contains("[launch] all workers finished; stopping the servers"));
+  EXPECT_THAT(launch.lines,
+              Contains("[launch] server 0: exited with code 0 (stopped by the "
+                       "launcher)"));
+  EXPECT_THAT(launch.lines, Contains("[launch] result: success"));
+}
+
+TEST(LaunchProgramTest, AFailingProgramFailsTheJobNamingIt) {
+  const Launch launch = RunLauncher({"--num_workers=1", "--", "/bin/sh", "-c",
+                                     "echo 'cannot open data'; exit 3"});
+  EXPECT_EQ(launch.exit.exit_code(), 1) << launch.exit.ToString();
+  EXPECT_THAT(LineWith(launch.lines, "result: FAILED"),
+              HasSubstr("worker 0 exited with code 3: cannot open data"));
+}
+
+TEST(LaunchProgramTest, RefusesFlagsOfOurWorkerAndAMissingProgram) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string error;
+  };
+  for (const Case& c : {
+           Case{{"--epochs=3", "--", "/bin/true"},
+                "--epochs configures our worker binary"},
+           Case{{"--"}, "no program after --"},
+           Case{{"/bin/true"}, "a worker program goes after --"},
+       }) {
+    const Launch launch = RunLauncher(c.args);
+    EXPECT_EQ(launch.exit.exit_code(), 2) << c.error;
+    EXPECT_THAT(LineWith(launch.lines, c.error), HasSubstr(c.error));
+  }
+}
+
+}  // namespace
+}  // namespace ps
