@@ -24,14 +24,15 @@ namespace {
 constexpr int kServer = 1;
 constexpr int kWorkers = 2;
 constexpr uint64_t kSeed = 5;
+// Longer than any test may run: no worker dies unless a test asks for it.
+constexpr absl::Duration kLongLease = absl::Minutes(10);
 
 // Elements of this shard, by (tensor id, element index within the tensor).
 using Weights = std::map<std::pair<uint32_t, uint64_t>, float>;
 
 class ParameterServiceTest : public ::testing::Test {
  protected:
-  void Start(ConsistencyMode mode,
-             absl::Duration worker_timeout = absl::Seconds(10)) {
+  void Start(ConsistencyMode mode, absl::Duration worker_timeout = kLongLease) {
     partition_ = std::make_unique<Partition>(
         *Partition::Create(MlpModelSpec({20, 30, 5}), 2));
     OptimizerConfig sgd;
@@ -504,7 +505,8 @@ TEST_F(ParameterServiceTest, AReplayedPushIsAcknowledgedAndNotApplied) {
 }
 
 TEST_F(ParameterServiceTest, HeartbeatsKeepAWorkerAliveAndNameItsProcess) {
-  Start(ConsistencyMode::kSync, absl::Milliseconds(500));
+  constexpr absl::Duration kLease = absl::Milliseconds(500);
+  Start(ConsistencyMode::kSync, kLease);
   auto heartbeat = [&](int rank, uint64_t incarnation) {
     grpc::ClientContext context;
     proto::HeartbeatRequest request;
@@ -522,12 +524,29 @@ TEST_F(ParameterServiceTest, HeartbeatsKeepAWorkerAliveAndNameItsProcess) {
     proto::RegisterResponse response;
     ASSERT_TRUE(stub_->Register(&context, request, &response).ok());
   }
-  // Rank 0 beats past the 500 ms timeout; rank 1 is silent and dies.
-  for (int i = 0; i < 8; ++i) {
+  // Rank 0 beats every 100 ms; rank 1 is silent and dies. Checked once
+  // rank 1 is dead and rank 0 has beaten steadily for two leases (or after
+  // a minute): a beat more than half a lease late (this thread stalled on a
+  // loaded machine) could let even a renewed lease run out, so it starts
+  // the count again.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  absl::Time last_beat = absl::Now();
+  absl::Time steady_since = last_beat;
+  std::vector<int> blocking;
+  for (;;) {
     ASSERT_TRUE(heartbeat(0, 5).ok());
-    absl::SleepFor(absl::Milliseconds(100));
+    absl::SleepFor(kLease / 5);
+    blocking = coordinator_->RanksBlocking(1);
+    const absl::Time now = absl::Now();
+    if (now - last_beat > kLease / 2) steady_since = now;
+    last_beat = now;
+    if ((now - steady_since >= 2 * kLease &&
+         blocking != std::vector<int>{0, 1}) ||
+        now >= give_up) {
+      break;
+    }
   }
-  EXPECT_EQ(coordinator_->RanksBlocking(1), std::vector<int>{0});
+  EXPECT_EQ(blocking, std::vector<int>{0});
   grpc::Status stale = heartbeat(0, 4);
   EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(stale.error_message().find("incarnation 5 has registered since"),
