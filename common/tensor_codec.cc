@@ -115,6 +115,76 @@ absl::Status DecodeFloatsAt(const absl::Cord& bytes, uint64_t first,
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether the encoded element `bits` is NaN or infinite: its exponent is all
+// ones. A test on bits, so that a loop of them vectorizes.
+bool NonFiniteBits(uint32_t bits) {
+  if (!kFloatEncodingIsMemoryImage) bits = ByteSwap(bits);
+  return (bits & 0x7f800000u) == 0x7f800000u;
+}
+
+// Whether any of `n` whole elements at `data` is non-finite. No early exit,
+// so that it vectorizes; compiled for AVX2 too, picked at load time.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+bool AnyNonFinite(const char* data, uint64_t n) {
+  uint32_t any = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, data + i * sizeof(bits), sizeof(bits));
+    any |= NonFiniteBits(bits);
+  }
+  return any != 0;
+}
+
+// The first non-finite element of `n` whole elements at `data`, or n.
+uint64_t FirstNonFiniteIn(const char* data, uint64_t n) {
+  // Most gradients are finite: the exact position is rarely looked for.
+  constexpr uint64_t kBlock = 4096;
+  for (uint64_t begin = 0; begin < n; begin += kBlock) {
+    const uint64_t end = std::min(n, begin + kBlock);
+    if (!AnyNonFinite(data + begin * sizeof(float), end - begin)) continue;
+    for (uint64_t i = begin; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, data + i * sizeof(bits), sizeof(bits));
+      if (NonFiniteBits(bits)) return i;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+uint64_t FirstNonFinite(const absl::Cord& bytes) {
+  const uint64_t total = bytes.size() / sizeof(float);
+  uint64_t element = 0;  // Elements before the current piece's first whole one.
+  char split[sizeof(float)];
+  size_t split_bytes = 0;  // Of an element begun in the previous piece.
+  for (absl::string_view piece : bytes.Chunks()) {
+    if (split_bytes > 0) {
+      const size_t take = std::min(sizeof(float) - split_bytes, piece.size());
+      std::memcpy(split + split_bytes, piece.data(), take);
+      split_bytes += take;
+      piece.remove_prefix(take);
+      if (split_bytes < sizeof(float)) continue;
+      uint32_t bits;
+      std::memcpy(&bits, split, sizeof(bits));
+      if (NonFiniteBits(bits)) return element;
+      ++element;
+      split_bytes = 0;
+    }
+    const uint64_t whole = piece.size() / sizeof(float);
+    const uint64_t bad = FirstNonFiniteIn(piece.data(), whole);
+    if (bad < whole) return element + bad;
+    element += whole;
+    split_bytes = piece.size() % sizeof(float);
+    std::memcpy(split, piece.data() + whole * sizeof(float), split_bytes);
+  }
+  return total;
+}
+
 EncodedFloats EncodeInto(absl::Span<const float> values, absl::Span<char> out) {
   assert(out.size() >= values.size() * sizeof(float));
   CopyEncoded(values.data(), values.size(), out.data());

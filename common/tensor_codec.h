@@ -45,6 +45,11 @@ absl::Status DecodeFloats(const absl::Cord& bytes, absl::Span<float> out);
 absl::Status DecodeFloatsAt(const absl::Cord& bytes, uint64_t first,
                             absl::Span<float> out);
 
+// The index of the first element of `bytes` (whole encoded elements) that is
+// NaN or infinite, or bytes.size() / 4 when every one is finite. Reads the
+// pieces in place; an element split between two pieces is put together.
+uint64_t FirstNonFinite(const absl::Cord& bytes);
+
 // Encoded values read where they lie, at any alignment: element i is
 // decoded as it is read, so an update can take a gradient straight from the
 // network buffers it arrived in instead of from a decoded copy. Where the

@@ -136,6 +136,47 @@ TEST(TensorCodecTest, EncodedViewReadsFloatMemoryInPlaceWhereItIsTheEncoding) {
   }
 }
 
+// `bytes` as a cord cut at the given increasing positions.
+absl::Cord CutAt(absl::string_view bytes, std::vector<size_t> cuts) {
+  absl::Cord cord;
+  size_t from = 0;
+  cuts.push_back(bytes.size());
+  for (size_t cut : cuts) {
+    cord.Append(
+        absl::MakeCordFromExternal(bytes.substr(from, cut - from), [] {}));
+    from = cut;
+  }
+  return cord;
+}
+
+TEST(TensorCodecTest, FindsTheFirstNonFiniteElementInAnyPiece) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> values(3000, 1.5f);
+  values[1] = std::numeric_limits<float>::max();  // Large, but finite.
+  values[2] = std::numeric_limits<float>::denorm_min();
+  std::string bytes;
+  EncodeFloats(values, &bytes);
+  EXPECT_EQ(FirstNonFinite(absl::Cord(bytes)), values.size());
+  // Past the first vectorized block, in and across pieces, and the first
+  // of several.
+  for (uint64_t bad : {0, 1023, 1024, 2048, 2999}) {
+    for (float value : {kInf, -kInf, kNan, -kNan}) {
+      std::vector<float> poisoned = values;
+      poisoned[bad] = value;
+      poisoned[2999] = kNan;
+      EncodeFloats(poisoned, &bytes);
+      SCOPED_TRACE(::testing::Message() << "element " << bad << " " << value);
+      EXPECT_EQ(FirstNonFinite(absl::Cord(bytes)), bad);
+      // Cut inside the bad element (twice), and elsewhere.
+      const size_t at = bad * sizeof(float);
+      EXPECT_EQ(FirstNonFinite(CutAt(bytes, {at + 1, at + 3})), bad);
+      EXPECT_EQ(FirstNonFinite(CutAt(bytes, {7, 4099, 8193})), bad);
+    }
+  }
+  EXPECT_EQ(FirstNonFinite(absl::Cord()), 0u);
+}
+
 TEST(TensorCodecTest, RejectsPiecesOfTheWrongLengthAndLeavesOutputUntouched) {
   std::vector<float> out = {7.0f, 7.0f};
   absl::Status status =

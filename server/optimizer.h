@@ -69,7 +69,9 @@ class Optimizer {
 
   // w <- update(w, gradient) with the configured learning rate. Both spans
   // must have num_elements() elements; otherwise InvalidArgument and nothing
-  // changes.
+  // changes. An element whose update would make its weight or state NaN or
+  // infinite keeps them as they were (the update then counts in
+  // incomplete_updates()): no update makes a weight non-finite.
   absl::Status Apply(absl::Span<const float> gradient,
                      absl::Span<float> weights);
   // The same with `learning_rate` (a schedule's value for this update) in
@@ -98,6 +100,9 @@ class Optimizer {
   size_t num_elements() const { return num_elements_; }
   // Updates applied so far (Adam's bias correction uses it).
   uint64_t update_count() const { return update_count_; }
+  // Updates so far that kept some elements as they were because their
+  // result would not have been finite.
+  uint64_t incomplete_updates() const { return incomplete_updates_; }
   void set_update_count(uint64_t count) { update_count_ = count; }
 
   // The state vectors ("momentum" for SGD with momentum; "m" and "v" for
@@ -109,16 +114,18 @@ class Optimizer {
       : num_elements_(num_elements), learning_rate_(learning_rate) {}
 
   // Updates elements [begin, begin + weights.size()) of the slice, given
-  // their gradients and weights. Called with sizes checked and
+  // their gradients and weights, except those whose result would not be
+  // finite; returns whether it kept any so. Called with sizes checked and
   // update_count() already incremented, maybe concurrently for disjoint
   // ranges (so it writes only its range's state).
-  virtual void Update(EncodedFloats gradient, absl::Span<float> weights,
+  virtual bool Update(EncodedFloats gradient, absl::Span<float> weights,
                       float learning_rate, size_t begin) = 0;
 
  private:
   const size_t num_elements_;
   const float learning_rate_;
   uint64_t update_count_ = 0;
+  uint64_t incomplete_updates_ = 0;
 };
 
 // An optimizer for `num_elements` weights; fails if the config is invalid.

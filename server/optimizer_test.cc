@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -165,6 +166,47 @@ TEST(OptimizerTest, RejectsInvalidConfigNamingTheFlag) {
     EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(opt.status().message().find(c.flag), absl::string_view::npos)
         << opt.status();
+  }
+}
+
+TEST(OptimizerTest, AnUpdateThatWouldOverflowLeavesItsElementAsItWas) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  struct Case {
+    const char* name;
+    OptimizerConfig config;
+    // Finite, and large enough to overflow element 1's update.
+    float huge_gradient;
+  };
+  for (const Case& c : {
+           // -max - max overflows the weight.
+           Case{"sgd", Sgd(1.0f, 0.0f, 0.0f), kMax},
+           // The velocity is about max, and the weight overflows.
+           Case{"momentum", Sgd(1.0f, 0.5f, 0.0f), kMax},
+           // (1 - beta2) g g overflows Adam's second moment.
+           Case{"adam", Adam(0.1f, 0.0f), 1e30f},
+       }) {
+    SCOPED_TRACE(c.name);
+    auto opt = Make(c.config, 3);
+    // A first, ordinary update gives the state a value to keep.
+    std::vector<float> w = {1.0f, -kMax, 2.0f};
+    ASSERT_TRUE(opt->Apply({0.5f, 0.5f, 0.5f}, absl::MakeSpan(w)).ok());
+    const std::vector<float> before = w;
+    std::vector<std::vector<float>> state_before;
+    for (const OptimizerStateVector& s : opt->state()) {
+      state_before.emplace_back(s.values.begin(), s.values.end());
+    }
+
+    ASSERT_TRUE(
+        opt->Apply({0.5f, c.huge_gradient, 0.5f}, absl::MakeSpan(w)).ok());
+    EXPECT_EQ(opt->incomplete_updates(), 1u);
+    EXPECT_EQ(w[1], before[1]);
+    EXPECT_NE(w[0], before[0]);  // The others were updated.
+    EXPECT_NE(w[2], before[2]);
+    for (size_t v = 0; v < state_before.size(); ++v) {
+      EXPECT_EQ(opt->state()[v].values[1], state_before[v][1])
+          << opt->state()[v].name;
+    }
+    for (float x : w) EXPECT_TRUE(std::isfinite(x));
   }
 }
 

@@ -1,12 +1,14 @@
 // Drives the real gRPC service in-process over 127.0.0.1 with a raw stub.
 #include "server/parameter_service.h"
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/byte_stream_call.h"
 #include "common/chunk_wire.h"
@@ -381,6 +383,44 @@ TEST_F(ParameterServiceTest, MalformedPushesAreRefusedAndApplyNothing) {
       << stats.report();
   EXPECT_NE(stats.report().find("staleness (updates: 1"), std::string::npos)
       << stats.report();
+}
+
+TEST_F(ParameterServiceTest, SyncRefusesANonFinitePushWholeAndTakesAGoodOne) {
+  Start(ConsistencyMode::kSync);
+  uint64_t version = 0;
+  ASSERT_TRUE(Push(ValidPush(0, 0, 1.0f), &version).ok());
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity()}) {
+    // One element of the last chunk: every earlier one was fine.
+    std::vector<proto::PushRequest> push = ValidPush(1, 0, 3.0f);
+    proto::TensorChunk* chunk = push.back().mutable_chunk();
+    std::vector<float> values(chunk->num_elements(), 3.0f);
+    values.back() = bad;
+    EncodeFloats(values, chunk->mutable_data());
+    grpc::Status s = Push(push, &version);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(
+        s.error_message().find(absl::StrCat(
+            "push refused: push message ", push.size() - 1, ": gradient of ",
+            partition_->model().tensors[chunk->tensor_id()].name, " (tensor ",
+            chunk->tensor_id(), ") element ",
+            chunk->offset() + chunk->num_elements() - 1, " is ", bad)),
+        std::string::npos)
+        << s.error_message();
+  }
+  Weights weights;
+  ASSERT_TRUE(Pull(0, 0, &weights, &version).ok());
+  EXPECT_EQ(version, 0u);
+  EXPECT_EQ(weights, InitialWeights()) << "a refused push changed weights";
+  // The step waited for rank 1, and takes its good push.
+  ASSERT_TRUE(Push(ValidPush(1, 0, 3.0f), &version).ok());
+  EXPECT_EQ(version, 1u);
+  ASSERT_TRUE(Pull(1, 0, &weights, &version).ok());
+  for (const auto& [key, w] : InitialWeights()) {
+    EXPECT_FLOAT_EQ(weights[key], w - 2.0f);  // lr 1 * mean(1, 3)
+  }
+  EXPECT_NE(Stats().report().find("pushes: 2 ok, 2 refused"), std::string::npos)
+      << Stats().report();
 }
 
 TEST_F(ParameterServiceTest, PushPullAnswersWithTheWeightsAfterItsPush) {

@@ -131,6 +131,19 @@ absl::Status PushStager::AddChunk(const ChunkView& c) {
     return absl::InvalidArgumentError(
         absl::StrCat(range, " overlaps elements already sent in this push"));
   }
+  // One NaN or infinity would make every weight it reaches non-finite for
+  // good: the whole push is refused, and the worker told where.
+  if (const uint64_t bad = FirstNonFinite(c.data); bad < c.num_elements) {
+    float value = 0;
+    if (absl::Status s = DecodeFloatsAt(c.data, bad, absl::MakeSpan(&value, 1));
+        !s.ok()) {
+      return s;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradient of ", spec.name, " (tensor ", c.tensor_id, ") element ",
+        c.offset + bad, " is ", value,
+        ": non-finite gradients are refused (did training diverge?)"));
+  }
   gradients_[slice].Add(begin, c.data);
   covered.emplace_hint(next, begin, end);
   covered_elements_[slice] += c.num_elements;

@@ -65,7 +65,8 @@ struct StagedPush {
 // and examples_done equal in every message; examples_done >= num_examples
 // (the progress after the batch counts it); tensor id, dtype and shape match
 // the model; the chunk's range lies inside one owned slice; data holds exactly
-// num_elements float32 values; no element is sent twice.
+// num_elements float32 values, none of them NaN or infinite; no element is
+// sent twice.
 //
 // The chunks' bytes are kept as received, in the network buffers; a
 // refused push lets go of them at once, an accepted one passes them on in

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -269,6 +270,27 @@ TEST_F(PushStagerTest, RejectsElementsSentTwice) {
   push = ValidPush(1, 10);
   push[1].message.chunk.offset -= 1;
   ExpectRefused(push, "overlaps");
+}
+
+TEST_F(PushStagerTest, RefusesANonFiniteGradientNamingTensorAndElement) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    std::vector<OwnedMessage> push = ValidPush(1, 10);
+    // The last message's fourth element: every earlier one was fine.
+    OwnedMessage& last = push.back();
+    std::vector<float> values(last.message.chunk.num_elements);
+    ASSERT_TRUE(DecodeFloats(last.data, absl::MakeSpan(values)).ok());
+    ASSERT_GT(values.size(), 3u);
+    values[3] = bad;
+    EncodeFloats(values, &last.data);
+    const TensorSpec& tensor =
+        store_->partition().model().tensors[last.message.chunk.tensor_id];
+    ExpectRefused(push, absl::StrCat("gradient of ", tensor.name, " (tensor ",
+                                     last.message.chunk.tensor_id, ") element ",
+                                     last.message.chunk.offset + 3, " is ", bad,
+                                     ": non-finite gradients are refused"));
+  }
 }
 
 TEST_F(PushStagerTest, RejectsAnIncompletePushNamingTheGap) {

@@ -114,6 +114,15 @@ absl::Status ShardStore::UpdateSlice(
   return update(*state.optimizer, state.weights->Writable());
 }
 
+uint64_t ShardStore::IncompleteUpdates() const {
+  uint64_t incomplete = 0;
+  for (const std::unique_ptr<SliceState>& state : states_) {
+    absl::ReaderMutexLock lock(&state->mu);
+    incomplete += state->optimizer->incomplete_updates();
+  }
+  return incomplete;
+}
+
 SliceSnapshot ShardStore::Snapshot(int slice) const {
   const SliceState& state = *states_[slice];
   absl::ReaderMutexLock lock(&state.mu);

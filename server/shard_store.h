@@ -90,6 +90,10 @@ class ShardStore {
   // A copy of the slice's current weights.
   std::vector<float> ReadSlice(int slice) const;
 
+  // Slice updates so far that kept some elements as they were because their
+  // result would not have been finite (Optimizer::incomplete_updates).
+  uint64_t IncompleteUpdates() const;
+
   // The threads that updates use (one slice's elements are updated in
   // ranges on it; callers may run loops over slices or elements on it too).
   RangePool* pool() const { return pool_.get(); }

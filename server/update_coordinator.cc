@@ -172,6 +172,7 @@ UpdateCoordinator::TakeReadyStepLocked() {
 absl::StatusOr<uint64_t> UpdateCoordinator::ApplyStep(ReadyStep ready) {
   absl::MutexLock apply_lock(&apply_mu_);
   absl::Status applied = ApplyAggregate(ready);
+  WarnOfIncompleteUpdate(absl::StrCat("step ", ready.step));
   absl::MutexLock lock(&mu_);
   for (const StagedPush& p : ready.pushes) {
     if (applied.ok() && p.num_examples > 0) {
@@ -229,6 +230,17 @@ absl::Status UpdateCoordinator::ApplyAggregate(ReadyStep& ready) {
   });
 }
 
+void UpdateCoordinator::WarnOfIncompleteUpdate(absl::string_view what) {
+  const uint64_t incomplete = store_->IncompleteUpdates();
+  if (incomplete == incomplete_updates_seen_) return;
+  spdlog::warn(
+      "the update for {} kept some elements of {} slices as they were: their "
+      "new weight or optimizer state would not have been finite (is training "
+      "diverging?)",
+      std::string(what), incomplete - incomplete_updates_seen_);
+  incomplete_updates_seen_ = incomplete;
+}
+
 absl::StatusOr<uint64_t> UpdateCoordinator::CommitAsync(StagedPush push) {
   const int r = push.rank;
   const DataProgress progress{push.epoch, push.examples_done};
@@ -272,6 +284,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAsync(StagedPush push) {
         },
         learning_rate);
   });
+  WarnOfIncompleteUpdate(absl::StrCat("worker ", r, "'s step ", push.step));
   if (!applied.ok()) {
     spdlog::error("update from worker {} failed: {}", r, applied.ToString());
     return absl::InternalError(
@@ -373,11 +386,14 @@ absl::Status UpdateCoordinator::Restore(const ShardCheckpoint& checkpoint) {
 }
 
 std::string UpdateCoordinator::Report() const {
+  // Before mu_: it is never held while a slice lock is taken.
+  const uint64_t incomplete = store_->IncompleteUpdates();
   absl::MutexLock lock(&mu_);
   return absl::StrCat(ranks_.RanksReport(), "\n", ranks_.ExamplesPerEpochLine(),
                       "\nreplayed pushes acknowledged, not applied: ", replays_,
-                      "\nupdates lost in restarts: ", updates_lost_, "\n",
-                      staleness_.ToString());
+                      "\nupdates lost in restarts: ", updates_lost_,
+                      "\nslice updates that kept non-finite results out: ",
+                      incomplete, "\n", staleness_.ToString());
 }
 
 }  // namespace ps::server

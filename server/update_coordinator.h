@@ -198,6 +198,10 @@ class UpdateCoordinator {
   // Combines the pushes into one gradient per slice and applies it.
   absl::Status ApplyAggregate(ReadyStep& step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // Warns when the update just applied for `what` kept elements as they were
+  // because their result would not have been finite.
+  void WarnOfIncompleteUpdate(absl::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
 
   // Refuses requests after Shutdown or a failure and from a replaced
   // incarnation; otherwise renews the rank's lease.
@@ -234,6 +238,8 @@ class UpdateCoordinator {
 
   // Held for the whole of one update's application.
   absl::Mutex apply_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // The store's incomplete slice updates as of the last warning.
+  uint64_t incomplete_updates_seen_ ABSL_GUARDED_BY(apply_mu_) = 0;
   mutable absl::Mutex mu_;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   RankRegistry ranks_ ABSL_GUARDED_BY(mu_);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -395,6 +396,28 @@ TEST(UpdateCoordinatorTest, AReplayedPushIsAcknowledgedAndNotApplied) {
   EXPECT_NE(
       coord->Report().find("replayed pushes acknowledged, not applied: 2"),
       std::string::npos);
+}
+
+TEST(UpdateCoordinatorTest, AnUpdateThatWouldOverflowKeepsTheWeightsFinite) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto coord = MakeCoordinator(store.get(), ConsistencyMode::kAsync, 1);
+  // A finite gradient whose step overflows every weight below zero.
+  ASSERT_TRUE(coord
+                  ->Commit(ConstantPush(*store, 0, 0,
+                                        std::numeric_limits<float>::max()))
+                  .ok());
+  ASSERT_TRUE(coord
+                  ->Commit(ConstantPush(*store, 0, 1,
+                                        std::numeric_limits<float>::max()))
+                  .ok());
+  for (const std::vector<float>& slice : AllWeights(*store)) {
+    for (float w : slice) EXPECT_TRUE(std::isfinite(w)) << w;
+  }
+  EXPECT_NE(coord->Report().find(
+                absl::StrCat("slice updates that kept non-finite results out: ",
+                             store->num_slices())),
+            std::string::npos)
+      << coord->Report();
 }
 
 TEST(UpdateCoordinatorTest, SyncReplayTakesPartInTheStepWithWeightZero) {
