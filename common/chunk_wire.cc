@@ -1,6 +1,7 @@
 #include "common/chunk_wire.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -98,6 +99,19 @@ grpc::Slice EncodedCopy(absl::Span<const float> values) {
   return OwnedSlice(std::move(bytes));
 }
 
+// Reads a length-delimited field's length as protobuf does: a varint of at
+// most 10 bytes whose value fits an int. ReadVarint32 alone would keep the
+// low 32 bits of a longer one and parse what protobuf refuses.
+bool ReadLength(CodedInputStream& in, uint32_t* length) {
+  uint64_t value = 0;
+  if (!in.ReadVarint64(&value) ||
+      value > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+    return false;
+  }
+  *length = static_cast<uint32_t>(value);
+  return true;
+}
+
 absl::Status Malformed(const google::protobuf::MessageLite& message,
                        absl::string_view what) {
   return absl::InvalidArgumentError(
@@ -155,7 +169,7 @@ absl::Status ParseChunkMessage(const grpc::ByteBuffer& buffer,
         continue;
       }
       uint32_t chunk_length;
-      if (!in.ReadVarint32(&chunk_length)) {
+      if (!ReadLength(in, &chunk_length)) {
         return Malformed(*message, "bad chunk length");
       }
       const CodedInputStream::Limit limit = in.PushLimit(chunk_length);
@@ -167,7 +181,7 @@ absl::Status ParseChunkMessage(const grpc::ByteBuffer& buffer,
           if (WireFormatLite::GetTagFieldNumber(chunk_tag) == fields.data &&
               WireFormatLite::GetTagWireType(chunk_tag) == kLengthDelimited) {
             // Protobuf semantics: the last occurrence wins.
-            if (!in.ReadVarint32(&data_size)) {
+            if (!ReadLength(in, &data_size)) {
               return Malformed(*message, "bad data length");
             }
             data_begin = in.CurrentPosition();

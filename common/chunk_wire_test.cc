@@ -184,6 +184,25 @@ TEST(ChunkWireTest, RejectsGarbage) {
   }
 }
 
+TEST(ChunkWireTest, RefusesALengthAbove32BitsAsProtobufDoes) {
+  // Chunk (field 7) of length 2 + 2^32, whose low 32 bits would read as 2,
+  // then a valid two-byte chunk (tensor_id 7).
+  const std::string bytes("\x3a\x82\x80\x80\x80\x10\x08\x07", 8);
+  proto::PushRequest parsed;
+  EXPECT_FALSE(parsed.ParseFromString(bytes));
+  absl::Cord data;
+  EXPECT_EQ(
+      ParseChunkMessage(Sliced(bytes, 3), kPushRequestChunk, &parsed, &data)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  // The same with the length written as its plain varint is fine.
+  const std::string plain("\x3a\x02\x08\x07", 4);
+  ASSERT_TRUE(
+      ParseChunkMessage(Sliced(plain, 3), kPushRequestChunk, &parsed, &data)
+          .ok());
+  EXPECT_EQ(parsed.chunk().tensor_id(), 7u);
+}
+
 TEST(ChunkWireTest, PlainMessagesRoundTrip) {
   proto::PullRequest request;
   request.set_clock(77);
