@@ -85,7 +85,13 @@ absl::Status WritePortFile(const std::string& path, int port) {
 
 void ShutdownRequest::Request(const std::string& reason, int exit_code) {
   absl::MutexLock lock(&mu_);
-  if (reason_.text.empty()) reason_ = {reason, exit_code};
+  if (reason_.text.empty()) reason_ = {reason, exit_code, false};
+}
+
+void ShutdownRequest::RequestBySignal(const std::string& reason,
+                                      int exit_code) {
+  absl::MutexLock lock(&mu_);
+  if (reason_.text.empty()) reason_ = {reason, exit_code, true};
 }
 
 ShutdownRequest::Reason ShutdownRequest::Wait() {
@@ -107,14 +113,16 @@ void SignalWatcher::BlockShutdownSignals(sigset_t* set) {
   pthread_sigmask(SIG_BLOCK, set, nullptr);
 }
 
-SignalWatcher::SignalWatcher(const sigset_t& set, ShutdownRequest* request)
-    : thread_([set, request] {
+SignalWatcher::SignalWatcher(const sigset_t& set, int exit_code,
+                             ShutdownRequest* request)
+    : thread_([set, exit_code, request] {
         const timespec poll = {0, 200 * 1000 * 1000};
         while (!request->requested()) {
           const int sig = sigtimedwait(&set, nullptr, &poll);
           if (sig > 0) {
-            request->Request(
-                absl::StrCat("signal ", sig, " (", strsignal(sig), ")"));
+            request->RequestBySignal(
+                absl::StrCat("signal ", sig, " (", strsignal(sig), ")"),
+                exit_code);
           }
         }
       }) {}

@@ -30,9 +30,13 @@ class ShutdownRequest {
   struct Reason {
     std::string text;
     int exit_code = 0;
+    // Asked for by a signal: a stop from outside, whatever the exit code,
+    // rather than a failure.
+    bool by_signal = false;
   };
 
   void Request(const std::string& reason, int exit_code = 0);
+  void RequestBySignal(const std::string& reason, int exit_code);
   Reason Wait();
   bool requested();
 
@@ -41,17 +45,18 @@ class ShutdownRequest {
   Reason reason_ ABSL_GUARDED_BY(mu_);
 };
 
-// Turns SIGINT/SIGTERM into a ShutdownRequest without doing anything in a
-// signal handler: the signals are blocked in every thread (the mask is set
-// before any thread starts and inherited) and this thread takes them with
-// sigtimedwait. Stops when the request is made, by a signal or otherwise.
-// The request must outlive the watcher.
+// Turns SIGINT/SIGTERM into a ShutdownRequest (RequestBySignal, with
+// `exit_code`) without doing anything in a signal handler: the signals are
+// blocked in every thread (the mask is set before any thread starts and
+// inherited) and this thread takes them with sigtimedwait. Stops when the
+// request is made, by a signal or otherwise. The request must outlive the
+// watcher.
 class SignalWatcher {
  public:
   // Must run before any other thread is created.
   static void BlockShutdownSignals(sigset_t* set);
 
-  SignalWatcher(const sigset_t& set, ShutdownRequest* request);
+  SignalWatcher(const sigset_t& set, int exit_code, ShutdownRequest* request);
   ~SignalWatcher();
 
  private:

@@ -2,8 +2,10 @@
 // below and read --port_file to learn the bound port.
 #include <signal.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -92,6 +94,10 @@ ABSL_FLAG(std::string, cpus, "",
           "(\"0-3,8\"); empty: any. On a host shared with workers, separate "
           "cores for shards and workers keep the scheduler from moving them "
           "onto each other's.");
+ABSL_FLAG(int, signal_exit_code, 0,
+          "Exit code after SIGTERM or SIGINT (once the final checkpoint is "
+          "written). A Kubernetes Job sets 143, so that a stopped shard is "
+          "replaced rather than counted as finished.");
 ABSL_FLAG(bool, restore, false,
           "Resume from the newest readable checkpoint in --checkpoint_dir "
           "(start fresh if there is none); sync shards then catch up with "
@@ -125,6 +131,7 @@ struct ServerConfig {
   std::optional<CheckpointPolicy> checkpoints;  // Unset: none.
   bool restore = false;
   std::vector<int> cpus;  // Empty: any.
+  int signal_exit_code = 0;
 };
 
 absl::Status OutOfRange(absl::string_view flag, int64_t value, int64_t lo,
@@ -270,6 +277,10 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
       CpusFromFlag("cpus", absl::GetFlag(FLAGS_cpus));
   if (!cpus.ok()) return cpus.status();
   c.cpus = *std::move(cpus);
+  c.signal_exit_code = absl::GetFlag(FLAGS_signal_exit_code);
+  if (c.signal_exit_code < 0 || c.signal_exit_code > 255) {
+    return OutOfRange("signal_exit_code", c.signal_exit_code, 0, 255);
+  }
   return c;
 }
 
@@ -286,6 +297,16 @@ absl::Status PrepareCheckpoints(const ServerConfig& config,
     return absl::InvalidArgumentError(absl::StrCat(
         "--checkpoint_dir: cannot create ", dir, ": ", ec.message()));
   }
+  // Checkpoints are written in the background and on SIGTERM: find out now
+  // that they cannot be, not when the pod is being stopped.
+  const std::string probe =
+      absl::StrCat(dir, "/.write-check-", config.server_index);
+  std::FILE* f = std::fopen(probe.c_str(), "w");
+  if (f == nullptr || std::fclose(f) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_dir: cannot write in ", dir, ": ", std::strerror(errno)));
+  }
+  std::remove(probe.c_str());
   if (!config.restore) {
     absl::StatusOr<std::vector<std::string>> existing =
         ListCheckpoints(dir, config.server_index);
@@ -316,9 +337,8 @@ absl::Status PrepareCheckpoints(const ServerConfig& config,
   return absl::OkStatus();
 }
 
-int Run(const ServerConfig& config) {
-  sigset_t signals;
-  SignalWatcher::BlockShutdownSignals(&signals);
+// `signals` are blocked in every thread (main does it first).
+int Run(const ServerConfig& config, const sigset_t& signals) {
   absl::StatusOr<Partition> partition =
       Partition::Create(config.model, config.num_servers);
   if (!partition.ok()) {
@@ -351,8 +371,12 @@ int Run(const ServerConfig& config) {
   if (config.checkpoints.has_value()) {
     if (absl::Status s = PrepareCheckpoints(config, **coordinator); !s.ok()) {
       spdlog::error("{}", s.ToString());
-      return s.code() == absl::StatusCode::kInvalidArgument ? kExitBadFlags
-                                                            : kExitFailed;
+      // A checkpoint of another run (mode, model, shard count) is refused
+      // with FailedPrecondition: configuration, which no retry fixes.
+      return s.code() == absl::StatusCode::kInvalidArgument ||
+                     s.code() == absl::StatusCode::kFailedPrecondition
+                 ? kExitBadFlags
+                 : kExitFailed;
     }
     UpdateCoordinator* c = coordinator->get();
     checkpointer = std::make_unique<Checkpointer>(
@@ -366,7 +390,7 @@ int Run(const ServerConfig& config) {
       static_cast<uint64_t>(config.max_message_bytes - (64 << 10)) / 4;
   ParameterService service(store->get(), coordinator->get(), service_options);
 
-  SignalWatcher watcher(signals, &shutdown);
+  SignalWatcher watcher(signals, config.signal_exit_code, &shutdown);
 
   absl::StatusOr<std::unique_ptr<GrpcServer>> server = GrpcServer::Start(
       config.address, &service, proto::ParameterServer::service_full_name(),
@@ -419,7 +443,7 @@ int Run(const ServerConfig& config) {
   }
 
   const ShutdownRequest::Reason reason = shutdown.Wait();
-  if (reason.exit_code == 0) {
+  if (reason.exit_code == 0 || reason.by_signal) {
     spdlog::info("shutting down: {}", reason.text);
   } else {
     spdlog::error("shutting down in {}: {}",
@@ -444,12 +468,22 @@ int Run(const ServerConfig& config) {
 }  // namespace ps::server
 
 int main(int argc, char** argv) {
+  // First, before any thread exists, so every thread inherits the mask: a
+  // blocked signal is queued even for PID 1, which the kernel otherwise
+  // spares from signals it has no handler for.
+  sigset_t signals;
+  ps::server::SignalWatcher::BlockShutdownSignals(&signals);
   ps::KeepFreedMemory();
   absl::SetProgramUsageMessage(
       "A parameter-server shard: holds its slices of the model, applies "
       "workers' gradients and serves weights over gRPC.\n"
       "  server --server_index=0 --num_servers=2 --num_workers=4 "
-      "--model=784-256-128-10 --mode=sync --port_file=/tmp/ps0.port");
+      "--model=784-256-128-10 --mode=sync --port_file=/tmp/ps0.port\n"
+      "Exit codes: 0 every worker is done, or stopped by SIGTERM/SIGINT "
+      "after the final checkpoint (see --signal_exit_code); 1 failed (the "
+      "log says why; worth a retry); 2 bad configuration: flags, a "
+      "--checkpoint_dir it cannot write, or a checkpoint of another run "
+      "(never retry).");
   if (absl::Status s = ps::server::CheckFlagSyntax(argc, argv); !s.ok()) {
     std::fprintf(stderr, "server: %s\n", std::string(s.message()).c_str());
     return ps::server::kExitBadFlags;
@@ -475,5 +509,5 @@ int main(int argc, char** argv) {
     }
   }
   ps::InitLogging("server", config->server_index);
-  return ps::server::Run(*config);
+  return ps::server::Run(*config, signals);
 }

@@ -1,12 +1,22 @@
 // The training worker: `worker --rank=0 --num_workers=2 --servers=h:p,h:p`.
 //
-// Exit codes: 0 trained to the end, 1 training failed (the log says why),
-// 2 bad flags.
+// Exit codes (also in --help): see kUsage below.
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -31,6 +41,10 @@
 ABSL_FLAG(int, rank, 0,
           "This worker's rank in [0, num_workers); -1 reads it from "
           "$JOB_COMPLETION_INDEX (Kubernetes Indexed Job)");
+ABSL_FLAG(bool, rank0_elsewhere, false,
+          "With --rank=-1: rank 0 runs in a Job of its own (the one pod that "
+          "mounts the model store), so the pod of completion index 0 exits 0 "
+          "at once");
 ABSL_FLAG(int, num_workers, 1, "Number of workers in the job");
 ABSL_FLAG(std::string, servers, "",
           "Comma-separated host:port of every parameter server, in index "
@@ -72,6 +86,110 @@ ABSL_FLAG(std::string, cpus, "",
 
 namespace ps::worker {
 namespace {
+
+// Exit codes, for a supervisor (a Kubernetes Job's podFailurePolicy) to
+// tell what is worth retrying.
+constexpr int kExitFailed = 1;        // Anything else: retry a few times.
+constexpr int kExitBadConfig = 2;     // Flags, data, model: never retry.
+constexpr int kExitServersLost = 3;   // Unreachable past --retry_timeout.
+constexpr int kExitTerminated = 143;  // SIGTERM/SIGINT: 128 + SIGTERM.
+
+constexpr char kUsage[] =
+    "Trains its shard of Fashion-MNIST against the parameter servers.\n"
+    "Exit codes: 0 trained to the end; 1 training failed (the log says why; "
+    "worth a retry); 2 bad configuration: flags, data, model, a --save_model "
+    "directory it cannot write, or a mode or worker count the servers do not "
+    "share (never retry); 3 lost the servers: one stayed unreachable past "
+    "--retry_timeout (retry once they are back); 143 stopped by SIGTERM or "
+    "SIGINT (the current step is abandoned; the servers let a restarted "
+    "worker of the same rank resume).";
+
+// SIGTERM and SIGINT, through a self-pipe: the handler only writes the
+// signal's number, and Wait reads it on a normal thread.
+class StopSignals {
+ public:
+  static absl::Status Install() {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      return absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno)));
+    }
+    read_fd_ = fds[0];
+    write_fd_.store(fds[1]);
+    struct sigaction action = {};
+    action.sa_handler = &StopSignals::OnSignal;
+    // Calls in flight on other threads go on rather than fail with EINTR.
+    action.sa_flags = SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    for (int sig : {SIGTERM, SIGINT}) {
+      if (sigaction(sig, &action, nullptr) != 0) {
+        return absl::InternalError(
+            absl::StrCat("sigaction: ", std::strerror(errno)));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Blocks until a signal (returns its number) or Finish (returns 0).
+  static int Wait() {
+    unsigned char sig = 0;
+    while (true) {
+      const ssize_t n = read(read_fd_, &sig, 1);
+      if (n == 1) return sig;
+      if (n < 0 && errno == EINTR) continue;
+      return 0;  // Cannot happen while the write end is open.
+    }
+  }
+
+  static void Finish() { Send(0); }
+
+ private:
+  static void OnSignal(int sig) { Send(sig); }
+
+  // Async-signal-safe.
+  static void Send(int sig) {
+    const int saved_errno = errno;
+    const unsigned char byte = static_cast<unsigned char>(sig);
+    (void)!write(write_fd_.load(), &byte, 1);
+    errno = saved_errno;
+  }
+
+  // The process's one piece of mutable global state: set once by Install,
+  // before the handler can run, then only read (also by the handler).
+  static inline int read_fd_ = -1;
+  static inline std::atomic<int> write_fd_{-1};
+};
+
+// Errors of calls to the servers: unreachable ones get their own code.
+int ServerCallExitCode(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)
+             ? kExitServersLost
+             : kExitFailed;
+}
+
+// Rank 0 writes the model only at the end: find out now, not hours later,
+// that it cannot. Creates the directory and a scratch file next to `path`.
+absl::Status CheckWritable(const std::string& path) {
+  const std::filesystem::path dir =
+      std::filesystem::path(path).parent_path().empty()
+          ? std::filesystem::path(".")
+          : std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "--save_model: cannot create ", dir.string(), ": ", ec.message()));
+  }
+  const std::string probe = absl::StrCat(path, ".write-check");
+  std::FILE* f = std::fopen(probe.c_str(), "w");
+  if (f == nullptr) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("--save_model: cannot write in ", dir.string(), ": ",
+                     std::strerror(errno)));
+  }
+  std::fclose(f);
+  std::remove(probe.c_str());
+  return absl::OkStatus();
+}
 
 absl::StatusOr<int> ResolveRank() {
   const int rank = absl::GetFlag(FLAGS_rank);
@@ -137,10 +255,20 @@ absl::Status CheckFlags(int rank, int num_workers) {
 int Run() {
   absl::StatusOr<int> rank = ResolveRank();
   if (!rank.ok()) {
-    spdlog::error("{}", rank.status().ToString());
-    return 2;
+    spdlog::error("bad flags: {}", rank.status().message());
+    return kExitBadConfig;
   }
   InitLogging("worker", *rank);
+  if (*rank == 0 && absl::GetFlag(FLAGS_rank0_elsewhere)) {
+    if (absl::GetFlag(FLAGS_rank) != -1) {
+      spdlog::error("bad flags: --rank0_elsewhere needs --rank=-1");
+      return kExitBadConfig;
+    }
+    spdlog::info(
+        "rank 0 runs in its own Job (--rank0_elsewhere): nothing to "
+        "do here");
+    return 0;
+  }
   const int num_workers = absl::GetFlag(FLAGS_num_workers);
   absl::StatusOr<std::vector<int>> layers =
       ParseLayerSizes(absl::GetFlag(FLAGS_model));
@@ -152,13 +280,13 @@ int Run() {
        {layers.status(), servers.status(), flags, cpus.status()}) {
     if (!s.ok()) {
       spdlog::error("bad flags: {}", s.message());
-      return 2;
+      return kExitBadConfig;
     }
   }
   if (!cpus->empty()) {
     if (absl::Status s = RestrictProcessToCpus(*cpus); !s.ok()) {
       spdlog::error("bad flags: --cpus: {}", s.message());
-      return 2;
+      return kExitBadConfig;
     }
     spdlog::info("running on CPUs {}", FormatCpuList(*cpus));
   }
@@ -167,36 +295,49 @@ int Run() {
   absl::StatusOr<Partition> partition =
       Partition::Create(model_spec, static_cast<int>(servers->size()));
   if (!partition.ok()) {
-    spdlog::error("{}", partition.status().ToString());
-    return 2;
+    spdlog::error("bad flags: {}", partition.status().message());
+    return kExitBadConfig;
   }
 
-  auto fail = [](const absl::Status& status) {
-    spdlog::error("{}", status.ToString());
-    return 1;
+  auto fail = [](const absl::Status& status, int code) {
+    spdlog::error("{} (exit code {})", status.ToString(), code);
+    return code;
   };
+  const std::string save_model = absl::GetFlag(FLAGS_save_model);
+  if (*rank == 0 && !save_model.empty()) {
+    if (absl::Status s = CheckWritable(save_model); !s.ok()) {
+      return fail(s, kExitBadConfig);
+    }
+  }
+  // Missing or malformed data is a property of the image or --data_dir:
+  // another try on the same configuration would fail the same way.
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   absl::StatusOr<LabeledImages> train =
       LoadFashionMnist(data_dir, Split::kTrain);
-  if (!train.ok()) return fail(train.status());
+  if (!train.ok()) return fail(train.status(), kExitBadConfig);
   absl::StatusOr<LabeledImages> test;
   if (*rank == 0) {
     test = LoadFashionMnist(data_dir, Split::kTest);
-    if (!test.ok()) return fail(test.status());
+    if (!test.ok()) return fail(test.status(), kExitBadConfig);
   }
   if (train->example_size() != (*layers)[0]) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "--model input size ", (*layers)[0], " does not match the data's ",
-        train->example_size(), " pixels per image")));
+    return fail(
+        absl::InvalidArgumentError(absl::StrCat(
+            "--model input size ", (*layers)[0], " does not match the data's ",
+            train->example_size(), " pixels per image")),
+        kExitBadConfig);
   }
 
   absl::StatusOr<std::unique_ptr<kernels::Backend>> backend =
       kernels::CreateBackend(absl::GetFlag(FLAGS_device));
-  if (!backend.ok()) return fail(backend.status());
+  if (!backend.ok()) {
+    // An explicit --device the node cannot provide, or a bad value.
+    return fail(backend.status(), kExitBadConfig);
+  }
   const int batch_size = absl::GetFlag(FLAGS_batch_size);
   absl::StatusOr<std::unique_ptr<Mlp>> mlp =
       Mlp::Create(model_spec, batch_size, backend->get());
-  if (!mlp.ok()) return fail(mlp.status());
+  if (!mlp.ok()) return fail(mlp.status(), kExitFailed);
 
   ClientOptions client_options;
   client_options.rank = *rank;
@@ -208,7 +349,9 @@ int Run() {
   client_options.heartbeat_period = absl::GetFlag(FLAGS_heartbeat_period);
   absl::StatusOr<std::unique_ptr<ParameterClient>> client =
       ParameterClient::Connect(*servers, &*partition, client_options);
-  if (!client.ok()) return fail(client.status());
+  if (!client.ok()) {
+    return fail(client.status(), ServerCallExitCode(client.status()));
+  }
   TrainerOptions options;
   options.rank = *rank;
   options.num_workers = num_workers;
@@ -219,36 +362,41 @@ int Run() {
   options.log_every = absl::GetFlag(FLAGS_log_every);
   options.evaluate = *rank == 0;
   options.eval_every = absl::GetFlag(FLAGS_eval_every);
-  options.save_model_path = *rank == 0 ? absl::GetFlag(FLAGS_save_model) : "";
+  options.save_model_path = *rank == 0 ? save_model : "";
   options.slowdown = absl::Milliseconds(absl::GetFlag(FLAGS_slowdown_ms));
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(options, client->get(), mlp->get(), &*train,
                       *rank == 0 ? &*test : nullptr);
-  if (!trainer.ok()) return fail(trainer.status());
+  if (!trainer.ok()) return fail(trainer.status(), kExitBadConfig);
 
   // A fresh id per process, so a shard can tell a restarted worker.
   const uint64_t incarnation = absl::Uniform<uint64_t>(absl::BitGen());
   absl::StatusOr<RegisterInfo> info =
       (*client)->Register(incarnation, (*trainer)->planned_steps());
-  if (!info.ok()) return fail(info.status());
+  if (!info.ok()) return fail(info.status(), ServerCallExitCode(info.status()));
   const std::string expected_mode = absl::GetFlag(FLAGS_mode);
   if (!expected_mode.empty() && expected_mode != info->mode) {
-    return fail(absl::FailedPreconditionError(absl::StrCat(
-        "--mode=", expected_mode, " but the servers run ", info->mode)));
+    return fail(
+        absl::FailedPreconditionError(absl::StrCat(
+            "--mode=", expected_mode, " but the servers run ", info->mode)),
+        kExitBadConfig);
   }
   if (info->num_workers != num_workers) {
-    return fail(absl::FailedPreconditionError(
-        absl::StrCat("--num_workers=", num_workers, " but the servers expect ",
-                     info->num_workers)));
+    return fail(absl::FailedPreconditionError(absl::StrCat(
+                    "--num_workers=", num_workers, " but the servers expect ",
+                    info->num_workers)),
+                kExitBadConfig);
   }
   spdlog::info("registered with {} servers: mode {}, {} workers, device {}",
                servers->size(), info->mode, num_workers, (*backend)->name());
 
   absl::StatusOr<TrainingSummary> summary = (*trainer)->Run(*info);
-  if (!summary.ok()) return fail(summary.status());
+  if (!summary.ok()) {
+    return fail(summary.status(), ServerCallExitCode(summary.status()));
+  }
 
   absl::Status done = (*client)->Done();
-  if (!done.ok()) return fail(done);
+  if (!done.ok()) return fail(done, ServerCallExitCode(done));
   spdlog::info("trained {} steps on {} examples in {}, last loss {:.4f}",
                summary->steps, summary->examples,
                absl::FormatDuration(summary->wall_time), summary->final_loss);
@@ -263,9 +411,34 @@ int Run() {
 }  // namespace ps::worker
 
 int main(int argc, char** argv) {
+  // Before anything else: a handler, not a blocked mask, because OpenBLAS
+  // starts its threads before main with the signals unblocked, and such a
+  // thread would take a SIGTERM and (as PID 1, with no handler) drop it.
+  if (absl::Status s = ps::worker::StopSignals::Install(); !s.ok()) {
+    std::fprintf(stderr, "worker: %s\n", std::string(s.message()).c_str());
+    return ps::worker::kExitFailed;
+  }
   ps::KeepFreedMemory();
-  absl::SetProgramUsageMessage(
-      "Trains its shard of Fashion-MNIST against the parameter servers.");
+  absl::SetProgramUsageMessage(ps::worker::kUsage);
   absl::ParseCommandLine(argc, argv);
-  return ps::worker::Run();
+
+  // Training runs on this thread; a signal ends the process from `stopper`,
+  // abandoning the step in flight: the shards treat that like a worker that
+  // died, and a replacement of the same rank resumes where it stood.
+  std::thread stopper([] {
+    const int sig = ps::worker::StopSignals::Wait();
+    if (sig == 0) return;  // Run returned.
+    spdlog::warn(
+        "stopping on signal {} ({}): the current step is abandoned "
+        "(exit code {})",
+        sig, strsignal(sig), ps::worker::kExitTerminated);
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    std::_Exit(ps::worker::kExitTerminated);
+  });
+  const int code = ps::worker::Run();
+  // Ends `stopper`, unless a signal came first: then it exits the process.
+  ps::worker::StopSignals::Finish();
+  stopper.join();
+  return code;
 }
