@@ -1,10 +1,14 @@
 #include "kernels/device.h"
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_testing.h"
+#include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
 
 namespace ps::kernels {
@@ -52,6 +56,125 @@ TEST(CreateBackendTest, RejectsUnknownDeviceNames) {
 TEST(CreateBackendTest, PassesCpuThreadCountThroughItsValidation) {
   EXPECT_EQ(CreateBackend("cpu", 0).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A stand-in for a CUDA device: the CPU backend under the name "cuda:0",
+// whose Relu fails with `relu_error` when set (what a GPU without code for
+// its architecture reports).
+class FakeDevice : public Backend {
+ public:
+  explicit FakeDevice(absl::Status relu_error)
+      : cpu_(*CreateCpuBackend(CpuBackendOptions())),
+        relu_error_(std::move(relu_error)) {}
+
+  std::string name() const override { return "cuda:0"; }
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t n) override {
+    return cpu_->Allocate(n);
+  }
+  absl::Status CopyToDevice(const float* host, size_t n, DeviceBuffer& dst,
+                            size_t offset) override {
+    return cpu_->CopyToDevice(host, n, dst, offset);
+  }
+  absl::Status CopyToHost(const DeviceBuffer& src, size_t offset, size_t n,
+                          float* host) override {
+    return cpu_->CopyToHost(src, offset, n, host);
+  }
+  absl::Status Gemm(bool ta, bool tb, int m, int n, int k, float alpha,
+                    const DeviceBuffer& a, const DeviceBuffer& b, float beta,
+                    DeviceBuffer& c) override {
+    return cpu_->Gemm(ta, tb, m, n, k, alpha, a, b, beta, c);
+  }
+  absl::Status AddBias(int rows, int cols, const DeviceBuffer& bias,
+                       DeviceBuffer& y) override {
+    return cpu_->AddBias(rows, cols, bias, y);
+  }
+  absl::Status Relu(size_t n, const DeviceBuffer& x, DeviceBuffer& y) override {
+    if (!relu_error_.ok()) return relu_error_;
+    return cpu_->Relu(n, x, y);
+  }
+  absl::Status ReluGrad(size_t n, const DeviceBuffer& a, const DeviceBuffer& gy,
+                        DeviceBuffer& gx) override {
+    return cpu_->ReluGrad(n, a, gy, gx);
+  }
+  absl::Status SoftmaxCrossEntropy(int rows, int cols,
+                                   const DeviceBuffer& logits,
+                                   const DeviceBuffer& labels,
+                                   DeviceBuffer& loss,
+                                   DeviceBuffer& grad) override {
+    return cpu_->SoftmaxCrossEntropy(rows, cols, logits, labels, loss, grad);
+  }
+  absl::Status ColumnSum(int rows, int cols, const DeviceBuffer& x,
+                         DeviceBuffer& out) override {
+    return cpu_->ColumnSum(rows, cols, x, out);
+  }
+  absl::Status ArgmaxRows(int rows, int cols, const DeviceBuffer& x,
+                          DeviceBuffer& out) override {
+    return cpu_->ArgmaxRows(rows, cols, x, out);
+  }
+  absl::Status Synchronize() override { return cpu_->Synchronize(); }
+
+ private:
+  std::unique_ptr<Backend> cpu_;
+  absl::Status relu_error_;
+};
+
+std::function<absl::StatusOr<std::unique_ptr<Backend>>()> Device(
+    absl::Status relu_error, int* created) {
+  return [relu_error, created]() -> absl::StatusOr<std::unique_ptr<Backend>> {
+    ++*created;
+    return std::make_unique<FakeDevice>(relu_error);
+  };
+}
+
+TEST(CheckBackendRunsTest, PassesOnTheCpu) {
+  PS_ASSERT_OK_AND_ASSIGN(auto backend, CreateBackend("cpu"));
+  const absl::Status status = CheckBackendRuns(*backend);
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST(CreateAutoBackendTest, UsesADeviceThatRunsOurCode) {
+  int created = 0;
+  PS_ASSERT_OK_AND_ASSIGN(
+      auto backend,
+      internal::CreateAutoBackend(1, Device(absl::OkStatus(), &created), 1));
+  EXPECT_EQ(backend->name(), "cuda:0");
+  EXPECT_EQ(created, 1);
+}
+
+TEST(CreateAutoBackendTest, FallsBackToTheCpuOnAnUnsupportedArchitecture) {
+  int created = 0;
+  PS_ASSERT_OK_AND_ASSIGN(
+      auto backend,
+      internal::CreateAutoBackend(
+          1,
+          Device(absl::InternalError("relu kernel launch failed: no kernel "
+                                     "image is available for execution on "
+                                     "the device"),
+                 &created),
+          1));
+  EXPECT_EQ(backend->name(), "cpu");
+  EXPECT_EQ(created, 1);
+}
+
+TEST(CreateAutoBackendTest, FallsBackToTheCpuWhenTheDeviceCannotStart) {
+  PS_ASSERT_OK_AND_ASSIGN(
+      auto backend,
+      internal::CreateAutoBackend(
+          1,
+          []() -> absl::StatusOr<std::unique_ptr<Backend>> {
+            return absl::ResourceExhaustedError("cudaMalloc: out of memory");
+          },
+          1));
+  EXPECT_EQ(backend->name(), "cpu");
+}
+
+TEST(CreateAutoBackendTest, DoesNotTouchCudaWithoutADevice) {
+  int created = 0;
+  PS_ASSERT_OK_AND_ASSIGN(
+      auto backend,
+      internal::CreateAutoBackend(0, Device(absl::OkStatus(), &created), 1));
+  EXPECT_EQ(backend->name(), "cpu");
+  EXPECT_EQ(created, 0);
 }
 
 }  // namespace
