@@ -84,5 +84,17 @@ for dir in "$here"/fixtures/*/; do
   fi
 done
 
+# The image builds offline: no `# syntax=` line (BuildKit would fetch that
+# frontend from Docker Hub), and no NVIDIA_VISIBLE_DEVICES=all (every GPU of
+# the node, outside the device plugin's accounting, for every container).
+dockerfile="$repo/deploy/docker/Dockerfile"
+if grep -qiE '^#[[:space:]]*syntax[[:space:]]*=' "$dockerfile"; then
+  fail "Dockerfile: has a '# syntax=' line: an offline build would fetch it from Docker Hub"
+elif grep -qE 'NVIDIA_VISIBLE_DEVICES[= ]+all' "$dockerfile"; then
+  fail "Dockerfile: sets NVIDIA_VISIBLE_DEVICES=all: every container sees every GPU of its node"
+else
+  pass "Dockerfile"
+fi
+
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -1,8 +1,9 @@
 package main
 
-// Our rules across objects: the servers (the StatefulSet) and the workers
-// (the Job) must agree on ports, counts, mode and model, and the workers'
-// server addresses must be the StatefulSet's pod DNS names, in ordinal order.
+// Our rules across objects: the servers (an Indexed Job) and the workers
+// (one or more Jobs) must agree on ports, counts, mode and model, every rank
+// must be run exactly once, and the workers' server addresses must be the
+// server pods' DNS names, in index order.
 // Flags are read from the container args after $(VAR) expansion from the
 // ConfigMap, as the kubelet would expand them.
 
@@ -11,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -118,57 +118,145 @@ func findContainer(spec *corev1.PodSpec, name string) *corev1.Container {
 	return nil
 }
 
-func checkCluster(m *manifests, p *problems) {
-	if len(m.statefulSets) != 1 || len(m.jobs) != 1 {
-		p.add("manifests", "expected exactly one StatefulSet (the servers) and one Job (the workers), found %d and %d", len(m.statefulSets), len(m.jobs))
-		return
-	}
-	sts, job := m.statefulSets[0], m.jobs[0]
-	sAt, wAt := where("StatefulSet", sts.Name), where("Job", job.Name)
-	server := findContainer(&sts.Spec.Template.Spec, "server")
-	worker := findContainer(&job.Spec.Template.Spec, "worker")
-	if server == nil {
-		p.add(sAt, "no container named \"server\"")
-	}
-	if worker == nil {
-		p.add(wAt, "no container named \"worker\"")
-	}
-	if server == nil || worker == nil {
-		return
-	}
-	quiet := &problems{} // Env problems were reported by the pod checks.
-	sf := parseFlags(sAt, server, containerEnv(podContext{at: sAt, m: m}, server, field.NewPath(""), quiet), p)
-	wf := parseFlags(wAt, worker, containerEnv(podContext{at: wAt, m: m}, worker, field.NewPath(""), quiet), p)
-	port, portOK := checkServerFlags(sts, server, sf, m, p)
-	checkWorkerFlags(job, worker, wf, p)
+// serverSet is the servers' workload: an Indexed Job whose pods get DNS
+// names <name>-<index>.<service>.
+type serverSet struct {
+	at       string
+	name     string
+	service  string
+	replicas int
+	spec     *corev1.PodSpec
+}
 
-	replicas := int32(1)
-	if sts.Spec.Replicas != nil {
-		replicas = *sts.Spec.Replicas
-	}
-	if n, ok := sf.getInt("num_servers"); ok && n != int(replicas) {
-		p.add(sAt, "flag --num_servers=%d but spec.replicas is %d: every server must know how many shards there are", n, replicas)
-	}
-	workers, workersOK := wf.getInt("num_workers")
-	if n, ok := sf.getInt("num_workers"); ok && workersOK && n != workers {
-		p.add(sAt, "flag --num_workers=%d but the workers (%s) say --num_workers=%d", n, wAt, workers)
-	}
-	for _, name := range []string{"mode", "model"} {
-		s, sok := sf.get(name)
-		w, wok := wf.get(name)
-		if sok && wok && s != w {
-			p.add(wAt, "flag --%s=%s but the servers (%s) say --%s=%s", name, w, sAt, name, s)
+func checkCluster(m *manifests, p *problems) {
+	var serverJobs, workerJobs []*batchv1.Job
+	for _, job := range m.jobs {
+		switch {
+		case findContainer(&job.Spec.Template.Spec, "server") != nil:
+			serverJobs = append(serverJobs, job)
+		case findContainer(&job.Spec.Template.Spec, "worker") != nil:
+			workerJobs = append(workerJobs, job)
+		default:
+			p.add(where("Job", job.Name), "no container named \"server\" or \"worker\"")
 		}
 	}
-	if portOK {
-		checkServerAddresses(sts, int(replicas), port, wf, p)
+	for _, sts := range m.statefulSets {
+		if findContainer(&sts.Spec.Template.Spec, "server") != nil {
+			p.add(where("StatefulSet", sts.Name), "servers in a StatefulSet: a server exits 0 when training is done and the StatefulSet restarts it, so it crash-loops; run the servers as an Indexed Job with spec.template.spec.subdomain naming the headless Service")
+		}
+	}
+	if len(serverJobs) != 1 || len(workerJobs) == 0 {
+		p.add("manifests", "expected one Job of servers (container \"server\") and one or more Jobs of workers (container \"worker\"), found %d and %d", len(serverJobs), len(workerJobs))
+		return
+	}
+	job := serverJobs[0]
+	sAt := where("Job", job.Name)
+	server := findContainer(&job.Spec.Template.Spec, "server")
+	quiet := &problems{} // Env problems were reported by the pod checks.
+	sf := parseFlags(sAt, server, containerEnv(podContext{at: sAt, m: m}, server, field.NewPath(""), quiet), p)
+	if job.Spec.CompletionMode == nil || *job.Spec.CompletionMode != batchv1.IndexedCompletion {
+		p.add(sAt, "spec.completionMode: must be Indexed: each server pod needs its own index (hostname %s-<index>)", job.Name)
+	}
+	if job.Spec.Template.Spec.Subdomain == "" {
+		p.add(sAt, "spec.template.spec.subdomain: Required value: name the headless Service, so that server pods get the DNS names %s-<index>.<subdomain>", job.Name)
+	}
+	completions, parallelism := int32(1), int32(1)
+	if job.Spec.Completions != nil {
+		completions = *job.Spec.Completions
+	}
+	if job.Spec.Parallelism != nil {
+		parallelism = *job.Spec.Parallelism
+	}
+	if parallelism != completions {
+		p.add(sAt, "spec.parallelism is %d but spec.completions is %d: every shard must run at once", parallelism, completions)
+	}
+	set := serverSet{at: sAt, name: job.Name, service: job.Spec.Template.Spec.Subdomain, replicas: int(completions), spec: &job.Spec.Template.Spec}
+	port, portOK := checkServerFlags(set, server, sf, m, p)
+	if n, ok := sf.getInt("num_servers"); ok && n != set.replicas {
+		p.add(sAt, "flag --num_servers=%d but spec.completions is %d: every server must know how many shards there are", n, set.replicas)
+	}
+	if code, ok := sf.values["signal_exit_code"]; !ok || code == "0" {
+		p.add(sAt, "flag --signal_exit_code must be set and nonzero (143): a server stopped by SIGTERM would exit 0, and the Job would count its shard as finished and never replace it")
+	}
+	if _, ok := sf.values["checkpoint_dir"]; ok {
+		checkRunID(sAt, server, "checkpoint_dir", p)
+	}
+
+	numWorkers := -1
+	ranks := map[int]string{}
+	for _, wjob := range workerJobs {
+		wAt := where("Job", wjob.Name)
+		worker := findContainer(&wjob.Spec.Template.Spec, "worker")
+		wf := parseFlags(wAt, worker, containerEnv(podContext{at: wAt, m: m}, worker, field.NewPath(""), quiet), p)
+		checkWorkerFlags(wjob, worker, wf, p)
+		workers, workersOK := wf.getInt("num_workers")
+		if n, ok := sf.getInt("num_workers"); ok && workersOK && n != workers {
+			p.add(sAt, "flag --num_workers=%d but the workers (%s) say --num_workers=%d", n, wAt, workers)
+		}
+		if workersOK {
+			if numWorkers >= 0 && numWorkers != workers {
+				p.add(wAt, "flag --num_workers=%d but other workers say %d", workers, numWorkers)
+			}
+			numWorkers = workers
+		}
+		for _, name := range []string{"mode", "model"} {
+			s, sok := sf.get(name)
+			w, wok := wf.get(name)
+			if sok && wok && s != w {
+				p.add(wAt, "flag --%s=%s but the servers (%s) say --%s=%s", name, w, sAt, name, s)
+			}
+		}
+		if portOK {
+			checkServerAddresses(set, port, wf, p)
+		}
+		if _, ok := wf.values["save_model"]; ok {
+			checkRunID(wAt, worker, "save_model", p)
+		}
+		rank, ok := wf.getInt("rank")
+		if !ok {
+			continue
+		}
+		var own []int
+		if rank >= 0 {
+			own = []int{rank}
+		} else if rank == -1 && wjob.Spec.Completions != nil {
+			_, elsewhere := wf.values["rank0_elsewhere"]
+			for i := 0; i < int(*wjob.Spec.Completions) && i <= maxIndexedJobCompletions; i++ {
+				if i > 0 || !elsewhere {
+					own = append(own, i)
+				}
+			}
+		}
+		for _, r := range own {
+			if other, dup := ranks[r]; dup {
+				p.add(wAt, "rank %d is run by both %s and %s", r, other, wAt)
+			}
+			ranks[r] = wAt
+		}
+	}
+	for r := 0; r < numWorkers; r++ {
+		if _, ok := ranks[r]; !ok {
+			p.add("manifests", "rank %d of --num_workers=%d is run by no worker Job", r, numWorkers)
+		}
 	}
 }
 
-func checkServerFlags(sts *appsv1.StatefulSet, c *corev1.Container, f *flags, m *manifests, p *problems) (int, bool) {
+// checkRunID: a flag's path must include the run id, or runs share
+// checkpoints (a new run restores an old one, or another mode's, and fails)
+// and models (a new run overwrites the last).
+func checkRunID(at string, c *corev1.Container, flag string, p *problems) {
+	for _, arg := range c.Args {
+		name := strings.TrimLeft(arg, "-")
+		if strings.HasPrefix(name, flag+"=") && !strings.Contains(arg, "$(PS_RUN_ID)") {
+			p.add(at, "flag %s does not include $(PS_RUN_ID): every run would share it, so a new run restores or overwrites another run's files", arg)
+		}
+	}
+}
+
+func checkServerFlags(set serverSet, c *corev1.Container, f *flags, m *manifests, p *problems) (int, bool) {
 	at := f.at
 	if n, ok := f.getInt("server_index"); ok && n != -1 {
-		p.add(at, "flag --server_index=%d: must be -1 (index from the pod's hostname); all pods of a StatefulSet share one template", n)
+		p.add(at, "flag --server_index=%d: must be -1 (index from the pod's hostname); all pods of the Job share one template", n)
 	}
 	if host, ok := f.get("host"); ok && host != "0.0.0.0" && host != "::" && host != "[::]" {
 		p.add(at, "flag --host=%s: must be 0.0.0.0 (or ::) so that workers and probes reach the pod IP", host)
@@ -182,13 +270,13 @@ func checkServerFlags(sts *appsv1.StatefulSet, c *corev1.Container, f *flags, m 
 		}
 	}
 	if dir, ok := f.known("checkpoint_dir"); ok && dir != "" {
-		checkPersistentPath(at, c, "checkpoint_dir", dir, &sts.Spec.Template.Spec, sts.Spec.VolumeClaimTemplates, p)
+		checkPersistentPath(at, c, "checkpoint_dir", dir, set.spec, nil, p)
 	}
 	port, ok := f.getInt("port")
 	if !ok {
 		return 0, false
 	}
-	cf := fmt.Sprintf("spec.template.spec.containers[%d]", containerIndex(&sts.Spec.Template.Spec, c))
+	cf := fmt.Sprintf("spec.template.spec.containers[%d]", containerIndex(set.spec, c))
 	if !hasContainerPort(c, port) {
 		p.add(at, "%s.ports: no containerPort %d, the server's --port", cf, port)
 	}
@@ -207,11 +295,16 @@ func checkServerFlags(sts *appsv1.StatefulSet, c *corev1.Container, f *flags, m 
 		case int(probe.probe.GRPC.Port) != port:
 			p.add(at, "%s.%s.grpc.port: Invalid value: %d: the server listens on --port=%d", cf, probe.name, probe.probe.GRPC.Port, port)
 		}
+		// Unset is 1 s: too short for a CPU-limited server that is busy
+		// applying gradients; failed probes would restart a healthy server.
+		if probe.probe != nil && probe.probe.TimeoutSeconds < minProbeTimeoutSeconds {
+			p.add(at, "%s.%s.timeoutSeconds: %d (unset is 1): a CPU-throttled server busy with gradients answers slower; use at least %d", cf, probe.name, probe.probe.TimeoutSeconds, minProbeTimeoutSeconds)
+		}
 	}
-	if svc := m.services[sts.Spec.ServiceName]; svc != nil {
+	if svc := m.services[set.service]; svc != nil {
 		found := false
 		for _, sp := range svc.Spec.Ports {
-			if target, ok := resolveTargetPort(sp, &sts.Spec.Template.Spec); ok && int(target) == port {
+			if target, ok := resolveTargetPort(sp, set.spec); ok && int(target) == port {
 				found = true
 			}
 		}
@@ -221,6 +314,8 @@ func checkServerFlags(sts *appsv1.StatefulSet, c *corev1.Container, f *flags, m 
 	}
 	return port, true
 }
+
+const minProbeTimeoutSeconds = 3
 
 func hasContainerPort(c *corev1.Container, port int) bool {
 	for _, cp := range c.Ports {
@@ -243,6 +338,8 @@ func checkWorkerFlags(job *batchv1.Job, c *corev1.Container, f *flags, p *proble
 	}
 	if rank, ok := f.getInt("rank"); ok {
 		switch {
+		case rank >= 0 && completions == 1 && parallelism != 1:
+			p.add(at, "flag --rank=%d but spec.parallelism is %d: one pod per rank", rank, parallelism)
 		case rank == -1 && !indexed:
 			p.add(at, "flag --rank=-1 reads $JOB_COMPLETION_INDEX, which only an Indexed Job sets (spec.completionMode: Indexed)")
 		case rank >= 0 && completions > 1:
@@ -251,7 +348,8 @@ func checkWorkerFlags(job *batchv1.Job, c *corev1.Container, f *flags, p *proble
 			p.add(at, "flag --rank=%d: must be -1 or a rank", rank)
 		}
 	}
-	if n, ok := f.getInt("num_workers"); ok {
+	rank, rankOK := f.getInt("rank")
+	if n, ok := f.getInt("num_workers"); ok && rankOK && rank == -1 {
 		if n != int(completions) {
 			p.add(at, "flag --num_workers=%d but spec.completions is %d: one pod per rank", n, completions)
 		}
@@ -272,6 +370,11 @@ func checkWorkerFlags(job *batchv1.Job, c *corev1.Container, f *flags, p *proble
 		p.add(at, "flag --device=cpu but the worker takes %s %s: a GPU held and never used", gpus.String(), gpuResource)
 	case device != "cpu" && gpus.Sign() <= 0:
 		p.add(at, "flag --device=%s but resources.limits has no %s: without one the worker trains on the CPU", device, gpuResource)
+	}
+	// Only the image built with WITH_CUDA=1 (tagged *-cuda) can use a GPU;
+	// the default one would hold it and train on the CPU.
+	if gpus.Sign() > 0 && !isCudaImage(c.Image) {
+		p.add(at, "container %q takes %s %s but image %q is not the CUDA build (tag ending in -cuda, deploy/docker/Dockerfile with WITH_CUDA=1): the GPU would sit unused", c.Name, gpus.String(), gpuResource, c.Image)
 	}
 	if path, ok := f.known("save_model"); ok && path != "" {
 		checkPersistentPath(at, c, "save_model", path, &job.Spec.Template.Spec, nil, p)
@@ -317,9 +420,10 @@ func checkPersistentPath(at string, c *corev1.Container, flag, file string, spec
 }
 
 // checkServerAddresses: address i of the workers' server list must be the
-// DNS name of StatefulSet pod i under the headless Service, at the port the
+// DNS name of server pod i under the headless Service, at the port the
 // server listens on, for exactly `replicas` servers.
-func checkServerAddresses(sts *appsv1.StatefulSet, replicas, port int, f *flags, p *problems) {
+func checkServerAddresses(set serverSet, port int, f *flags, p *problems) {
+	replicas := set.replicas
 	at := f.at
 	list, hasList := f.values["servers"]
 	pattern, hasPattern := f.values["server_pattern"]
@@ -355,7 +459,7 @@ func checkServerAddresses(sts *appsv1.StatefulSet, replicas, port int, f *flags,
 			addresses = append(addresses, strings.ReplaceAll(pattern, "{index}", strconv.Itoa(i)))
 		}
 		if n != replicas {
-			p.add(at, "flag --num_servers=%d but StatefulSet %s has %d replicas", n, sts.Name, replicas)
+			p.add(at, "flag --num_servers=%d but Job %s runs %d servers", n, set.name, replicas)
 			return
 		}
 	default:
@@ -363,20 +467,20 @@ func checkServerAddresses(sts *appsv1.StatefulSet, replicas, port int, f *flags,
 		return
 	}
 	if len(addresses) != replicas {
-		p.add(at, "flag %s names %d servers but StatefulSet %s has %d replicas", source, len(addresses), sts.Name, replicas)
+		p.add(at, "flag %s names %d servers but Job %s runs %d", source, len(addresses), set.name, replicas)
 		return
 	}
 	for i, address := range addresses {
 		address = strings.TrimSpace(address)
 		colon := strings.LastIndexByte(address, ':')
-		want := fmt.Sprintf("%s-%d.%s", sts.Name, i, sts.Spec.ServiceName)
+		want := fmt.Sprintf("%s-%d.%s", set.name, i, set.service)
 		if colon < 0 {
 			p.add(at, "flag %s: server %d is %q, which has no port; expected %s:%d", source, i, address, want, port)
 			continue
 		}
 		host, portText := address[:colon], address[colon+1:]
 		if !isPodDNSName(host, want) {
-			p.add(at, "flag %s: server %d is %q, but StatefulSet pod %d is %s (pod %s-%d under Service %s)", source, i, address, i, want, sts.Name, i, sts.Spec.ServiceName)
+			p.add(at, "flag %s: server %d is %q, but server pod %d is %s (pod %s-%d under Service %s)", source, i, address, i, want, set.name, i, set.service)
 		}
 		if portText != strconv.Itoa(port) {
 			p.add(at, "flag %s: server %d is %q, but the servers listen on --port=%d", source, i, address, port)
@@ -395,4 +499,14 @@ func isPodDNSName(host, want string) bool {
 	}
 	rest := strings.Split(strings.TrimPrefix(host, want+"."), ".")
 	return len(rest) == 1 || rest[1] == "svc"
+}
+
+// isCudaImage: the image's tag ends in -cuda (digests are taken on trust).
+func isCudaImage(image string) bool {
+	if strings.Contains(image, "@") {
+		return true
+	}
+	slash := strings.LastIndexByte(image, '/')
+	colon := strings.LastIndexByte(image, ':')
+	return colon > slash && strings.HasSuffix(image[colon+1:], "-cuda")
 }

@@ -194,10 +194,27 @@ func checkRecommendedLabels(at string, labels map[string]string, path *field.Pat
 	}
 }
 
+// versionLabel changes with every release.
+const versionLabel = "app.kubernetes.io/version"
+
 // checkTemplateLabels: pods are what kubectl -l selects, so they carry the
-// recommended labels too, valid per the API server.
+// recommended labels too, valid per the API server; all but the version:
+// a Job's pod template (and a StatefulSet's volumeClaimTemplates) cannot be
+// changed, so a version there makes the next release's `kubectl apply` fail
+// with "field is immutable".
 func checkTemplateLabels(at string, meta *metav1.ObjectMeta, path *field.Path, p *problems) {
 	p.addErrs(at, metav1validation.ValidateLabels(meta.Labels, path.Child("labels")))
 	p.addErrs(at, apivalidation.ValidateAnnotations(meta.Annotations, path.Child("annotations")))
-	checkRecommendedLabels(at, meta.Labels, path.Child("labels"), p)
+	checkTemplateVersionLabel(at, meta, path, p)
+	for _, key := range recommendedLabels {
+		if key != versionLabel && meta.Labels[key] == "" {
+			p.add(at, "%s: missing recommended label %s", path.Child("labels"), key)
+		}
+	}
+}
+
+func checkTemplateVersionLabel(at string, meta *metav1.ObjectMeta, path *field.Path, p *problems) {
+	if _, has := meta.Labels[versionLabel]; has {
+		p.add(at, "%s: label %s on an immutable template: the next version's kubectl apply fails (field is immutable); put it on the object only (kustomize labels: includeTemplates: false)", path.Child("labels"), versionLabel)
+	}
 }

@@ -6,9 +6,13 @@
 // quantities are errors), its metadata goes through the API server's
 // validators (names, labels, annotations, selectors), then come the rules
 // the API server applies that decoding does not (selector matches template
-// labels, Job restartPolicy, Indexed Job completions, StatefulSet serviceName
-// names a headless Service, ...) and our own (ports, counts and server
-// addresses agree between servers, workers, Service, probes and flags).
+// labels, Job restartPolicy, Indexed Job completions, ...) and our own: the
+// servers are an Indexed Job whose subdomain is a headless Service that
+// publishes not-ready pods; Jobs fail on exit code 2 and ignore evictions;
+// no version label in immutable templates; no ReadWriteMany on the default
+// storage class; checkpoints and models under the run id; GPUs only with
+// the CUDA image; ports, counts, ranks and server addresses agree between
+// servers, workers, Service, probes and flags.
 //
 // Usage: pscheck FILE|- ...
 // Prints every problem, one per line, and exits 1 if there is any.

@@ -74,6 +74,7 @@ func checkStatefulSet(sts *appsv1.StatefulSet, m *manifests, p *problems) {
 			p.add(at, "%s: Invalid value: %q: %s", vf.Child("metadata", "name"), vct.Name, msg)
 		}
 		claimTemplates[vct.Name] = true
+		checkTemplateVersionLabel(at, &vct.ObjectMeta, vf.Child("metadata"), p)
 		checkClaimSpec(at, &vct.Spec, vf.Child("spec"), p)
 	}
 	checkPodSpec(podContext{at: at, m: m, claimTemplates: claimTemplates}, &sts.Spec.Template.Spec, tmpl.Child("spec"), p)
@@ -161,19 +162,91 @@ func checkJob(job *batchv1.Job, m *manifests, p *problems) {
 		p.add(at, "%s: Forbidden: requires indexed completion mode", spec.Child("backoffLimitPerIndex"))
 	}
 	checkPodSpec(podContext{at: at, m: m}, &job.Spec.Template.Spec, tmpl.Child("spec"), p)
+	checkPodFailurePolicy(at, job, spec.Child("podFailurePolicy"), p)
+	checkSubdomain(at, job, m, tmpl.Child("spec", "subdomain"), p)
 
 	// Our rule: a claim mounted by several pods of the Job at once must allow
-	// several nodes, or pods scheduled elsewhere never start.
-	if par := job.Spec.Parallelism; par != nil && *par > 1 {
+	// several nodes, or the pods must share one node; else pods scheduled
+	// elsewhere never start.
+	if par := job.Spec.Parallelism; par != nil && *par > 1 && !colocated(&job.Spec.Template) {
 		for i, v := range job.Spec.Template.Spec.Volumes {
 			if v.PersistentVolumeClaim == nil {
 				continue
 			}
 			claim := m.claims[v.PersistentVolumeClaim.ClaimName]
 			if claim != nil && !allowsManyNodes(claim.Spec.AccessModes, v.PersistentVolumeClaim.ReadOnly) {
-				p.add(at, "%s: PersistentVolumeClaim %q allows %v, but up to %s pods mount it at once, on any node: use ReadWriteMany", tmpl.Child("spec", "volumes").Index(i), claim.Name, claim.Spec.AccessModes, fmtInt32(job.Spec.Parallelism, "1"))
+				p.add(at, "%s: PersistentVolumeClaim %q allows %v, but up to %s pods mount it at once, on any node: mount it in one pod only, or keep the pods on one node (required podAffinity on kubernetes.io/hostname)", tmpl.Child("spec", "volumes").Index(i), claim.Name, claim.Spec.AccessModes, fmtInt32(job.Spec.Parallelism, "1"))
 			}
 		}
+	}
+}
+
+// colocated: the template requires its pods on the node of pods like them.
+func colocated(t *corev1.PodTemplateSpec) bool {
+	a := t.Spec.Affinity
+	if a == nil || a.PodAffinity == nil {
+		return false
+	}
+	for _, term := range a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+		if term.TopologyKey != "kubernetes.io/hostname" || term.LabelSelector == nil {
+			continue
+		}
+		if sel, err := metav1.LabelSelectorAsSelector(term.LabelSelector); err == nil && !sel.Empty() && sel.Matches(labels.Set(t.Labels)) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkPodFailurePolicy: our binaries exit 2 on bad configuration, which no
+// retry fixes, so it must fail the Job at once; evictions, drains and
+// preemptions (the DisruptionTarget condition) must not use up backoffLimit.
+func checkPodFailurePolicy(at string, job *batchv1.Job, fld *field.Path, p *problems) {
+	pfp := job.Spec.PodFailurePolicy
+	if pfp == nil {
+		p.add(at, "%s: Required value: exit code 2 (bad configuration) must FailJob and DisruptionTarget (evictions) must be Ignored; without it every retry of a bad flag and every eviction counts against backoffLimit", fld)
+		return
+	}
+	failsOn2, ignoresDisruption := false, false
+	for _, rule := range pfp.Rules {
+		if r := rule.OnExitCodes; r != nil && rule.Action == batchv1.PodFailurePolicyActionFailJob && r.Operator == batchv1.PodFailurePolicyOnExitCodesOpIn {
+			for _, v := range r.Values {
+				failsOn2 = failsOn2 || v == 2
+			}
+		}
+		if rule.Action == batchv1.PodFailurePolicyActionIgnore {
+			for _, c := range rule.OnPodConditions {
+				ignoresDisruption = ignoresDisruption || (c.Type == corev1.DisruptionTarget && (c.Status == "" || c.Status == corev1.ConditionTrue))
+			}
+		}
+	}
+	if !failsOn2 {
+		p.add(at, "%s.rules: no FailJob rule for exit code 2: bad configuration would be retried until backoffLimit", fld)
+	}
+	if !ignoresDisruption {
+		p.add(at, "%s.rules: no Ignore rule for the DisruptionTarget condition: evictions and drains would count against backoffLimit", fld)
+	}
+}
+
+// checkSubdomain: pods of a Job with a subdomain get DNS names
+// <hostname>.<subdomain> only from a headless Service of that name that
+// selects them; publishNotReadyAddresses gives the names before the pods are
+// ready (a server restoring a checkpoint), so clients can resolve and retry.
+func checkSubdomain(at string, job *batchv1.Job, m *manifests, fld *field.Path, p *problems) {
+	name := job.Spec.Template.Spec.Subdomain
+	if name == "" {
+		return
+	}
+	svc := m.services[name]
+	switch {
+	case svc == nil:
+		p.add(at, "%s: Service %q is not in the manifests, so the pods get no DNS names", fld, name)
+	case svc.Spec.ClusterIP != corev1.ClusterIPNone:
+		p.add(at, "%s: Service %q is not headless (spec.clusterIP is %q, must be \"None\"), so pods get no DNS names", fld, name, svc.Spec.ClusterIP)
+	case len(svc.Spec.Selector) == 0 || !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(job.Spec.Template.Labels)):
+		p.add(at, "%s: Service %q selector %v does not select this Job's pods", fld, name, svc.Spec.Selector)
+	case !svc.Spec.PublishNotReadyAddresses:
+		p.add(at, "%s: Service %q lacks publishNotReadyAddresses: true, so a starting or restoring pod has no DNS name until it is ready", fld, name)
 	}
 }
 
@@ -295,7 +368,18 @@ func resolveTargetPort(port corev1.ServicePort, spec *corev1.PodSpec) (int32, bo
 }
 
 func checkClaim(pvc *corev1.PersistentVolumeClaim, p *problems) {
-	checkClaimSpec(where("PersistentVolumeClaim", pvc.Name), &pvc.Spec, field.NewPath("spec"), p)
+	at := where("PersistentVolumeClaim", pvc.Name)
+	checkClaimSpec(at, &pvc.Spec, field.NewPath("spec"), p)
+	// Our rule: the default storage classes of EKS, GKE, AKS, kind and
+	// minikube offer only ReadWriteOnce; such a claim stays Pending, and so
+	// does every pod that mounts it, with no error.
+	if pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName == "" {
+		for i, mode := range pvc.Spec.AccessModes {
+			if mode == corev1.ReadWriteMany || mode == corev1.ReadOnlyMany {
+				p.add(at, "spec.accessModes[%d]: %s on the default storage class, which usually cannot provide it (the claim and its pods stay Pending): use ReadWriteOnce, or name a storageClassName that offers %s", i, mode, mode)
+			}
+		}
+	}
 }
 
 func checkConfigMap(cm *corev1.ConfigMap, p *problems) {
