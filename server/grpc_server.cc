@@ -14,6 +14,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   server->health_ =
       std::make_unique<HealthService>(std::vector<std::string>{service_name});
   grpc::ServerBuilder builder;
+  // gRPC shares ports by default (SO_REUSEPORT): a second server on our port
+  // would split the workers between two jobs. Refuse instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
                            &server->port_);
   builder.RegisterService(service);

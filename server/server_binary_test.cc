@@ -156,6 +156,32 @@ TEST(ServerBinaryTest, WritesThePortFileAndExitsCleanlyOnSigterm) {
       << "final report missing: " << ReadFile(log);
 }
 
+TEST(ServerBinaryTest, RefusesAPortAnotherServerHolds) {
+  const std::string port_file = TempPath("first.port");
+  const std::string log = TempPath("first.log");
+  std::remove(port_file.c_str());
+  pid_t first =
+      Spawn({"--server_index=0", "--num_servers=1", "--port=0", "--model=8-4-2",
+             absl::StrCat("--port_file=", port_file)},
+            log);
+  ChildGuard first_guard{first};
+  const int port = WaitForPortFile(port_file);
+  ASSERT_GT(port, 0) << ReadFile(log);
+  // Another job's server started on the same port must not share it.
+  const std::string second_log = TempPath("second.log");
+  pid_t second = Spawn({"--server_index=0", "--num_servers=1",
+                        absl::StrCat("--port=", port), "--model=8-4-2"},
+                       second_log);
+  ChildGuard second_guard{second};
+  EXPECT_EQ(WaitForExit(second, absl::Seconds(30)), 1) << ReadFile(second_log);
+  EXPECT_NE(ReadFile(second_log)
+                .find(absl::StrCat("cannot listen on 127.0.0.1:", port)),
+            std::string::npos)
+      << ReadFile(second_log);
+  ASSERT_EQ(kill(first, SIGTERM), 0);
+  EXPECT_EQ(WaitForExit(first, absl::Seconds(30)), 0) << ReadFile(log);
+}
+
 TEST(ServerBinaryTest, ExitsOnceEveryWorkerIsDone) {
   const std::string port_file = TempPath("done.port");
   const std::string log = TempPath("done.log");
