@@ -127,6 +127,12 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
       !s.ok()) {
     return s;
   }
+  if (request.max_chunk_elements() != 0 &&
+      request.max_chunk_elements() < options_.min_chunk_elements) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_chunk_elements ", request.max_chunk_elements(),
+        " is below this server's minimum of ", options_.min_chunk_elements));
+  }
   const uint64_t chunk_elements =
       request.max_chunk_elements() == 0
           ? options_.default_chunk_elements
@@ -228,7 +234,7 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
     proto::PushRequest* first, uint64_t* bytes, absl::Duration* commit) {
   // The whole stream is staged privately; the shard is touched only by
   // Commit, after the last message was validated.
-  PushStager stager(store_, identity_);
+  PushStager stager(store_, identity_, options_.min_chunk_elements);
   grpc::ByteBuffer message;
   proto::PushRequest request;
   absl::Cord data;

@@ -22,6 +22,10 @@ struct ServiceOptions {
   // Upper bound on elements per chunk, so a response fits the gRPC message
   // limit whatever the client asks for.
   uint64_t max_chunk_elements = 16 * 1024 * 1024 - 1024;
+  // Smallest chunk a client may ask a pull for, and send in a push (but for
+  // a slice's last chunk): one-element chunks would cost a message each.
+  // 1 KiB, the smallest a worker's --chunk_kb makes.
+  uint64_t min_chunk_elements = 256;
 };
 
 // The gRPC face of one shard (ps.proto.ParameterServer): converts messages

@@ -53,6 +53,7 @@ class ParameterServiceTest : public ::testing::Test {
     coordinator_ = *UpdateCoordinator::Create(store_.get(), options);
     ServiceOptions service_options;
     service_options.default_chunk_elements = 16;
+    service_options.min_chunk_elements = min_chunk_elements_;
     service_ = std::make_unique<ParameterService>(
         store_.get(), coordinator_.get(), service_options);
     server_ = *GrpcServer::Start("127.0.0.1:0", service_.get(),
@@ -220,6 +221,8 @@ class ParameterServiceTest : public ::testing::Test {
     return stats;
   }
 
+  // Most tests push and pull chunks of a few elements.
+  uint64_t min_chunk_elements_ = 1;
   // Before the coordinator, whose callback notifies it.
   absl::Notification all_done_;
   std::unique_ptr<Partition> partition_;
@@ -295,6 +298,27 @@ TEST_F(ParameterServiceTest, PullStreamsEveryOwnedElementInBoundedChunks) {
     EXPECT_EQ(version, 0u);
     EXPECT_EQ(weights, InitialWeights()) << "max_chunk " << max_chunk;
   }
+}
+
+TEST_F(ParameterServiceTest, RefusesChunksBelowTheMinimum) {
+  min_chunk_elements_ = 16;
+  Start(ConsistencyMode::kAsync);
+  Weights weights;
+  uint64_t version = 0;
+  grpc::Status s = Pull(0, 7, &weights, &version);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find(
+                "max_chunk_elements 7 is below this server's minimum of 16"),
+            std::string::npos)
+      << s.error_message();
+  // A push in chunks of 10 (slices hold more than 16 elements): refused.
+  s = Push(ValidPush(0, 0, 1.0f), &version);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("chunks hold at least 16"),
+            std::string::npos)
+      << s.error_message();
+  ASSERT_TRUE(Pull(0, 16, &weights, &version).ok());
+  EXPECT_EQ(weights, InitialWeights()) << "a refused push changed weights";
 }
 
 TEST_F(ParameterServiceTest, SyncPushesFromAllRanksUpdateTheWeights) {

@@ -18,9 +18,11 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
 
 }  // namespace
 
-PushStager::PushStager(const ShardStore* store, const ShardIdentity& identity)
+PushStager::PushStager(const ShardStore* store, const ShardIdentity& identity,
+                       uint64_t min_chunk_elements)
     : store_(store),
       identity_(identity),
+      min_chunk_elements_(min_chunk_elements),
       covered_(store->num_slices()),
       covered_elements_(store->num_slices(), 0) {}
 
@@ -122,6 +124,12 @@ absl::Status PushStager::AddChunk(const ChunkView& c) {
   }
   const uint64_t begin = c.offset - store_->slices()[slice].offset;
   const uint64_t end = begin + c.num_elements;
+  if (c.num_elements < min_chunk_elements_ &&
+      end != store_->slices()[slice].num_elements) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        range, " holds ", c.num_elements, " elements; chunks hold at least ",
+        min_chunk_elements_, " but for the last of a slice"));
+  }
   std::map<uint64_t, uint64_t>& covered = covered_[slice];
   auto next = covered.lower_bound(begin);
   const bool overlaps_next = next != covered.end() && next->first < end;

@@ -64,7 +64,8 @@ struct StagedPush {
 // (ValidateRequestHeader); header, step, base_version, num_examples, epoch
 // and examples_done equal in every message; examples_done >= num_examples
 // (the progress after the batch counts it); tensor id, dtype and shape match
-// the model; the chunk's range lies inside one owned slice; data holds exactly
+// the model; the chunk's range lies inside one owned slice and holds at least
+// the minimum of elements unless it ends the slice; data holds exactly
 // num_elements float32 values, none of them NaN or infinite; no element is
 // sent twice.
 //
@@ -77,7 +78,10 @@ struct StagedPush {
 // returns that error.
 class PushStager {
  public:
-  PushStager(const ShardStore* store, const ShardIdentity& identity);
+  // Chunks must hold at least `min_chunk_elements`, but for the one that
+  // ends a slice.
+  PushStager(const ShardStore* store, const ShardIdentity& identity,
+             uint64_t min_chunk_elements = 1);
 
   PushStager(const PushStager&) = delete;
   PushStager& operator=(const PushStager&) = delete;
@@ -93,6 +97,7 @@ class PushStager {
 
   const ShardStore* const store_;
   const ShardIdentity identity_;
+  const uint64_t min_chunk_elements_;
   int messages_ = 0;
   absl::Status error_;
   PushMessage first_;  // Metadata of the first message; chunk unused.

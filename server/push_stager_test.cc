@@ -84,7 +84,7 @@ class PushStagerTest : public ::testing::Test {
 
   // Feeds `messages`; returns the first error of Add or Finish.
   absl::StatusOr<StagedPush> Feed(const std::vector<OwnedMessage>& messages) {
-    PushStager stager(store_.get(), identity_);
+    PushStager stager(store_.get(), identity_, min_chunk_elements_);
     for (const OwnedMessage& m : messages) {
       absl::Status s = stager.Add(m.View());
       if (!s.ok()) {
@@ -107,6 +107,7 @@ class PushStagerTest : public ::testing::Test {
 
   std::unique_ptr<ShardStore> store_;
   ShardIdentity identity_;
+  uint64_t min_chunk_elements_ = 1;
 };
 
 TEST_F(PushStagerTest, StagesACompletePushInAnyChunkOrder) {
@@ -235,6 +236,13 @@ TEST_F(PushStagerTest, RejectsChunksThatDoNotMatchTheModel) {
   push[1].message.chunk.num_elements = 0;
   push[1].data.clear();
   ExpectRefused(push, "is empty");
+}
+
+TEST_F(PushStagerTest, RefusesChunksBelowTheMinimumButASlicesLast) {
+  min_chunk_elements_ = 8;
+  // Chunks of 8: every slice's last chunk holds what is left, maybe fewer.
+  EXPECT_TRUE(Feed(ValidPush(1, 8)).ok());
+  ExpectRefused(ValidPush(1, 3), "holds 3 elements; chunks hold at least 8");
 }
 
 TEST_F(PushStagerTest, RejectsChunksOutsideThisServersSlices) {
