@@ -256,6 +256,22 @@ absl::StatusOr<uint64_t> UpdateCoordinator::Heartbeat(int rank,
   return version_;
 }
 
+absl::Status UpdateCoordinator::CheckRegistered(int rank,
+                                                uint64_t incarnation) const {
+  absl::MutexLock lock(&mu_);
+  const uint64_t registered = ranks_.incarnation(rank);
+  if (registered == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", rank, " has not registered with this server"));
+  }
+  if (incarnation != registered) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", rank, " registered as incarnation ", registered,
+                     ", not ", incarnation));
+  }
+  return absl::OkStatus();
+}
+
 bool UpdateCoordinator::MarkDone(int rank) {
   std::optional<ReadyStep> ready;
   {

@@ -330,6 +330,14 @@ grpc::Status ParameterService::Done(grpc::ServerContext* /*context*/,
     return ToGrpcStatus(Prefixed("done refused", s));
   }
   const int rank = request->header().worker_rank();
+  // Done ends a rank's part for good, and the job once every rank said it:
+  // only the process that registered may say it.
+  if (absl::Status s =
+          coordinator_->CheckRegistered(rank, request->header().incarnation());
+      !s.ok()) {
+    spdlog::warn("done refused: {}", s.ToString());
+    return ToGrpcStatus(Prefixed("done refused", s));
+  }
   const bool finished = coordinator_->MarkDone(rank);
   spdlog::info("worker {} is done{}", rank,
                finished ? "; every worker is done" : "");

@@ -92,11 +92,24 @@ class ParameterServiceTest : public ::testing::Test {
   }
 
   // Tells server `server_index` that `rank` is done.
-  grpc::Status Done(int rank, int server_index = kServer) {
+  // Registers `rank` as `incarnation`.
+  void Register(int rank, uint64_t incarnation) {
+    grpc::ClientContext context;
+    proto::RegisterRequest request;
+    *request.mutable_header() = Header(rank);
+    request.set_num_tensors(partition_->num_tensors());
+    request.set_incarnation(incarnation);
+    proto::RegisterResponse response;
+    ASSERT_TRUE(stub_->Register(&context, request, &response).ok());
+  }
+
+  grpc::Status Done(int rank, uint64_t incarnation,
+                    int server_index = kServer) {
     grpc::ClientContext context;
     proto::DoneRequest request;
     *request.mutable_header() = Header(rank);
     request.mutable_header()->set_server_index(server_index);
+    request.mutable_header()->set_incarnation(incarnation);
     proto::DoneResponse response;
     return stub_->Done(&context, request, &response);
   }
@@ -639,7 +652,8 @@ TEST_F(ParameterServiceTest, FinalPullAnswersOnceTheOtherRanksAreDone) {
   ASSERT_TRUE(Push(ValidPush(1, 0, 2.0f), &pushed).ok());
   EXPECT_FALSE(
       answered.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
-  ASSERT_TRUE(Done(1).ok());
+  Register(1, 11);
+  ASSERT_TRUE(Done(1, 11).ok());
   rank0.join();
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(version, 1u);
@@ -650,13 +664,43 @@ TEST_F(ParameterServiceTest, FinalPullAnswersOnceTheOtherRanksAreDone) {
 
 TEST_F(ParameterServiceTest, DoneFromEveryRankSignalsShutdownOnce) {
   Start(ConsistencyMode::kSync);
-  EXPECT_EQ(Done(1, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  ASSERT_TRUE(Done(1).ok());
-  ASSERT_TRUE(Done(1).ok());
+  Register(0, 10);
+  Register(1, 11);
+  EXPECT_EQ(Done(1, 11, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(Done(1, 11).ok());
+  ASSERT_TRUE(Done(1, 11).ok());
   EXPECT_FALSE(all_done_.HasBeenNotified());
-  ASSERT_TRUE(Done(0).ok());
+  ASSERT_TRUE(Done(0, 10).ok());
   EXPECT_TRUE(all_done_.HasBeenNotified());
-  ASSERT_TRUE(Done(0).ok());  // Notifying twice would crash.
+  ASSERT_TRUE(Done(0, 10).ok());  // Notifying twice would crash.
+}
+
+TEST_F(ParameterServiceTest, DoneOnlyFromTheProcessThatRegistered) {
+  Start(ConsistencyMode::kSync);
+  Register(0, 10);
+  struct Case {
+    int rank;
+    uint64_t incarnation;
+    const char* text;
+  };
+  for (const Case& c : {
+           Case{1, 11, "worker 1 has not registered with this server"},
+           Case{0, 0, "worker 0 registered as incarnation 10, not 0"},
+           Case{0, 99, "worker 0 registered as incarnation 10, not 99"},
+       }) {
+    const grpc::Status s = Done(c.rank, c.incarnation);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << c.text;
+    EXPECT_NE(s.error_message().find(c.text), std::string::npos)
+        << s.error_message();
+  }
+  // Nothing was marked: the real rank 0 and rank 1 finish the job.
+  EXPECT_NE(Stats().report().find("0=live 1=live"), std::string::npos)
+      << Stats().report();
+  Register(1, 11);
+  ASSERT_TRUE(Done(0, 10).ok());
+  EXPECT_FALSE(all_done_.HasBeenNotified());
+  ASSERT_TRUE(Done(1, 11).ok());
+  EXPECT_TRUE(all_done_.HasBeenNotified());
 }
 
 // Pull and Push parse their messages themselves (common/chunk_wire.h), so

@@ -197,19 +197,22 @@ TEST(ServerBinaryTest, ExitsOnceEveryWorkerIsDone) {
   Partition partition = *Partition::Create(MlpModelSpec({8, 4, 2}), 2);
   auto stub = proto::ParameterServer::NewStub(grpc::CreateChannel(
       absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  // Rank r registers as incarnation r + 1.
   auto header = [&](int rank) {
     proto::RequestHeader h;
     h.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
     h.set_partition_fingerprint(partition.fingerprint());
     h.set_worker_rank(rank);
     h.set_server_index(1);
+    h.set_incarnation(rank + 1);
     return h;
   };
-  {
+  for (int rank : {0, 1}) {
     grpc::ClientContext context;
     proto::RegisterRequest request;
-    *request.mutable_header() = header(0);
+    *request.mutable_header() = header(rank);
     request.set_num_tensors(partition.num_tensors());
+    request.set_incarnation(rank + 1);
     proto::RegisterResponse response;
     ASSERT_TRUE(stub->Register(&context, request, &response).ok());
     EXPECT_EQ(response.mode(), "async");

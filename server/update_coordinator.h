@@ -140,6 +140,10 @@ class UpdateCoordinator {
                                         uint64_t planned_steps);
   // The rank is alive; returns the version.
   absl::StatusOr<uint64_t> Heartbeat(int rank, uint64_t incarnation);
+  // OK if `incarnation` is the one `rank` registered with here;
+  // FailedPrecondition naming the rank otherwise (none registered, or
+  // another one since).
+  absl::Status CheckRegistered(int rank, uint64_t incarnation) const;
   // Marks `rank` finished; true once the job is (see on_finished).
   // Idempotent.
   bool MarkDone(int rank);
