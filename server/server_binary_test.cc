@@ -232,6 +232,59 @@ TEST(ServerBinaryTest, ExitsOnceEveryWorkerIsDone) {
   EXPECT_NE(ReadFile(log).find("every worker is done"), std::string::npos);
 }
 
+TEST(ServerBinaryTest, RefusesToResumeAFinishedRun) {
+  const std::string dir = FreshTempPath("finished_run");
+  const std::string port_file = TempPath("finished.port");
+  const std::string log = TempPath("finished.log");
+  std::remove(port_file.c_str());
+  const std::vector<std::string> flags = {
+      "--server_index=0",
+      "--num_servers=1",
+      "--num_workers=1",
+      "--port=0",
+      "--model=8-4-2",
+      absl::StrCat("--checkpoint_dir=", dir),
+      absl::StrCat("--port_file=", port_file)};
+  pid_t pid = Spawn(flags, log);
+  ChildGuard guard{pid};
+  const int port = WaitForPortFile(port_file);
+  ASSERT_GT(port, 0) << ReadFile(log);
+  Partition partition = *Partition::Create(MlpModelSpec({8, 4, 2}), 1);
+  auto stub = proto::ParameterServer::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  proto::RequestHeader header;
+  header.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
+  header.set_partition_fingerprint(partition.fingerprint());
+  header.set_incarnation(5);
+  {
+    grpc::ClientContext context;
+    proto::RegisterRequest request;
+    *request.mutable_header() = header;
+    request.set_num_tensors(partition.num_tensors());
+    request.set_incarnation(5);
+    proto::RegisterResponse response;
+    ASSERT_TRUE(stub->Register(&context, request, &response).ok());
+  }
+  {
+    grpc::ClientContext context;
+    proto::DoneRequest request;
+    *request.mutable_header() = header;
+    proto::DoneResponse response;
+    ASSERT_TRUE(stub->Done(&context, request, &response).ok());
+  }
+  stub.reset();
+  // The run ends with a checkpoint in which every worker is done.
+  ASSERT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
+
+  std::vector<std::string> again = flags;
+  again.push_back("--restore");
+  pid_t restarted = Spawn(again, log);
+  ChildGuard restarted_guard{restarted};
+  EXPECT_EQ(WaitForExit(restarted, absl::Seconds(30)), 2) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("is of a finished run"), std::string::npos)
+      << ReadFile(log);
+}
+
 TEST(ServerBinaryTest, FailPolicyExitsWithOneNamingTheDeadWorker) {
   const std::string log = TempPath("fail_policy.log");
   pid_t pid = Spawn({"--server_index=0", "--model=8-4-2", "--num_workers=2",

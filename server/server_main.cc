@@ -2,6 +2,7 @@
 // below and read --port_file to learn the bound port.
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -328,6 +329,16 @@ absl::Status PrepareCheckpoints(const ServerConfig& config,
   const LoadedCheckpoint& found = **loaded;
   for (const std::string& skipped : found.skipped) {
     spdlog::error("checkpoint refused, using an older one: {}", skipped);
+  }
+  // Resuming a run that finished would only wait for workers with nothing
+  // left to do: a new run needs a directory (a PS_RUN_ID) of its own.
+  if (std::all_of(found.checkpoint.ranks.begin(), found.checkpoint.ranks.end(),
+                  [](const RankRecord& r) { return r.done; })) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        found.path, " is of a finished run (every worker was done at version ",
+        found.checkpoint.version,
+        "): start a new run in another --checkpoint_dir (a new PS_RUN_ID on "
+        "Kubernetes) instead of resuming it"));
   }
   if (absl::Status s = coordinator.Restore(found.checkpoint); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("cannot restore ", found.path,
