@@ -182,6 +182,53 @@ TEST(ServerBinaryTest, RefusesAPortAnotherServerHolds) {
   EXPECT_EQ(WaitForExit(first, absl::Seconds(30)), 0) << ReadFile(log);
 }
 
+// A worker's lifecycle calls to one shard of model 8-4-2, without training:
+// rank r registers as incarnation r + 1.
+class LifecycleClient {
+ public:
+  LifecycleClient(int port, int num_servers, int server_index)
+      : partition_(*Partition::Create(MlpModelSpec({8, 4, 2}), num_servers)),
+        server_index_(server_index),
+        stub_(proto::ParameterServer::NewStub(
+            grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                grpc::InsecureChannelCredentials()))) {}
+
+  absl::StatusOr<proto::RegisterResponse> Register(int rank) {
+    grpc::ClientContext context;
+    proto::RegisterRequest request;
+    *request.mutable_header() = Header(rank);
+    request.set_num_tensors(partition_.num_tensors());
+    request.set_incarnation(rank + 1);
+    proto::RegisterResponse response;
+    const grpc::Status s = stub_->Register(&context, request, &response);
+    if (!s.ok()) return absl::UnknownError(s.error_message());
+    return response;
+  }
+
+  grpc::Status Done(int rank) {
+    grpc::ClientContext context;
+    proto::DoneRequest request;
+    *request.mutable_header() = Header(rank);
+    proto::DoneResponse response;
+    return stub_->Done(&context, request, &response);
+  }
+
+ private:
+  proto::RequestHeader Header(int rank) const {
+    proto::RequestHeader h;
+    h.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
+    h.set_partition_fingerprint(partition_.fingerprint());
+    h.set_worker_rank(rank);
+    h.set_server_index(server_index_);
+    h.set_incarnation(rank + 1);
+    return h;
+  }
+
+  const Partition partition_;
+  const int server_index_;
+  std::unique_ptr<proto::ParameterServer::Stub> stub_;
+};
+
 TEST(ServerBinaryTest, ExitsOnceEveryWorkerIsDone) {
   const std::string port_file = TempPath("done.port");
   const std::string log = TempPath("done.log");
@@ -194,40 +241,20 @@ TEST(ServerBinaryTest, ExitsOnceEveryWorkerIsDone) {
   const int port = WaitForPortFile(port_file);
   ASSERT_GT(port, 0) << ReadFile(log);
 
-  Partition partition = *Partition::Create(MlpModelSpec({8, 4, 2}), 2);
-  auto stub = proto::ParameterServer::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
-  // Rank r registers as incarnation r + 1.
-  auto header = [&](int rank) {
-    proto::RequestHeader h;
-    h.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
-    h.set_partition_fingerprint(partition.fingerprint());
-    h.set_worker_rank(rank);
-    h.set_server_index(1);
-    h.set_incarnation(rank + 1);
-    return h;
-  };
-  for (int rank : {0, 1}) {
-    grpc::ClientContext context;
-    proto::RegisterRequest request;
-    *request.mutable_header() = header(rank);
-    request.set_num_tensors(partition.num_tensors());
-    request.set_incarnation(rank + 1);
-    proto::RegisterResponse response;
-    ASSERT_TRUE(stub->Register(&context, request, &response).ok());
-    EXPECT_EQ(response.mode(), "async");
-    EXPECT_EQ(response.num_workers(), 2);
+  {
+    LifecycleClient client(port, /*num_servers=*/2, /*server_index=*/1);
+    for (int rank : {0, 1}) {
+      absl::StatusOr<proto::RegisterResponse> response = client.Register(rank);
+      ASSERT_TRUE(response.ok()) << response.status();
+      EXPECT_EQ(response->mode(), "async");
+      EXPECT_EQ(response->num_workers(), 2);
+    }
+    for (int rank : {1, 0}) {
+      EXPECT_FALSE(WaitForExit(pid, absl::ZeroDuration()).has_value())
+          << "exited before every worker was done";
+      ASSERT_TRUE(client.Done(rank).ok());
+    }
   }
-  for (int rank : {1, 0}) {
-    EXPECT_FALSE(WaitForExit(pid, absl::ZeroDuration()).has_value())
-        << "exited before every worker was done";
-    grpc::ClientContext context;
-    proto::DoneRequest request;
-    *request.mutable_header() = header(rank);
-    proto::DoneResponse response;
-    ASSERT_TRUE(stub->Done(&context, request, &response).ok());
-  }
-  stub.reset();
   EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
   EXPECT_NE(ReadFile(log).find("every worker is done"), std::string::npos);
 }
@@ -249,30 +276,11 @@ TEST(ServerBinaryTest, RefusesToResumeAFinishedRun) {
   ChildGuard guard{pid};
   const int port = WaitForPortFile(port_file);
   ASSERT_GT(port, 0) << ReadFile(log);
-  Partition partition = *Partition::Create(MlpModelSpec({8, 4, 2}), 1);
-  auto stub = proto::ParameterServer::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
-  proto::RequestHeader header;
-  header.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
-  header.set_partition_fingerprint(partition.fingerprint());
-  header.set_incarnation(5);
   {
-    grpc::ClientContext context;
-    proto::RegisterRequest request;
-    *request.mutable_header() = header;
-    request.set_num_tensors(partition.num_tensors());
-    request.set_incarnation(5);
-    proto::RegisterResponse response;
-    ASSERT_TRUE(stub->Register(&context, request, &response).ok());
+    LifecycleClient client(port, /*num_servers=*/1, /*server_index=*/0);
+    ASSERT_TRUE(client.Register(0).ok());
+    ASSERT_TRUE(client.Done(0).ok());
   }
-  {
-    grpc::ClientContext context;
-    proto::DoneRequest request;
-    *request.mutable_header() = header;
-    proto::DoneResponse response;
-    ASSERT_TRUE(stub->Done(&context, request, &response).ok());
-  }
-  stub.reset();
   // The run ends with a checkpoint in which every worker is done.
   ASSERT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
 
