@@ -233,4 +233,21 @@ absl::StatusOr<int> RankFromEnv(const char* value) {
   return rank;
 }
 
+absl::Status ValidateJobId(absl::string_view job_id) {
+  constexpr size_t kMaxLength = 128;
+  if (job_id.size() > kMaxLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job id \"", job_id.substr(0, 32), "...\" is ",
+                     job_id.size(), " characters long; at most ", kMaxLength));
+  }
+  for (char c : job_id) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job id \"", job_id,
+                       "\" may hold only letters, digits, '.', '_' and '-'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace ps

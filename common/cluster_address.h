@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -46,6 +47,10 @@ absl::StatusOr<int> OrdinalFromHostname(absl::string_view hostname);
 // getenv() returns it: nullptr (unset) and anything but a non-negative
 // decimal int are errors.
 absl::StatusOr<int> RankFromEnv(const char* value);
+
+// Checks a job id (--job_id): empty, or at most 128 letters, digits, '.',
+// '_' and '-', so that it reads well in logs and errors.
+absl::Status ValidateJobId(absl::string_view job_id);
 
 }  // namespace ps
 

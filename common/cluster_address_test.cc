@@ -153,5 +153,14 @@ TEST(RankFromEnvTest, RejectsNonNumbers) {
   }
 }
 
+TEST(JobIdTest, AcceptsRunIdsAndRefusesOthers) {
+  for (const char* ok : {"", "run-2026-11-25.1", "launch_4711_9f3a", "A"}) {
+    EXPECT_TRUE(ValidateJobId(ok).ok()) << ok;
+  }
+  ExpectInvalid(ValidateJobId("two words"), "may hold only letters");
+  ExpectInvalid(ValidateJobId("a/b"), "may hold only letters");
+  ExpectInvalid(ValidateJobId(std::string(129, 'x')), "at most 128");
+}
+
 }  // namespace
 }  // namespace ps

@@ -50,6 +50,7 @@ std::vector<std::pair<std::string, std::string>> WorkerEnvironmentVariables(
       {"PS_LOCAL_NUM_WORKERS", local_num_workers},
       {"PS_NUM_SERVERS", absl::StrCat(environment.servers.size())},
       {"PS_SERVERS", absl::StrJoin(environment.servers, ",")},
+      {"PS_JOB_ID", environment.job_id},
       {"RANK", rank},
       {"WORLD_SIZE", num_workers},
       {"LOCAL_RANK", local_rank},
@@ -87,6 +88,13 @@ absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
     return absl::InvalidArgumentError(
         absl::StrCat("$PS_SERVERS lists ", servers->size(),
                      " servers but $PS_NUM_SERVERS is ", *num_servers));
+  }
+  if (const char* job_id = lookup("PS_JOB_ID"); job_id != nullptr) {
+    if (absl::Status s = ValidateJobId(job_id); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("$PS_JOB_ID: ", s.message()));
+    }
+    environment.job_id = job_id;
   }
   environment.rank = *rank;
   environment.num_workers = *num_workers;

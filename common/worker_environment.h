@@ -18,6 +18,8 @@ namespace ps {
 //   PS_LOCAL_NUM_WORKERS         how many workers this host runs
 //   PS_NUM_SERVERS, PS_SERVERS   the servers' host:port, comma-separated, in
 //                                index order
+//   PS_JOB_ID                    the job's id, which the servers check
+//                                (empty or unset: none)
 //
 // and, for programs written for torchrun, the same as RANK, WORLD_SIZE,
 // LOCAL_RANK and LOCAL_WORLD_SIZE.
@@ -27,6 +29,7 @@ struct WorkerEnvironment {
   int local_rank = 0;
   int local_num_workers = 1;
   std::vector<std::string> servers;
+  std::string job_id;
 };
 
 // The variables above, as (name, value) pairs to set in a child.
@@ -37,7 +40,7 @@ std::vector<std::pair<std::string, std::string>> WorkerEnvironmentVariables(
 // returns nullptr for an unset variable). InvalidArgument naming the
 // variable when one is unset, not a number, out of range, or when they
 // disagree (a rank outside [0, PS_NUM_WORKERS), PS_NUM_SERVERS not the length
-// of PS_SERVERS, a malformed address).
+// of PS_SERVERS, a malformed address or job id).
 absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
     absl::FunctionRef<const char*(const char*)> lookup);
 

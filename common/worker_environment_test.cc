@@ -36,7 +36,7 @@ class FakeEnvironment {
 };
 
 WorkerEnvironment ThirdOfFour() {
-  return {2, 4, 0, 1, {"127.0.0.1:7000", "127.0.0.1:7001"}};
+  return {2, 4, 0, 1, {"127.0.0.1:7000", "127.0.0.1:7001"}, "run-7"};
 }
 
 TEST(WorkerEnvironmentTest, SetsOursAndTorchrunsVariables) {
@@ -62,6 +62,15 @@ TEST(WorkerEnvironmentTest, ReadsBackWhatItSets) {
   EXPECT_EQ(read->local_rank, 0);
   EXPECT_EQ(read->local_num_workers, 1);
   EXPECT_EQ(read->servers, ThirdOfFour().servers);
+  EXPECT_EQ(read->job_id, "run-7");
+}
+
+TEST(WorkerEnvironmentTest, AJobIdIsOptional) {
+  FakeEnvironment env(ThirdOfFour());
+  env.Unset("PS_JOB_ID");
+  absl::StatusOr<WorkerEnvironment> read = env.Read();
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->job_id, "");
 }
 
 TEST(WorkerEnvironmentTest, NamesAMissingVariable) {
@@ -93,6 +102,7 @@ TEST(WorkerEnvironmentTest, RefusesMalformedOrInconsistentValues) {
                 "lists 2 servers but $PS_NUM_SERVERS is 3"},
            Case{"PS_SERVERS", "127.0.0.1:7000,nope", "$PS_SERVERS: "},
            Case{"PS_SERVERS", "", "$PS_SERVERS: "},
+           Case{"PS_JOB_ID", "a b", "$PS_JOB_ID: job id"},
        }) {
     SCOPED_TRACE(std::string(c.name) + "=" + c.value);
     FakeEnvironment env(ThirdOfFour());

@@ -28,7 +28,7 @@ constexpr int kPushPullMethodIndex = 6;
 
 RequestHeaderFields FromProto(const proto::RequestHeader& h) {
   return {h.protocol_version(), h.partition_fingerprint(), h.worker_rank(),
-          h.server_index(), h.incarnation()};
+          h.server_index(),     h.incarnation(),           h.job_id()};
 }
 
 PushMessage FromProto(const proto::PushRequest& r, const absl::Cord& data) {
@@ -66,7 +66,7 @@ ParameterService::ParameterService(ShardStore* store,
       coordinator_(coordinator),
       options_(options),
       identity_{store->partition().fingerprint(), store->server_index(),
-                coordinator->options().num_workers} {
+                coordinator->options().num_workers, options.job_id} {
   // How generated code swaps a method's handler (WithSplitStreamingMethod_
   // and the like); the server then treats the call as a bidirectional
   // stream, which a client-streaming or server-streaming peer cannot tell.

@@ -26,6 +26,8 @@ struct ServiceOptions {
   // a slice's last chunk): one-element chunks would cost a message each.
   // 1 KiB, the smallest a worker's --chunk_kb makes.
   uint64_t min_chunk_elements = 256;
+  // The job this shard serves (--job_id): requests of another are refused.
+  std::string job_id;
 };
 
 // The gRPC face of one shard (ps.proto.ParameterServer): converts messages

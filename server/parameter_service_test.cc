@@ -54,6 +54,7 @@ class ParameterServiceTest : public ::testing::Test {
     ServiceOptions service_options;
     service_options.default_chunk_elements = 16;
     service_options.min_chunk_elements = min_chunk_elements_;
+    service_options.job_id = job_id_;
     service_ = std::make_unique<ParameterService>(
         store_.get(), coordinator_.get(), service_options);
     server_ = *GrpcServer::Start("127.0.0.1:0", service_.get(),
@@ -71,6 +72,7 @@ class ParameterServiceTest : public ::testing::Test {
 
   proto::RequestHeader Header(int rank) const {
     proto::RequestHeader h;
+    h.set_job_id(job_id_);
     h.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
     h.set_partition_fingerprint(partition_->fingerprint());
     h.set_worker_rank(rank);
@@ -236,6 +238,7 @@ class ParameterServiceTest : public ::testing::Test {
 
   // Most tests push and pull chunks of a few elements.
   uint64_t min_chunk_elements_ = 1;
+  std::string job_id_;
   // Before the coordinator, whose callback notifies it.
   absl::Notification all_done_;
   std::unique_ptr<Partition> partition_;
@@ -300,6 +303,35 @@ TEST_F(ParameterServiceTest, RegisterRefusesAMismatchedWorker) {
     EXPECT_NE(s.error_message().find(c.text), std::string::npos)
         << s.error_message();
   }
+}
+
+TEST_F(ParameterServiceTest, RefusesEveryRequestOfAnotherJob) {
+  job_id_ = "run-a";
+  Start(ConsistencyMode::kAsync);
+  const std::string expected =
+      "the request is of job \"run-b\" but this server is of job \"run-a\"";
+  {
+    grpc::ClientContext context;
+    proto::RegisterRequest request;
+    *request.mutable_header() = Header(0);
+    request.mutable_header()->set_job_id("run-b");
+    request.set_num_tensors(4);
+    proto::RegisterResponse response;
+    const grpc::Status s = stub_->Register(&context, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(s.error_message().find(expected), std::string::npos)
+        << s.error_message();
+  }
+  std::vector<proto::PushRequest> push = ValidPush(0, 0, 1.0f);
+  for (proto::PushRequest& m : push) m.mutable_header()->set_job_id("run-b");
+  uint64_t version = 0;
+  const grpc::Status s = Push(push, &version);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find(expected), std::string::npos)
+      << s.error_message();
+  // The job's own requests go through.
+  ASSERT_TRUE(Push(ValidPush(0, 0, 1.0f), &version).ok());
+  EXPECT_EQ(version, 1u);
 }
 
 TEST_F(ParameterServiceTest, PullStreamsEveryOwnedElementInBoundedChunks) {

@@ -13,6 +13,12 @@ absl::Status ValidateRequestHeader(const RequestHeaderFields& header,
                      " is not supported; this server speaks version ",
                      kProtocolVersionCurrent));
   }
+  if (header.job_id != shard.job_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the request is of job \"", header.job_id,
+                     "\" but this server is of job \"", shard.job_id,
+                     "\": two jobs use the same server addresses"));
+  }
   if (header.partition_fingerprint != shard.partition_fingerprint) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "partition fingerprint %016x differs from this server's %016x: worker "

@@ -2,6 +2,7 @@
 #define PS_SERVER_REQUEST_HEADER_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 
@@ -21,12 +22,13 @@ struct RequestHeaderFields {
   int32_t server_index = 0;
   // The caller's incarnation; 0 when not given.
   uint64_t incarnation = 0;
+  std::string job_id;
 
   bool operator==(const RequestHeaderFields& o) const {
     return protocol_version == o.protocol_version &&
            partition_fingerprint == o.partition_fingerprint &&
            worker_rank == o.worker_rank && server_index == o.server_index &&
-           incarnation == o.incarnation;
+           incarnation == o.incarnation && job_id == o.job_id;
   }
   bool operator!=(const RequestHeaderFields& o) const { return !(*this == o); }
 };
@@ -36,11 +38,13 @@ struct ShardIdentity {
   uint64_t partition_fingerprint = 0;
   int server_index = 0;
   int num_workers = 0;
+  std::string job_id;
 };
 
-// InvalidArgument naming the first field that does not match this shard:
-// protocol version, partition fingerprint, server index, or a worker rank
-// outside [0, num_workers).
+// FailedPrecondition for a request of another job; otherwise InvalidArgument
+// naming the first field that does not match this shard: protocol version,
+// partition fingerprint, server index, or a worker rank outside
+// [0, num_workers).
 absl::Status ValidateRequestHeader(const RequestHeaderFields& header,
                                    const ShardIdentity& shard);
 

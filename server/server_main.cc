@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/cluster_address.h"
 #include "common/cpu_affinity.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
@@ -99,6 +100,11 @@ ABSL_FLAG(int, signal_exit_code, 0,
           "Exit code after SIGTERM or SIGINT (once the final checkpoint is "
           "written). A Kubernetes Job sets 143, so that a stopped shard is "
           "replaced rather than counted as finished.");
+ABSL_FLAG(std::string, job_id, "",
+          "The job this server belongs to: requests of another job are "
+          "refused, so two jobs whose addresses overlap cannot mix their "
+          "workers. Letters, digits, '.', '_' and '-'; the launcher makes "
+          "one per run.");
 ABSL_FLAG(bool, restore, false,
           "Resume from the newest readable checkpoint in --checkpoint_dir "
           "(start fresh if there is none); sync shards then catch up with "
@@ -132,6 +138,7 @@ struct ServerConfig {
   std::optional<CheckpointPolicy> checkpoints;  // Unset: none.
   bool restore = false;
   std::vector<int> cpus;  // Empty: any.
+  std::string job_id;
   int signal_exit_code = 0;
 };
 
@@ -278,6 +285,10 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
       CpusFromFlag("cpus", absl::GetFlag(FLAGS_cpus));
   if (!cpus.ok()) return cpus.status();
   c.cpus = *std::move(cpus);
+  c.job_id = absl::GetFlag(FLAGS_job_id);
+  if (absl::Status s = ValidateJobId(c.job_id); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
+  }
   c.signal_exit_code = absl::GetFlag(FLAGS_signal_exit_code);
   if (c.signal_exit_code < 0 || c.signal_exit_code > 255) {
     return OutOfRange("signal_exit_code", c.signal_exit_code, 0, 255);
@@ -396,6 +407,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   }
 
   ServiceOptions service_options;
+  service_options.job_id = config.job_id;
   // Leave room for the message's other fields.
   service_options.max_chunk_elements =
       static_cast<uint64_t>(config.max_message_bytes - (64 << 10)) / 4;
@@ -415,7 +427,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   const uint64_t elements = (*store)->num_elements();
   spdlog::info(
       "listening on {} (port {}), mode {}{}, {} workers, optimizer {}, "
-      "{} slices, {} elements ({:.2f} MiB) of {} servers, CPUs {}",
+      "{} slices, {} elements ({:.2f} MiB) of {} servers, CPUs {}, job \"{}\"",
       config.address, port,
       std::string(ConsistencyModeName(config.coordinator.mode)),
       config.coordinator.mode == ConsistencyMode::kSsp
@@ -426,7 +438,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
       (*store)->num_slices(), elements,
       static_cast<double>(elements * sizeof(float)) / (1 << 20),
       config.num_servers,
-      config.cpus.empty() ? "any" : FormatCpuList(config.cpus));
+      config.cpus.empty() ? "any" : FormatCpuList(config.cpus), config.job_id);
   spdlog::info(
       "workers are dead after {} without a request (--on_worker_failure={}); "
       "learning rate {} {}; checkpoints {}",

@@ -58,7 +58,7 @@ TEST(LaunchProgramTest, EachRankSeesItsEnvironmentAndTheServersStop) {
   const Launch launch = RunLauncher(
       {"--num_servers=2", "--num_workers=2", "--", "/bin/sh", "-c",
        "echo \"rank $PS_RANK/$PS_NUM_WORKERS torchrun $RANK/$WORLD_SIZE "
-       "servers $PS_NUM_SERVERS $PS_SERVERS\""});
+       "servers $PS_NUM_SERVERS $PS_SERVERS job $PS_JOB_ID\""});
   EXPECT_TRUE(launch.exit.success()) << launch.exit.ToString();
   for (int rank : {0, 1}) {
     const std::string line = LineWith(
@@ -66,6 +66,8 @@ TEST(LaunchProgramTest, EachRankSeesItsEnvironmentAndTheServersStop) {
     ASSERT_FALSE(line.empty()) << "rank " << rank << " printed nothing";
     EXPECT_THAT(line, HasSubstr(absl::StrCat("torchrun ", rank, "/2")));
     EXPECT_THAT(line, HasSubstr("servers 2 127.0.0.1:"));
+    // A job id of the launcher's making, which its servers check.
+    EXPECT_THAT(line, HasSubstr(" job launch-"));
   }
   // The servers, which no worker told it was done, were stopped.
   EXPECT_THAT(launch.lines,

@@ -96,6 +96,7 @@ proto::RequestHeader ParameterClient::Header(int server) const {
   header.set_worker_rank(options_.rank);
   header.set_server_index(server);
   header.set_incarnation(incarnation_.load());
+  header.set_job_id(options_.job_id);
   return header;
 }
 

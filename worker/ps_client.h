@@ -23,6 +23,8 @@ namespace ps::worker {
 
 struct ClientOptions {
   int rank = 0;
+  // The job the servers must belong to (their --job_id).
+  std::string job_id;
   // Elements per streamed chunk: 256K floats = 1 MiB; 4 MiB chunks measured
   // no faster here (bench/README.md).
   uint64_t chunk_elements = 256 * 1024;

@@ -46,6 +46,9 @@ ABSL_FLAG(bool, rank0_elsewhere, false,
           "mounts the model store), so the pod of completion index 0 exits 0 "
           "at once");
 ABSL_FLAG(int, num_workers, 1, "Number of workers in the job");
+ABSL_FLAG(std::string, job_id, "",
+          "The job's id, as the servers' --job_id: servers of another job "
+          "refuse this worker");
 ABSL_FLAG(std::string, servers, "",
           "Comma-separated host:port of every parameter server, in index "
           "order");
@@ -248,6 +251,9 @@ absl::Status CheckFlags(int rank, int num_workers) {
     return absl::InvalidArgumentError(
         absl::StrCat("--mode must be sync, ssp or async, got \"", mode, "\""));
   }
+  if (absl::Status s = ValidateJobId(absl::GetFlag(FLAGS_job_id)); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -341,6 +347,7 @@ int Run() {
 
   ClientOptions client_options;
   client_options.rank = *rank;
+  client_options.job_id = absl::GetFlag(FLAGS_job_id);
   client_options.chunk_elements =
       uint64_t{1024} * absl::GetFlag(FLAGS_chunk_kb) / sizeof(float);
   client_options.retry_timeout = absl::GetFlag(FLAGS_retry_timeout);

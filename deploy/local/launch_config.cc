@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/cluster_address.h"
 #include "common/model_spec.h"
 #include "common/worker_environment.h"
 
@@ -97,6 +98,9 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
   if (config.data_dir.empty()) {
     return absl::InvalidArgumentError("--data_dir must not be empty");
   }
+  if (absl::Status s = ValidateJobId(config.job_id); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
+  }
   if (config.server_binary.empty()) {
     return absl::InvalidArgumentError("--server_binary must not be empty");
   }
@@ -111,12 +115,12 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
 }
 
 std::vector<std::string> ReservedServerFlags() {
-  return {"server_index", "num_servers", "num_workers",    "port",   "host",
-          "port_file",    "lr_schedule", "checkpoint_dir", "restore"};
+  return {"server_index", "num_servers", "num_workers",    "port",    "host",
+          "port_file",    "lr_schedule", "checkpoint_dir", "restore", "job_id"};
 }
 
 std::vector<std::string> ReservedWorkerFlags() {
-  return {"rank", "num_workers", "servers"};
+  return {"rank", "num_workers", "servers", "job_id"};
 }
 
 absl::StatusOr<std::vector<std::string>> ParseExtraFlags(
@@ -160,6 +164,9 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
   if (config.learning_rate > 0) {
     argv.push_back(absl::StrCat("--learning_rate=", config.learning_rate));
   }
+  if (!config.job_id.empty()) {
+    argv.push_back(absl::StrCat("--job_id=", config.job_id));
+  }
   argv.push_back(absl::StrCat("--lr_schedule=", config.lr_schedule));
   if (!config.checkpoint_dir.empty()) {
     // --restore on every start: a restarted server resumes; a first start
@@ -191,6 +198,9 @@ std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
   if (rank == 0 && !config.save_model.empty()) {
     argv.push_back(absl::StrCat("--save_model=", config.save_model));
   }
+  if (!config.job_id.empty()) {
+    argv.push_back(absl::StrCat("--job_id=", config.job_id));
+  }
   argv.insert(argv.end(), config.extra_worker_flags.begin(),
               config.extra_worker_flags.end());
   return argv;
@@ -205,6 +215,7 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv(
   environment.local_rank = rank;
   environment.local_num_workers = config.num_workers;
   environment.servers = servers;
+  environment.job_id = config.job_id;
   return WorkerEnvironmentVariables(environment);
 }
 

@@ -33,6 +33,9 @@ struct LaunchConfig {
   // it when restarted.
   std::string checkpoint_dir;
   int64_t seed = 1;
+  // Given to servers and workers (--job_id, $PS_JOB_ID), so that servers of
+  // another job refuse them; empty: none. The launcher makes one per run.
+  std::string job_id;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string device = "auto";
   std::string save_model;  // Empty: not forwarded. Given to worker 0 only.

@@ -169,6 +169,20 @@ TEST(LaunchConfigTest, AProgramRunsAsIsWithTheWorkerEnvironment) {
                        std::pair<std::string, std::string>("WORLD_SIZE", "2")));
 }
 
+TEST(LaunchConfigTest, TheJobIdReachesServersAndWorkers) {
+  LaunchConfig config = ValidConfig();
+  config.job_id = "run-7";
+  EXPECT_THAT(ServerArgv(config, 0, "/p"), testing::Contains("--job_id=run-7"));
+  EXPECT_THAT(WorkerArgv(config, 1, {"a:1"}),
+              testing::Contains("--job_id=run-7"));
+  EXPECT_THAT(WorkerEnv(config, 1, {"a:1"}),
+              testing::Contains(
+                  std::pair<std::string, std::string>("PS_JOB_ID", "run-7")));
+  config.job_id = "run 7";
+  EXPECT_THAT(std::string(ValidateLaunchConfig(config).message()),
+              HasSubstr("--job_id: job id \"run 7\" may hold only"));
+}
+
 TEST(LaunchConfigTest, OurWorkerGetsFlagsAndNoEnvironment) {
   const ClusterSpec spec = MakeClusterSpec(ValidConfig());
   EXPECT_FALSE(spec.worker_environment);

@@ -30,8 +30,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "deploy/local/binary_locator.h"
 #include "deploy/local/launch_config.h"
@@ -56,6 +58,9 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(double, learning_rate, 0,
           "Learning rate; 0 keeps the server's default for the optimizer.");
 ABSL_FLAG(int64_t, seed, 1, "Seed for initialization and data order.");
+ABSL_FLAG(std::string, job_id, "",
+          "The job's id, given to servers and workers so that servers of "
+          "another job refuse them; empty: a new one for this run.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Directory of the Fashion-MNIST IDX files.");
 ABSL_FLAG(std::string, device, "auto", "Worker compute device: auto|cpu|cuda.");
@@ -149,6 +154,12 @@ absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0,
   config.checkpoint_dir =
       ResolveUserPath(absl::GetFlag(FLAGS_checkpoint_dir), cwd);
   config.seed = absl::GetFlag(FLAGS_seed);
+  config.job_id = absl::GetFlag(FLAGS_job_id);
+  if (config.job_id.empty()) {
+    absl::BitGen gen;
+    config.job_id = absl::StrFormat("launch-%d-%08x", getpid(),
+                                    absl::Uniform<uint32_t>(gen));
+  }
   config.data_dir = ResolveUserPath(absl::GetFlag(FLAGS_data_dir), cwd);
   config.device = absl::GetFlag(FLAGS_device);
   config.save_model = ResolveUserPath(absl::GetFlag(FLAGS_save_model), cwd);
