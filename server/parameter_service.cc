@@ -234,7 +234,8 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
     proto::PushRequest* first, uint64_t* bytes, absl::Duration* commit) {
   // The whole stream is staged privately; the shard is touched only by
   // Commit, after the last message was validated.
-  PushStager stager(store_, identity_, options_.min_chunk_elements);
+  PushStager stager(store_, identity_, options_.min_chunk_elements,
+                    options_.refuse_non_finite);
   grpc::ByteBuffer message;
   proto::PushRequest request;
   absl::Cord data;

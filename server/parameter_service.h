@@ -28,6 +28,10 @@ struct ServiceOptions {
   uint64_t min_chunk_elements = 256;
   // The job this shard serves (--job_id): requests of another are refused.
   std::string job_id;
+  // --non_finite_gradients=refuse: a push holding a NaN or an infinity is
+  // refused whole (one more read of every pushed byte). Else it is taken,
+  // and the update leaves those elements as they were.
+  bool refuse_non_finite = true;
 };
 
 // The gRPC face of one shard (ps.proto.ParameterServer): converts messages

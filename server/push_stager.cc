@@ -19,10 +19,11 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
 }  // namespace
 
 PushStager::PushStager(const ShardStore* store, const ShardIdentity& identity,
-                       uint64_t min_chunk_elements)
+                       uint64_t min_chunk_elements, bool refuse_non_finite)
     : store_(store),
       identity_(identity),
       min_chunk_elements_(min_chunk_elements),
+      refuse_non_finite_(refuse_non_finite),
       covered_(store->num_slices()),
       covered_elements_(store->num_slices(), 0) {}
 
@@ -141,7 +142,9 @@ absl::Status PushStager::AddChunk(const ChunkView& c) {
   }
   // One NaN or infinity would make every weight it reaches non-finite for
   // good: the whole push is refused, and the worker told where.
-  if (const uint64_t bad = FirstNonFinite(c.data); bad < c.num_elements) {
+  if (const uint64_t bad =
+          refuse_non_finite_ ? FirstNonFinite(c.data) : c.num_elements;
+      bad < c.num_elements) {
     float value = 0;
     if (absl::Status s = DecodeFloatsAt(c.data, bad, absl::MakeSpan(&value, 1));
         !s.ok()) {

@@ -66,8 +66,8 @@ struct StagedPush {
 // (the progress after the batch counts it); tensor id, dtype and shape match
 // the model; the chunk's range lies inside one owned slice and holds at least
 // the minimum of elements unless it ends the slice; data holds exactly
-// num_elements float32 values, none of them NaN or infinite; no element is
-// sent twice.
+// num_elements float32 values, none of them NaN or infinite (unless told to
+// let them pass); no element is sent twice.
 //
 // The chunks' bytes are kept as received, in the network buffers; a
 // refused push lets go of them at once, an accepted one passes them on in
@@ -79,9 +79,10 @@ struct StagedPush {
 class PushStager {
  public:
   // Chunks must hold at least `min_chunk_elements`, but for the one that
-  // ends a slice.
+  // ends a slice. With `refuse_non_finite` false, NaN and infinite values
+  // pass (the update then leaves their elements as they were).
   PushStager(const ShardStore* store, const ShardIdentity& identity,
-             uint64_t min_chunk_elements = 1);
+             uint64_t min_chunk_elements = 1, bool refuse_non_finite = true);
 
   PushStager(const PushStager&) = delete;
   PushStager& operator=(const PushStager&) = delete;
@@ -98,6 +99,7 @@ class PushStager {
   const ShardStore* const store_;
   const ShardIdentity identity_;
   const uint64_t min_chunk_elements_;
+  const bool refuse_non_finite_;
   int messages_ = 0;
   absl::Status error_;
   PushMessage first_;  // Metadata of the first message; chunk unused.

@@ -84,7 +84,8 @@ class PushStagerTest : public ::testing::Test {
 
   // Feeds `messages`; returns the first error of Add or Finish.
   absl::StatusOr<StagedPush> Feed(const std::vector<OwnedMessage>& messages) {
-    PushStager stager(store_.get(), identity_, min_chunk_elements_);
+    PushStager stager(store_.get(), identity_, min_chunk_elements_,
+                      refuse_non_finite_);
     for (const OwnedMessage& m : messages) {
       absl::Status s = stager.Add(m.View());
       if (!s.ok()) {
@@ -108,6 +109,7 @@ class PushStagerTest : public ::testing::Test {
   std::unique_ptr<ShardStore> store_;
   ShardIdentity identity_;
   uint64_t min_chunk_elements_ = 1;
+  bool refuse_non_finite_ = true;
 };
 
 TEST_F(PushStagerTest, StagesACompletePushInAnyChunkOrder) {
@@ -299,6 +301,16 @@ TEST_F(PushStagerTest, RefusesANonFiniteGradientNamingTensorAndElement) {
                                      last.message.chunk.offset + 3, " is ", bad,
                                      ": non-finite gradients are refused"));
   }
+}
+
+TEST_F(PushStagerTest, LetsNonFiniteGradientsPassWhenTold) {
+  refuse_non_finite_ = false;
+  std::vector<OwnedMessage> push = ValidPush(1, 10);
+  OwnedMessage& last = push.back();
+  std::vector<float> values(last.message.chunk.num_elements, 1.0f);
+  values[0] = std::numeric_limits<float>::quiet_NaN();
+  EncodeFloats(values, &last.data);
+  EXPECT_TRUE(Feed(push).ok());
 }
 
 TEST_F(PushStagerTest, RejectsAnIncompletePushNamingTheGap) {

@@ -127,6 +127,9 @@ TEST(ServerBinaryTest, ExitsWithTwoNamingTheBadFlag) {
       {{"--server_index=0", "--checkpoint_every_steps=-1"},
        "--checkpoint_every_steps"},
       {{"--server_index=0", "--cpus=1-0"}, "--cpus"},
+      {{"--server_index=0", "--non_finite_gradients=zero"},
+       "--non_finite_gradients"},
+      {{"--server_index=0", "--job_id=a b"}, "--job_id"},
       // No machine here has CPU 1023.
       {{"--server_index=0", "--cpus=1023"}, "--cpus"}};
   for (const auto& [flags, name] : cases) {

@@ -100,6 +100,12 @@ ABSL_FLAG(int, signal_exit_code, 0,
           "Exit code after SIGTERM or SIGINT (once the final checkpoint is "
           "written). A Kubernetes Job sets 143, so that a stopped shard is "
           "replaced rather than counted as finished.");
+ABSL_FLAG(std::string, non_finite_gradients, "refuse",
+          "refuse: a push holding a NaN or an infinity is refused whole, "
+          "naming the tensor and element (each pushed byte is read once more "
+          "to find out); skip: it is taken, and its non-finite elements "
+          "leave their weights as they were. Either way no update makes a "
+          "weight non-finite.");
 ABSL_FLAG(std::string, job_id, "",
           "The job this server belongs to: requests of another job are "
           "refused, so two jobs whose addresses overlap cannot mix their "
@@ -139,6 +145,7 @@ struct ServerConfig {
   bool restore = false;
   std::vector<int> cpus;  // Empty: any.
   std::string job_id;
+  bool refuse_non_finite = true;
   int signal_exit_code = 0;
 };
 
@@ -285,6 +292,13 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
       CpusFromFlag("cpus", absl::GetFlag(FLAGS_cpus));
   if (!cpus.ok()) return cpus.status();
   c.cpus = *std::move(cpus);
+  const std::string non_finite = absl::GetFlag(FLAGS_non_finite_gradients);
+  if (non_finite != "refuse" && non_finite != "skip") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--non_finite_gradients must be refuse or skip, got \"",
+                     non_finite, "\""));
+  }
+  c.refuse_non_finite = non_finite == "refuse";
   c.job_id = absl::GetFlag(FLAGS_job_id);
   if (absl::Status s = ValidateJobId(c.job_id); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
@@ -408,6 +422,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
 
   ServiceOptions service_options;
   service_options.job_id = config.job_id;
+  service_options.refuse_non_finite = config.refuse_non_finite;
   // Leave room for the message's other fields.
   service_options.max_chunk_elements =
       static_cast<uint64_t>(config.max_message_bytes - (64 << 10)) / 4;
