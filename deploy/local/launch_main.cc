@@ -245,10 +245,10 @@ int Main(int argc, char** argv) {
       "  launch --num_servers=2 --num_workers=2 --mode=sync --epochs=10\n"
       "  launch --num_workers=2 -- PROGRAM [ARGS...]\n"
       "With a PROGRAM, each worker runs it with PS_RANK, PS_NUM_WORKERS, "
-      "PS_LOCAL_RANK,\nPS_LOCAL_NUM_WORKERS, PS_NUM_SERVERS and PS_SERVERS "
-      "(and torchrun's RANK,\nWORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) in "
-      "its environment; the servers\nare stopped once every copy has "
-      "exited 0.");
+      "PS_LOCAL_RANK,\nPS_LOCAL_NUM_WORKERS, PS_NUM_SERVERS, PS_SERVERS and "
+      "PS_JOB_ID (and torchrun's\nRANK, WORLD_SIZE, LOCAL_RANK, "
+      "LOCAL_WORLD_SIZE) in its environment; the\nservers are stopped once "
+      "every copy has exited 0.");
   // Everything after the first "--" is the worker program, untouched.
   int flag_count = argc;
   std::vector<std::string> program;
