@@ -9,7 +9,7 @@ namespace ps::server {
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
     const std::string& address, grpc::Service* service,
-    const std::string& service_name, int max_message_bytes) {
+    const std::string& service_name, int max_message_bytes, int max_threads) {
   std::unique_ptr<GrpcServer> server(new GrpcServer());
   server->health_ =
       std::make_unique<HealthService>(std::vector<std::string>{service_name});
@@ -23,6 +23,11 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   builder.RegisterService(server->health_.get());
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   builder.SetMaxSendMessageSize(max_message_bytes);
+  if (max_threads > 0) {
+    grpc::ResourceQuota quota("ps-server");
+    quota.SetMaxThreads(max_threads);
+    builder.SetResourceQuota(quota);
+  }
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(

@@ -18,10 +18,14 @@ namespace ps::server {
 class GrpcServer {
  public:
   // Listens on `address` ("127.0.0.1:0" picks a free port) with receive and
-  // send limits of `max_message_bytes`.
+  // send limits of `max_message_bytes`. Each call in progress holds one of
+  // at most `max_threads` threads (0: no bound); a call beyond them is
+  // refused with RESOURCE_EXHAUSTED, so that clients that open calls and
+  // leave them hanging cannot make the server hold without bound.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(
       const std::string& address, grpc::Service* service,
-      const std::string& service_name, int max_message_bytes);
+      const std::string& service_name, int max_message_bytes,
+      int max_threads = 0);
 
   ~GrpcServer();
 

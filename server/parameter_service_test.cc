@@ -1,6 +1,7 @@
 // Drives the real gRPC service in-process over 127.0.0.1 with a raw stub.
 #include "server/parameter_service.h"
 
+#include <atomic>
 #include <limits>
 #include <map>
 #include <memory>
@@ -59,7 +60,7 @@ class ParameterServiceTest : public ::testing::Test {
         store_.get(), coordinator_.get(), service_options);
     server_ = *GrpcServer::Start("127.0.0.1:0", service_.get(),
                                  proto::ParameterServer::service_full_name(),
-                                 1 << 20);
+                                 1 << 20, max_threads_);
     channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
                                    grpc::InsecureChannelCredentials());
     stub_ = proto::ParameterServer::NewStub(channel_);
@@ -239,6 +240,7 @@ class ParameterServiceTest : public ::testing::Test {
   // Most tests push and pull chunks of a few elements.
   uint64_t min_chunk_elements_ = 1;
   std::string job_id_;
+  int max_threads_ = 0;
   // Before the coordinator, whose callback notifies it.
   absl::Notification all_done_;
   std::unique_ptr<Partition> partition_;
@@ -332,6 +334,57 @@ TEST_F(ParameterServiceTest, RefusesEveryRequestOfAnotherJob) {
   // The job's own requests go through.
   ASSERT_TRUE(Push(ValidPush(0, 0, 1.0f), &version).ok());
   EXPECT_EQ(version, 1u);
+}
+
+TEST_F(ParameterServiceTest, CallsBeyondTheThreadBoundAreRefusedThenServed) {
+  max_threads_ = 6;
+  Start(ConsistencyMode::kSync);
+  // Pulls for a step no one pushed wait, each holding a thread, until
+  // cancelled; those beyond the bound are refused at once.
+  constexpr int kPulls = 12;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  for (int i = 0; i < kPulls; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+  }
+  std::atomic<int> refused{0};
+  std::atomic<int> other{0};
+  std::vector<std::thread> pulls;
+  for (int i = 0; i < kPulls; ++i) {
+    pulls.emplace_back([&, i] {
+      proto::PullRequest request;
+      *request.mutable_header() = Header(0);
+      request.set_clock(1);
+      auto reader = stub_->Pull(contexts[i].get(), request);
+      proto::PullResponse response;
+      while (reader->Read(&response)) {
+      }
+      const grpc::Status s = reader->Finish();
+      ++(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ? refused
+                                                                : other);
+    });
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (refused.load() == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  // Nothing else ended: the others still wait, holding their threads.
+  EXPECT_GT(refused.load(), 0);
+  EXPECT_EQ(other.load(), 0);
+  for (auto& context : contexts) context->TryCancel();
+  for (std::thread& t : pulls) t.join();
+  EXPECT_LT(refused.load(), kPulls);
+  // The threads come back as the cancelled pulls return: the server answers
+  // again.
+  grpc::Status stats;
+  do {
+    grpc::ClientContext context;
+    proto::StatsResponse response;
+    stats = stub_->Stats(&context, proto::StatsRequest(), &response);
+    if (stats.ok()) break;
+    EXPECT_EQ(stats.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    absl::SleepFor(absl::Milliseconds(20));
+  } while (absl::Now() < give_up);
+  EXPECT_TRUE(stats.ok()) << stats.error_message();
 }
 
 TEST_F(ParameterServiceTest, PullStreamsEveryOwnedElementInBoundedChunks) {

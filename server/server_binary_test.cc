@@ -130,6 +130,7 @@ TEST(ServerBinaryTest, ExitsWithTwoNamingTheBadFlag) {
       {{"--server_index=0", "--non_finite_gradients=zero"},
        "--non_finite_gradients"},
       {{"--server_index=0", "--job_id=a b"}, "--job_id"},
+      {{"--server_index=0", "--max_threads=-1"}, "--max_threads"},
       // No machine here has CPU 1023.
       {{"--server_index=0", "--cpus=1023"}, "--cpus"}};
   for (const auto& [flags, name] : cases) {

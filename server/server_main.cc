@@ -106,6 +106,11 @@ ABSL_FLAG(std::string, non_finite_gradients, "refuse",
           "to find out); skip: it is taken, and its non-finite elements "
           "leave their weights as they were. Either way no update makes a "
           "weight non-finite.");
+ABSL_FLAG(int, max_threads, 0,
+          "Most threads serving calls at once; each call in progress holds "
+          "one, and calls beyond get RESOURCE_EXHAUSTED, so clients that "
+          "leave calls hanging cannot make the server grow without bound. "
+          "0: 64 plus 4 per worker.");
 ABSL_FLAG(std::string, job_id, "",
           "The job this server belongs to: requests of another job are "
           "refused, so two jobs whose addresses overlap cannot mix their "
@@ -146,6 +151,7 @@ struct ServerConfig {
   std::vector<int> cpus;  // Empty: any.
   std::string job_id;
   bool refuse_non_finite = true;
+  int max_threads = 0;
   int signal_exit_code = 0;
 };
 
@@ -299,6 +305,12 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
                      non_finite, "\""));
   }
   c.refuse_non_finite = non_finite == "refuse";
+  c.max_threads = absl::GetFlag(FLAGS_max_threads);
+  if (c.max_threads < 0 || c.max_threads > 100000) {
+    return OutOfRange("max_threads", c.max_threads, 0, 100000);
+  }
+  // A worker holds a push-and-pull stream, a heartbeat and at times a pull.
+  if (c.max_threads == 0) c.max_threads = 64 + 4 * num_workers;
   c.job_id = absl::GetFlag(FLAGS_job_id);
   if (absl::Status s = ValidateJobId(c.job_id); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
@@ -432,7 +444,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
 
   absl::StatusOr<std::unique_ptr<GrpcServer>> server = GrpcServer::Start(
       config.address, &service, proto::ParameterServer::service_full_name(),
-      config.max_message_bytes);
+      config.max_message_bytes, config.max_threads);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     shutdown.Request("startup failed");
