@@ -313,6 +313,13 @@ grpc::Status ParameterService::Heartbeat(grpc::ServerContext* /*context*/,
   const uint64_t incarnation = request->incarnation() != 0
                                    ? request->incarnation()
                                    : request->header().incarnation();
+  // A heartbeat keeps a rank alive, and steps wait for live ranks: only the
+  // process that registered may send it.
+  if (absl::Status s = coordinator_->CheckRegistered(
+          request->header().worker_rank(), incarnation);
+      !s.ok()) {
+    return ToGrpcStatus(Prefixed("heartbeat refused", s));
+  }
   absl::StatusOr<uint64_t> version =
       coordinator_->Heartbeat(request->header().worker_rank(), incarnation);
   if (!version.ok()) {

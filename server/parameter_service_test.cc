@@ -697,6 +697,14 @@ TEST_F(ParameterServiceTest, HeartbeatsKeepAWorkerAliveAndNameItsProcess) {
   std::vector<int> blocking;
   for (;;) {
     ASSERT_TRUE(heartbeat(0, 5).ok());
+    // A stranger's beats for rank 1, which never registered, keep nothing
+    // alive.
+    const grpc::Status stranger = heartbeat(1, 9);
+    EXPECT_EQ(stranger.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(stranger.error_message().find(
+                  "worker 1 has not registered with this server"),
+              std::string::npos)
+        << stranger.error_message();
     absl::SleepFor(kLease / 5);
     blocking = coordinator_->RanksBlocking(1);
     const absl::Time now = absl::Now();
@@ -711,8 +719,9 @@ TEST_F(ParameterServiceTest, HeartbeatsKeepAWorkerAliveAndNameItsProcess) {
   EXPECT_EQ(blocking, std::vector<int>{0});
   grpc::Status stale = heartbeat(0, 4);
   EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_NE(stale.error_message().find("incarnation 5 has registered since"),
-            std::string::npos)
+  EXPECT_NE(
+      stale.error_message().find("worker 0 registered as incarnation 5, not 4"),
+      std::string::npos)
       << stale.error_message();
   EXPECT_EQ(heartbeat(2, 5).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
