@@ -1,6 +1,7 @@
 #include "server/parameter_service.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,7 +67,8 @@ ParameterService::ParameterService(ShardStore* store,
       coordinator_(coordinator),
       options_(options),
       identity_{store->partition().fingerprint(), store->server_index(),
-                coordinator->options().num_workers, options.job_id} {
+                coordinator->options().num_workers, options.job_id},
+      calls_(coordinator->options().num_workers, options.max_calls_per_rank) {
   // How generated code swaps a method's handler (WithSplitStreamingMethod_
   // and the like); the server then treats the call as a bidirectional
   // stream, which a client-streaming or server-streaming peer cannot tell.
@@ -127,6 +129,9 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
       !s.ok()) {
     return s;
   }
+  absl::StatusOr<RankCallLimiter::Slot> slot =
+      calls_.Acquire(request.header().worker_rank());
+  if (!slot.ok()) return slot.status();
   if (request.max_chunk_elements() != 0 &&
       request.max_chunk_elements() < options_.min_chunk_elements) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -236,6 +241,7 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
   // Commit, after the last message was validated.
   PushStager stager(store_, identity_, options_.min_chunk_elements,
                     options_.refuse_non_finite);
+  std::optional<RankCallLimiter::Slot> slot;
   grpc::ByteBuffer message;
   proto::PushRequest request;
   absl::Cord data;
@@ -245,13 +251,21 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
         !s.ok()) {
       return s;
     }
-    if (stager.messages() == 0) {
+    const bool first_message = stager.messages() == 0;
+    if (first_message) {
       *first = request;
       first->clear_chunk();
     }
     *bytes += data.size();
     if (absl::Status s = stager.Add(FromProto(request, data)); !s.ok()) {
       return s;
+    }
+    // Counted once the header is known good (the stager checked it).
+    if (first_message) {
+      absl::StatusOr<RankCallLimiter::Slot> acquired =
+          calls_.Acquire(request.header().worker_rank());
+      if (!acquired.ok()) return acquired.status();
+      slot.emplace(*std::move(acquired));
     }
   }
   absl::StatusOr<StagedPush> staged = stager.Finish();

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "server/rank_call_limiter.h"
 #include "server/request_header.h"
 #include "server/server_stats.h"
 #include "server/shard_store.h"
@@ -28,6 +29,9 @@ struct ServiceOptions {
   uint64_t min_chunk_elements = 256;
   // The job this shard serves (--job_id): requests of another are refused.
   std::string job_id;
+  // Pulls and pushes one rank may have open at once (0: no bound): a
+  // worker holds a push-and-pull stream and at times a pull.
+  int max_calls_per_rank = 8;
   // --non_finite_gradients=refuse: a push holding a NaN or an infinity is
   // refused whole (one more read of every pushed byte). Else it is taken,
   // and the update leaves those elements as they were.
@@ -116,6 +120,7 @@ class ParameterService final : public proto::ParameterServer::Service {
   const ServiceOptions options_;
   const ShardIdentity identity_;
   ServerStats stats_;
+  RankCallLimiter calls_;
 };
 
 }  // namespace ps::server

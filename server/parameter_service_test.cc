@@ -56,6 +56,7 @@ class ParameterServiceTest : public ::testing::Test {
     service_options.default_chunk_elements = 16;
     service_options.min_chunk_elements = min_chunk_elements_;
     service_options.job_id = job_id_;
+    service_options.max_calls_per_rank = max_calls_per_rank_;
     service_ = std::make_unique<ParameterService>(
         store_.get(), coordinator_.get(), service_options);
     server_ = *GrpcServer::Start("127.0.0.1:0", service_.get(),
@@ -241,6 +242,7 @@ class ParameterServiceTest : public ::testing::Test {
   uint64_t min_chunk_elements_ = 1;
   std::string job_id_;
   int max_threads_ = 0;
+  int max_calls_per_rank_ = 8;
   // Before the coordinator, whose callback notifies it.
   absl::Notification all_done_;
   std::unique_ptr<Partition> partition_;
@@ -338,6 +340,7 @@ TEST_F(ParameterServiceTest, RefusesEveryRequestOfAnotherJob) {
 
 TEST_F(ParameterServiceTest, CallsBeyondTheThreadBoundAreRefusedThenServed) {
   max_threads_ = 6;
+  max_calls_per_rank_ = 0;  // The thread bound alone.
   Start(ConsistencyMode::kSync);
   // Pulls for a step no one pushed wait, each holding a thread, until
   // cancelled; those beyond the bound are refused at once.
@@ -385,6 +388,54 @@ TEST_F(ParameterServiceTest, CallsBeyondTheThreadBoundAreRefusedThenServed) {
     absl::SleepFor(absl::Milliseconds(20));
   } while (absl::Now() < give_up);
   EXPECT_TRUE(stats.ok()) << stats.error_message();
+}
+
+TEST_F(ParameterServiceTest, OneRankCannotHoldMoreThanItsCalls) {
+  max_calls_per_rank_ = 3;
+  Start(ConsistencyMode::kSync);
+  // Waiting pulls in rank 0's name: three are held, the rest refused.
+  constexpr int kPulls = 6;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  for (int i = 0; i < kPulls; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+  }
+  absl::Mutex mu;
+  std::vector<std::string> refusals;
+  std::vector<std::thread> pulls;
+  for (int i = 0; i < kPulls; ++i) {
+    pulls.emplace_back([&, i] {
+      proto::PullRequest request;
+      *request.mutable_header() = Header(0);
+      request.set_clock(1);
+      auto reader = stub_->Pull(contexts[i].get(), request);
+      proto::PullResponse response;
+      while (reader->Read(&response)) {
+      }
+      const grpc::Status s = reader->Finish();
+      if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        absl::MutexLock lock(&mu);
+        refusals.push_back(s.error_message());
+      }
+    });
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  auto refused = [&] {
+    absl::MutexLock lock(&mu);
+    return static_cast<int>(refusals.size());
+  };
+  while (refused() < kPulls - 3 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  // Rank 1 is not held up by rank 0's calls.
+  uint64_t version = 0;
+  EXPECT_TRUE(Push(ValidPush(1, 0, 1.0f), &version).ok());
+  for (auto& context : contexts) context->TryCancel();
+  for (std::thread& t : pulls) t.join();
+  ASSERT_EQ(refused(), kPulls - 3);
+  EXPECT_NE(refusals[0].find(
+                "worker 0 has 3 calls open on this server already; at most 3"),
+            std::string::npos)
+      << refusals[0];
 }
 
 TEST_F(ParameterServiceTest, PullStreamsEveryOwnedElementInBoundedChunks) {

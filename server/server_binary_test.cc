@@ -131,6 +131,7 @@ TEST(ServerBinaryTest, ExitsWithTwoNamingTheBadFlag) {
        "--non_finite_gradients"},
       {{"--server_index=0", "--job_id=a b"}, "--job_id"},
       {{"--server_index=0", "--max_threads=-1"}, "--max_threads"},
+      {{"--server_index=0", "--max_calls_per_rank=-1"}, "--max_calls_per_rank"},
       // No machine here has CPU 1023.
       {{"--server_index=0", "--cpus=1023"}, "--cpus"}};
   for (const auto& [flags, name] : cases) {

@@ -111,6 +111,10 @@ ABSL_FLAG(int, max_threads, 0,
           "one, and calls beyond get RESOURCE_EXHAUSTED, so clients that "
           "leave calls hanging cannot make the server grow without bound. "
           "0: 64 plus 4 per worker.");
+ABSL_FLAG(int, max_calls_per_rank, 8,
+          "Most pulls and pushes one worker rank may have open at once "
+          "(a worker holds a push-and-pull stream and at times a pull); "
+          "beyond, RESOURCE_EXHAUSTED. 0: no bound.");
 ABSL_FLAG(std::string, job_id, "",
           "The job this server belongs to: requests of another job are "
           "refused, so two jobs whose addresses overlap cannot mix their "
@@ -152,6 +156,7 @@ struct ServerConfig {
   std::string job_id;
   bool refuse_non_finite = true;
   int max_threads = 0;
+  int max_calls_per_rank = 8;
   int signal_exit_code = 0;
 };
 
@@ -311,6 +316,10 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   }
   // A worker holds a push-and-pull stream, a heartbeat and at times a pull.
   if (c.max_threads == 0) c.max_threads = 64 + 4 * num_workers;
+  c.max_calls_per_rank = absl::GetFlag(FLAGS_max_calls_per_rank);
+  if (c.max_calls_per_rank < 0 || c.max_calls_per_rank > 10000) {
+    return OutOfRange("max_calls_per_rank", c.max_calls_per_rank, 0, 10000);
+  }
   c.job_id = absl::GetFlag(FLAGS_job_id);
   if (absl::Status s = ValidateJobId(c.job_id); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
@@ -435,6 +444,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   ServiceOptions service_options;
   service_options.job_id = config.job_id;
   service_options.refuse_non_finite = config.refuse_non_finite;
+  service_options.max_calls_per_rank = config.max_calls_per_rank;
   // Leave room for the message's other fields.
   service_options.max_chunk_elements =
       static_cast<uint64_t>(config.max_message_bytes - (64 << 10)) / 4;
