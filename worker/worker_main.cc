@@ -381,9 +381,6 @@ int Run() {
   absl::StatusOr<RegisterInfo> info =
       (*client)->Register(incarnation, (*trainer)->planned_steps());
   if (!info.ok()) return fail(info.status(), ServerCallExitCode(info.status()));
-  // Between requests (a long step, a slowed worker) only heartbeats tell the
-  // shards this worker is alive.
-  (*client)->StartHeartbeats(incarnation);
   const std::string expected_mode = absl::GetFlag(FLAGS_mode);
   if (!expected_mode.empty() && expected_mode != info->mode) {
     return fail(
