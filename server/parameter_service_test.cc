@@ -33,6 +33,71 @@ constexpr absl::Duration kLongLease = absl::Minutes(10);
 // Elements of this shard, by (tensor id, element index within the tensor).
 using Weights = std::map<std::pair<uint32_t, uint64_t>, float>;
 
+// Pulls in rank 0's name for clock 1, each on a thread of its own: in sync
+// mode, with nobody pushing, they wait (holding a server thread each) until
+// cancelled, unless the server refuses them. Counts how each ended.
+class HangingPulls {
+ public:
+  HangingPulls(proto::ParameterServer::Stub* stub,
+               const proto::RequestHeader& header, int count) {
+    for (int i = 0; i < count; ++i) {
+      contexts_.push_back(std::make_unique<grpc::ClientContext>());
+    }
+    for (int i = 0; i < count; ++i) {
+      threads_.emplace_back([this, stub, header, i] {
+        proto::PullRequest request;
+        *request.mutable_header() = header;
+        request.set_clock(1);
+        auto reader = stub->Pull(contexts_[i].get(), request);
+        proto::PullResponse response;
+        while (reader->Read(&response)) {
+        }
+        const grpc::Status s = reader->Finish();
+        absl::MutexLock lock(&mu_);
+        if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+          refusals_.push_back(s.error_message());
+        } else {
+          ++other_;
+        }
+      });
+    }
+  }
+  ~HangingPulls() { CancelAndJoin(); }
+
+  // Waits (a minute at most) until `n` pulls were refused.
+  void AwaitRefused(int n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return static_cast<int>(refusals_.size()) >= n;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(60));
+  }
+
+  void CancelAndJoin() {
+    for (auto& context : contexts_) context->TryCancel();
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+  std::vector<std::string> refusals() {
+    absl::MutexLock lock(&mu_);
+    return refusals_;
+  }
+  // Pulls that ended otherwise than refused (cancelled, or answered).
+  int other() {
+    absl::MutexLock lock(&mu_);
+    return other_;
+  }
+
+ private:
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
+  std::vector<std::thread> threads_;
+  absl::Mutex mu_;
+  std::vector<std::string> refusals_ ABSL_GUARDED_BY(mu_);
+  int other_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 class ParameterServiceTest : public ::testing::Test {
  protected:
   void Start(ConsistencyMode mode, absl::Duration worker_timeout = kLongLease) {
@@ -342,40 +407,15 @@ TEST_F(ParameterServiceTest, CallsBeyondTheThreadBoundAreRefusedThenServed) {
   max_threads_ = 6;
   max_calls_per_rank_ = 0;  // The thread bound alone.
   Start(ConsistencyMode::kSync);
-  // Pulls for a step no one pushed wait, each holding a thread, until
-  // cancelled; those beyond the bound are refused at once.
   constexpr int kPulls = 12;
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  for (int i = 0; i < kPulls; ++i) {
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-  }
-  std::atomic<int> refused{0};
-  std::atomic<int> other{0};
-  std::vector<std::thread> pulls;
-  for (int i = 0; i < kPulls; ++i) {
-    pulls.emplace_back([&, i] {
-      proto::PullRequest request;
-      *request.mutable_header() = Header(0);
-      request.set_clock(1);
-      auto reader = stub_->Pull(contexts[i].get(), request);
-      proto::PullResponse response;
-      while (reader->Read(&response)) {
-      }
-      const grpc::Status s = reader->Finish();
-      ++(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ? refused
-                                                                : other);
-    });
-  }
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (refused.load() == 0 && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  HangingPulls pulls(stub_.get(), Header(0), kPulls);
+  pulls.AwaitRefused(1);
   // Nothing else ended: the others still wait, holding their threads.
-  EXPECT_GT(refused.load(), 0);
-  EXPECT_EQ(other.load(), 0);
-  for (auto& context : contexts) context->TryCancel();
-  for (std::thread& t : pulls) t.join();
-  EXPECT_LT(refused.load(), kPulls);
+  EXPECT_GT(pulls.refusals().size(), 0u);
+  EXPECT_EQ(pulls.other(), 0);
+  pulls.CancelAndJoin();
+  EXPECT_LT(pulls.refusals().size(), static_cast<size_t>(kPulls));
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
   // The threads come back as the cancelled pulls return: the server answers
   // again.
   grpc::Status stats;
@@ -393,45 +433,22 @@ TEST_F(ParameterServiceTest, CallsBeyondTheThreadBoundAreRefusedThenServed) {
 TEST_F(ParameterServiceTest, OneRankCannotHoldMoreThanItsCalls) {
   max_calls_per_rank_ = 3;
   Start(ConsistencyMode::kSync);
-  // Waiting pulls in rank 0's name: three are held, the rest refused.
+  // Three are held, the rest refused.
   constexpr int kPulls = 6;
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  for (int i = 0; i < kPulls; ++i) {
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-  }
-  absl::Mutex mu;
-  std::vector<std::string> refusals;
-  std::vector<std::thread> pulls;
-  for (int i = 0; i < kPulls; ++i) {
-    pulls.emplace_back([&, i] {
-      proto::PullRequest request;
-      *request.mutable_header() = Header(0);
-      request.set_clock(1);
-      auto reader = stub_->Pull(contexts[i].get(), request);
-      proto::PullResponse response;
-      while (reader->Read(&response)) {
-      }
-      const grpc::Status s = reader->Finish();
-      if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-        absl::MutexLock lock(&mu);
-        refusals.push_back(s.error_message());
-      }
-    });
-  }
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  auto refused = [&] {
-    absl::MutexLock lock(&mu);
-    return static_cast<int>(refusals.size());
-  };
-  while (refused() < kPulls - 3 && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  // Rank 1 is not held up by rank 0's calls.
+  HangingPulls pulls(stub_.get(), Header(0), kPulls);
+  pulls.AwaitRefused(kPulls - 3);
+  // Rank 1 is not held up by rank 0's calls (a pull for clock 0 is answered
+  // at once; a push from it could complete the step the others wait for).
+  proto::PullRequest request;
+  *request.mutable_header() = Header(1);
+  request.set_clock(0);
+  Weights weights;
   uint64_t version = 0;
-  EXPECT_TRUE(Push(ValidPush(1, 0, 1.0f), &version).ok());
-  for (auto& context : contexts) context->TryCancel();
-  for (std::thread& t : pulls) t.join();
-  ASSERT_EQ(refused(), kPulls - 3);
+  EXPECT_TRUE(SendPull(request, &weights, &version).ok());
+  EXPECT_EQ(pulls.other(), 0);
+  pulls.CancelAndJoin();
+  const std::vector<std::string> refusals = pulls.refusals();
+  ASSERT_EQ(refusals.size(), static_cast<size_t>(kPulls - 3));
   EXPECT_NE(refusals[0].find(
                 "worker 0 has 3 calls open on this server already; at most 3"),
             std::string::npos)
