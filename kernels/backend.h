@@ -11,6 +11,92 @@
 
 namespace ps::kernels {
 
+// A 2-D convolution over a batch of images, all NCHW float32 and batch-major:
+//   x        [batch, in_channels, in_height, in_width]
+//   weights  [out_channels, in_channels, kernel_height, kernel_width]
+//   y        [batch, out_channels, out_height(), out_width()]
+// y[n, o, i, j] = sum over c, u, v of weights[o, c, u, v] *
+//   x[n, c, i * stride_height + u - pad_height, j * stride_width + v -
+//   pad_width], where x is zero outside the image (cross-correlation, as in
+// PyTorch's Conv2d). A bias is separate: AddChannelBias. Extents are checked
+// by every backend (kernels/shape_checks.h): batch may be 0, every other
+// extent and stride is at least 1, padding at least 0, and the kernel fits
+// the padded image.
+struct Conv2dShape {
+  int batch = 0;
+  int in_channels = 0;
+  int in_height = 0;
+  int in_width = 0;
+  int out_channels = 0;
+  int kernel_height = 0;
+  int kernel_width = 0;
+  int stride_height = 1;
+  int stride_width = 1;
+  int pad_height = 0;
+  int pad_width = 0;
+
+  int out_height() const {
+    return (in_height + 2 * pad_height - kernel_height) / stride_height + 1;
+  }
+  int out_width() const {
+    return (in_width + 2 * pad_width - kernel_width) / stride_width + 1;
+  }
+  // Element counts of x, weights and y.
+  uint64_t input_size() const {
+    return uint64_t{1} * batch * in_channels * in_height * in_width;
+  }
+  uint64_t weight_size() const {
+    return uint64_t{1} * out_channels * in_channels * kernel_height *
+           kernel_width;
+  }
+  uint64_t output_size() const {
+    return uint64_t{1} * batch * out_channels * out_height() * out_width();
+  }
+};
+
+// Max or average pooling over a batch of NCHW images, without padding:
+//   x [batch, channels, in_height, in_width]
+//   y [batch, channels, out_height(), out_width()]
+// y[n, c, i, j] pools the window of window_height x window_width elements of
+// x whose top-left corner is (i * stride_height, j * stride_width). Windows
+// lie inside the image; rows and columns no window reaches are ignored (and
+// get zero gradient). Checked like Conv2dShape: batch >= 0, every other
+// extent >= 1, the window no larger than the image.
+struct Pool2dShape {
+  int batch = 0;
+  int channels = 0;
+  int in_height = 0;
+  int in_width = 0;
+  int window_height = 0;
+  int window_width = 0;
+  int stride_height = 1;
+  int stride_width = 1;
+
+  int out_height() const {
+    return (in_height - window_height) / stride_height + 1;
+  }
+  int out_width() const { return (in_width - window_width) / stride_width + 1; }
+  uint64_t input_size() const {
+    return uint64_t{1} * batch * channels * in_height * in_width;
+  }
+  uint64_t output_size() const {
+    return uint64_t{1} * batch * channels * out_height() * out_width();
+  }
+};
+
+// Which elements dropout zeroes: element i of a call is dropped when a hash
+// of (seed, step, first_index + i) falls below `rate` (see
+// kernels/dropout_mask.h), so the mask depends on nothing else: the same on
+// every backend, in forward and backward, and for a batch split between
+// workers that pass each part's offset as first_index. Kept elements are
+// scaled by 1 / (1 - rate), computed in float.
+struct DropoutMask {
+  float rate = 0.0f;  // In [0, 1).
+  uint64_t seed = 0;
+  uint64_t step = 0;  // A new mask each training step.
+  uint64_t first_index = 0;
+};
+
 // A float32 buffer owned by a backend: host memory for the CPU backend,
 // device memory for the CUDA backend. Move-only; freed by its destructor.
 class DeviceBuffer {
@@ -21,9 +107,10 @@ class DeviceBuffer {
   virtual size_t size() const = 0;  // In elements.
 };
 
-// The numerical operations training needs, on row-major float32 matrices in
-// buffers from the same backend. Shapes are checked by the caller (the model),
-// which owns the layout; a backend reports failures of its own (allocation,
+// The numerical operations training needs, on row-major float32 matrices and
+// NCHW image batches in buffers from the same backend. The caller (the model)
+// owns the layout; a backend refuses shapes that make no sense
+// (kernels/shape_checks.h) and reports failures of its own (allocation,
 // device errors) as a Status naming the call that failed.
 //
 // A backend is used by one thread at a time; operations may run
@@ -83,6 +170,79 @@ class Backend {
   // out[r] = index of the largest x[r, c] (as a float), for evaluation.
   virtual absl::Status ArgmaxRows(int rows, int cols, const DeviceBuffer& x,
                                   DeviceBuffer& out) = 0;
+
+  // --- Convolutional networks. Outputs are overwritten, never accumulated
+  // into, and must not be one of the inputs. A backend may keep scratch
+  // memory for these (im2col columns), grown to the largest shape seen and
+  // reused; see each backend's header.
+
+  // y = conv(x, weights), shapes as in Conv2dShape.
+  virtual absl::Status Conv2dForward(const Conv2dShape& shape,
+                                     const DeviceBuffer& x,
+                                     const DeviceBuffer& weights,
+                                     DeviceBuffer& y) = 0;
+
+  // grad_x [batch, in_channels, in_height, in_width] = d(sum of grad_y * y)
+  // / dx, for grad_y shaped like y.
+  virtual absl::Status Conv2dBackwardData(const Conv2dShape& shape,
+                                          const DeviceBuffer& grad_y,
+                                          const DeviceBuffer& weights,
+                                          DeviceBuffer& grad_x) = 0;
+
+  // grad_weights (shaped like weights) = d(sum of grad_y * y) / dweights,
+  // summed over the batch (zero when the batch is empty).
+  virtual absl::Status Conv2dBackwardFilter(const Conv2dShape& shape,
+                                            const DeviceBuffer& x,
+                                            const DeviceBuffer& grad_y,
+                                            DeviceBuffer& grad_weights) = 0;
+
+  // y[n, c, p] += bias[c] for y [batch, channels, spatial] (spatial = H * W).
+  virtual absl::Status AddChannelBias(int batch, int channels, int spatial,
+                                      const DeviceBuffer& bias,
+                                      DeviceBuffer& y) = 0;
+
+  // grad_bias[c] = sum over n and p of grad_y[n, c, p] (zero for an empty
+  // batch): the gradient of AddChannelBias's bias.
+  virtual absl::Status ChannelBiasGrad(int batch, int channels, int spatial,
+                                       const DeviceBuffer& grad_y,
+                                       DeviceBuffer& grad_bias) = 0;
+
+  // y = the maximum of each window; argmax (shaped like y) receives the
+  // position of that maximum in its input plane, in_width * row + column, as
+  // a float (exact: a plane holds at most 2^24 elements). Ties go to the
+  // first in row-major order; a NaN in a window wins, so it propagates.
+  virtual absl::Status MaxPool2dForward(const Pool2dShape& shape,
+                                        const DeviceBuffer& x, DeviceBuffer& y,
+                                        DeviceBuffer& argmax) = 0;
+
+  // grad_x = grad_y routed to the positions in `argmax`, which must come from
+  // MaxPool2dForward of the same shape; overlapping windows add up.
+  virtual absl::Status MaxPool2dBackward(const Pool2dShape& shape,
+                                         const DeviceBuffer& grad_y,
+                                         const DeviceBuffer& argmax,
+                                         DeviceBuffer& grad_x) = 0;
+
+  // y = the mean of each window.
+  virtual absl::Status AvgPool2dForward(const Pool2dShape& shape,
+                                        const DeviceBuffer& x,
+                                        DeviceBuffer& y) = 0;
+
+  // grad_x[e] = sum over the windows holding e of grad_y / window size.
+  virtual absl::Status AvgPool2dBackward(const Pool2dShape& shape,
+                                         const DeviceBuffer& grad_y,
+                                         DeviceBuffer& grad_x) = 0;
+
+  // y[i] = x[i] * (kept(i) ? scale : 0) over n elements (see DropoutMask),
+  // a product so that a NaN stays NaN even where dropped; x and y may alias.
+  virtual absl::Status DropoutForward(size_t n, const DropoutMask& mask,
+                                      const DeviceBuffer& x,
+                                      DeviceBuffer& y) = 0;
+
+  // grad_x[i] = grad_y[i] * (kept(i) ? scale : 0): the forward call's mask
+  // when given the same `mask` (grad_x may alias grad_y).
+  virtual absl::Status DropoutBackward(size_t n, const DropoutMask& mask,
+                                       const DeviceBuffer& grad_y,
+                                       DeviceBuffer& grad_x) = 0;
 
   // Waits for every operation issued so far.
   virtual absl::Status Synchronize() = 0;

@@ -51,4 +51,26 @@ absl::StatusOr<std::vector<float>> Download(Backend& backend,
   return ::testing::AssertionSuccess();
 }
 
+::testing::AssertionResult AllWithinRounding(absl::Span<const float> got,
+                                             absl::Span<const float> want,
+                                             absl::Span<const float> magnitude,
+                                             double roundings) {
+  if (got.size() != want.size() || got.size() != magnitude.size()) {
+    return ::testing::AssertionFailure()
+           << "sizes differ: got " << got.size() << ", want " << want.size()
+           << ", magnitude " << magnitude.size();
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(got[i]) - want[i]);
+    const double bound = roundings * 0x1p-24 * magnitude[i];
+    if (!(diff <= bound)) {
+      return ::testing::AssertionFailure()
+             << "element " << i << " of " << got.size() << ": got " << got[i]
+             << ", want " << want[i] << ", off by " << diff << " > " << bound
+             << " (" << roundings << " roundings of " << magnitude[i] << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace ps::kernels::testing

@@ -47,6 +47,16 @@ absl::StatusOr<std::vector<float>> Download(Backend& backend,
                                    absl::Span<const float> want, double atol,
                                    double rtol);
 
+// Succeeds if the spans have the same size and every element satisfies
+// |got - want| <= roundings * 2^-24 * magnitude: the bound on float32
+// rounding of a sum whose terms' absolute values add up to `magnitude`
+// (k + 3 roundings cover a k-term sum in any order, with or without FMA, and
+// the rounding of `want` itself); else names the first that does not.
+::testing::AssertionResult AllWithinRounding(absl::Span<const float> got,
+                                             absl::Span<const float> want,
+                                             absl::Span<const float> magnitude,
+                                             double roundings);
+
 }  // namespace ps::kernels::testing
 
 #endif  // PS_KERNELS_BACKEND_TESTING_H_

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <new>
@@ -17,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "kernels/cpu_cnn_ops.h"
 #include "kernels/shape_checks.h"
 
 namespace ps::kernels {
@@ -49,6 +51,38 @@ absl::Status CheckBuffer(absl::string_view op, absl::string_view arg,
         "%s: buffer `%s` was not allocated by a cpu backend", op, arg));
   }
   return CheckBufferSize(op, arg, buffer, needed);
+}
+
+// One buffer argument of an operation and the floats its shape needs.
+struct Arg {
+  absl::string_view name;
+  const DeviceBuffer* buffer;
+  uint64_t needed;
+};
+
+absl::Status CheckAll(absl::string_view op, std::initializer_list<Arg> args) {
+  for (const Arg& arg : args) {
+    if (absl::Status s = CheckBuffer(op, arg.name, *arg.buffer, arg.needed);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// CheckAll, then that the last argument (the output) is none of the others.
+absl::Status CheckOutput(absl::string_view op,
+                         std::initializer_list<Arg> args) {
+  if (absl::Status s = CheckAll(op, args); !s.ok()) return s;
+  const Arg& out = *(args.end() - 1);
+  for (const Arg* in = args.begin(); in != args.end() - 1; ++in) {
+    if (absl::Status s =
+            CheckNotAliased(op, out.name, *out.buffer, {in->buffer});
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 class CpuBackend final : public Backend {
@@ -268,6 +302,173 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status Conv2dForward(const Conv2dShape& shape, const DeviceBuffer& x,
+                             const DeviceBuffer& weights,
+                             DeviceBuffer& y) override {
+    constexpr absl::string_view kOp = "Conv2dForward";
+    if (absl::Status s = CheckConv2dShape(kOp, shape); !s.ok()) return s;
+    if (absl::Status s =
+            CheckOutput(kOp, {{"x", &x, shape.input_size()},
+                              {"weights", &weights, shape.weight_size()},
+                              {"y", &y, shape.output_size()}});
+        !s.ok()) {
+      return s;
+    }
+    cpu::Conv2dForward(shape, x.data(), weights.data(), y.data(), columns_);
+    return absl::OkStatus();
+  }
+
+  absl::Status Conv2dBackwardData(const Conv2dShape& shape,
+                                  const DeviceBuffer& grad_y,
+                                  const DeviceBuffer& weights,
+                                  DeviceBuffer& grad_x) override {
+    constexpr absl::string_view kOp = "Conv2dBackwardData";
+    if (absl::Status s = CheckConv2dShape(kOp, shape); !s.ok()) return s;
+    if (absl::Status s =
+            CheckOutput(kOp, {{"grad_y", &grad_y, shape.output_size()},
+                              {"weights", &weights, shape.weight_size()},
+                              {"grad_x", &grad_x, shape.input_size()}});
+        !s.ok()) {
+      return s;
+    }
+    cpu::Conv2dBackwardData(shape, grad_y.data(), weights.data(), grad_x.data(),
+                            columns_);
+    return absl::OkStatus();
+  }
+
+  absl::Status Conv2dBackwardFilter(const Conv2dShape& shape,
+                                    const DeviceBuffer& x,
+                                    const DeviceBuffer& grad_y,
+                                    DeviceBuffer& grad_weights) override {
+    constexpr absl::string_view kOp = "Conv2dBackwardFilter";
+    if (absl::Status s = CheckConv2dShape(kOp, shape); !s.ok()) return s;
+    if (absl::Status s = CheckOutput(
+            kOp, {{"x", &x, shape.input_size()},
+                  {"grad_y", &grad_y, shape.output_size()},
+                  {"grad_weights", &grad_weights, shape.weight_size()}});
+        !s.ok()) {
+      return s;
+    }
+    cpu::Conv2dBackwardFilter(shape, x.data(), grad_y.data(),
+                              grad_weights.data(), columns_);
+    return absl::OkStatus();
+  }
+
+  absl::Status AddChannelBias(int batch, int channels, int spatial,
+                              const DeviceBuffer& bias,
+                              DeviceBuffer& y) override {
+    constexpr absl::string_view kOp = "AddChannelBias";
+    if (absl::Status s = CheckChannelShape(kOp, batch, channels, spatial);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            CheckOutput(kOp, {{"bias", &bias, Product(1, channels)},
+                              {"y", &y, Product(batch, channels) * spatial}});
+        !s.ok()) {
+      return s;
+    }
+    cpu::AddChannelBias(batch, channels, spatial, bias.data(), y.data());
+    return absl::OkStatus();
+  }
+
+  absl::Status ChannelBiasGrad(int batch, int channels, int spatial,
+                               const DeviceBuffer& grad_y,
+                               DeviceBuffer& grad_bias) override {
+    constexpr absl::string_view kOp = "ChannelBiasGrad";
+    if (absl::Status s = CheckChannelShape(kOp, batch, channels, spatial);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckOutput(
+            kOp, {{"grad_y", &grad_y, Product(batch, channels) * spatial},
+                  {"grad_bias", &grad_bias, Product(1, channels)}});
+        !s.ok()) {
+      return s;
+    }
+    cpu::ChannelBiasGrad(batch, channels, spatial, grad_y.data(),
+                         grad_bias.data());
+    return absl::OkStatus();
+  }
+
+  absl::Status MaxPool2dForward(const Pool2dShape& shape, const DeviceBuffer& x,
+                                DeviceBuffer& y,
+                                DeviceBuffer& argmax) override {
+    constexpr absl::string_view kOp = "MaxPool2dForward";
+    if (absl::Status s = CheckPool2dShape(kOp, shape); !s.ok()) return s;
+    // Two outputs: each is checked against everything before it.
+    if (absl::Status s =
+            CheckOutput(kOp, {{"x", &x, shape.input_size()},
+                              {"argmax", &argmax, shape.output_size()},
+                              {"y", &y, shape.output_size()}});
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckNotAliased(kOp, "argmax", argmax, {&x});
+        !s.ok()) {
+      return s;
+    }
+    cpu::MaxPool2dForward(shape, x.data(), y.data(), argmax.data());
+    return absl::OkStatus();
+  }
+
+  absl::Status MaxPool2dBackward(const Pool2dShape& shape,
+                                 const DeviceBuffer& grad_y,
+                                 const DeviceBuffer& argmax,
+                                 DeviceBuffer& grad_x) override {
+    constexpr absl::string_view kOp = "MaxPool2dBackward";
+    if (absl::Status s = CheckPool2dShape(kOp, shape); !s.ok()) return s;
+    if (absl::Status s =
+            CheckOutput(kOp, {{"grad_y", &grad_y, shape.output_size()},
+                              {"argmax", &argmax, shape.output_size()},
+                              {"grad_x", &grad_x, shape.input_size()}});
+        !s.ok()) {
+      return s;
+    }
+    return cpu::MaxPool2dBackward(shape, grad_y.data(), argmax.data(),
+                                  grad_x.data());
+  }
+
+  absl::Status AvgPool2dForward(const Pool2dShape& shape, const DeviceBuffer& x,
+                                DeviceBuffer& y) override {
+    constexpr absl::string_view kOp = "AvgPool2dForward";
+    if (absl::Status s = CheckPool2dShape(kOp, shape); !s.ok()) return s;
+    if (absl::Status s = CheckOutput(kOp, {{"x", &x, shape.input_size()},
+                                           {"y", &y, shape.output_size()}});
+        !s.ok()) {
+      return s;
+    }
+    cpu::AvgPool2dForward(shape, x.data(), y.data());
+    return absl::OkStatus();
+  }
+
+  absl::Status AvgPool2dBackward(const Pool2dShape& shape,
+                                 const DeviceBuffer& grad_y,
+                                 DeviceBuffer& grad_x) override {
+    constexpr absl::string_view kOp = "AvgPool2dBackward";
+    if (absl::Status s = CheckPool2dShape(kOp, shape); !s.ok()) return s;
+    if (absl::Status s =
+            CheckOutput(kOp, {{"grad_y", &grad_y, shape.output_size()},
+                              {"grad_x", &grad_x, shape.input_size()}});
+        !s.ok()) {
+      return s;
+    }
+    cpu::AvgPool2dBackward(shape, grad_y.data(), grad_x.data());
+    return absl::OkStatus();
+  }
+
+  absl::Status DropoutForward(size_t n, const DropoutMask& mask,
+                              const DeviceBuffer& x, DeviceBuffer& y) override {
+    return Dropout({"DropoutForward", "x", "y"}, n, mask, x, y);
+  }
+
+  absl::Status DropoutBackward(size_t n, const DropoutMask& mask,
+                               const DeviceBuffer& grad_y,
+                               DeviceBuffer& grad_x) override {
+    return Dropout({"DropoutBackward", "grad_y", "grad_x"}, n, mask, grad_y,
+                   grad_x);
+  }
+
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
  private:
@@ -290,8 +491,29 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
-  // Scratch for ColumnSum, reused so steady-state steps do not allocate.
+  struct DropoutNames {
+    absl::string_view op, in, out;
+  };
+
+  // Both directions apply the same mask; only the names differ.
+  static absl::Status Dropout(const DropoutNames& names, size_t n,
+                              const DropoutMask& mask, const DeviceBuffer& in,
+                              DeviceBuffer& out) {
+    if (absl::Status s = CheckDropoutMask(names.op, mask); !s.ok()) return s;
+    if (absl::Status s =
+            CheckAll(names.op, {{names.in, &in, n}, {names.out, &out, n}});
+        !s.ok()) {
+      return s;
+    }
+    cpu::Dropout(n, mask, in.data(), out.data());
+    return absl::OkStatus();
+  }
+
+  // Scratch reused so steady-state steps do not allocate: ColumnSum's sums,
+  // and one image's im2col matrix for the convolutions, grown to the largest
+  // layer seen.
   std::vector<double> column_sums_;
+  std::vector<float> columns_;
 };
 
 }  // namespace

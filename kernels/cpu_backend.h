@@ -15,14 +15,22 @@ struct CpuBackendOptions {
 };
 
 // Creates the host-memory backend: Gemm through OpenBLAS `cblas_sgemm`
-// (row-major), every other operation as plain loops that accumulate in double
-// (softmax subtracts the row maximum; the loss is a log-sum-exp).
+// (row-major); convolutions image by image as im2col + sgemm (the data
+// gradient through col2im); every other operation as plain loops, where sums
+// over rows or channels accumulate in double (softmax subtracts the row
+// maximum; the loss is a log-sum-exp) and pooling sums in float.
 //
 // Unlike the interface requires, every operation also checks its shapes
 // against the sizes of its buffers and that the buffers came from a CPU
 // backend, and returns InvalidArgument naming the operation instead of
 // touching memory out of bounds. SoftmaxCrossEntropy returns InvalidArgument
-// for a label that is not a whole number in [0, cols), before writing.
+// for a label that is not a whole number in [0, cols), and MaxPool2dBackward
+// for an argmax that is not a position inside its output's window, before
+// writing.
+//
+// Memory: the convolutions keep one image's im2col matrix (in_channels x
+// kernel area x output area floats) as scratch owned by the backend, grown to
+// the largest layer seen and kept until the backend is destroyed.
 //
 // Thread safety: one thread at a time, as for any Backend. The OpenBLAS thread
 // count is process-wide state of the library: the last backend created sets it.

@@ -147,6 +147,39 @@ TEST_F(CpuBackendTest, ArgmaxRowsBreaksTiesTowardTheLowestIndex) {
   EXPECT_TRUE(AllNear(got, {1.0f, 0.0f}, 0, 0));
 }
 
+TEST_F(CpuBackendTest, MaxPool2dBackwardRejectsArgmaxOutsideItsWindow) {
+  // A 2x4 plane, two 2x2 windows: output 1 covers columns 2 and 3, i.e.
+  // positions 2, 3, 6 and 7.
+  Pool2dShape shape;
+  shape.batch = 1;
+  shape.channels = 1;
+  shape.in_height = 2;
+  shape.in_width = 4;
+  shape.window_height = shape.window_width = 2;
+  shape.stride_height = shape.stride_width = 2;
+  PS_ASSERT_OK_AND_ASSIGN(auto grad_y, Upload(*backend_, {1.0f, 2.0f}));
+  for (float bad :
+       {1.0f, 8.0f, -1.0f, 6.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    SCOPED_TRACE(bad);
+    PS_ASSERT_OK_AND_ASSIGN(auto argmax, Upload(*backend_, {0.0f, bad}));
+    PS_ASSERT_OK_AND_ASSIGN(auto grad_x,
+                            Upload(*backend_, std::vector<float>(8, 7.0f)));
+    const absl::Status status =
+        backend_->MaxPool2dBackward(shape, *grad_y, *argmax, *grad_x);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("of output 1"), absl::string_view::npos)
+        << status;
+    PS_ASSERT_OK_AND_ASSIGN(std::vector<float> got,
+                            Download(*backend_, *grad_x));
+    EXPECT_TRUE(AllNear(got, std::vector<float>(8, 7.0f), 0, 0));
+  }
+  PS_ASSERT_OK_AND_ASSIGN(auto argmax, Upload(*backend_, {5.0f, 6.0f}));
+  PS_ASSERT_OK_AND_ASSIGN(auto grad_x, backend_->Allocate(8));
+  PS_ASSERT_OK(backend_->MaxPool2dBackward(shape, *grad_y, *argmax, *grad_x));
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<float> got, Download(*backend_, *grad_x));
+  EXPECT_TRUE(AllNear(got, {0, 0, 0, 0, 0, 1, 2, 0}, 0, 0));
+}
+
 TEST_F(CpuBackendTest, ReluKeepsNaNVisible) {
   PS_ASSERT_OK_AND_ASSIGN(
       auto x,

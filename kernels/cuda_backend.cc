@@ -17,8 +17,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "kernels/cuda_cnn_kernels.h"
+#include "kernels/cuda_conv.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_util.h"
+#include "kernels/dropout_mask.h"
 #include "kernels/shape_checks.h"
 
 namespace ps::kernels {
@@ -67,6 +70,7 @@ class CudaBackend final : public Backend {
     // Plain FP32 (no TF32 tensor cores), so results track the CPU backend.
     PS_CUBLAS_RETURN_IF_ERROR(
         cublasSetMathMode(cublas_.get(), CUBLAS_DEFAULT_MATH));
+    conv_.Bind(cublas_.get(), compute_.get());
     if (absl::Status s = upload_.Init(); !s.ok()) return s;
     if (absl::Status s = download_.Init(); !s.ok()) return s;
     if (absl::Status s = cuda::CreateEvent(label_check_done_); !s.ok()) {
@@ -278,6 +282,173 @@ class CudaBackend final : public Backend {
     });
   }
 
+  absl::Status Conv2dForward(const Conv2dShape& shape, const DeviceBuffer& x,
+                             const DeviceBuffer& weights,
+                             DeviceBuffer& y) override {
+    constexpr absl::string_view kOp = "Conv2dForward";
+    absl::StatusOr<Buffers> buffers =
+        CheckConv(kOp, shape,
+                  {{"x", &x, shape.input_size()},
+                   {"weights", &weights, shape.weight_size()},
+                   {"y", &y, shape.output_size()}});
+    if (!buffers.ok()) return buffers.status();
+    return RunConv(*buffers, [&] {
+      return conv_.Forward(shape, x.data(), weights.data(), y.data());
+    });
+  }
+
+  absl::Status Conv2dBackwardData(const Conv2dShape& shape,
+                                  const DeviceBuffer& grad_y,
+                                  const DeviceBuffer& weights,
+                                  DeviceBuffer& grad_x) override {
+    constexpr absl::string_view kOp = "Conv2dBackwardData";
+    absl::StatusOr<Buffers> buffers =
+        CheckConv(kOp, shape,
+                  {{"grad_y", &grad_y, shape.output_size()},
+                   {"weights", &weights, shape.weight_size()},
+                   {"grad_x", &grad_x, shape.input_size()}});
+    if (!buffers.ok()) return buffers.status();
+    return RunConv(*buffers, [&] {
+      return conv_.BackwardData(shape, grad_y.data(), weights.data(),
+                                grad_x.data());
+    });
+  }
+
+  absl::Status Conv2dBackwardFilter(const Conv2dShape& shape,
+                                    const DeviceBuffer& x,
+                                    const DeviceBuffer& grad_y,
+                                    DeviceBuffer& grad_weights) override {
+    constexpr absl::string_view kOp = "Conv2dBackwardFilter";
+    absl::StatusOr<Buffers> buffers =
+        CheckConv(kOp, shape,
+                  {{"x", &x, shape.input_size()},
+                   {"grad_y", &grad_y, shape.output_size()},
+                   {"grad_weights", &grad_weights, shape.weight_size()}});
+    if (!buffers.ok()) return buffers.status();
+    return RunConv(*buffers, [&] {
+      return conv_.BackwardFilter(shape, x.data(), grad_y.data(),
+                                  grad_weights.data());
+    });
+  }
+
+  absl::Status AddChannelBias(int batch, int channels, int spatial,
+                              const DeviceBuffer& bias,
+                              DeviceBuffer& y) override {
+    constexpr absl::string_view kOp = "AddChannelBias";
+    if (absl::Status s = CheckChannelShape(kOp, batch, channels, spatial);
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<Buffers> buffers =
+        CheckOutput(kOp, {{"bias", &bias, Product(1, channels)},
+                          {"y", &y, Product(batch, channels) * spatial}});
+    if (!buffers.ok()) return buffers.status();
+    return Enqueue(*buffers, "cuda::LaunchAddChannelBias", [&] {
+      return cuda::LaunchAddChannelBias(batch, channels, spatial, bias.data(),
+                                        y.data(), compute_.get());
+    });
+  }
+
+  absl::Status ChannelBiasGrad(int batch, int channels, int spatial,
+                               const DeviceBuffer& grad_y,
+                               DeviceBuffer& grad_bias) override {
+    constexpr absl::string_view kOp = "ChannelBiasGrad";
+    if (absl::Status s = CheckChannelShape(kOp, batch, channels, spatial);
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<Buffers> buffers = CheckOutput(
+        kOp, {{"grad_y", &grad_y, Product(batch, channels) * spatial},
+              {"grad_bias", &grad_bias, Product(1, channels)}});
+    if (!buffers.ok()) return buffers.status();
+    return Enqueue(*buffers, "cuda::LaunchChannelBiasGrad", [&] {
+      return cuda::LaunchChannelBiasGrad(batch, channels, spatial,
+                                         grad_y.data(), grad_bias.data(),
+                                         compute_.get());
+    });
+  }
+
+  absl::Status MaxPool2dForward(const Pool2dShape& shape, const DeviceBuffer& x,
+                                DeviceBuffer& y,
+                                DeviceBuffer& argmax) override {
+    constexpr absl::string_view kOp = "MaxPool2dForward";
+    if (absl::Status s = CheckPool2dShape(kOp, shape); !s.ok()) return s;
+    // Two outputs: each is checked against everything before it.
+    absl::StatusOr<Buffers> buffers =
+        CheckOutput(kOp, {{"x", &x, shape.input_size()},
+                          {"argmax", &argmax, shape.output_size()},
+                          {"y", &y, shape.output_size()}});
+    if (!buffers.ok()) return buffers.status();
+    if (absl::Status s = CheckNotAliased(kOp, "argmax", argmax, {&x});
+        !s.ok()) {
+      return s;
+    }
+    return Enqueue(*buffers, "cuda::LaunchMaxPoolForward", [&] {
+      return cuda::LaunchMaxPoolForward(Geometry(shape), Planes(shape),
+                                        x.data(), y.data(), argmax.data(),
+                                        compute_.get());
+    });
+  }
+
+  absl::Status MaxPool2dBackward(const Pool2dShape& shape,
+                                 const DeviceBuffer& grad_y,
+                                 const DeviceBuffer& argmax,
+                                 DeviceBuffer& grad_x) override {
+    constexpr absl::string_view kOp = "MaxPool2dBackward";
+    if (absl::Status s = CheckPool2dShape(kOp, shape); !s.ok()) return s;
+    absl::StatusOr<Buffers> buffers =
+        CheckOutput(kOp, {{"grad_y", &grad_y, shape.output_size()},
+                          {"argmax", &argmax, shape.output_size()},
+                          {"grad_x", &grad_x, shape.input_size()}});
+    if (!buffers.ok()) return buffers.status();
+    return Enqueue(*buffers, "cuda::LaunchMaxPoolBackward", [&] {
+      return cuda::LaunchMaxPoolBackward(Geometry(shape), Planes(shape),
+                                         grad_y.data(), argmax.data(),
+                                         grad_x.data(), compute_.get());
+    });
+  }
+
+  absl::Status AvgPool2dForward(const Pool2dShape& shape, const DeviceBuffer& x,
+                                DeviceBuffer& y) override {
+    constexpr absl::string_view kOp = "AvgPool2dForward";
+    if (absl::Status s = CheckPool2dShape(kOp, shape); !s.ok()) return s;
+    absl::StatusOr<Buffers> buffers = CheckOutput(
+        kOp, {{"x", &x, shape.input_size()}, {"y", &y, shape.output_size()}});
+    if (!buffers.ok()) return buffers.status();
+    return Enqueue(*buffers, "cuda::LaunchAvgPoolForward", [&] {
+      return cuda::LaunchAvgPoolForward(Geometry(shape), Planes(shape),
+                                        x.data(), y.data(), compute_.get());
+    });
+  }
+
+  absl::Status AvgPool2dBackward(const Pool2dShape& shape,
+                                 const DeviceBuffer& grad_y,
+                                 DeviceBuffer& grad_x) override {
+    constexpr absl::string_view kOp = "AvgPool2dBackward";
+    if (absl::Status s = CheckPool2dShape(kOp, shape); !s.ok()) return s;
+    absl::StatusOr<Buffers> buffers =
+        CheckOutput(kOp, {{"grad_y", &grad_y, shape.output_size()},
+                          {"grad_x", &grad_x, shape.input_size()}});
+    if (!buffers.ok()) return buffers.status();
+    return Enqueue(*buffers, "cuda::LaunchAvgPoolBackward", [&] {
+      return cuda::LaunchAvgPoolBackward(Geometry(shape), Planes(shape),
+                                         grad_y.data(), grad_x.data(),
+                                         compute_.get());
+    });
+  }
+
+  absl::Status DropoutForward(size_t n, const DropoutMask& mask,
+                              const DeviceBuffer& x, DeviceBuffer& y) override {
+    return Dropout({"DropoutForward", "x", "y"}, n, mask, x, y);
+  }
+
+  absl::Status DropoutBackward(size_t n, const DropoutMask& mask,
+                               const DeviceBuffer& grad_y,
+                               DeviceBuffer& grad_x) override {
+    return Dropout({"DropoutBackward", "grad_y", "grad_x"}, n, mask, grad_y,
+                   grad_x);
+  }
+
   absl::Status Synchronize() override {
     PS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     PS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_.get()));
@@ -386,6 +557,68 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  // CheckAll, then that the last argument (the output) is none of the others.
+  absl::StatusOr<Buffers> CheckOutput(absl::string_view op,
+                                      std::initializer_list<Arg> args) const {
+    absl::StatusOr<Buffers> buffers = CheckAll(op, args);
+    if (!buffers.ok()) return buffers;
+    const Arg& out = *(args.end() - 1);
+    for (const Arg* in = args.begin(); in != args.end() - 1; ++in) {
+      if (absl::Status s =
+              CheckNotAliased(op, out.name, *out.buffer, {in->buffer});
+          !s.ok()) {
+        return s;
+      }
+    }
+    return buffers;
+  }
+
+  absl::StatusOr<Buffers> CheckConv(absl::string_view op,
+                                    const Conv2dShape& shape,
+                                    std::initializer_list<Arg> args) const {
+    if (absl::Status s = CheckConv2dShape(op, shape); !s.ok()) return s;
+    return CheckOutput(op, args);
+  }
+
+  // `run` enqueues a convolution pass (which may allocate scratch, so the
+  // device is selected first) ordered against the copies of `buffers`.
+  template <typename Run>
+  absl::Status RunConv(const Buffers& buffers, Run run) {
+    if (absl::Status s = BeforeCompute(buffers); !s.ok()) return s;
+    if (absl::Status s = run(); !s.ok()) return s;
+    return AfterCompute(buffers);
+  }
+
+  static cuda::PoolGeometry Geometry(const Pool2dShape& s) {
+    return cuda::PoolGeometry{s.in_height,    s.in_width,      s.window_height,
+                              s.window_width, s.stride_height, s.stride_width,
+                              s.out_height(), s.out_width()};
+  }
+
+  static size_t Planes(const Pool2dShape& s) {
+    return static_cast<size_t>(Product(s.batch, s.channels));
+  }
+
+  struct DropoutNames {
+    absl::string_view op, in, out;
+  };
+
+  // Both directions apply the same mask; only the names differ.
+  absl::Status Dropout(const DropoutNames& names, size_t n,
+                       const DropoutMask& mask, const DeviceBuffer& in,
+                       DeviceBuffer& out) {
+    if (absl::Status s = CheckDropoutMask(names.op, mask); !s.ok()) return s;
+    absl::StatusOr<Buffers> buffers =
+        CheckAll(names.op, {{names.in, &in, n}, {names.out, &out, n}});
+    if (!buffers.ok()) return buffers.status();
+    return Enqueue(*buffers, "cuda::LaunchDropout", [&] {
+      return cuda::LaunchDropout(
+          n, dropout::StepKey(mask.seed, mask.step), mask.first_index,
+          dropout::DropThreshold(mask.rate), dropout::KeepScale(mask.rate),
+          in.data(), out.data(), compute_.get());
+    });
+  }
+
   // Reports a bad label seen by a SoftmaxCrossEntropy whose verdict has
   // arrived: waiting for it when `wait`, else only if it already has.
   absl::Status CheckLabels(bool wait) {
@@ -415,9 +648,10 @@ class CudaBackend final : public Backend {
 
   const int device_;
   // Declared before what uses them, so they are destroyed last.
-  cuda::Stream compute_;  // Every operation, in issue order.
-  cuda::Stream copy_;     // Host <-> device copies.
-  cuda::Cublas cublas_;   // Bound to compute_.
+  cuda::Stream compute_;   // Every operation, in issue order.
+  cuda::Stream copy_;      // Host <-> device copies.
+  cuda::Cublas cublas_;    // Bound to compute_.
+  cuda::ConvRunner conv_;  // On compute_ through cublas_; owns its scratch.
 
   cuda::StagingBuffer upload_;    // Host -> device copies.
   cuda::StagingBuffer download_;  // Device -> host copies.

@@ -18,10 +18,17 @@ int CudaDeviceCount();
 
 // Creates the backend for CUDA device `device_ordinal`: Gemm through cuBLAS
 // (row-major by the operand swap), the other operations as our kernels
-// (kernels/cuda_kernels.cu), all on one compute stream.
+// (kernels/cuda_kernels.cu, kernels/cuda_cnn_kernels.cu), all on one compute
+// stream. Convolutions are im2col (col2im for the data gradient) around one
+// cuBLAS GEMM per chunk of images (kernels/cuda_conv.h); gradients of
+// pooling and convolutions are gathered, not scattered with atomics, so
+// every result repeats bit for bit.
 //
 // Memory: buffers from Allocate are device memory, zero-filled, freed by their
 // destructor; Allocate is meant for set-up (once per model), not per step.
+// The convolutions keep scratch device memory (a chunk of images' im2col
+// matrix and reordered output: at most 64 MiB unless one image needs more),
+// grown to the largest layer seen and kept until the backend is destroyed.
 // Copies stage through pinned host buffers that are allocated once and grown,
 // and run on a separate copy stream. Each device buffer records CUDA events
 // for the last work touching it on either stream, so an operation waits only
@@ -31,10 +38,13 @@ int CudaDeviceCount();
 //
 // Like the CPU backend, operations check shapes against buffer sizes, and that
 // buffers came from this backend, returning InvalidArgument before touching
-// device memory. One difference: labels live on the device, so a label that
-// is not a class index makes SoftmaxCrossEntropy write NaN for its row and is
-// reported (InvalidArgument naming the row) by the next Synchronize, or by a
-// CopyToHost once that operation has finished, not by the call itself.
+// device memory. Two differences, as values on the device are not read
+// before launching: a label that is not a class index makes
+// SoftmaxCrossEntropy write NaN for its row and is reported (InvalidArgument
+// naming the row) by the next Synchronize, or by a CopyToHost once that
+// operation has finished, not by the call itself; and MaxPool2dBackward
+// drops, rather than refuses, the gradient of an argmax that names no
+// position of its window.
 //
 // Errors: every failing CUDA or cuBLAS call becomes a Status naming the call,
 // e.g. "cudaMalloc failed: out of memory" (ResourceExhausted).

@@ -23,6 +23,7 @@ namespace ps::kernels {
 namespace {
 
 using ::ps::kernels::testing::AllNear;
+using ::ps::kernels::testing::AllWithinRounding;
 using ::ps::kernels::testing::Download;
 using ::ps::kernels::testing::Upload;
 
@@ -42,9 +43,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaOrUnavailable() {
   return CreateCudaBackend(0);
 }
 
-// Tolerances there: exact for elementwise ops; Gemm within k + 3 float32
-// roundings of the sum of the absolute terms; softmax loss 1e-5 relative, gradient 1e-4 relative;
-// column sums 1e-6 per row.
+// Tolerances there: exact for elementwise ops, channel bias, max pooling and
+// dropout (so masks match the CPU's bit for bit); Gemm, convolutions and
+// sums within k + 3 float32 roundings of the sum of the absolute terms;
+// softmax loss 1e-5 relative, gradient 1e-4 relative; column sums 1e-6 per
+// row.
 INSTANTIATE_TEST_SUITE_P(Cuda, BackendConformanceTest,
                          ::testing::Values(BackendParam{
                              "cuda", CreateCudaOrUnavailable}),
@@ -152,6 +155,58 @@ TEST_F(CudaBackendTest, TrainingStepMatchesCpuBackend) {
     // value of the tensor, or 1e-4 relative.
     EXPECT_TRUE(AllNear(got[i], want[i], 1e-4 * scale, 1e-4));
   }
+}
+
+// 8 x 3x3 taps over 300x300 outputs and 4 output channels: 6.8M floats of
+// scratch an image, so the 64 MiB scratch holds 2 of the 3 images and each
+// pass runs in two chunks (the second one image). Bounds as in the suite.
+TEST_F(CudaBackendTest, ConvolutionsInSeveralScratchChunksMatchReference) {
+  Conv2dShape s;
+  s.batch = 3;
+  s.in_channels = 8;
+  s.in_height = s.in_width = 300;
+  s.out_channels = 4;
+  s.kernel_height = s.kernel_width = 3;
+  s.pad_height = s.pad_width = 1;
+  auto abs_of = [](std::vector<float> v) {
+    for (float& x : v) x = std::abs(x);
+    return v;
+  };
+  const std::vector<float> x = reference::RandomUniform(s.input_size(), 1);
+  const std::vector<float> w = reference::RandomUniform(s.weight_size(), 2);
+  const std::vector<float> grad_y =
+      reference::RandomUniform(s.output_size(), 3);
+  PS_ASSERT_OK_AND_ASSIGN(auto dx, Upload(*cuda_, x));
+  PS_ASSERT_OK_AND_ASSIGN(auto dw, Upload(*cuda_, w));
+  PS_ASSERT_OK_AND_ASSIGN(auto dgy, Upload(*cuda_, grad_y));
+
+  std::vector<float> want(s.output_size()), magnitude(s.output_size());
+  reference::Conv2dForward(s, x, w, absl::MakeSpan(want));
+  reference::Conv2dForward(s, abs_of(x), abs_of(w), absl::MakeSpan(magnitude));
+  PS_ASSERT_OK_AND_ASSIGN(auto dy, cuda_->Allocate(s.output_size()));
+  PS_ASSERT_OK(cuda_->Conv2dForward(s, *dx, *dw, *dy));
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<float> got, Download(*cuda_, *dy));
+  EXPECT_TRUE(AllWithinRounding(got, want, magnitude, 8 * 9 + 3));
+
+  want.assign(s.input_size(), 0.0f);
+  magnitude.assign(s.input_size(), 0.0f);
+  reference::Conv2dBackwardData(s, grad_y, w, absl::MakeSpan(want));
+  reference::Conv2dBackwardData(s, abs_of(grad_y), abs_of(w),
+                                absl::MakeSpan(magnitude));
+  PS_ASSERT_OK_AND_ASSIGN(auto dgx, cuda_->Allocate(s.input_size()));
+  PS_ASSERT_OK(cuda_->Conv2dBackwardData(s, *dgy, *dw, *dgx));
+  PS_ASSERT_OK_AND_ASSIGN(got, Download(*cuda_, *dgx));
+  EXPECT_TRUE(AllWithinRounding(got, want, magnitude, 4 * 9 + 3));
+
+  want.assign(s.weight_size(), 0.0f);
+  magnitude.assign(s.weight_size(), 0.0f);
+  reference::Conv2dBackwardFilter(s, x, grad_y, absl::MakeSpan(want));
+  reference::Conv2dBackwardFilter(s, abs_of(x), abs_of(grad_y),
+                                  absl::MakeSpan(magnitude));
+  PS_ASSERT_OK_AND_ASSIGN(auto dgw, cuda_->Allocate(s.weight_size()));
+  PS_ASSERT_OK(cuda_->Conv2dBackwardFilter(s, *dx, *dgy, *dgw));
+  PS_ASSERT_OK_AND_ASSIGN(got, Download(*cuda_, *dgw));
+  EXPECT_TRUE(AllWithinRounding(got, want, magnitude, 3 * 300 * 300 + 3));
 }
 
 TEST_F(CudaBackendTest, CopyIntoABufferWaitsForComputeReadingIt) {

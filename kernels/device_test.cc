@@ -111,6 +111,60 @@ class FakeDevice : public Backend {
                           DeviceBuffer& out) override {
     return cpu_->ArgmaxRows(rows, cols, x, out);
   }
+  absl::Status Conv2dForward(const Conv2dShape& shape, const DeviceBuffer& x,
+                             const DeviceBuffer& w, DeviceBuffer& y) override {
+    return cpu_->Conv2dForward(shape, x, w, y);
+  }
+  absl::Status Conv2dBackwardData(const Conv2dShape& shape,
+                                  const DeviceBuffer& gy, const DeviceBuffer& w,
+                                  DeviceBuffer& gx) override {
+    return cpu_->Conv2dBackwardData(shape, gy, w, gx);
+  }
+  absl::Status Conv2dBackwardFilter(const Conv2dShape& shape,
+                                    const DeviceBuffer& x,
+                                    const DeviceBuffer& gy,
+                                    DeviceBuffer& gw) override {
+    return cpu_->Conv2dBackwardFilter(shape, x, gy, gw);
+  }
+  absl::Status AddChannelBias(int batch, int channels, int spatial,
+                              const DeviceBuffer& bias,
+                              DeviceBuffer& y) override {
+    return cpu_->AddChannelBias(batch, channels, spatial, bias, y);
+  }
+  absl::Status ChannelBiasGrad(int batch, int channels, int spatial,
+                               const DeviceBuffer& gy,
+                               DeviceBuffer& gb) override {
+    return cpu_->ChannelBiasGrad(batch, channels, spatial, gy, gb);
+  }
+  absl::Status MaxPool2dForward(const Pool2dShape& shape, const DeviceBuffer& x,
+                                DeviceBuffer& y,
+                                DeviceBuffer& argmax) override {
+    return cpu_->MaxPool2dForward(shape, x, y, argmax);
+  }
+  absl::Status MaxPool2dBackward(const Pool2dShape& shape,
+                                 const DeviceBuffer& gy,
+                                 const DeviceBuffer& argmax,
+                                 DeviceBuffer& gx) override {
+    return cpu_->MaxPool2dBackward(shape, gy, argmax, gx);
+  }
+  absl::Status AvgPool2dForward(const Pool2dShape& shape, const DeviceBuffer& x,
+                                DeviceBuffer& y) override {
+    return cpu_->AvgPool2dForward(shape, x, y);
+  }
+  absl::Status AvgPool2dBackward(const Pool2dShape& shape,
+                                 const DeviceBuffer& gy,
+                                 DeviceBuffer& gx) override {
+    return cpu_->AvgPool2dBackward(shape, gy, gx);
+  }
+  absl::Status DropoutForward(size_t n, const DropoutMask& mask,
+                              const DeviceBuffer& x, DeviceBuffer& y) override {
+    return cpu_->DropoutForward(n, mask, x, y);
+  }
+  absl::Status DropoutBackward(size_t n, const DropoutMask& mask,
+                               const DeviceBuffer& gy,
+                               DeviceBuffer& gx) override {
+    return cpu_->DropoutBackward(n, mask, gy, gx);
+  }
   absl::Status Synchronize() override { return cpu_->Synchronize(); }
 
  private:

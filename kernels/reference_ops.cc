@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/dropout_mask.h"
+
 namespace ps::kernels::reference {
 namespace {
 
@@ -109,6 +111,269 @@ void ArgmaxRows(int rows, int cols, absl::Span<const float> x,
       if (x[At(r, c, cols)] > x[At(r, best, cols)]) best = c;
     }
     out[r] = static_cast<float>(best);
+  }
+}
+
+namespace {
+
+// Element (n, c, h, w) of an NCHW tensor of `channels` planes of h x w.
+size_t Nchw(int n, int c, int h, int w, int channels, int height, int width) {
+  return ((static_cast<size_t>(n) * channels + c) * height + h) * width + w;
+}
+
+}  // namespace
+
+void Conv2dForward(const Conv2dShape& s, absl::Span<const float> x,
+                   absl::Span<const float> weights, absl::Span<float> y) {
+  const int oh = s.out_height(), ow = s.out_width();
+  assert(x.size() >= s.input_size() && weights.size() >= s.weight_size());
+  assert(y.size() >= s.output_size());
+  for (int n = 0; n < s.batch; ++n) {
+    for (int o = 0; o < s.out_channels; ++o) {
+      for (int i = 0; i < oh; ++i) {
+        for (int j = 0; j < ow; ++j) {
+          double sum = 0.0;
+          for (int c = 0; c < s.in_channels; ++c) {
+            for (int u = 0; u < s.kernel_height; ++u) {
+              const int h = i * s.stride_height + u - s.pad_height;
+              if (h < 0 || h >= s.in_height) continue;
+              for (int v = 0; v < s.kernel_width; ++v) {
+                const int w = j * s.stride_width + v - s.pad_width;
+                if (w < 0 || w >= s.in_width) continue;
+                sum += double{x[Nchw(n, c, h, w, s.in_channels, s.in_height,
+                                     s.in_width)]} *
+                       weights[Nchw(o, c, u, v, s.in_channels, s.kernel_height,
+                                    s.kernel_width)];
+              }
+            }
+          }
+          y[Nchw(n, o, i, j, s.out_channels, oh, ow)] = static_cast<float>(sum);
+        }
+      }
+    }
+  }
+}
+
+void Conv2dBackwardData(const Conv2dShape& s, absl::Span<const float> grad_y,
+                        absl::Span<const float> weights,
+                        absl::Span<float> grad_x) {
+  const int oh = s.out_height(), ow = s.out_width();
+  assert(grad_y.size() >= s.output_size());
+  assert(weights.size() >= s.weight_size());
+  assert(grad_x.size() >= s.input_size());
+  for (int n = 0; n < s.batch; ++n) {
+    for (int c = 0; c < s.in_channels; ++c) {
+      for (int h = 0; h < s.in_height; ++h) {
+        for (int w = 0; w < s.in_width; ++w) {
+          // Every (output, kernel tap) pair that read x[n, c, h, w].
+          double sum = 0.0;
+          for (int o = 0; o < s.out_channels; ++o) {
+            for (int u = 0; u < s.kernel_height; ++u) {
+              const int ph = h + s.pad_height - u;
+              if (ph < 0 || ph % s.stride_height != 0) continue;
+              const int i = ph / s.stride_height;
+              if (i >= oh) continue;
+              for (int v = 0; v < s.kernel_width; ++v) {
+                const int pw = w + s.pad_width - v;
+                if (pw < 0 || pw % s.stride_width != 0) continue;
+                const int j = pw / s.stride_width;
+                if (j >= ow) continue;
+                sum +=
+                    double{grad_y[Nchw(n, o, i, j, s.out_channels, oh, ow)]} *
+                    weights[Nchw(o, c, u, v, s.in_channels, s.kernel_height,
+                                 s.kernel_width)];
+              }
+            }
+          }
+          grad_x[Nchw(n, c, h, w, s.in_channels, s.in_height, s.in_width)] =
+              static_cast<float>(sum);
+        }
+      }
+    }
+  }
+}
+
+void Conv2dBackwardFilter(const Conv2dShape& s, absl::Span<const float> x,
+                          absl::Span<const float> grad_y,
+                          absl::Span<float> grad_weights) {
+  const int oh = s.out_height(), ow = s.out_width();
+  assert(x.size() >= s.input_size() && grad_y.size() >= s.output_size());
+  assert(grad_weights.size() >= s.weight_size());
+  for (int o = 0; o < s.out_channels; ++o) {
+    for (int c = 0; c < s.in_channels; ++c) {
+      for (int u = 0; u < s.kernel_height; ++u) {
+        for (int v = 0; v < s.kernel_width; ++v) {
+          double sum = 0.0;
+          for (int n = 0; n < s.batch; ++n) {
+            for (int i = 0; i < oh; ++i) {
+              const int h = i * s.stride_height + u - s.pad_height;
+              if (h < 0 || h >= s.in_height) continue;
+              for (int j = 0; j < ow; ++j) {
+                const int w = j * s.stride_width + v - s.pad_width;
+                if (w < 0 || w >= s.in_width) continue;
+                sum +=
+                    double{grad_y[Nchw(n, o, i, j, s.out_channels, oh, ow)]} *
+                    x[Nchw(n, c, h, w, s.in_channels, s.in_height, s.in_width)];
+              }
+            }
+          }
+          grad_weights[Nchw(o, c, u, v, s.in_channels, s.kernel_height,
+                            s.kernel_width)] = static_cast<float>(sum);
+        }
+      }
+    }
+  }
+}
+
+void AddChannelBias(int batch, int channels, int spatial,
+                    absl::Span<const float> bias, absl::Span<float> y) {
+  assert(bias.size() >= static_cast<size_t>(channels));
+  assert(y.size() >= static_cast<size_t>(batch) * channels * spatial);
+  for (int n = 0; n < batch; ++n) {
+    for (int c = 0; c < channels; ++c) {
+      for (int p = 0; p < spatial; ++p) {
+        y[Nchw(n, c, 0, p, channels, 1, spatial)] += bias[c];
+      }
+    }
+  }
+}
+
+void ChannelBiasGrad(int batch, int channels, int spatial,
+                     absl::Span<const float> grad_y,
+                     absl::Span<float> grad_bias) {
+  assert(grad_y.size() >= static_cast<size_t>(batch) * channels * spatial);
+  assert(grad_bias.size() >= static_cast<size_t>(channels));
+  for (int c = 0; c < channels; ++c) {
+    double sum = 0.0;
+    for (int n = 0; n < batch; ++n) {
+      for (int p = 0; p < spatial; ++p) {
+        sum += grad_y[Nchw(n, c, 0, p, channels, 1, spatial)];
+      }
+    }
+    grad_bias[c] = static_cast<float>(sum);
+  }
+}
+
+void MaxPool2dForward(const Pool2dShape& s, absl::Span<const float> x,
+                      absl::Span<float> y, absl::Span<float> argmax) {
+  const int oh = s.out_height(), ow = s.out_width();
+  assert(x.size() >= s.input_size());
+  assert(y.size() >= s.output_size() && argmax.size() >= s.output_size());
+  for (int n = 0; n < s.batch; ++n) {
+    for (int c = 0; c < s.channels; ++c) {
+      for (int i = 0; i < oh; ++i) {
+        for (int j = 0; j < ow; ++j) {
+          int best_h = i * s.stride_height, best_w = j * s.stride_width;
+          float best = x[Nchw(n, c, best_h, best_w, s.channels, s.in_height,
+                              s.in_width)];
+          for (int u = 0; u < s.window_height; ++u) {
+            for (int v = 0; v < s.window_width; ++v) {
+              const int h = i * s.stride_height + u;
+              const int w = j * s.stride_width + v;
+              const float value =
+                  x[Nchw(n, c, h, w, s.channels, s.in_height, s.in_width)];
+              if (!std::isnan(best) && (std::isnan(value) || value > best)) {
+                best = value;
+                best_h = h;
+                best_w = w;
+              }
+            }
+          }
+          const size_t out = Nchw(n, c, i, j, s.channels, oh, ow);
+          y[out] = best;
+          argmax[out] = static_cast<float>(best_h * s.in_width + best_w);
+        }
+      }
+    }
+  }
+}
+
+void MaxPool2dBackward(const Pool2dShape& s, absl::Span<const float> grad_y,
+                       absl::Span<const float> argmax,
+                       absl::Span<float> grad_x) {
+  const int oh = s.out_height(), ow = s.out_width();
+  const size_t plane = static_cast<size_t>(s.in_height) * s.in_width;
+  assert(grad_y.size() >= s.output_size() && argmax.size() >= s.output_size());
+  assert(grad_x.size() >= s.input_size());
+  std::vector<double> sums(plane);
+  for (int n = 0; n < s.batch; ++n) {
+    for (int c = 0; c < s.channels; ++c) {
+      sums.assign(plane, 0.0);
+      for (int i = 0; i < oh; ++i) {
+        for (int j = 0; j < ow; ++j) {
+          const size_t out = Nchw(n, c, i, j, s.channels, oh, ow);
+          const size_t at = static_cast<size_t>(argmax[out]);
+          assert(at < plane);
+          sums[at] += grad_y[out];
+        }
+      }
+      float* dst =
+          grad_x.data() + Nchw(n, c, 0, 0, s.channels, s.in_height, s.in_width);
+      for (size_t e = 0; e < plane; ++e) dst[e] = static_cast<float>(sums[e]);
+    }
+  }
+}
+
+void AvgPool2dForward(const Pool2dShape& s, absl::Span<const float> x,
+                      absl::Span<float> y) {
+  const int oh = s.out_height(), ow = s.out_width();
+  const double area = double{1} * s.window_height * s.window_width;
+  assert(x.size() >= s.input_size() && y.size() >= s.output_size());
+  for (int n = 0; n < s.batch; ++n) {
+    for (int c = 0; c < s.channels; ++c) {
+      for (int i = 0; i < oh; ++i) {
+        for (int j = 0; j < ow; ++j) {
+          double sum = 0.0;
+          for (int u = 0; u < s.window_height; ++u) {
+            for (int v = 0; v < s.window_width; ++v) {
+              sum +=
+                  x[Nchw(n, c, i * s.stride_height + u, j * s.stride_width + v,
+                         s.channels, s.in_height, s.in_width)];
+            }
+          }
+          y[Nchw(n, c, i, j, s.channels, oh, ow)] =
+              static_cast<float>(sum / area);
+        }
+      }
+    }
+  }
+}
+
+void AvgPool2dBackward(const Pool2dShape& s, absl::Span<const float> grad_y,
+                       absl::Span<float> grad_x) {
+  const int oh = s.out_height(), ow = s.out_width();
+  const double area = double{1} * s.window_height * s.window_width;
+  assert(grad_y.size() >= s.output_size() && grad_x.size() >= s.input_size());
+  std::vector<double> sums(s.input_size());
+  for (int n = 0; n < s.batch; ++n) {
+    for (int c = 0; c < s.channels; ++c) {
+      for (int i = 0; i < oh; ++i) {
+        for (int j = 0; j < ow; ++j) {
+          const double g = grad_y[Nchw(n, c, i, j, s.channels, oh, ow)] / area;
+          for (int u = 0; u < s.window_height; ++u) {
+            for (int v = 0; v < s.window_width; ++v) {
+              sums[Nchw(n, c, i * s.stride_height + u, j * s.stride_width + v,
+                        s.channels, s.in_height, s.in_width)] += g;
+            }
+          }
+        }
+      }
+    }
+  }
+  for (size_t e = 0; e < sums.size(); ++e) {
+    grad_x[e] = static_cast<float>(sums[e]);
+  }
+}
+
+void Dropout(const DropoutMask& mask, absl::Span<const float> x,
+             absl::Span<float> y) {
+  assert(y.size() >= x.size());
+  const uint64_t key = dropout::StepKey(mask.seed, mask.step);
+  const uint32_t threshold = dropout::DropThreshold(mask.rate);
+  const float scale = dropout::KeepScale(mask.rate);
+  for (size_t i = 0; i < x.size(); ++i) {
+    y[i] = x[i] *
+           (dropout::Kept(key, mask.first_index + i, threshold) ? scale : 0.0f);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "kernels/backend.h"
 
 // Naive host implementations of the Backend operations, for tests: the
 // obvious loops, accumulated in double, so any backend (CPU, CUDA) can be
@@ -42,6 +43,43 @@ void ColumnSum(int rows, int cols, absl::Span<const float> x,
 // out[r] = lowest index of a largest x[r, c].
 void ArgmaxRows(int rows, int cols, absl::Span<const float> x,
                 absl::Span<float> out);
+
+// The convolutional-network operations, as kernels/backend.h defines them
+// (shapes in Conv2dShape / Pool2dShape), each output element summed on its
+// own in double from the definition: no im2col, no GEMM.
+void Conv2dForward(const Conv2dShape& shape, absl::Span<const float> x,
+                   absl::Span<const float> weights, absl::Span<float> y);
+void Conv2dBackwardData(const Conv2dShape& shape,
+                        absl::Span<const float> grad_y,
+                        absl::Span<const float> weights,
+                        absl::Span<float> grad_x);
+void Conv2dBackwardFilter(const Conv2dShape& shape, absl::Span<const float> x,
+                          absl::Span<const float> grad_y,
+                          absl::Span<float> grad_weights);
+
+// y[n, c, p] += bias[c] (one float addition, as any backend does it).
+void AddChannelBias(int batch, int channels, int spatial,
+                    absl::Span<const float> bias, absl::Span<float> y);
+// grad_bias[c] = sum over n, p of grad_y[n, c, p].
+void ChannelBiasGrad(int batch, int channels, int spatial,
+                     absl::Span<const float> grad_y,
+                     absl::Span<float> grad_bias);
+
+// argmax: position in the plane of the first maximum (or first NaN).
+void MaxPool2dForward(const Pool2dShape& shape, absl::Span<const float> x,
+                      absl::Span<float> y, absl::Span<float> argmax);
+void MaxPool2dBackward(const Pool2dShape& shape, absl::Span<const float> grad_y,
+                       absl::Span<const float> argmax,
+                       absl::Span<float> grad_x);
+void AvgPool2dForward(const Pool2dShape& shape, absl::Span<const float> x,
+                      absl::Span<float> y);
+void AvgPool2dBackward(const Pool2dShape& shape, absl::Span<const float> grad_y,
+                       absl::Span<float> grad_x);
+
+// y[i] = x[i] * (kept(i) ? scale : 0), kept and scale from
+// kernels/dropout_mask.h (the definition every backend shares).
+void Dropout(const DropoutMask& mask, absl::Span<const float> x,
+             absl::Span<float> y);
 
 // `n` values uniform in [lo, hi], the same for the same seed on any machine.
 std::vector<float> RandomUniform(size_t n, uint64_t seed, float lo = -1.0f,

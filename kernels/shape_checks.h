@@ -2,6 +2,7 @@
 #define PS_KERNELS_SHAPE_CHECKS_H_
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -29,6 +30,29 @@ absl::Status CheckClassMatrix(absl::string_view op, int rows, int cols);
 
 // ArgmaxRows: a matrix whose rows, if any, have columns.
 absl::Status CheckArgmaxShape(int rows, int cols);
+
+// Conv2d*: batch >= 0; channels, image and kernel extents and strides >= 1;
+// padding >= 0; the kernel no larger than the padded image; and one image's
+// input, output and im2col columns (in_channels * kernel area * output
+// area) each under 2^31 elements, so that backends may index them with int.
+absl::Status CheckConv2dShape(absl::string_view op, const Conv2dShape& shape);
+
+// MaxPool2d* / AvgPool2d*: batch >= 0; channels, image and window extents and
+// strides >= 1; the window no larger than the image; a plane of at most 2^24
+// elements (so that a float holds any position in it exactly).
+absl::Status CheckPool2dShape(absl::string_view op, const Pool2dShape& shape);
+
+// AddChannelBias / ChannelBiasGrad: batch >= 0, channels >= 1, spatial >= 1.
+absl::Status CheckChannelShape(absl::string_view op, int batch, int channels,
+                               int spatial);
+
+// Dropout*: a rate in [0, 1) (NaN refused).
+absl::Status CheckDropoutMask(absl::string_view op, const DropoutMask& mask);
+
+// InvalidArgument if `output` is one of `inputs` (compared by identity).
+absl::Status CheckNotAliased(absl::string_view op, absl::string_view name,
+                             const DeviceBuffer& output,
+                             std::initializer_list<const DeviceBuffer*> inputs);
 
 // InvalidArgument unless `buffer` holds at least `needed` floats.
 absl::Status CheckBufferSize(absl::string_view op, absl::string_view arg,
