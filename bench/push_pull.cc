@@ -8,13 +8,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/parameter_client.h"
 #include "common/cpu_affinity.h"
 #include "common/model_spec.h"
-#include "common/partition.h"
 #include "common/subprocess.h"
-#include "worker/ps_client.h"
 
 namespace ps::bench {
 namespace {
@@ -30,10 +28,9 @@ struct Shards {
   std::vector<std::string> addresses;
 };
 
-absl::StatusOr<Shards> StartShards(const PushPullOptions& options,
-                                   const std::vector<int>& layers) {
+// The shards hold what the client declares.
+absl::StatusOr<Shards> StartShards(const PushPullOptions& options) {
   Shards shards;
-  const std::string model = absl::StrJoin(layers, "-");
   for (int i = 0; i < options.num_servers; ++i) {
     const std::string port_file = absl::StrCat(
         options.work_dir, "/shard", i, "_of_", options.num_servers, ".port");
@@ -43,7 +40,6 @@ absl::StatusOr<Shards> StartShards(const PushPullOptions& options,
                 absl::StrCat("--server_index=", i),
                 absl::StrCat("--num_servers=", options.num_servers),
                 "--num_workers=1",
-                absl::StrCat("--model=", model),
                 "--mode=async",
                 absl::StrCat("--optimizer=", options.optimizer),
                 "--host=127.0.0.1",
@@ -140,44 +136,41 @@ absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
   absl::StatusOr<std::vector<int>> layers =
       MlpLayersForBytes(options.size_bytes);
   if (!layers.ok()) return layers.status();
-  // Built exactly as the server builds it from --model, so the partition
-  // fingerprints agree.
-  absl::StatusOr<Partition> partition =
-      Partition::Create(MlpModelSpec(*layers), options.num_servers);
-  if (!partition.ok()) return partition.status();
+  const ModelSpec model = MlpModelSpec(*layers);
 
-  absl::StatusOr<Shards> shards = StartShards(options, *layers);
+  absl::StatusOr<Shards> shards = StartShards(options);
   if (!shards.ok()) return shards.status();
 
-  worker::ClientOptions client_options;
+  ClientOptions client_options;
+  client_options.servers = shards->addresses;
   client_options.chunk_elements = options.chunk_bytes / 4;
   client_options.connect_timeout = options.start_timeout;
   client_options.retry_timeout = options.start_timeout;
-  absl::StatusOr<std::unique_ptr<worker::ParameterClient>> client =
-      worker::ParameterClient::Connect(shards->addresses, &*partition,
-                                       client_options);
+  absl::StatusOr<std::unique_ptr<ParameterClient>> client =
+      ParameterClient::Connect(client_options);
   if (!client.ok()) return client.status();
   // planned_steps only shapes the shards' learning-rate schedule.
-  absl::StatusOr<worker::RegisterInfo> info =
-      (*client)->Register(/*incarnation=*/1, /*planned_steps=*/1000000);
-  if (!info.ok()) return info.status();
+  absl::StatusOr<Registration> registration =
+      (*client)->Declare(model, /*planned_steps=*/1000000);
+  if (!registration.ok()) return registration.status();
 
-  const ModelSpec& model = partition->model();
-  std::vector<std::vector<float>> gradients;
+  TensorValues gradients;
   for (const TensorSpec& t : model.tensors) {
     // Small enough that the weights stay finite whatever the rounds.
     gradients.emplace_back(t.num_elements(), 1e-6f);
   }
-  std::vector<std::vector<float>> weights;
-  uint64_t step = info->next_step;
-  uint64_t version = info->version;
-  auto next_metadata = [&] {
-    worker::PushMetadata metadata;
-    metadata.step = step;
-    metadata.base_version = version;
-    metadata.num_examples = 1;
-    metadata.examples_done = step + 1;  // Progress after this batch.
-    return metadata;
+  TensorValues weights;
+  uint64_t step = registration->next_step;
+  // The first step's base version; not timed.
+  absl::StatusOr<uint64_t> version = (*client)->Pull(step, weights);
+  if (!version.ok()) return version.status();
+  auto next_step_info = [&] {
+    StepInfo info;
+    info.step = step;
+    info.base_version = *version;
+    info.num_examples = 1;
+    info.cursor.examples_done = step + 1;  // Progress after this batch.
+    return info;
   };
   absl::Duration push_time;
   absl::Duration pull_time;
@@ -187,30 +180,31 @@ absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
     if (rounds_done++ == measure.warmup_rounds) {
       push_time = pull_time = absl::ZeroDuration();
     }
-    const worker::PushMetadata metadata = next_metadata();
+    const StepInfo info = next_step_info();
     const absl::Time start = absl::Now();
-    if (absl::Status s = (*client)->Push(metadata, gradients); !s.ok()) {
+    if (absl::Status s = (*client)->Push(info, gradients); !s.ok()) {
       return s;
     }
     const absl::Time pushed = absl::Now();
     ++step;
-    absl::StatusOr<uint64_t> pulled = (*client)->Pull(step, weights);
-    if (!pulled.ok()) return pulled.status();
-    version = *pulled;
+    version = (*client)->Pull(step, weights);
+    if (!version.ok()) return version.status();
     push_time += pushed - start;
     pull_time += absl::Now() - pushed;
     return absl::OkStatus();
   };
   auto push_pull = [&]() -> absl::Status {
-    std::unique_ptr<worker::PushSession> session =
-        (*client)->StartPushPull(next_metadata());
-    for (uint32_t t = 0; t < gradients.size(); ++t) {
-      if (absl::Status s = session->Send(t, gradients[t]); !s.ok()) return s;
+    std::unique_ptr<StepPush> push =
+        (*client)->StartStep(next_step_info(), /*pull_after=*/true);
+    for (size_t t = 0; t < gradients.size(); ++t) {
+      if (absl::Status s = push->Send(static_cast<int>(t), gradients[t]);
+          !s.ok()) {
+        return s;
+      }
     }
-    absl::StatusOr<uint64_t> pulled = session->FinishWithPull(weights);
-    if (!pulled.ok()) return pulled.status();
+    version = push->FinishWithPull(weights);
+    if (!version.ok()) return version.status();
     ++step;
-    version = *pulled;
     return absl::OkStatus();
   };
   // The worker (this process) plus every shard.
@@ -237,7 +231,7 @@ absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
       static_cast<uint64_t>(rounds_done - measure.warmup_rounds);
   result.push_gbps = Gbps(one_way, push_time);
   result.pull_gbps = Gbps(one_way, pull_time);
-  if (absl::Status s = (*client)->Done(); !s.ok()) return s;
+  if (absl::Status s = (*client)->Finish(); !s.ok()) return s;
   // A shard waits out its shutdown grace (5 s) while a client still holds
   // its channel open, so close ours first.
   client->reset();

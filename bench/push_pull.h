@@ -32,7 +32,7 @@ struct PushPullOptions {
 
 struct PushPullResult {
   // A training step's exchange, as the trainer makes it: one PushPull call
-  // per shard (StartPushPull), 2 * size_bytes a round.
+  // per shard (StartStep with pull_after), 2 * size_bytes a round.
   Measurement round_trip;
   // The same bytes as two calls per shard, Push then Pull.
   Measurement two_calls;
@@ -46,19 +46,21 @@ struct PushPullResult {
 };
 
 // Layer sizes {a, b} of the MLP whose weight [a, b] and bias [b] hold
-// exactly size_bytes / 4 floats, so that the server binary's --model flag
-// can express the size: (a + 1) * b = size_bytes / 4, b as close to the
-// square root as divisibility allows. InvalidArgument if size_bytes is not
+// exactly size_bytes / 4 floats: (a + 1) * b = size_bytes / 4, b as close to
+// the square root as divisibility allows. The model the measurements
+// declare; the same layout as when the servers took it from --model, so
+// that figures stay comparable. InvalidArgument if size_bytes is not
 // a positive multiple of 4 with at least 2 floats, or no such layers exist
 // within the 1 << 20 layer-size limit.
 absl::StatusOr<std::vector<int>> MlpLayersForBytes(uint64_t size_bytes);
 
 // Starts `num_servers` shard processes of the server binary on 127.0.0.1
 // (port 0, read back from port files) in async mode with one worker, then
-// connects a ParameterClient and times rounds of Push (all gradients) then
-// Pull (all weights), then rounds of PushPull (the same in one call). Every
-// shard must exit cleanly after the worker's Done; otherwise the error
-// carries its last log lines.
+// connects a ps::ParameterClient, declares that MLP and times rounds of Push
+// (all gradients) then Pull (all weights), then rounds of StartStep with
+// pull_after (the same in one call per shard). Every shard must exit
+// cleanly after the client's Finish; otherwise the error carries its last
+// log lines.
 absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
                                                const PushPullOptions& options);
 

@@ -84,8 +84,16 @@ absl::Cord CordOfRange(const std::vector<grpc::Slice>& slices, size_t begin,
     const size_t n = std::min(slice.size() - begin, size);
     const absl::string_view piece(
         reinterpret_cast<const char*>(slice.begin()) + begin, n);
-    // The cord holds a reference to the slice until it lets go of the piece.
-    cord.Append(absl::MakeCordFromExternal(piece, [ref = slice] {}));
+    const auto* object = reinterpret_cast<const char*>(&slice);
+    if (piece.data() >= object && piece.data() < object + sizeof(slice)) {
+      // An inlined slice: its few bytes live inside the slice object, which
+      // does not outlive the caller's vector. They are copied.
+      cord.Append(piece);
+    } else {
+      // The cord holds a reference to the slice until it lets go of the
+      // piece.
+      cord.Append(absl::MakeCordFromExternal(piece, [ref = slice] {}));
+    }
     begin = 0;
     size -= n;
   }

@@ -91,6 +91,33 @@ TEST(ChunkWireTest, ParsesAcrossSliceBoundariesWithoutTheDataInTheMessage) {
   }
 }
 
+// gRPC keeps a small slice's bytes inside the slice object itself, which
+// the parser's copies of the slices do not outlive: the data must not point
+// there. The memory of those copies is reused here before the data is read.
+TEST(ChunkWireTest, DataOutlivesTheSlicesItWasParsedFrom) {
+  const std::vector<float> values = Ramp(1000);
+  const std::string bytes = FullPush(values).SerializeAsString();
+  for (size_t piece : {1, 7, 13, 20}) {
+    SCOPED_TRACE(piece);
+    proto::PushRequest parsed;
+    absl::Cord data;
+    {
+      const grpc::ByteBuffer buffer = Sliced(bytes, piece);
+      ASSERT_TRUE(
+          ParseChunkMessage(buffer, kPushRequestChunk, &parsed, &data).ok());
+    }
+    for (int i = 0; i < 4; ++i) {
+      const std::string garbage(piece, static_cast<char>(0xff));
+      std::vector<grpc::Slice> scribble(bytes.size() / piece + 1,
+                                        grpc::Slice(garbage));
+      std::vector<grpc::Slice> copy = scribble;
+    }
+    std::vector<float> decoded(values.size());
+    ASSERT_TRUE(DecodeFloats(data, absl::MakeSpan(decoded)).ok());
+    EXPECT_EQ(decoded, values);
+  }
+}
+
 TEST(ChunkWireTest, RoundTripsThroughItsOwnSerializer) {
   const std::vector<float> values = Ramp(5);
   proto::PushRequest message;

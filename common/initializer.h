@@ -9,12 +9,13 @@
 namespace ps {
 
 // Writes the initial values of elements [offset, offset + out.size()) of
-// tensor `tensor_id` of `model`. Each element is a function of (seed, tensor
-// id, element index) alone, so a model is initialized to the same weights
-// whatever the number of servers it is split across. Weights are drawn from
-// the Glorot uniform distribution, biases start at zero.
+// tensor `tensor_id` of `model`, as its InitializerSpec says. Each element is
+// a function of (model.seed, tensor id, element index) alone, so a model is
+// initialized to the same values whatever the number of servers it is split
+// across. kFromRank0 tensors are written as zeros until rank 0's values
+// arrive.
 void InitializeSlice(const ModelSpec& model, uint32_t tensor_id,
-                     uint64_t offset, uint64_t seed, absl::Span<float> out);
+                     uint64_t offset, absl::Span<float> out);
 
 }  // namespace ps
 

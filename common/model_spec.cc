@@ -1,14 +1,165 @@
 #include "common/model_spec.h"
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace ps {
+namespace {
+
+absl::Status InvalidTensor(int id, const TensorSpec& t,
+                           absl::string_view problem) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("tensor ", id, " \"", t.name, "\": ", problem));
+}
+
+bool Finite(double x) { return std::isfinite(x); }
+
+absl::Status ValidateInitializer(const InitializerSpec& init) {
+  using Kind = InitializerSpec::Kind;
+  switch (init.kind) {
+    case Kind::kZeros:
+    case Kind::kFromRank0:
+      return absl::OkStatus();
+    case Kind::kConstant:
+      if (!Finite(init.value) ||
+          std::abs(init.value) > std::numeric_limits<float>::max()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("constant initializer value ", init.value,
+                         " is not a finite "
+                         "float"));
+      }
+      return absl::OkStatus();
+    case Kind::kUniform:
+      if (!Finite(init.low) || !Finite(init.high) || !(init.low < init.high) ||
+          std::abs(init.low) > std::numeric_limits<float>::max() ||
+          std::abs(init.high) > std::numeric_limits<float>::max()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("uniform initializer needs finite low < high, got [",
+                         init.low, ", ", init.high, ")"));
+      }
+      return absl::OkStatus();
+    case Kind::kNormal:
+      if (!Finite(init.mean) || !Finite(init.stddev) || init.stddev < 0 ||
+          std::abs(init.mean) > 1e30 || init.stddev > 1e30) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "normal initializer needs a finite mean and a finite stddev >= 0, "
+            "got mean ",
+            init.mean, " stddev ", init.stddev));
+      }
+      return absl::OkStatus();
+    case Kind::kGlorotUniform:
+      if (init.fan_in < 1 || init.fan_out < 1 ||
+          init.fan_in > (int64_t{1} << 40) ||
+          init.fan_out > (int64_t{1} << 40)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "glorot_uniform initializer needs fan_in and fan_out in [1, 2^40], "
+            "got ",
+            init.fan_in, " and ", init.fan_out));
+      }
+      return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown initializer kind ", static_cast<int>(init.kind)));
+}
+
+std::string DescribeInitializer(const InitializerSpec& init) {
+  using Kind = InitializerSpec::Kind;
+  const absl::string_view name = InitializerKindName(init.kind);
+  switch (init.kind) {
+    case Kind::kConstant:
+      return absl::StrCat(name, "(", init.value, ")");
+    case Kind::kUniform:
+      return absl::StrCat(name, "(", init.low, ", ", init.high, ")");
+    case Kind::kNormal:
+      return absl::StrCat(name, "(", init.mean, ", ", init.stddev, ")");
+    case Kind::kGlorotUniform:
+      return absl::StrCat(name, "(fan_in ", init.fan_in, ", fan_out ",
+                          init.fan_out, ")");
+    default:
+      return std::string(name);
+  }
+}
+
+}  // namespace
+
+absl::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float32";
+  }
+  return "unknown";
+}
+
+InitializerSpec InitializerSpec::Constant(double value) {
+  InitializerSpec s;
+  s.kind = Kind::kConstant;
+  s.value = value;
+  return s;
+}
+
+InitializerSpec InitializerSpec::Uniform(double low, double high) {
+  InitializerSpec s;
+  s.kind = Kind::kUniform;
+  s.low = low;
+  s.high = high;
+  return s;
+}
+
+InitializerSpec InitializerSpec::Normal(double mean, double stddev) {
+  InitializerSpec s;
+  s.kind = Kind::kNormal;
+  s.mean = mean;
+  s.stddev = stddev;
+  return s;
+}
+
+InitializerSpec InitializerSpec::GlorotUniform(int64_t fan_in,
+                                               int64_t fan_out) {
+  InitializerSpec s;
+  s.kind = Kind::kGlorotUniform;
+  s.fan_in = fan_in;
+  s.fan_out = fan_out;
+  return s;
+}
+
+InitializerSpec InitializerSpec::FromRank0() {
+  InitializerSpec s;
+  s.kind = Kind::kFromRank0;
+  return s;
+}
+
+bool InitializerSpec::operator==(const InitializerSpec& o) const {
+  return kind == o.kind && value == o.value && low == o.low && high == o.high &&
+         mean == o.mean && stddev == o.stddev && fan_in == o.fan_in &&
+         fan_out == o.fan_out;
+}
+
+absl::string_view InitializerKindName(InitializerSpec::Kind kind) {
+  using Kind = InitializerSpec::Kind;
+  switch (kind) {
+    case Kind::kZeros:
+      return "zeros";
+    case Kind::kConstant:
+      return "constant";
+    case Kind::kUniform:
+      return "uniform";
+    case Kind::kNormal:
+      return "normal";
+    case Kind::kGlorotUniform:
+      return "glorot_uniform";
+    case Kind::kFromRank0:
+      return "from_rank0";
+  }
+  return "unknown";
+}
 
 int64_t TensorSpec::num_elements() const {
   int64_t n = 1;
@@ -20,6 +171,149 @@ int64_t ModelSpec::total_elements() const {
   int64_t n = 0;
   for (const TensorSpec& t : tensors) n += t.num_elements();
   return n;
+}
+
+int ModelSpec::FindTensor(absl::string_view name) const {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+absl::Status ValidateModelSpec(const ModelSpec& model,
+                               const DeclarationLimits& limits) {
+  if (model.tensors.empty()) {
+    return absl::InvalidArgumentError("the declaration has no tensors");
+  }
+  if (model.tensors.size() > static_cast<size_t>(limits.max_tensors)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the declaration has ", model.tensors.size(),
+                     " tensors; the limit is ", limits.max_tensors));
+  }
+  absl::flat_hash_set<absl::string_view> names;
+  // Bytes summed in a type that cannot overflow: every tensor is below
+  // the limit, itself far below 2^63.
+  uint64_t total_bytes = 0;
+  for (size_t i = 0; i < model.tensors.size(); ++i) {
+    const int id = static_cast<int>(i);
+    const TensorSpec& t = model.tensors[i];
+    if (t.name.empty()) return InvalidTensor(id, t, "the name is empty");
+    if (t.name.size() > static_cast<size_t>(limits.max_name_bytes)) {
+      return InvalidTensor(
+          id, t,
+          absl::StrCat("the name has ", t.name.size(), " bytes; the limit is ",
+                       limits.max_name_bytes));
+    }
+    for (char c : t.name) {
+      if (c <= ' ' || c > '~') {
+        return InvalidTensor(
+            id, t,
+            absl::StrCat("the name holds the byte 0x",
+                         absl::Hex(static_cast<unsigned char>(c)),
+                         "; names are printable ASCII without spaces"));
+      }
+    }
+    if (!names.insert(t.name).second) {
+      return InvalidTensor(id, t, "the name is declared twice");
+    }
+    if (t.dtype != DType::kFloat32) {
+      return InvalidTensor(id, t,
+                           absl::StrCat("dtype ", static_cast<int>(t.dtype),
+                                        " is not supported; only float32 is"));
+    }
+    if (t.shape.size() > static_cast<size_t>(limits.max_rank)) {
+      return InvalidTensor(
+          id, t,
+          absl::StrCat("rank ", t.shape.size(), " is above the limit of ",
+                       limits.max_rank));
+    }
+    uint64_t bytes = sizeof(float);
+    for (int64_t d : t.shape) {
+      if (d < 1) {
+        return InvalidTensor(id, t,
+                             absl::StrCat("shape ", FormatShape(t.shape),
+                                          " has a dimension below 1"));
+      }
+      // Checked before multiplying, so the product cannot overflow.
+      if (static_cast<uint64_t>(d) > limits.max_model_bytes / bytes) {
+        return InvalidTensor(
+            id, t,
+            absl::StrCat("shape ", FormatShape(t.shape), " is larger than ",
+                         "the servers' limit of ", limits.max_model_bytes,
+                         " bytes (--max_model_bytes)"));
+      }
+      bytes *= static_cast<uint64_t>(d);
+    }
+    total_bytes += bytes;
+    if (total_bytes > limits.max_model_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the declaration holds more than the servers' limit of ",
+          limits.max_model_bytes, " bytes (--max_model_bytes) by tensor ", id,
+          " \"", t.name, "\""));
+    }
+    if (absl::Status s = ValidateInitializer(t.initializer); !s.ok()) {
+      return InvalidTensor(id, t, s.message());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CompareModelSpecs(const ModelSpec& expected,
+                               absl::string_view expected_by,
+                               const ModelSpec& got, absl::string_view got_by) {
+  auto differs = [&](absl::string_view what, absl::string_view mine,
+                     absl::string_view theirs) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": ", mine, " declared by ", got_by, ", ", theirs,
+                     " by ", expected_by));
+  };
+  const size_t common = std::min(expected.tensors.size(), got.tensors.size());
+  for (size_t i = 0; i < common; ++i) {
+    const TensorSpec& e = expected.tensors[i];
+    const TensorSpec& g = got.tensors[i];
+    const std::string what = absl::StrCat("tensor ", i, " \"", e.name, "\"");
+    if (e.name != g.name) {
+      return differs(absl::StrCat("tensor ", i),
+                     absl::StrCat("\"", g.name, "\""),
+                     absl::StrCat("\"", e.name, "\""));
+    }
+    if (e.dtype != g.dtype) {
+      return differs(absl::StrCat(what, " dtype"), DTypeName(g.dtype),
+                     DTypeName(e.dtype));
+    }
+    if (e.shape != g.shape) {
+      return differs(absl::StrCat(what, " shape"), FormatShape(g.shape),
+                     FormatShape(e.shape));
+    }
+    if (e.initializer != g.initializer) {
+      return differs(absl::StrCat(what, " initializer"),
+                     DescribeInitializer(g.initializer),
+                     DescribeInitializer(e.initializer));
+    }
+    if (e.weight_decay != g.weight_decay) {
+      return differs(absl::StrCat(what, " weight decay"),
+                     g.weight_decay ? "on" : "off",
+                     e.weight_decay ? "on" : "off");
+    }
+  }
+  if (expected.tensors.size() != got.tensors.size()) {
+    const bool got_more = got.tensors.size() > expected.tensors.size();
+    const TensorSpec& extra =
+        got_more ? got.tensors[common] : expected.tensors[common];
+    return absl::FailedPreconditionError(absl::StrCat(
+        got_by, " declares ", got.tensors.size(), " tensors, ", expected_by,
+        " ", expected.tensors.size(), ": tensor ", common, " \"", extra.name,
+        "\" is declared only by ", got_more ? got_by : expected_by));
+  }
+  if (expected.seed != got.seed) {
+    return differs("initializer seed", absl::StrCat(got.seed),
+                   absl::StrCat(expected.seed));
+  }
+  return absl::OkStatus();
+}
+
+std::string FormatShape(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }
 
 absl::StatusOr<std::vector<int>> ParseLayerSizes(absl::string_view text) {
@@ -44,18 +338,22 @@ absl::StatusOr<std::vector<int>> ParseLayerSizes(absl::string_view text) {
   return sizes;
 }
 
-ModelSpec MlpModelSpec(absl::Span<const int> layer_sizes) {
+ModelSpec MlpModelSpec(absl::Span<const int> layer_sizes, uint64_t seed) {
   ModelSpec model;
+  model.seed = seed;
   for (size_t l = 0; l + 1 < layer_sizes.size(); ++l) {
     const int64_t in = layer_sizes[l];
     const int64_t out = layer_sizes[l + 1];
-    model.tensors.push_back({absl::StrCat("fc", l, ".weight"),
-                             {in, out},
-                             in,
-                             out,
-                             /*is_bias=*/false});
-    model.tensors.push_back(
-        {absl::StrCat("fc", l, ".bias"), {out}, in, out, /*is_bias=*/true});
+    TensorSpec weight;
+    weight.name = absl::StrCat("fc", l, ".weight");
+    weight.shape = {in, out};
+    weight.initializer = InitializerSpec::GlorotUniform(in, out);
+    model.tensors.push_back(std::move(weight));
+    TensorSpec bias;
+    bias.name = absl::StrCat("fc", l, ".bias");
+    bias.shape = {out};
+    bias.weight_decay = false;
+    model.tensors.push_back(std::move(bias));
   }
   return model;
 }

@@ -16,7 +16,8 @@ namespace {
 ModelSpec Tensors(const std::vector<int64_t>& sizes) {
   ModelSpec model;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    model.tensors.push_back({absl::StrCat("t", i), {sizes[i]}, 1, 1, false});
+    model.tensors.push_back(
+        {absl::StrCat("t", i), DType::kFloat32, {sizes[i]}});
   }
   return model;
 }
@@ -90,7 +91,7 @@ TEST(PartitionTest, KeepsSmallTensorsWholeAndSplitsLargeOnes) {
   absl::StatusOr<Partition> p = Partition::Create(model, 2);
   ASSERT_TRUE(p.ok()) << p.status();
   for (uint32_t id = 0; id < model.tensors.size(); ++id) {
-    if (model.tensors[id].is_bias) {
+    if (model.tensors[id].shape.size() == 1) {  // A bias.
       EXPECT_EQ(p->SlicesOfTensor(id).size(), 1u) << model.tensors[id].name;
     }
   }
@@ -155,7 +156,6 @@ TEST(ModelSpecTest, BuildsWeightsAndBiasesPerLayer) {
   EXPECT_EQ(model.tensors[0].name, "fc0.weight");
   EXPECT_EQ(model.tensors[0].shape, (std::vector<int64_t>{784, 256}));
   EXPECT_EQ(model.tensors[1].shape, (std::vector<int64_t>{256}));
-  EXPECT_TRUE(model.tensors[1].is_bias);
   EXPECT_EQ(model.total_elements(), 784 * 256 + 256 + 256 * 10 + 10);
 }
 

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/declaration_proto.h"
+#include "common/partition.h"
 #include "common/record_file.h"
 #include "common/tensor_codec.h"
 
@@ -18,10 +20,12 @@ namespace {
 
 constexpr absl::string_view kKind = "checkpoint";
 // Bumped on any change to the records' layout.
-constexpr uint32_t kFormatVersion = 1;
+// 2: the declaration and the server count.
+constexpr uint32_t kFormatVersion = 2;
 constexpr absl::string_view kSuffix = ".ckpt";
-// Records before the slices: header, ranks, examples, staleness.
-constexpr size_t kFixedRecords = 4;
+// Records before the slices: header, declaration, ranks, examples,
+// staleness.
+constexpr size_t kFixedRecords = 5;
 
 void PutFloats(std::string* dst, const std::vector<float>& values) {
   std::string bytes;
@@ -46,7 +50,8 @@ absl::Status Malformed(absl::string_view what) {
 std::string EncodeHeader(const ShardCheckpoint& c) {
   std::string r;
   PutFixed32(&r, kFormatVersion);
-  PutFixed64(&r, c.identity.partition_fingerprint);
+  PutFixed64(&r, c.partition_fingerprint);
+  PutFixed32(&r, static_cast<uint32_t>(c.identity.num_servers));
   PutFixed32(&r, static_cast<uint32_t>(c.identity.server_index));
   PutLengthPrefixed(&r, c.identity.mode);
   PutFixed32(&r, static_cast<uint32_t>(c.identity.num_workers));
@@ -56,7 +61,7 @@ std::string EncodeHeader(const ShardCheckpoint& c) {
 }
 
 absl::Status DecodeHeader(absl::string_view r, ShardCheckpoint* c) {
-  uint32_t format = 0, index = 0, workers = 0;
+  uint32_t format = 0, servers = 0, index = 0, workers = 0;
   absl::string_view mode;
   if (!GetFixed32(&r, &format)) return Malformed("header");
   if (format != kFormatVersion) {
@@ -64,16 +69,53 @@ absl::Status DecodeHeader(absl::string_view r, ShardCheckpoint* c) {
                                             " is not the supported ",
                                             kFormatVersion));
   }
-  if (!GetFixed64(&r, &c->identity.partition_fingerprint) ||
+  if (!GetFixed64(&r, &c->partition_fingerprint) || !GetFixed32(&r, &servers) ||
       !GetFixed32(&r, &index) || !GetLengthPrefixed(&r, &mode) ||
       !GetFixed32(&r, &workers) || !GetFixed64(&r, &c->version) ||
-      !GetFixed64(&r, &c->planned_steps) || !r.empty() || index > INT32_MAX ||
-      workers > INT32_MAX) {
+      !GetFixed64(&r, &c->planned_steps) || !r.empty() || servers < 1 ||
+      servers > INT32_MAX || index >= servers || workers > INT32_MAX) {
     return Malformed("header");
   }
+  c->identity.num_servers = static_cast<int>(servers);
   c->identity.server_index = static_cast<int>(index);
   c->identity.mode = std::string(mode);
   c->identity.num_workers = static_cast<int>(workers);
+  return absl::OkStatus();
+}
+
+std::string EncodeDeclaration(const ModelSpec& model) {
+  proto::ModelDeclaration declaration;
+  ModelSpecToProto(model, &declaration);
+  return declaration.SerializeAsString();
+}
+
+// The declaration must be valid and give the header's fingerprint: a
+// checkpoint whose slices were laid out for another partition is useless.
+absl::Status DecodeDeclaration(absl::string_view r, ShardCheckpoint* c) {
+  proto::ModelDeclaration declaration;
+  if (!declaration.ParseFromArray(r.data(), static_cast<int>(r.size()))) {
+    return Malformed("declaration");
+  }
+  absl::StatusOr<ModelSpec> model = ModelSpecFromProto(declaration);
+  if (!model.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint declaration: ", model.status().message()));
+  }
+  DeclarationLimits unlimited;
+  unlimited.max_model_bytes = UINT64_MAX / 2;
+  unlimited.max_tensors = INT32_MAX;
+  if (absl::Status s = ValidateModelSpec(*model, unlimited); !s.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint declaration: ", s.message()));
+  }
+  absl::StatusOr<Partition> partition =
+      Partition::Create(*model, c->identity.num_servers);
+  if (!partition.ok() || partition->fingerprint() != c->partition_fingerprint) {
+    return absl::DataLossError(
+        "checkpoint declaration does not give the recorded partition "
+        "fingerprint");
+  }
+  c->model = *std::move(model);
   return absl::OkStatus();
 }
 
@@ -220,6 +262,7 @@ std::vector<std::string> EncodeCheckpoint(const ShardCheckpoint& c) {
   std::vector<std::string> records;
   records.reserve(kFixedRecords + c.slices.size());
   records.push_back(EncodeHeader(c));
+  records.push_back(EncodeDeclaration(c.model));
   records.push_back(EncodeRanks(c.ranks));
   records.push_back(EncodeExamples(c.examples));
   records.push_back(EncodeStaleness(c.staleness));
@@ -236,11 +279,12 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(
   }
   ShardCheckpoint c;
   absl::Status s = DecodeHeader(records[0], &c);
-  if (s.ok()) s = DecodeRanks(records[1], c.identity.num_workers, &c.ranks);
+  if (s.ok()) s = DecodeDeclaration(records[1], &c);
+  if (s.ok()) s = DecodeRanks(records[2], c.identity.num_workers, &c.ranks);
   if (s.ok()) {
-    s = DecodeExamples(records[2], c.identity.num_workers, &c.examples);
+    s = DecodeExamples(records[3], c.identity.num_workers, &c.examples);
   }
-  if (s.ok()) s = DecodeStaleness(records[3], &c.staleness);
+  if (s.ok()) s = DecodeStaleness(records[4], &c.staleness);
   if (!s.ok()) return s;
   c.slices.resize(records.size() - kFixedRecords);
   for (size_t i = 0; i < c.slices.size(); ++i) {
@@ -258,10 +302,9 @@ absl::Status CheckIdentity(const CheckpointIdentity& expected,
         absl::StrCat("checkpoint is of another ", what, ": ", theirs,
                      ", this shard's is ", mine, " (", hint, ")"));
   };
-  if (found.partition_fingerprint != expected.partition_fingerprint) {
-    return differs("model or partition (fingerprint)",
-                   expected.partition_fingerprint, found.partition_fingerprint,
-                   "check --model and --num_servers");
+  if (found.num_servers != expected.num_servers) {
+    return differs("server count", expected.num_servers, found.num_servers,
+                   "check --num_servers");
   }
   if (found.server_index != expected.server_index) {
     return differs("shard", expected.server_index, found.server_index,

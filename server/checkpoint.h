@@ -8,16 +8,18 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/model_spec.h"
 #include "server/rank_registry.h"
 #include "server/server_stats.h"
 #include "server/shard_store.h"
 
 namespace ps::server {
 
-// Which shard of which job a checkpoint belongs to; a shard refuses to
-// restore one whose identity differs from its own.
+// Which shard of which job's layout a checkpoint belongs to, as the
+// server's flags say; a shard refuses to restore one whose identity differs
+// from its own.
 struct CheckpointIdentity {
-  uint64_t partition_fingerprint = 0;  // Model and number of servers.
+  int num_servers = 0;
   int server_index = 0;
   std::string mode;  // "sync", "ssp", "async".
   int num_workers = 0;
@@ -28,6 +30,11 @@ struct CheckpointIdentity {
 // staleness histogram), taken at one consistent point.
 struct ShardCheckpoint {
   CheckpointIdentity identity;
+  // The declaration the shard was built from; a restored shard needs no
+  // other and refuses workers that declare another.
+  ModelSpec model;
+  // Of Partition::Create(model, num_servers); checked when decoding.
+  uint64_t partition_fingerprint = 0;
   uint64_t version = 0;
   // Agreed at registration (0: not yet known); the learning-rate schedule
   // spans it.
@@ -39,12 +46,14 @@ struct ShardCheckpoint {
 };
 
 // A checkpoint as the records of a record file (common/record_file.h, kind
-// "checkpoint"): a header (format version, identity, version, planned
-// steps), the ranks, the example counts, the staleness histogram, then one
+// "checkpoint"): a header (format version, identity, fingerprint, version,
+// planned steps), the declaration (a serialized ps.proto.ModelDeclaration),
+// the ranks, the example counts, the staleness histogram, then one
 // record per slice (update count, weights, optimizer state vectors, floats
 // through common/tensor_codec.h).
 std::vector<std::string> EncodeCheckpoint(const ShardCheckpoint& checkpoint);
-// DataLoss naming the record that is malformed.
+// DataLoss naming the record that is malformed, or when the declaration
+// does not give the recorded fingerprint.
 absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(
     const std::vector<std::string>& records);
 
@@ -81,7 +90,7 @@ struct LoadedCheckpoint {
 // skipped for the one before it. Returns nullopt if there are none at all;
 // DataLoss naming every file and its reason if none is readable; and
 // FailedPrecondition, without trying older files, if the newest readable
-// one belongs to another model, partition, shard, mode or worker count.
+// one belongs to another server count, shard, mode or worker count.
 absl::StatusOr<std::optional<LoadedCheckpoint>> LoadNewestCheckpoint(
     const std::string& dir, const CheckpointIdentity& expected);
 

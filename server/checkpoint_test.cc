@@ -9,17 +9,34 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/model_spec.h"
+#include "common/partition.h"
 #include "common/record_file.h"
 #include "gtest/gtest.h"
 
 namespace ps::server {
 namespace {
 
-CheckpointIdentity Identity() { return {0x1234abcd, 1, "ssp", 2}; }
+CheckpointIdentity Identity() { return {2, 1, "ssp", 2}; }
+
+// A declaration no flag describes, with every initializer's parameters.
+ModelSpec SampleModel() {
+  ModelSpec m;
+  m.seed = 77;
+  m.tensors.push_back(
+      {"a/b.c", DType::kFloat32, {3, 5, 7}, InitializerSpec::Normal(0, 0.5)});
+  m.tensors.push_back(
+      {"scale", DType::kFloat32, {}, InitializerSpec::Constant(2), false});
+  m.tensors.push_back(
+      {"e", DType::kFloat32, {4}, InitializerSpec::FromRank0()});
+  return m;
+}
 
 ShardCheckpoint Sample(uint64_t version) {
   ShardCheckpoint c;
   c.identity = Identity();
+  c.model = SampleModel();
+  c.partition_fingerprint = Partition::Create(c.model, 2)->fingerprint();
   c.version = version;
   c.planned_steps = 3750;
   c.ranks = {{11, 7, {1, 320}, false}, {12, 9, {2, 64}, true}};
@@ -38,7 +55,9 @@ ShardCheckpoint Sample(uint64_t version) {
 }
 
 void ExpectSame(const ShardCheckpoint& a, const ShardCheckpoint& b) {
-  EXPECT_EQ(a.identity.partition_fingerprint, b.identity.partition_fingerprint);
+  EXPECT_EQ(a.identity.num_servers, b.identity.num_servers);
+  EXPECT_EQ(a.partition_fingerprint, b.partition_fingerprint);
+  EXPECT_TRUE(CompareModelSpecs(a.model, "written", b.model, "read").ok());
   EXPECT_EQ(a.identity.server_index, b.identity.server_index);
   EXPECT_EQ(a.identity.mode, b.identity.mode);
   EXPECT_EQ(a.identity.num_workers, b.identity.num_workers);
@@ -148,23 +167,38 @@ TEST_F(CheckpointTest, NoReadableCheckpointIsAnErrorNamingEveryFile) {
 
 TEST_F(CheckpointTest, AnotherJobsCheckpointIsRefusedNamingWhatDiffers) {
   ASSERT_TRUE(WriteCheckpoint(dir_, Sample(10)).ok());
-  CheckpointIdentity other_model = Identity();
-  other_model.partition_fingerprint = 99;
+  CheckpointIdentity other_layout = Identity();
+  other_layout.num_servers = 3;
   absl::StatusOr<std::optional<LoadedCheckpoint>> loaded =
-      LoadNewestCheckpoint(dir_, other_model);
+      LoadNewestCheckpoint(dir_, other_layout);
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(loaded.status().message().find(
                 absl::StrCat("cannot restore ", Path(10),
-                             ": checkpoint is of another model or partition")),
+                             ": checkpoint is of another server count: 2, "
+                             "this shard's is 3 (check --num_servers)")),
             std::string::npos)
       << loaded.status();
-  EXPECT_NE(loaded.status().message().find("--model"), std::string::npos);
   CheckpointIdentity other_workers = Identity();
   other_workers.num_workers = 4;
   EXPECT_NE(CheckIdentity(other_workers, Identity())
                 .message()
                 .find("worker count: 2, this shard's is 4"),
             std::string::npos);
+}
+
+TEST_F(CheckpointTest, ADeclarationThatDoesNotGiveTheFingerprintIsDataLoss) {
+  ShardCheckpoint c = Sample(10);
+  c.partition_fingerprint ^= 1;
+  absl::StatusOr<ShardCheckpoint> decoded =
+      DecodeCheckpoint(EncodeCheckpoint(c));
+  EXPECT_EQ(decoded.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(decoded.status().message().find("partition fingerprint"),
+            std::string::npos)
+      << decoded.status();
+  std::vector<std::string> records = EncodeCheckpoint(Sample(10));
+  records[1] = "not a declaration";
+  EXPECT_EQ(DecodeCheckpoint(records).status().code(),
+            absl::StatusCode::kDataLoss);
 }
 
 TEST_F(CheckpointTest, KeepsTheNewestTwoAndIgnoresOtherFiles) {
@@ -191,8 +225,8 @@ TEST(CheckpointCodecTest, RefusesMalformedRecordsNamingThem) {
     const char* text;
   };
   for (const Case& c :
-       {Case{0, "header"}, Case{1, "ranks record"}, Case{2, "examples record"},
-        Case{3, "staleness record"}, Case{4, "slice 0 record"}}) {
+       {Case{0, "header"}, Case{2, "ranks record"}, Case{3, "examples record"},
+        Case{4, "staleness record"}, Case{5, "slice 0 record"}}) {
     for (int cut : {1, -1}) {  // One byte short, one byte too many.
       std::vector<std::string> bad = good;
       if (cut < 0) {
@@ -209,8 +243,8 @@ TEST(CheckpointCodecTest, RefusesMalformedRecordsNamingThem) {
   std::vector<std::string> few(good.begin(), good.begin() + 3);
   EXPECT_EQ(DecodeCheckpoint(few).status().code(), absl::StatusCode::kDataLoss);
   std::vector<std::string> newer = good;
-  newer[0][0] = 2;  // Format version 2.
-  EXPECT_NE(DecodeCheckpoint(newer).status().message().find("format 2"),
+  newer[0][0] = 3;  // Format version 3.
+  EXPECT_NE(DecodeCheckpoint(newer).status().message().find("format 3"),
             std::string::npos);
 }
 

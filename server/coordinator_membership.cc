@@ -1,6 +1,7 @@
 // UpdateCoordinator's side facing the workers as members of the job:
 // admission and leases, registration, heartbeats, Done, and waiting pulls.
 // The update path is in update_coordinator.cc.
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -354,6 +355,38 @@ void UpdateCoordinator::MaybeFinish() {
     finished_ = true;
   }
   if (options_.on_finished) options_.on_finished(outcome);
+}
+
+absl::Status UpdateCoordinator::AwaitBarrier(
+    int rank, uint64_t incarnation, uint64_t generation,
+    absl::FunctionRef<bool()> cancelled) {
+  if (generation == 0) {
+    return absl::InvalidArgumentError("barrier generations count from 1");
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = AdmitLocked(rank, incarnation); !s.ok()) return s;
+    barriers_[rank] = std::max(barriers_[rank], generation);
+  }
+  auto behind = [this, generation]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    std::vector<int> ranks;
+    for (int r = 0; r < ranks_.num_workers(); ++r) {
+      if (ranks_.active(r) && barriers_[r] < generation) ranks.push_back(r);
+    }
+    return ranks;
+  };
+  absl::StatusOr<uint64_t> reached = WaitAsRank(
+      rank, incarnation,
+      [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return behind().empty(); },
+      behind,
+      [&](const std::string& waiting_on, double waited, uint64_t version) {
+        spdlog::info(
+            "worker {} waits at barrier {} for workers [{}] ({:.0f} s, "
+            "version {})",
+            rank, generation, waiting_on, waited, version);
+      },
+      cancelled, "barrier");
+  return reached.status();
 }
 
 }  // namespace ps::server

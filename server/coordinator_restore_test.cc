@@ -129,7 +129,11 @@ TEST(CoordinatorRestoreTest, RefusesAnotherJobsCheckpointChangingNothing) {
     const char* text;
   };
   const Case cases[] = {
-      {{12, 9, 4}, ConsistencyMode::kSync, 2, "another model or partition"},
+      {{12, 9, 4},
+       ConsistencyMode::kSync,
+       2,
+       "tensor 0 \"fc0.weight\" shape: [12,9] declared by this shard, "
+       "[12,8] by the checkpoint"},
       {{12, 8, 4}, ConsistencyMode::kAsync, 2, "another mode: sync"},
       {{12, 8, 4}, ConsistencyMode::kSync, 3, "another worker count: 2"},
   };

@@ -24,7 +24,7 @@ std::unique_ptr<ShardStore> MakeStore(std::vector<int> layers,
   absl::StatusOr<Partition> p =
       Partition::Create(MlpModelSpec(layers), num_servers);
   EXPECT_TRUE(p.ok());
-  return *ShardStore::Create(*p, index, /*seed=*/3, config);
+  return *ShardStore::Create(*p, index, config);
 }
 
 CoordinatorOptions FastOptions(ConsistencyMode mode, int num_workers,

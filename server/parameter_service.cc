@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/chunk_wire.h"
+#include "common/declaration_proto.h"
 #include "common/grpc_status.h"
 #include "server/push_stager.h"
 #include "spdlog/spdlog.h"
@@ -40,6 +41,7 @@ PushMessage FromProto(const proto::PushRequest& r, const absl::Cord& data) {
   m.num_examples = r.num_examples();
   m.epoch = r.epoch();
   m.examples_done = r.examples_done();
+  m.initial_values = r.initial_values();
   m.has_chunk = r.has_chunk();
   if (m.has_chunk) {
     const proto::TensorChunk& c = r.chunk();
@@ -54,21 +56,31 @@ PushMessage FromProto(const proto::PushRequest& r, const absl::Cord& data) {
   return m;
 }
 
+// Copies rank 0's values into the slices awaiting them; the first upload
+// wins (a restarted rank 0 cannot change what other ranks may have pulled).
+absl::StatusOr<uint64_t> TakeInitialValues(ShardStore& store,
+                                           const StagedPush& values) {
+  const bool taken =
+      store.SetInitialValues([&](int slice, absl::Span<float> out) {
+        values.gradients[slice].Read(0, out);
+      });
+  spdlog::info(taken ? "took rank 0's initial values"
+                     : "rank 0's initial values were already taken; kept "
+                       "the first ones");
+  return 0;
+}
+
 absl::Status Prefixed(absl::string_view what, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
 
 }  // namespace
 
-ParameterService::ParameterService(ShardStore* store,
-                                   UpdateCoordinator* coordinator,
+ParameterService::ParameterService(ShardHost* host,
                                    const ServiceOptions& options)
-    : store_(store),
-      coordinator_(coordinator),
+    : host_(host),
       options_(options),
-      identity_{store->partition().fingerprint(), store->server_index(),
-                coordinator->options().num_workers, options.job_id},
-      calls_(coordinator->options().num_workers, options.max_calls_per_rank) {
+      calls_(options.num_workers, options.max_calls_per_rank) {
   // How generated code swaps a method's handler (WithSplitStreamingMethod_
   // and the like); the server then treats the call as a bidirectional
   // stream, which a client-streaming or server-streaming peer cannot tell.
@@ -86,19 +98,38 @@ ParameterService::ParameterService(ShardStore* store,
 grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
                                         const proto::RegisterRequest* request,
                                         proto::RegisterResponse* response) {
-  if (absl::Status s =
-          ValidateRequestHeader(FromProto(request->header()), identity_);
+  // Everything but the fingerprint, which the declaration gives.
+  ShardIdentity before_declaration{request->header().partition_fingerprint(),
+                                   options_.server_index, options_.num_workers,
+                                   options_.job_id};
+  if (absl::Status s = ValidateRequestHeader(FromProto(request->header()),
+                                             before_declaration);
       !s.ok()) {
     return ToGrpcStatus(Prefixed("register refused", s));
   }
-  const int num_tensors = store_->partition().num_tensors();
-  if (request->num_tensors() != static_cast<uint32_t>(num_tensors)) {
-    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-        "register refused: worker's model has ", request->num_tensors(),
-        " tensors, this server's has ", num_tensors, " (check --model)")));
-  }
   const int rank = request->header().worker_rank();
-  absl::StatusOr<RankProgress> registered = coordinator_->Register(
+  absl::StatusOr<ModelSpec> model = ModelSpecFromProto(request->declaration());
+  absl::StatusOr<DeclaredShard*> shard =
+      model.ok() ? host_->Declare(rank, *model) : model.status();
+  if (shard.ok()) {
+    absl::Status s =
+        ValidateRequestHeader(FromProto(request->header()), (*shard)->identity);
+    if (s.ok() && rank != 0 && (*shard)->store->awaiting_initial_values()) {
+      s = absl::UnavailableError(absl::StrCat(
+          "rank ", rank, " must wait: rank 0 has not sent the values of ",
+          (*shard)->store->FirstTensorAwaitingValues(), " yet"));
+    }
+    if (!s.ok()) shard = s;
+  }
+  if (!shard.ok()) {
+    // Waiting for rank 0 is expected, not worth a warning.
+    if (shard.status().code() != absl::StatusCode::kUnavailable) {
+      spdlog::warn("worker {} refused: {}", rank, shard.status().ToString());
+    }
+    return ToGrpcStatus(Prefixed("register refused", shard.status()));
+  }
+  UpdateCoordinator& coordinator = *(*shard)->coordinator;
+  absl::StatusOr<RankProgress> registered = coordinator.Register(
       rank, request->incarnation(), request->planned_steps());
   if (!registered.ok()) {
     spdlog::warn("worker {} (incarnation {}) refused: {}", rank,
@@ -107,9 +138,9 @@ grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
   }
   const RankProgress& progress = *registered;
   response->set_mode(
-      std::string(ConsistencyModeName(coordinator_->options().mode)));
-  response->set_num_workers(coordinator_->options().num_workers);
-  response->set_version(coordinator_->version());
+      std::string(ConsistencyModeName(coordinator.options().mode)));
+  response->set_num_workers(coordinator.options().num_workers);
+  response->set_version(coordinator.version());
   response->set_next_step(progress.next_step);
   response->set_epoch(progress.epoch);
   response->set_examples_done(progress.examples_done);
@@ -121,13 +152,29 @@ grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
+absl::StatusOr<DeclaredShard*> ParameterService::Admit(
+    const proto::RequestHeader& header, absl::string_view what) const {
+  absl::StatusOr<DeclaredShard*> shard = host_->Require(what);
+  if (!shard.ok()) return shard.status();
+  if (absl::Status s =
+          ValidateRequestHeader(FromProto(header), (*shard)->identity);
+      !s.ok()) {
+    return s;
+  }
+  return shard;
+}
+
 absl::StatusOr<uint64_t> ParameterService::ServePull(
     grpc::ServerContext* context, const proto::PullRequest& request,
     ByteStream* stream, absl::Duration* wait, uint64_t* bytes) {
-  if (absl::Status s =
-          ValidateRequestHeader(FromProto(request.header()), identity_);
-      !s.ok()) {
-    return s;
+  absl::StatusOr<DeclaredShard*> shard = Admit(request.header(), "a pull");
+  if (!shard.ok()) return shard.status();
+  const ShardStore& store = *(*shard)->store;
+  UpdateCoordinator& coordinator = *(*shard)->coordinator;
+  if (store.awaiting_initial_values()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank 0 has not sent the initial values of ",
+                     store.FirstTensorAwaitingValues(), " yet"));
   }
   absl::StatusOr<RankCallLimiter::Slot> slot =
       calls_.Acquire(request.header().worker_rank());
@@ -144,13 +191,13 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
           : std::min(request.max_chunk_elements(), options_.max_chunk_elements);
   const absl::Time start = absl::Now();
   auto cancelled = [context] { return context->IsCancelled(); };
-  absl::StatusOr<uint64_t> version = coordinator_->AwaitPull(
+  absl::StatusOr<uint64_t> version = coordinator.AwaitPull(
       request.header().worker_rank(), request.header().incarnation(),
       request.clock(), cancelled);
   if (version.ok() && request.after_others_finish()) {
-    version = coordinator_->AwaitOthersFinished(request.header().worker_rank(),
-                                                request.header().incarnation(),
-                                                cancelled);
+    version = coordinator.AwaitOthersFinished(request.header().worker_rank(),
+                                              request.header().incarnation(),
+                                              cancelled);
   }
   *wait = absl::Now() - start;
   if (!version.ok()) return version.status();
@@ -159,15 +206,14 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
   response.set_version(*version);
   proto::TensorChunk chunk;  // All but the data.
   chunk.set_dtype(proto::DTYPE_FLOAT32);
-  for (int i = 0; i < store_->num_slices(); ++i) {
-    const Slice& slice = store_->slices()[i];
-    const TensorSpec& spec =
-        store_->partition().model().tensors[slice.tensor_id];
+  for (int i = 0; i < store.num_slices(); ++i) {
+    const Slice& slice = store.slices()[i];
+    const TensorSpec& spec = store.partition().model().tensors[slice.tensor_id];
     chunk.set_tensor_id(slice.tensor_id);
     chunk.mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
     // One version of the whole slice, sent from its memory without a copy
     // and without holding any lock.
-    const VersionedWeights::Version weights = store_->ShareWeights(i);
+    const VersionedWeights::Version weights = store.ShareWeights(i);
     for (uint64_t begin = 0; begin < slice.num_elements;
          begin += chunk_elements) {
       const uint64_t n = std::min(chunk_elements, slice.num_elements - begin);
@@ -237,9 +283,13 @@ absl::StatusOr<uint64_t> ParameterService::ReceivePush(
 absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
     grpc::ServerContext* context, ByteStream* stream, PushCall call,
     proto::PushRequest* first, uint64_t* bytes, absl::Duration* commit) {
+  absl::StatusOr<DeclaredShard*> shard = host_->Require("a push");
+  if (!shard.ok()) return shard.status();
+  ShardStore& store = *(*shard)->store;
+  UpdateCoordinator& coordinator = *(*shard)->coordinator;
   // The whole stream is staged privately; the shard is touched only by
   // Commit, after the last message was validated.
-  PushStager stager(store_, identity_, options_.min_chunk_elements,
+  PushStager stager(&store, (*shard)->identity, options_.min_chunk_elements,
                     options_.refuse_non_finite);
   std::optional<RankCallLimiter::Slot> slot;
   grpc::ByteBuffer message;
@@ -270,6 +320,18 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
   }
   absl::StatusOr<StagedPush> staged = stager.Finish();
   if (!staged.ok()) return staged.status();
+  if (staged->initial_values) {
+    if (call == PushCall::kPushPull) {
+      return absl::InvalidArgumentError(
+          "initial values are sent with Push, not PushPull");
+    }
+    return TakeInitialValues(store, *staged);
+  }
+  if (store.awaiting_initial_values()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank 0 has not sent the initial values of ",
+                     store.FirstTensorAwaitingValues(), " yet"));
+  }
   if (call == PushCall::kPushPull) {
     // The worker took the weights for clock `step` with its previous
     // PushPull instead of pulling them here: the shard hears of that clock
@@ -278,12 +340,12 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
     // rank takes part in it with weight 0), and a sync push waits, as the
     // pull did, for its step to be the one collected.
     absl::StatusOr<uint64_t> clock_reached =
-        coordinator_->AwaitPull(staged->rank, staged->incarnation, staged->step,
-                                [context] { return context->IsCancelled(); });
+        coordinator.AwaitPull(staged->rank, staged->incarnation, staged->step,
+                              [context] { return context->IsCancelled(); });
     if (!clock_reached.ok()) return clock_reached.status();
   }
   const absl::Time received = absl::Now();
-  absl::StatusOr<uint64_t> version = coordinator_->Commit(*std::move(staged));
+  absl::StatusOr<uint64_t> version = coordinator.Commit(*std::move(staged));
   *commit = absl::Now() - received;
   return version;
 }
@@ -318,24 +380,25 @@ grpc::Status ParameterService::PushPullBytes(grpc::ServerContext* context,
 grpc::Status ParameterService::Heartbeat(grpc::ServerContext* /*context*/,
                                          const proto::HeartbeatRequest* request,
                                          proto::HeartbeatResponse* response) {
-  if (absl::Status s =
-          ValidateRequestHeader(FromProto(request->header()), identity_);
-      !s.ok()) {
-    return ToGrpcStatus(Prefixed("heartbeat refused", s));
+  absl::StatusOr<DeclaredShard*> shard =
+      Admit(request->header(), "a heartbeat");
+  if (!shard.ok()) {
+    return ToGrpcStatus(Prefixed("heartbeat refused", shard.status()));
   }
+  UpdateCoordinator& coordinator = *(*shard)->coordinator;
   // The request's own field, else the header's (the same when both set).
   const uint64_t incarnation = request->incarnation() != 0
                                    ? request->incarnation()
                                    : request->header().incarnation();
   // A heartbeat keeps a rank alive, and steps wait for live ranks: only the
   // process that registered may send it.
-  if (absl::Status s = coordinator_->CheckRegistered(
+  if (absl::Status s = coordinator.CheckRegistered(
           request->header().worker_rank(), incarnation);
       !s.ok()) {
     return ToGrpcStatus(Prefixed("heartbeat refused", s));
   }
   absl::StatusOr<uint64_t> version =
-      coordinator_->Heartbeat(request->header().worker_rank(), incarnation);
+      coordinator.Heartbeat(request->header().worker_rank(), incarnation);
   if (!version.ok()) {
     return ToGrpcStatus(Prefixed("heartbeat refused", version.status()));
   }
@@ -346,39 +409,63 @@ grpc::Status ParameterService::Heartbeat(grpc::ServerContext* /*context*/,
 grpc::Status ParameterService::Done(grpc::ServerContext* /*context*/,
                                     const proto::DoneRequest* request,
                                     proto::DoneResponse* /*response*/) {
-  if (absl::Status s =
-          ValidateRequestHeader(FromProto(request->header()), identity_);
-      !s.ok()) {
-    return ToGrpcStatus(Prefixed("done refused", s));
+  absl::StatusOr<DeclaredShard*> shard = Admit(request->header(), "done");
+  if (!shard.ok()) {
+    return ToGrpcStatus(Prefixed("done refused", shard.status()));
   }
+  UpdateCoordinator& coordinator = *(*shard)->coordinator;
   const int rank = request->header().worker_rank();
   // Done ends a rank's part for good, and the job once every rank said it:
   // only the process that registered may say it.
   if (absl::Status s =
-          coordinator_->CheckRegistered(rank, request->header().incarnation());
+          coordinator.CheckRegistered(rank, request->header().incarnation());
       !s.ok()) {
     spdlog::warn("done refused: {}", s.ToString());
     return ToGrpcStatus(Prefixed("done refused", s));
   }
-  const bool finished = coordinator_->MarkDone(rank);
+  const bool finished = coordinator.MarkDone(rank);
   spdlog::info("worker {} is done{}", rank,
                finished ? "; every worker is done" : "");
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterService::Barrier(grpc::ServerContext* context,
+                                       const proto::BarrierRequest* request,
+                                       proto::BarrierResponse* /*response*/) {
+  absl::StatusOr<DeclaredShard*> shard = Admit(request->header(), "a barrier");
+  if (!shard.ok()) {
+    return ToGrpcStatus(Prefixed("barrier refused", shard.status()));
+  }
+  absl::Status reached = (*shard)->coordinator->AwaitBarrier(
+      request->header().worker_rank(), request->header().incarnation(),
+      request->generation(), [context] { return context->IsCancelled(); });
+  if (!reached.ok()) {
+    return ToGrpcStatus(Prefixed("barrier failed", reached));
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status ParameterService::Stats(grpc::ServerContext* /*context*/,
                                      const proto::StatsRequest* /*request*/,
                                      proto::StatsResponse* response) {
-  response->set_version(coordinator_->version());
+  if (const DeclaredShard* shard = host_->get(); shard != nullptr) {
+    response->set_version(shard->coordinator->version());
+  }
   response->set_report(Report());
   return grpc::Status::OK;
 }
 
 std::string ParameterService::Report() const {
-  return absl::StrCat("server ", store_->server_index(), " mode ",
-                      ConsistencyModeName(coordinator_->options().mode),
-                      " version ", coordinator_->version(), "\n",
-                      stats_.ToString(), "\n", coordinator_->Report());
+  const DeclaredShard* shard = host_->get();
+  if (shard == nullptr) {
+    return absl::StrCat("server ", options_.server_index,
+                        ": no model declared\n", stats_.ToString());
+  }
+  const UpdateCoordinator& coordinator = *shard->coordinator;
+  return absl::StrCat("server ", options_.server_index, " mode ",
+                      ConsistencyModeName(coordinator.options().mode),
+                      " version ", coordinator.version(), "\n",
+                      stats_.ToString(), "\n", coordinator.Report());
 }
 
 }  // namespace ps::server

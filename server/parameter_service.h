@@ -12,12 +12,16 @@
 #include "server/rank_call_limiter.h"
 #include "server/request_header.h"
 #include "server/server_stats.h"
-#include "server/shard_store.h"
-#include "server/update_coordinator.h"
+#include "server/shard_host.h"
 
 namespace ps::server {
 
 struct ServiceOptions {
+  // This shard's index and the job's worker count (--server_index,
+  // --num_workers): what requests are checked against before a model is
+  // declared.
+  int server_index = 0;
+  int num_workers = 1;
   // Elements per pull chunk when the request asks for 0: 1 MiB of float32.
   uint64_t default_chunk_elements = 256 * 1024;
   // Upper bound on elements per chunk, so a response fits the gRPC message
@@ -39,19 +43,23 @@ struct ServiceOptions {
 };
 
 // The gRPC face of one shard (ps.proto.ParameterServer): converts messages
-// to the plain classes' types, validates, calls ShardStore, PushStager and
-// UpdateCoordinator, and maps absl::Status to grpc::Status. Nothing here
-// decides policy.
+// to the plain classes' types, validates, calls ShardHost, ShardStore,
+// PushStager and UpdateCoordinator, and maps absl::Status to grpc::Status.
+// Nothing here decides policy.
+//
+// Until rank 0 declares the model (in its Register), every request but
+// Register and Stats is refused; other ranks' Register is answered
+// UNAVAILABLE, which they retry. Likewise while rank 0's initial values of
+// kFromRank0 tensors are missing: rank 0 may then only push them.
 //
 // Thread-safe: gRPC calls the handlers from many threads; the service keeps
 // only thread-safe members. No lock is held while a stream is read or
-// written. Does not own the store or coordinator (both must outlive it).
-// The end of the job (every worker done, or one dead under
-// --on_worker_failure=fail) is signalled by the coordinator's on_finished.
+// written. Does not own the host (it must outlive the service). The end of
+// the job (every worker done, or one dead under --on_worker_failure=fail)
+// is signalled by the coordinator's on_finished.
 class ParameterService final : public proto::ParameterServer::Service {
  public:
-  ParameterService(ShardStore* store, UpdateCoordinator* coordinator,
-                   const ServiceOptions& options);
+  ParameterService(ShardHost* host, const ServiceOptions& options);
 
   grpc::Status Register(grpc::ServerContext* context,
                         const proto::RegisterRequest* request,
@@ -62,6 +70,9 @@ class ParameterService final : public proto::ParameterServer::Service {
   grpc::Status Done(grpc::ServerContext* context,
                     const proto::DoneRequest* request,
                     proto::DoneResponse* response) override;
+  grpc::Status Barrier(grpc::ServerContext* context,
+                       const proto::BarrierRequest* request,
+                       proto::BarrierResponse* response) override;
   grpc::Status Stats(grpc::ServerContext* context,
                      const proto::StatsRequest* request,
                      proto::StatsResponse* response) override;
@@ -89,6 +100,11 @@ class ParameterService final : public proto::ParameterServer::Service {
   grpc::Status PushBytes(grpc::ServerContext* context, ByteStream* stream);
   grpc::Status PushPullBytes(grpc::ServerContext* context, ByteStream* stream);
 
+  // Validates `header` against the declared shard (FailedPrecondition
+  // before the model is declared) and returns the shard.
+  absl::StatusOr<DeclaredShard*> Admit(const proto::RequestHeader& header,
+                                       absl::string_view what) const;
+
   // Waits as the mode says, streams the weights and records the pull;
   // `start` is when the pull's latency began.
   grpc::Status AnswerPull(grpc::ServerContext* context,
@@ -115,10 +131,8 @@ class ParameterService final : public proto::ParameterServer::Service {
                                           uint64_t* bytes,
                                           absl::Duration* commit);
 
-  ShardStore* const store_;
-  UpdateCoordinator* const coordinator_;
+  ShardHost* const host_;
   const ServiceOptions options_;
-  const ShardIdentity identity_;
   ServerStats stats_;
   RankCallLimiter calls_;
 };

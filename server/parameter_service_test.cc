@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/byte_stream_call.h"
 #include "common/chunk_wire.h"
+#include "common/declaration_proto.h"
 #include "common/initializer.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
@@ -100,30 +101,27 @@ class HangingPulls {
 
 class ParameterServiceTest : public ::testing::Test {
  protected:
+  // Starts the service; unless `declare_at_start_` is false, with model_
+  // declared by rank 0 (as its Register would).
   void Start(ConsistencyMode mode, absl::Duration worker_timeout = kLongLease) {
-    partition_ = std::make_unique<Partition>(
-        *Partition::Create(MlpModelSpec({20, 30, 5}), 2));
-    OptimizerConfig sgd;
-    sgd.kind = OptimizerKind::kSgd;
-    sgd.learning_rate = 1.0f;
-    sgd.momentum = 0.0f;
-    store_ = *ShardStore::Create(*partition_, kServer, kSeed, sgd);
-    CoordinatorOptions options;
-    options.mode = mode;
-    options.num_workers = kWorkers;
-    options.worker_timeout = worker_timeout;
-    options.on_finished = [this](const absl::Status& outcome) {
-      EXPECT_TRUE(outcome.ok()) << outcome;
-      all_done_.Notify();  // Twice would crash: it is called once.
-    };
-    coordinator_ = *UpdateCoordinator::Create(store_.get(), options);
+    partition_ = std::make_unique<Partition>(*Partition::Create(model_, 2));
+    host_ = std::make_unique<ShardHost>(
+        [this, mode, worker_timeout](const ModelSpec& model) {
+          return Build(model, mode, worker_timeout);
+        },
+        limits_);
+    if (declare_at_start_) {
+      absl::StatusOr<DeclaredShard*> shard = host_->Declare(0, model_);
+      ASSERT_TRUE(shard.ok()) << shard.status();
+    }
     ServiceOptions service_options;
+    service_options.server_index = kServer;
+    service_options.num_workers = kWorkers;
     service_options.default_chunk_elements = 16;
     service_options.min_chunk_elements = min_chunk_elements_;
     service_options.job_id = job_id_;
     service_options.max_calls_per_rank = max_calls_per_rank_;
-    service_ = std::make_unique<ParameterService>(
-        store_.get(), coordinator_.get(), service_options);
+    service_ = std::make_unique<ParameterService>(host_.get(), service_options);
     server_ = *GrpcServer::Start("127.0.0.1:0", service_.get(),
                                  proto::ParameterServer::service_full_name(),
                                  1 << 20, max_threads_);
@@ -132,8 +130,36 @@ class ParameterServiceTest : public ::testing::Test {
     stub_ = proto::ParameterServer::NewStub(channel_);
   }
 
+  // What server_main builds for a declaration, with plain SGD at rate 1.
+  absl::StatusOr<std::unique_ptr<DeclaredShard>> Build(
+      const ModelSpec& model, ConsistencyMode mode,
+      absl::Duration worker_timeout) {
+    absl::StatusOr<Partition> partition = Partition::Create(model, 2);
+    if (!partition.ok()) return partition.status();
+    OptimizerConfig sgd;
+    sgd.kind = OptimizerKind::kSgd;
+    sgd.learning_rate = 1.0f;
+    sgd.momentum = 0.0f;
+    auto shard = std::make_unique<DeclaredShard>();
+    shard->store = *ShardStore::Create(*partition, kServer, sgd);
+    CoordinatorOptions options;
+    options.mode = mode;
+    options.num_workers = kWorkers;
+    options.worker_timeout = worker_timeout;
+    options.on_finished = [this](const absl::Status& outcome) {
+      EXPECT_TRUE(outcome.ok()) << outcome;
+      all_done_.Notify();  // Twice would crash: it is called once.
+    };
+    shard->coordinator =
+        *UpdateCoordinator::Create(shard->store.get(), options);
+    shard->identity = {partition->fingerprint(), kServer, kWorkers, job_id_};
+    store_ = shard->store.get();
+    coordinator_ = shard->coordinator.get();
+    return shard;
+  }
+
   void TearDown() override {
-    if (coordinator_) coordinator_->Shutdown();
+    if (coordinator_ != nullptr) coordinator_->Shutdown();
     if (server_) server_->Shutdown(absl::Now());
   }
 
@@ -152,7 +178,7 @@ class ParameterServiceTest : public ::testing::Test {
     Weights w;
     for (const Slice& s : partition_->SlicesOfServer(kServer)) {
       std::vector<float> v(s.num_elements);
-      InitializeSlice(partition_->model(), s.tensor_id, s.offset, kSeed,
+      InitializeSlice(partition_->model(), s.tensor_id, s.offset,
                       absl::MakeSpan(v));
       for (uint64_t i = 0; i < v.size(); ++i)
         w[{s.tensor_id, s.offset + i}] = v[i];
@@ -166,10 +192,22 @@ class ParameterServiceTest : public ::testing::Test {
     grpc::ClientContext context;
     proto::RegisterRequest request;
     *request.mutable_header() = Header(rank);
-    request.set_num_tensors(partition_->num_tensors());
+    ModelSpecToProto(model_, request.mutable_declaration());
     request.set_incarnation(incarnation);
     proto::RegisterResponse response;
     ASSERT_TRUE(stub_->Register(&context, request, &response).ok());
+  }
+
+  // Registers `rank` declaring `model`, with a header for it.
+  grpc::Status Declare(int rank, const ModelSpec& model) {
+    grpc::ClientContext context;
+    proto::RegisterRequest request;
+    *request.mutable_header() = Header(rank);
+    request.mutable_header()->set_partition_fingerprint(
+        Partition::Create(model, 2)->fingerprint());
+    ModelSpecToProto(model, request.mutable_declaration());
+    proto::RegisterResponse response;
+    return stub_->Register(&context, request, &response);
   }
 
   grpc::Status Done(int rank, uint64_t incarnation,
@@ -310,9 +348,14 @@ class ParameterServiceTest : public ::testing::Test {
   int max_calls_per_rank_ = 8;
   // Before the coordinator, whose callback notifies it.
   absl::Notification all_done_;
+  ModelSpec model_ = MlpModelSpec({20, 30, 5}, kSeed);
+  DeclarationLimits limits_;
+  bool declare_at_start_ = true;
   std::unique_ptr<Partition> partition_;
-  std::unique_ptr<ShardStore> store_;
-  std::unique_ptr<UpdateCoordinator> coordinator_;
+  std::unique_ptr<ShardHost> host_;
+  // Owned by host_; set once the model is declared.
+  ShardStore* store_ = nullptr;
+  UpdateCoordinator* coordinator_ = nullptr;
   std::unique_ptr<ParameterService> service_;
   std::unique_ptr<GrpcServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -324,7 +367,7 @@ TEST_F(ParameterServiceTest, RegisterReportsModeWorkersAndVersion) {
   grpc::ClientContext context;
   proto::RegisterRequest request;
   *request.mutable_header() = Header(1);
-  request.set_num_tensors(4);
+  ModelSpecToProto(model_, request.mutable_declaration());
   request.set_incarnation(77);
   proto::RegisterResponse response;
   ASSERT_TRUE(stub_->Register(&context, request, &response).ok());
@@ -339,10 +382,24 @@ TEST_F(ParameterServiceTest, RegisterRefusesAMismatchedWorker) {
   struct Case {
     std::function<void(proto::RegisterRequest&)> mutate;
     const char* text;
+    grpc::StatusCode code = grpc::StatusCode::INVALID_ARGUMENT;
   };
   const Case cases[] = {
-      {[](proto::RegisterRequest& r) { r.set_num_tensors(6); },
-       "worker's model has 6 tensors, this server's has 4"},
+      {[](proto::RegisterRequest& r) {
+         r.mutable_declaration()->mutable_tensors(3)->set_shape(0, 6);
+       },
+       "register refused: tensor 3 \"fc1.bias\" shape: [6] declared by rank "
+       "0, [5] by rank 0",
+       grpc::StatusCode::FAILED_PRECONDITION},
+      {[](proto::RegisterRequest& r) {
+         r.mutable_declaration()->mutable_tensors()->RemoveLast();
+       },
+       "rank 0 declares 3 tensors, rank 0 4: tensor 3 \"fc1.bias\"",
+       grpc::StatusCode::FAILED_PRECONDITION},
+      {[](proto::RegisterRequest& r) {
+         r.mutable_declaration()->mutable_tensors(0)->set_name("");
+       },
+       "tensor 0 \"\": the name is empty"},
       {[](proto::RegisterRequest& r) {
          r.mutable_header()->set_partition_fingerprint(1);
        },
@@ -364,11 +421,11 @@ TEST_F(ParameterServiceTest, RegisterRefusesAMismatchedWorker) {
     grpc::ClientContext context;
     proto::RegisterRequest request;
     *request.mutable_header() = Header(0);
-    request.set_num_tensors(4);
+    ModelSpecToProto(model_, request.mutable_declaration());
     c.mutate(request);
     proto::RegisterResponse response;
     grpc::Status s = stub_->Register(&context, request, &response);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(s.error_code(), c.code) << s.error_message();
     EXPECT_NE(s.error_message().find(c.text), std::string::npos)
         << s.error_message();
   }
@@ -384,7 +441,7 @@ TEST_F(ParameterServiceTest, RefusesEveryRequestOfAnotherJob) {
     proto::RegisterRequest request;
     *request.mutable_header() = Header(0);
     request.mutable_header()->set_job_id("run-b");
-    request.set_num_tensors(4);
+    ModelSpecToProto(model_, request.mutable_declaration());
     proto::RegisterResponse response;
     const grpc::Status s = stub_->Register(&context, request, &response);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -749,7 +806,7 @@ TEST_F(ParameterServiceTest, HeartbeatsKeepAWorkerAliveAndNameItsProcess) {
     grpc::ClientContext context;
     proto::RegisterRequest request;
     *request.mutable_header() = Header(0);
-    request.set_num_tensors(4);
+    ModelSpecToProto(model_, request.mutable_declaration());
     request.set_incarnation(5);
     proto::RegisterResponse response;
     ASSERT_TRUE(stub_->Register(&context, request, &response).ok());
@@ -943,6 +1000,169 @@ TEST_F(ParameterServiceTest, AnswersTheStandardHealthCheck) {
     bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
+}
+
+// A model whose "embedding" comes from rank 0, not from an initializer.
+ModelSpec ModelWithValuesFromRank0() {
+  ModelSpec m = MlpModelSpec({20, 30, 5}, kSeed);
+  m.tensors.push_back(
+      {"embedding/table", DType::kFloat32, {40}, InitializerSpec::FromRank0()});
+  return m;
+}
+
+TEST_F(ParameterServiceTest, RanksWaitForRank0sDeclarationAndMustMatchIt) {
+  declare_at_start_ = false;
+  Start(ConsistencyMode::kSync);
+  // Before any declaration: rank 1 is told to retry, the rest is refused.
+  grpc::Status s = Declare(1, model_);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_NE(s.error_message().find("rank 0 has not declared the model yet"),
+            std::string::npos)
+      << s.error_message();
+  Weights weights;
+  uint64_t version = 0;
+  s = Pull(0, 0, &weights, &version);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("before any model was declared"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_NE(Stats().report().find("no model declared"), std::string::npos);
+
+  ASSERT_TRUE(Declare(0, model_).ok());
+  ASSERT_NE(store_, nullptr);
+  ModelSpec other = model_;
+  other.tensors[2].initializer = InitializerSpec::Normal(0, 1);
+  s = Declare(1, other);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find(
+                "tensor 2 \"fc1.weight\" initializer: normal(0, 1) declared "
+                "by rank 1, glorot_uniform(fan_in 30, fan_out 5) by rank 0"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_TRUE(Declare(1, model_).ok());
+  ASSERT_TRUE(Pull(0, 0, &weights, &version).ok());
+  EXPECT_EQ(weights, InitialWeights());
+}
+
+TEST_F(ParameterServiceTest, ADeclarationOverTheLimitsIsRefused) {
+  declare_at_start_ = false;
+  limits_.max_model_bytes = 1000;
+  Start(ConsistencyMode::kSync);
+  const grpc::Status s = Declare(0, model_);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("larger than the servers' limit of 1000 "
+                                   "bytes (--max_model_bytes)"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_EQ(host_->get(), nullptr);
+}
+
+TEST_F(ParameterServiceTest, Rank0sInitialValuesAreWhatEveryRankPulls) {
+  model_ = ModelWithValuesFromRank0();
+  declare_at_start_ = false;
+  Start(ConsistencyMode::kSync);
+  ASSERT_TRUE(Declare(0, model_).ok());
+  const std::vector<Slice>& slices = partition_->SlicesOfServer(kServer);
+  ASSERT_TRUE(std::any_of(slices.begin(), slices.end(), [](const Slice& s) {
+    return s.tensor_id == 4;
+  })) << "the test needs this shard to hold part of the embedding";
+  // Until the values are in, rank 1 waits and rank 0 cannot pull.
+  grpc::Status s = Declare(1, model_);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(s.error_message().find(
+                "rank 0 has not sent the values of embedding/table yet"),
+            std::string::npos)
+      << s.error_message();
+  Weights weights;
+  uint64_t version = 0;
+  s = Pull(0, 0, &weights, &version);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  // A gradient is refused meanwhile too.
+  EXPECT_EQ(Push(ValidPush(0, 0, 1.0f), &version).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  // Initial values: only the embedding's elements, from rank 0, finite.
+  auto values = [&](int rank, float first) {
+    std::vector<proto::PushRequest> messages;
+    for (const Slice& slice : slices) {
+      if (slice.tensor_id != 4) continue;
+      proto::PushRequest m;
+      *m.mutable_header() = Header(rank);
+      m.set_initial_values(true);
+      proto::TensorChunk* c = m.mutable_chunk();
+      c->set_tensor_id(4);
+      c->set_dtype(proto::DTYPE_FLOAT32);
+      c->add_shape(40);
+      c->set_offset(slice.offset);
+      c->set_num_elements(slice.num_elements);
+      std::vector<float> v(slice.num_elements);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = first + 0.125f * i;
+      EncodeFloats(v, c->mutable_data());
+      messages.push_back(std::move(m));
+    }
+    return messages;
+  };
+  s = Push(values(1, 3.0f), &version);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("initial values come from rank 0"),
+            std::string::npos)
+      << s.error_message();
+  std::vector<proto::PushRequest> with_nan = values(0, 3.0f);
+  with_nan[0].mutable_chunk()->mutable_data()->replace(0, 4, "\0\0\xc0\x7f", 4);
+  s = Push(with_nan, &version);
+  EXPECT_NE(s.error_message().find("initial values must be finite"),
+            std::string::npos)
+      << s.error_message();
+  std::vector<proto::PushRequest> gradient_too = values(0, 3.0f);
+  for (proto::PushRequest m : ValidPush(0, 0, 1.0f)) {
+    m.set_step(0);
+    m.set_num_examples(0);
+    m.set_examples_done(0);
+    m.set_base_version(0);
+    m.set_initial_values(true);
+    if (m.chunk().tensor_id() != 4) gradient_too.push_back(m);
+  }
+  s = Push(gradient_too, &version);
+  EXPECT_NE(s.error_message().find("taken only for tensors declared "
+                                   "from_rank0"),
+            std::string::npos)
+      << s.error_message();
+
+  ASSERT_TRUE(Push(values(0, 3.0f), &version).ok());
+  // A restarted rank 0 sending other values changes nothing.
+  ASSERT_TRUE(Push(values(0, -8.0f), &version).ok());
+  ASSERT_TRUE(Declare(1, model_).ok());
+  ASSERT_TRUE(Pull(0, 0, &weights, &version).ok());
+  for (const Slice& slice : slices) {
+    if (slice.tensor_id != 4) continue;
+    for (uint64_t i = 0; i < slice.num_elements; ++i) {
+      EXPECT_EQ((weights[{4, slice.offset + i}]), 3.0f + 0.125f * i);
+    }
+  }
+}
+
+TEST_F(ParameterServiceTest, BarrierWaitsForEveryLiveRank) {
+  Start(ConsistencyMode::kAsync);
+  auto barrier = [this](int rank, uint64_t generation) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    proto::BarrierRequest request;
+    *request.mutable_header() = Header(rank);
+    request.set_generation(generation);
+    proto::BarrierResponse response;
+    return stub_->Barrier(&context, request, &response);
+  };
+  EXPECT_EQ(barrier(0, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  std::atomic<bool> passed{false};
+  std::thread rank0([&] {
+    EXPECT_TRUE(barrier(0, 1).ok());
+    passed = true;
+  });
+  // Rank 0 cannot pass before rank 1 arrives; once it has, both pass.
+  EXPECT_FALSE(passed);
+  EXPECT_TRUE(barrier(1, 1).ok());
+  rank0.join();
+  EXPECT_TRUE(passed);
 }
 
 }  // namespace

@@ -30,19 +30,16 @@ PushStager::PushStager(const ShardStore* store, const ShardIdentity& identity,
 absl::Status PushStager::Add(const PushMessage& message) {
   if (!error_.ok()) return error_;
   absl::Status status = ValidateRequestHeader(message.header, identity_);
-  if (status.ok()) {
-    if (messages_ == 0 && message.examples_done < message.num_examples) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("examples_done ", message.examples_done,
-                       " is below num_examples ", message.num_examples,
-                       ": the progress after a batch counts the batch"));
-    } else if (messages_ == 0) {
+  if (status.ok() && messages_ == 0) {
+    status = message.initial_values ? CheckInitialValuesMetadata(message)
+                                    : CheckProgress(message);
+    if (status.ok()) {
       first_ = message;
       first_.chunk = ChunkView();
       gradients_.resize(store_->num_slices());
-    } else {
-      status = CheckSameMetadata(message);
     }
+  } else if (status.ok()) {
+    status = CheckSameMetadata(message);
   }
   if (status.ok() && message.has_chunk) status = AddChunk(message.chunk);
   if (!status.ok()) {
@@ -53,6 +50,28 @@ absl::Status PushStager::Add(const PushMessage& message) {
     return error_;
   }
   ++messages_;
+  return absl::OkStatus();
+}
+
+absl::Status PushStager::CheckProgress(const PushMessage& m) {
+  if (m.examples_done < m.num_examples) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "examples_done ", m.examples_done, " is below num_examples ",
+        m.num_examples, ": the progress after a batch counts the batch"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PushStager::CheckInitialValuesMetadata(const PushMessage& m) {
+  if (m.header.worker_rank != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "initial values come from rank 0, not rank ", m.header.worker_rank));
+  }
+  if (m.step != 0 || m.base_version != 0 || m.num_examples != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "initial values carry step, base_version and num_examples 0, got ",
+        m.step, ", ", m.base_version, " and ", m.num_examples));
+  }
   return absl::OkStatus();
 }
 
@@ -68,6 +87,9 @@ absl::Status PushStager::CheckSameMetadata(const PushMessage& m) const {
   if (m.header != first_.header) {
     return absl::InvalidArgumentError(
         "request header changed within the push stream");
+  }
+  if (m.initial_values != first_.initial_values) {
+    return changed("initial_values", first_.initial_values, m.initial_values);
   }
   if (m.step != first_.step) return changed("step", first_.step, m.step);
   if (m.base_version != first_.base_version) {
@@ -117,6 +139,14 @@ absl::Status PushStager::AddChunk(const ChunkView& c) {
         absl::StrCat(range, " is outside this server's slices (server ",
                      identity_.server_index, ")"));
   }
+  if (first_.initial_values && !store_->TakesValuesFromRank0(slice)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(range,
+                     ": initial values are taken only for tensors declared "
+                     "from_rank0; ",
+                     spec.name, " is declared ",
+                     InitializerKindName(spec.initializer.kind)));
+  }
   // n is now at most a slice's size, so n * 4 cannot overflow.
   if (c.data.size() != c.num_elements * sizeof(float)) {
     return absl::InvalidArgumentError(
@@ -142,13 +172,20 @@ absl::Status PushStager::AddChunk(const ChunkView& c) {
   }
   // One NaN or infinity would make every weight it reaches non-finite for
   // good: the whole push is refused, and the worker told where.
-  if (const uint64_t bad =
-          refuse_non_finite_ ? FirstNonFinite(c.data) : c.num_elements;
+  if (const uint64_t bad = refuse_non_finite_ || first_.initial_values
+                               ? FirstNonFinite(c.data)
+                               : c.num_elements;
       bad < c.num_elements) {
     float value = 0;
     if (absl::Status s = DecodeFloatsAt(c.data, bad, absl::MakeSpan(&value, 1));
         !s.ok()) {
       return s;
+    }
+    if (first_.initial_values) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("initial value of ", spec.name, " (tensor ", c.tensor_id,
+                       ") element ", c.offset + bad, " is ", value,
+                       ": initial values must be finite"));
     }
     return absl::InvalidArgumentError(absl::StrCat(
         "gradient of ", spec.name, " (tensor ", c.tensor_id, ") element ",
@@ -172,6 +209,8 @@ absl::StatusOr<StagedPush> PushStager::Finish() {
   for (int i = 0; i < store_->num_slices(); ++i) {
     const Slice& s = store_->slices()[i];
     if (covered_elements_[i] == s.num_elements) continue;
+    // Initial values cover the from_rank0 tensors alone.
+    if (first_.initial_values && !store_->TakesValuesFromRank0(i)) continue;
     // Name the first gap.
     uint64_t gap = 0;
     for (const auto& [b, e] : covered_[i]) {
@@ -179,9 +218,11 @@ absl::StatusOr<StagedPush> PushStager::Finish() {
       gap = e;
     }
     error_ = absl::InvalidArgumentError(
-        absl::StrCat("push is incomplete: tensor ", s.tensor_id, " slice [",
-                     s.offset, ", ", s.offset + s.num_elements, ") got ",
-                     covered_elements_[i], " of ", s.num_elements,
+        absl::StrCat(first_.initial_values ? "initial values are incomplete: "
+                                           : "push is incomplete: ",
+                     "tensor ", s.tensor_id, " slice [", s.offset, ", ",
+                     s.offset + s.num_elements, ") got ", covered_elements_[i],
+                     " of ", s.num_elements,
                      " elements; first missing element is ", s.offset + gap));
     gradients_.clear();
     return error_;
@@ -194,6 +235,7 @@ absl::StatusOr<StagedPush> PushStager::Finish() {
   staged.num_examples = first_.num_examples;
   staged.epoch = first_.epoch;
   staged.examples_done = first_.examples_done;
+  staged.initial_values = first_.initial_values;
   staged.gradients = std::move(gradients_);
   gradients_.clear();
   error_ = absl::FailedPreconditionError("push already finished");

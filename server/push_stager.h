@@ -36,6 +36,8 @@ struct PushMessage {
   uint32_t num_examples = 0;
   uint64_t epoch = 0;
   uint64_t examples_done = 0;
+  // Rank 0's initial values of the kFromRank0 tensors, not a gradient.
+  bool initial_values = false;
   bool has_chunk = false;
   ChunkView chunk;
 };
@@ -51,6 +53,8 @@ struct StagedPush {
   uint32_t num_examples = 0;
   uint64_t epoch = 0;
   uint64_t examples_done = 0;
+  // The values of the kFromRank0 slices (the others' entries are empty).
+  bool initial_values = false;
   std::vector<SliceGradient> gradients;
 };
 
@@ -67,7 +71,10 @@ struct StagedPush {
 // the model; the chunk's range lies inside one owned slice and holds at least
 // the minimum of elements unless it ends the slice; data holds exactly
 // num_elements float32 values, none of them NaN or infinite (unless told to
-// let them pass); no element is sent twice.
+// let them pass); no element is sent twice. A push of initial values
+// (PushMessage::initial_values) comes from rank 0 with step, base_version and
+// num_examples 0, covers exactly the slices of kFromRank0 tensors, and its
+// values are always checked to be finite.
 //
 // The chunks' bytes are kept as received, in the network buffers; a
 // refused push lets go of them at once, an accepted one passes them on in
@@ -95,6 +102,9 @@ class PushStager {
  private:
   absl::Status AddChunk(const ChunkView& chunk);
   absl::Status CheckSameMetadata(const PushMessage& message) const;
+  // Of a first message.
+  static absl::Status CheckProgress(const PushMessage& message);
+  static absl::Status CheckInitialValuesMetadata(const PushMessage& message);
 
   const ShardStore* const store_;
   const ShardIdentity identity_;

@@ -42,7 +42,7 @@ class PushStagerTest : public ::testing::Test {
         Partition::Create(MlpModelSpec({20, 30, 5}), 2);
     EXPECT_TRUE(p.ok());
     OptimizerConfig config;
-    store_ = *ShardStore::Create(*p, kServer, 1, config);
+    store_ = *ShardStore::Create(*p, kServer, config);
     identity_ = {p->fingerprint(), kServer, kNumWorkers};
   }
 
@@ -154,8 +154,8 @@ TEST_F(PushStagerTest, RejectsBadHeaders) {
     const char* text;
   };
   const Case cases[] = {
-      {[](RequestHeaderFields& h) { h.protocol_version = 2; },
-       "protocol version 2"},
+      {[](RequestHeaderFields& h) { h.protocol_version = 1; },
+       "protocol version 1 is not supported; this server speaks version 2"},
       {[](RequestHeaderFields& h) { h.partition_fingerprint ^= 1; },
        "partition fingerprint"},
       {[](RequestHeaderFields& h) { h.server_index = 0; },

@@ -11,7 +11,8 @@ absl::Status ValidateRequestHeader(const RequestHeaderFields& header,
     return absl::InvalidArgumentError(
         absl::StrCat("protocol version ", header.protocol_version,
                      " is not supported; this server speaks version ",
-                     kProtocolVersionCurrent));
+                     kProtocolVersionCurrent,
+                     ": run workers and servers of the same release"));
   }
   if (header.job_id != shard.job_id) {
     return absl::FailedPreconditionError(
@@ -22,7 +23,7 @@ absl::Status ValidateRequestHeader(const RequestHeaderFields& header,
   if (header.partition_fingerprint != shard.partition_fingerprint) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "partition fingerprint %016x differs from this server's %016x: worker "
-        "and server disagree on --model or --num_servers",
+        "and server disagree on the model or the number of servers",
         header.partition_fingerprint, shard.partition_fingerprint));
   }
   if (header.server_index != shard.server_index) {

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/declaration_proto.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
 #include "grpcpp/grpcpp.h"
@@ -113,7 +114,9 @@ TEST(ServerBinaryTest, ExitsWithTwoNamingTheBadFlag) {
       {{"--server_index=0", "--learning_rate=-1"}, "--learning_rate"},
       {{"--server_index=3", "--num_servers=2"}, "--server_index"},
       {{"--server_index=0", "--mode=bsp"}, "--mode"},
-      {{"--server_index=0", "--model=10"}, "--model"},
+      {{"--server_index=0", "--model=8-4-2"}, "--model"},
+      {{"--server_index=0", "--max_model_bytes=-1"}, "--max_model_bytes"},
+      {{"--server_index=0", "--max_tensors=0"}, "--max_tensors"},
       {{"--server_index=0", "--port=http"}, "--port"},
       {{"--server_index=0", "--num_wrokers=2"}, "--num_wrokers"},
       {{"--server_index=0", "--worker_timeout=0s"}, "--worker_timeout"},
@@ -147,7 +150,7 @@ TEST(ServerBinaryTest, WritesThePortFileAndExitsCleanlyOnSigterm) {
   const std::string log = TempPath("sigterm.log");
   std::remove(port_file.c_str());
   pid_t pid = Spawn({"--server_index=0", "--num_servers=1", "--port=0",
-                     "--model=8-4-2", absl::StrCat("--port_file=", port_file)},
+                     absl::StrCat("--port_file=", port_file)},
                     log);
   ChildGuard guard{pid};
   const int port = WaitForPortFile(port_file);
@@ -158,26 +161,26 @@ TEST(ServerBinaryTest, WritesThePortFileAndExitsCleanlyOnSigterm) {
   EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
   EXPECT_NE(ReadFile(log).find("shutting down: signal 15"), std::string::npos)
       << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find("staleness"), std::string::npos)
-      << "final report missing: " << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("final report:\nserver 0: no model declared"),
+            std::string::npos)
+      << ReadFile(log);
 }
 
 TEST(ServerBinaryTest, RefusesAPortAnotherServerHolds) {
   const std::string port_file = TempPath("first.port");
   const std::string log = TempPath("first.log");
   std::remove(port_file.c_str());
-  pid_t first =
-      Spawn({"--server_index=0", "--num_servers=1", "--port=0", "--model=8-4-2",
-             absl::StrCat("--port_file=", port_file)},
-            log);
+  pid_t first = Spawn({"--server_index=0", "--num_servers=1", "--port=0",
+                       absl::StrCat("--port_file=", port_file)},
+                      log);
   ChildGuard first_guard{first};
   const int port = WaitForPortFile(port_file);
   ASSERT_GT(port, 0) << ReadFile(log);
   // Another job's server started on the same port must not share it.
   const std::string second_log = TempPath("second.log");
-  pid_t second = Spawn({"--server_index=0", "--num_servers=1",
-                        absl::StrCat("--port=", port), "--model=8-4-2"},
-                       second_log);
+  pid_t second = Spawn(
+      {"--server_index=0", "--num_servers=1", absl::StrCat("--port=", port)},
+      second_log);
   ChildGuard second_guard{second};
   EXPECT_EQ(WaitForExit(second, absl::Seconds(30)), 1) << ReadFile(second_log);
   EXPECT_NE(ReadFile(second_log)
@@ -203,7 +206,7 @@ class LifecycleClient {
     grpc::ClientContext context;
     proto::RegisterRequest request;
     *request.mutable_header() = Header(rank);
-    request.set_num_tensors(partition_.num_tensors());
+    ModelSpecToProto(partition_.model(), request.mutable_declaration());
     request.set_incarnation(rank + 1);
     proto::RegisterResponse response;
     const grpc::Status s = stub_->Register(&context, request, &response);
@@ -240,8 +243,7 @@ TEST(ServerBinaryTest, ExitsOnceEveryWorkerIsDone) {
   const std::string log = TempPath("done.log");
   std::remove(port_file.c_str());
   pid_t pid = Spawn({"--server_index=1", "--num_servers=2", "--num_workers=2",
-                     "--model=8-4-2", "--mode=async",
-                     absl::StrCat("--port_file=", port_file)},
+                     "--mode=async", absl::StrCat("--port_file=", port_file)},
                     log);
   ChildGuard guard{pid};
   const int port = WaitForPortFile(port_file);
@@ -275,7 +277,7 @@ TEST(ServerBinaryTest, RefusesToResumeAFinishedRun) {
       "--num_servers=1",
       "--num_workers=1",
       "--port=0",
-      "--model=8-4-2",
+
       absl::StrCat("--checkpoint_dir=", dir),
       absl::StrCat("--port_file=", port_file)};
   pid_t pid = Spawn(flags, log);
@@ -301,24 +303,33 @@ TEST(ServerBinaryTest, RefusesToResumeAFinishedRun) {
 
 TEST(ServerBinaryTest, FailPolicyExitsWithOneNamingTheDeadWorker) {
   const std::string log = TempPath("fail_policy.log");
-  pid_t pid = Spawn({"--server_index=0", "--model=8-4-2", "--num_workers=2",
-                     "--worker_timeout=300ms", "--on_worker_failure=fail"},
-                    log);
+  const std::string port_file = TempPath("fail_policy.port");
+  std::remove(port_file.c_str());
+  pid_t pid = Spawn(
+      {"--server_index=0", "--num_workers=2", "--worker_timeout=300ms",
+       "--on_worker_failure=fail", absl::StrCat("--port_file=", port_file)},
+      log);
   ChildGuard guard{pid};
-  // Nobody ever registers: both workers die when their first lease ends.
+  const int port = WaitForPortFile(port_file);
+  ASSERT_GT(port, 0) << ReadFile(log);
+  // Rank 0 declares the model and says nothing more; rank 1 never comes.
+  // Both die when their first lease ends.
+  ASSERT_TRUE(LifecycleClient(port, 1, 0).Register(0).ok());
   EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 1) << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find("workers 0, 1 are dead (no heartbeat for "
-                               "300ms); --on_worker_failure=fail stops the "
-                               "job"),
+  // One checker pass may find both leases ended, or one each.
+  EXPECT_NE(ReadFile(log).find("dead (no heartbeat for 300ms); "
+                               "--on_worker_failure=fail stops the job"),
             std::string::npos)
       << ReadFile(log);
 }
 
-// A shard of 8-4-2 on one server, driven over gRPC.
+// A shard of `model` (default 8-4-2) on one server, driven over gRPC as
+// rank 0.
 class ShardClient {
  public:
-  explicit ShardClient(int port)
-      : partition_(*Partition::Create(MlpModelSpec({8, 4, 2}), 1)),
+  explicit ShardClient(int port,
+                       const ModelSpec& model = MlpModelSpec({8, 4, 2}))
+      : partition_(*Partition::Create(model, 1)),
         stub_(proto::ParameterServer::NewStub(
             grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
                                 grpc::InsecureChannelCredentials()))) {}
@@ -330,6 +341,16 @@ class ShardClient {
     h.set_worker_rank(0);
     h.set_server_index(0);
     return h;
+  }
+
+  // Registers rank 0, declaring the model.
+  grpc::Status Declare() {
+    grpc::ClientContext context;
+    proto::RegisterRequest request;
+    *request.mutable_header() = Header();
+    ModelSpecToProto(partition_.model(), request.mutable_declaration());
+    proto::RegisterResponse response;
+    return stub_->Register(&context, request, &response);
   }
 
   // Pushes gradient 1 everywhere for `step`, a batch of 4 examples.
@@ -381,8 +402,7 @@ TEST(ServerBinaryTest, CheckpointsOnSigtermAndRestoresFromIt) {
   std::remove(port_file.c_str());
   auto start = [&](const std::vector<std::string>& extra) {
     std::remove(port_file.c_str());
-    std::vector<std::string> flags = {"--server_index=0", "--model=8-4-2",
-                                      "--mode=async",
+    std::vector<std::string> flags = {"--server_index=0", "--mode=async",
                                       absl::StrCat("--checkpoint_dir=", dir),
                                       absl::StrCat("--port_file=", port_file)};
     flags.insert(flags.end(), extra.begin(), extra.end());
@@ -394,6 +414,10 @@ TEST(ServerBinaryTest, CheckpointsOnSigtermAndRestoresFromIt) {
     const int port = WaitForPortFile(port_file);
     ASSERT_GT(port, 0) << ReadFile(log);
     ShardClient client(port);
+    // Nothing to push to before rank 0 declares the model.
+    EXPECT_EQ(client.Push(0).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+    ASSERT_TRUE(client.Declare().ok());
     for (uint64_t step : {0, 1, 2}) ASSERT_TRUE(client.Push(step).ok());
     ASSERT_EQ(kill(pid, SIGTERM), 0);
     EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
@@ -413,30 +437,59 @@ TEST(ServerBinaryTest, CheckpointsOnSigtermAndRestoresFromIt) {
     ChildGuard guard{pid};
     const int port = WaitForPortFile(port_file);
     ASSERT_GT(port, 0) << ReadFile(log);
-    EXPECT_NE(ReadFile(log).find(
-                  absl::StrCat("restored ", checkpoint, ": version 3")),
+    EXPECT_NE(ReadFile(log).find(absl::StrCat("restored ", checkpoint,
+                                              ": version 3, 4 tensors")),
               std::string::npos)
         << ReadFile(log);
+    // The restored shard holds the checkpoint's model: it needs no
+    // declaration, and refuses another.
     ShardClient client(port);
     const std::string report = client.Report();
     EXPECT_NE(report.find("version 3\n"), std::string::npos) << report;
+    const grpc::Status other =
+        ShardClient(port, MlpModelSpec({8, 5, 2})).Declare();
+    EXPECT_EQ(other.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(other.error_message().find(absl::StrCat(
+                  "tensor 0 \"fc0.weight\" shape: [8,5] declared by rank 0, "
+                  "[8,4] by the checkpoint ",
+                  checkpoint)),
+              std::string::npos)
+        << other.error_message();
+    ASSERT_TRUE(client.Push(3).ok());
+    ASSERT_TRUE(client.Declare().ok());
     EXPECT_NE(report.find("examples per epoch: 0=12\n"), std::string::npos)
         << report;
+    EXPECT_NE(client.Report().find("version 4\n"), std::string::npos);
+    ASSERT_EQ(kill(pid, SIGTERM), 0);
+    EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
+  }
+  // The restored shard's own checkpoint holds the declaration it was
+  // restored with.
+  const std::string newest = absl::StrCat(dir, "/shard-0-4.ckpt");
+  {
+    pid_t pid = start({"--restore"});
+    ChildGuard guard{pid};
+    ASSERT_GT(WaitForPortFile(port_file), 0) << ReadFile(log);
+    EXPECT_NE(ReadFile(log).find(
+                  absl::StrCat("restored ", newest, ": version 4, 4 tensors")),
+              std::string::npos)
+        << ReadFile(log);
     ASSERT_EQ(kill(pid, SIGTERM), 0);
     EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
   }
   {
-    // Its only checkpoint corrupted: nothing to resume from, a clear error.
-    std::fstream f(checkpoint, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(40);
-    f.put('\x5a');
-    f.close();
+    // Its checkpoints corrupted: nothing to resume from, a clear error.
+    for (const std::string& path : {newest, checkpoint}) {
+      std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(40);
+      f.put('\x5a');
+    }
     pid_t pid = start({"--restore"});
     ChildGuard guard{pid};
     EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 1) << ReadFile(log);
     EXPECT_NE(ReadFile(log).find(absl::StrCat("no readable checkpoint of "
                                               "shard 0 in ",
-                                              dir, ": ", checkpoint)),
+                                              dir, ": ", newest)),
               std::string::npos)
         << ReadFile(log);
   }

@@ -1,6 +1,7 @@
 // The parameter-server shard binary. See --help; launchers pass the flags
 // below and read --port_file to learn the bound port.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -34,6 +35,7 @@
 #include "server/optimizer.h"
 #include "server/parameter_service.h"
 #include "server/process_control.h"
+#include "server/shard_host.h"
 #include "server/shard_store.h"
 #include "server/update_coordinator.h"
 #include "spdlog/spdlog.h"
@@ -46,8 +48,12 @@ ABSL_FLAG(int, server_index, kServerIndexUnset,
           "hostname's trailing -<ordinal> (a Kubernetes StatefulSet pod).");
 ABSL_FLAG(int, num_servers, 1, "Number of parameter-server shards.");
 ABSL_FLAG(int, num_workers, 1, "Number of workers (ranks 0..n-1).");
-ABSL_FLAG(std::string, model, "784-256-128-10",
-          "MLP layer sizes, input first, e.g. 784-256-128-10.");
+ABSL_FLAG(int64_t, max_model_bytes, 0,
+          "Largest model (float32 bytes of every declared tensor) rank 0 may "
+          "declare; 0: --num_servers x 1/8 of this machine's memory (a shard "
+          "keeps about four copies of its slice: weights, optimizer state, "
+          "versions being sent).");
+ABSL_FLAG(int, max_tensors, 100000, "Most tensors a declaration may hold.");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on.");
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one.");
 ABSL_FLAG(
@@ -62,7 +68,6 @@ ABSL_FLAG(float, weight_decay, 0.0f, "L2 penalty added to the gradient.");
 ABSL_FLAG(float, beta1, 0.9f, "adam beta1.");
 ABSL_FLAG(float, beta2, 0.999f, "adam beta2.");
 ABSL_FLAG(float, epsilon, 1e-8f, "adam epsilon.");
-ABSL_FLAG(uint64_t, seed, 1, "Seed of the weight initializer.");
 ABSL_FLAG(int, max_message_mb, 64, "Largest gRPC message, in MiB.");
 ABSL_FLAG(std::string, lr_schedule, "constant",
           "constant, or cosine: decays --learning_rate to "
@@ -143,12 +148,11 @@ constexpr absl::Duration kMaxDurationFlag = absl::Hours(24);
 struct ServerConfig {
   int server_index = 0;
   int num_servers = 1;
-  ModelSpec model;
+  DeclarationLimits limits;
   std::string address;
   std::string port_file;
   CoordinatorOptions coordinator;
   OptimizerConfig optimizer;
-  uint64_t seed = 1;
   int max_message_bytes = 0;
   std::optional<CheckpointPolicy> checkpoints;  // Unset: none.
   bool restore = false;
@@ -159,6 +163,14 @@ struct ServerConfig {
   int max_calls_per_rank = 8;
   int signal_exit_code = 0;
 };
+
+// This machine's memory; 1 GiB if the system does not say.
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return uint64_t{1} << 30;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
 
 absl::Status OutOfRange(absl::string_view flag, int64_t value, int64_t lo,
                         int64_t hi) {
@@ -248,13 +260,18 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   if (num_workers < 1 || num_workers > kMaxWorkers) {
     return OutOfRange("num_workers", num_workers, 1, kMaxWorkers);
   }
-  absl::StatusOr<std::vector<int>> layers =
-      ParseLayerSizes(absl::GetFlag(FLAGS_model));
-  if (!layers.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--model: ", layers.status().message()));
+  const int64_t max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
+  if (max_model_bytes < 0) {
+    return OutOfRange("max_model_bytes", max_model_bytes, 0, INT64_MAX);
   }
-  c.model = MlpModelSpec(*layers);
+  c.limits.max_model_bytes =
+      max_model_bytes > 0
+          ? static_cast<uint64_t>(max_model_bytes)
+          : static_cast<uint64_t>(c.num_servers) * PhysicalMemoryBytes() / 8;
+  c.limits.max_tensors = absl::GetFlag(FLAGS_max_tensors);
+  if (c.limits.max_tensors < 1 || c.limits.max_tensors > 10000000) {
+    return OutOfRange("max_tensors", c.limits.max_tensors, 1, 10000000);
+  }
 
   const std::string host = absl::GetFlag(FLAGS_host);
   if (host.empty()) return absl::InvalidArgumentError("--host is empty");
@@ -294,7 +311,6 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   c.optimizer.epsilon = absl::GetFlag(FLAGS_epsilon);
   if (absl::Status s = ValidateOptimizerConfig(c.optimizer); !s.ok()) return s;
 
-  c.seed = absl::GetFlag(FLAGS_seed);
   const int mb = absl::GetFlag(FLAGS_max_message_mb);
   if (mb < 1 || mb > 2047) return OutOfRange("max_message_mb", mb, 1, 2047);
   c.max_message_bytes = mb << 20;
@@ -331,12 +347,10 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   return c;
 }
 
-// With --restore, loads the newest readable checkpoint into the shard;
-// without it, refuses a directory holding another run's checkpoints (a
-// later --restore would mix the two runs). Also checks that the directory
-// can be created.
-absl::Status PrepareCheckpoints(const ServerConfig& config,
-                                UpdateCoordinator& coordinator) {
+// Checks that the checkpoint directory can be written and, without
+// --restore, that it holds no checkpoint of this shard (a later --restore
+// would mix two runs).
+absl::Status CheckCheckpointDir(const ServerConfig& config) {
   const std::string& dir = config.checkpoints->dir;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -354,23 +368,36 @@ absl::Status PrepareCheckpoints(const ServerConfig& config,
         "--checkpoint_dir: cannot write in ", dir, ": ", std::strerror(errno)));
   }
   std::remove(probe.c_str());
-  if (!config.restore) {
-    absl::StatusOr<std::vector<std::string>> existing =
-        ListCheckpoints(dir, config.server_index);
-    if (!existing.ok()) return existing.status();
-    if (existing->empty()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--checkpoint_dir ", dir, " holds checkpoints of shard ",
-        config.server_index, " (newest ", existing->front(),
-        "); pass --restore to resume from them, or use an empty directory"));
-  }
+  if (config.restore) return absl::OkStatus();
+  absl::StatusOr<std::vector<std::string>> existing =
+      ListCheckpoints(dir, config.server_index);
+  if (!existing.ok()) return existing.status();
+  if (existing->empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--checkpoint_dir ", dir, " holds checkpoints of shard ",
+      config.server_index, " (newest ", existing->front(),
+      "); pass --restore to resume from them, or use an empty directory"));
+}
+
+CheckpointIdentity IdentityOf(const ServerConfig& config) {
+  return {config.num_servers, config.server_index,
+          std::string(ConsistencyModeName(config.coordinator.mode)),
+          config.coordinator.num_workers};
+}
+
+// With --restore: the newest readable checkpoint of this shard, or nullopt
+// if there is none (the shard starts fresh).
+absl::StatusOr<std::optional<LoadedCheckpoint>> FindCheckpoint(
+    const ServerConfig& config) {
+  const std::string& dir = config.checkpoints->dir;
   absl::StatusOr<std::optional<LoadedCheckpoint>> loaded =
-      LoadNewestCheckpoint(dir, coordinator.identity());
-  if (!loaded.ok()) return loaded.status();
-  if (!loaded->has_value()) {
-    spdlog::info("--restore: no checkpoint of shard {} in {}; starting fresh",
-                 config.server_index, dir);
-    return absl::OkStatus();
+      LoadNewestCheckpoint(dir, IdentityOf(config));
+  if (!loaded.ok() || !loaded->has_value()) {
+    if (loaded.ok()) {
+      spdlog::info("--restore: no checkpoint of shard {} in {}; starting fresh",
+                   config.server_index, dir);
+    }
+    return loaded;
   }
   const LoadedCheckpoint& found = **loaded;
   for (const std::string& skipped : found.skipped) {
@@ -386,47 +413,84 @@ absl::Status PrepareCheckpoints(const ServerConfig& config,
         "): start a new run in another --checkpoint_dir (a new PS_RUN_ID on "
         "Kubernetes) instead of resuming it"));
   }
-  if (absl::Status s = coordinator.Restore(found.checkpoint); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("cannot restore ", found.path,
-                                               ": ", s.message()));
+  return loaded;
+}
+
+// Builds the shard of `model`: its slices, their coordinator and, with
+// --checkpoint_dir, their checkpointer; restored from `checkpoint` if
+// given. The coordinator ends the job through `shutdown`.
+absl::StatusOr<std::unique_ptr<DeclaredShard>> BuildShard(
+    const ServerConfig& config, const ModelSpec& model,
+    const LoadedCheckpoint* checkpoint, ShutdownRequest* shutdown) {
+  absl::StatusOr<Partition> partition =
+      Partition::Create(model, config.num_servers);
+  if (!partition.ok()) return partition.status();
+  auto shard = std::make_unique<DeclaredShard>();
+  absl::StatusOr<std::unique_ptr<ShardStore>> store =
+      ShardStore::Create(*partition, config.server_index, config.optimizer);
+  if (!store.ok()) return store.status();
+  shard->store = *std::move(store);
+  CoordinatorOptions options = config.coordinator;
+  options.on_finished = [shutdown](const absl::Status& outcome) {
+    if (outcome.ok()) {
+      shutdown->Request("every worker is done (or dead)");
+    } else {
+      shutdown->Request(std::string(outcome.message()), kExitFailed);
+    }
+  };
+  absl::StatusOr<std::unique_ptr<UpdateCoordinator>> coordinator =
+      UpdateCoordinator::Create(shard->store.get(), std::move(options));
+  if (!coordinator.ok()) return coordinator.status();
+  shard->coordinator = *std::move(coordinator);
+  if (checkpoint != nullptr) {
+    if (absl::Status s = shard->coordinator->Restore(checkpoint->checkpoint);
+        !s.ok()) {
+      return absl::Status(
+          s.code(),
+          absl::StrCat("cannot restore ", checkpoint->path, ": ", s.message()));
+    }
+    shard->declared_by = absl::StrCat("the checkpoint ", checkpoint->path);
+    spdlog::info("restored {}: version {}, {} tensors", checkpoint->path,
+                 checkpoint->checkpoint.version, model.tensors.size());
   }
-  spdlog::info("restored {}: version {}", found.path, found.checkpoint.version);
-  return absl::OkStatus();
+  if (config.checkpoints.has_value()) {
+    UpdateCoordinator* c = shard->coordinator.get();
+    shard->checkpointer = std::make_unique<Checkpointer>(
+        *config.checkpoints, [c] { return c->Snapshot(); },
+        [c] { return c->version(); }, c->version());
+  }
+  shard->identity = {partition->fingerprint(), config.server_index,
+                     config.coordinator.num_workers, config.job_id};
+  for (const Slice& s : shard->store->slices()) {
+    spdlog::debug("  slice {} [{}, {})", model.tensors[s.tensor_id].name,
+                  s.offset, s.offset + s.num_elements);
+  }
+  return shard;
 }
 
 // `signals` are blocked in every thread (main does it first).
 int Run(const ServerConfig& config, const sigset_t& signals) {
-  absl::StatusOr<Partition> partition =
-      Partition::Create(config.model, config.num_servers);
-  if (!partition.ok()) {
-    spdlog::error("{}", partition.status().ToString());
-    return kExitBadFlags;
-  }
-  absl::StatusOr<std::unique_ptr<ShardStore>> store = ShardStore::Create(
-      *partition, config.server_index, config.seed, config.optimizer);
-  if (!store.ok()) {
-    spdlog::error("{}", store.status().ToString());
-    return kExitBadFlags;
-  }
-  // Before the coordinator, whose callback requests it.
   ShutdownRequest shutdown;
-  CoordinatorOptions coordinator_options = config.coordinator;
-  coordinator_options.on_finished = [&shutdown](const absl::Status& outcome) {
-    if (outcome.ok()) {
-      shutdown.Request("every worker is done (or dead)");
-    } else {
-      shutdown.Request(std::string(outcome.message()), kExitFailed);
-    }
-  };
-  absl::StatusOr<std::unique_ptr<UpdateCoordinator>> coordinator =
-      UpdateCoordinator::Create(store->get(), std::move(coordinator_options));
-  if (!coordinator.ok()) {
-    spdlog::error("{}", coordinator.status().ToString());
-    return kExitBadFlags;
-  }
-  std::unique_ptr<Checkpointer> checkpointer;
+  ShardHost host(
+      [&config, &shutdown](const ModelSpec& model) {
+        return BuildShard(config, model, nullptr, &shutdown);
+      },
+      config.limits);
   if (config.checkpoints.has_value()) {
-    if (absl::Status s = PrepareCheckpoints(config, **coordinator); !s.ok()) {
+    absl::Status s = CheckCheckpointDir(config);
+    absl::StatusOr<std::optional<LoadedCheckpoint>> found =
+        std::optional<LoadedCheckpoint>();
+    if (s.ok() && config.restore) {
+      found = FindCheckpoint(config);
+      s = found.status();
+    }
+    if (s.ok() && found->has_value()) {
+      absl::StatusOr<std::unique_ptr<DeclaredShard>> restored =
+          BuildShard(config, (**found).checkpoint.model, &**found, &shutdown);
+      if (restored.ok()) host.Install(*std::move(restored));
+      s = restored.status();
+    }
+    if (!s.ok()) {
       spdlog::error("{}", s.ToString());
       // A checkpoint of another run (mode, model, shard count) is refused
       // with FailedPrecondition: configuration, which no retry fixes.
@@ -435,20 +499,18 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
                  ? kExitBadFlags
                  : kExitFailed;
     }
-    UpdateCoordinator* c = coordinator->get();
-    checkpointer = std::make_unique<Checkpointer>(
-        *config.checkpoints, [c] { return c->Snapshot(); },
-        [c] { return c->version(); }, c->version());
   }
 
   ServiceOptions service_options;
+  service_options.server_index = config.server_index;
+  service_options.num_workers = config.coordinator.num_workers;
   service_options.job_id = config.job_id;
   service_options.refuse_non_finite = config.refuse_non_finite;
   service_options.max_calls_per_rank = config.max_calls_per_rank;
   // Leave room for the message's other fields.
   service_options.max_chunk_elements =
       static_cast<uint64_t>(config.max_message_bytes - (64 << 10)) / 4;
-  ParameterService service(store->get(), coordinator->get(), service_options);
+  ParameterService service(&host, service_options);
 
   SignalWatcher watcher(signals, config.signal_exit_code, &shutdown);
 
@@ -461,21 +523,23 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
     return 1;
   }
   const int port = (*server)->port();
-  const uint64_t elements = (*store)->num_elements();
   spdlog::info(
-      "listening on {} (port {}), mode {}{}, {} workers, optimizer {}, "
-      "{} slices, {} elements ({:.2f} MiB) of {} servers, CPUs {}, job \"{}\"",
-      config.address, port,
+      "listening on {} (port {}), shard {} of {}, mode {}{}, {} workers, "
+      "optimizer {}, CPUs {}, job \"{}\"; {}",
+      config.address, port, config.server_index, config.num_servers,
       std::string(ConsistencyModeName(config.coordinator.mode)),
       config.coordinator.mode == ConsistencyMode::kSsp
           ? absl::StrCat(" staleness ", config.coordinator.staleness)
           : "",
       config.coordinator.num_workers,
       std::string(OptimizerKindName(config.optimizer.kind)),
-      (*store)->num_slices(), elements,
-      static_cast<double>(elements * sizeof(float)) / (1 << 20),
-      config.num_servers,
-      config.cpus.empty() ? "any" : FormatCpuList(config.cpus), config.job_id);
+      config.cpus.empty() ? "any" : FormatCpuList(config.cpus), config.job_id,
+      host.get() != nullptr
+          ? absl::StrCat("holds ", host.get()->store->num_slices(),
+                         " slices of the restored model")
+          : absl::StrCat("waiting for rank 0 to declare the model (at most ",
+                         config.limits.max_tensors, " tensors, ",
+                         config.limits.max_model_bytes >> 20, " MiB)"));
   spdlog::info(
       "workers are dead after {} without a request (--on_worker_failure={}); "
       "learning rate {} {}; checkpoints {}",
@@ -488,11 +552,6 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
                          config.checkpoints->every_updates, " updates / ",
                          absl::FormatDuration(config.checkpoints->every))
           : std::string("off"));
-  for (const Slice& s : (*store)->slices()) {
-    spdlog::info("  slice {} [{}, {})",
-                 partition->model().tensors[s.tensor_id].name, s.offset,
-                 s.offset + s.num_elements);
-  }
   if (!config.port_file.empty()) {
     if (absl::Status s = WritePortFile(config.port_file, port); !s.ok()) {
       spdlog::error("{}", s.ToString());
@@ -514,10 +573,14 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   }
   // Wake waiting pulls first so that Shutdown need not wait out their polls;
   // the final checkpoint then sees no update in flight.
-  (*coordinator)->Shutdown();
-  if (checkpointer != nullptr) {
-    absl::StatusOr<std::string> written = checkpointer->WriteNow();
-    (void)written;  // Logged by the checkpointer.
+  if (DeclaredShard* shard = host.get(); shard != nullptr) {
+    shard->coordinator->Shutdown();
+    // A shard still waiting for rank 0's values has nothing to keep.
+    if (shard->checkpointer != nullptr &&
+        !shard->store->awaiting_initial_values()) {
+      absl::StatusOr<std::string> written = shard->checkpointer->WriteNow();
+      (void)written;  // Logged by the checkpointer.
+    }
   }
   (*server)->Shutdown(absl::Now() + kShutdownGrace);
   spdlog::info("final report:\n{}", service.Report());
@@ -538,7 +601,9 @@ int main(int argc, char** argv) {
       "A parameter-server shard: holds its slices of the model, applies "
       "workers' gradients and serves weights over gRPC.\n"
       "  server --server_index=0 --num_servers=2 --num_workers=4 "
-      "--model=784-256-128-10 --mode=sync --port_file=/tmp/ps0.port\n"
+      "--mode=sync --port_file=/tmp/ps0.port\n"
+      "It holds whatever model rank 0 declares (or a restored checkpoint "
+      "holds).\n"
       "Exit codes: 0 every worker is done, or stopped by SIGTERM/SIGINT "
       "after the final checkpoint (see --signal_exit_code); 1 failed (the "
       "log says why; worth a retry); 2 bad configuration: flags, a "

@@ -28,7 +28,7 @@ ShardStore::ShardStore(const Partition& partition, int server_index)
       pool_(std::make_unique<RangePool>(ApplyThreads())) {}
 
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
-    const Partition& partition, int server_index, uint64_t seed,
+    const Partition& partition, int server_index,
     const OptimizerConfig& optimizer) {
   if (server_index < 0 || server_index >= partition.num_servers()) {
     return absl::InvalidArgumentError(
@@ -37,18 +37,24 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
   }
   if (absl::Status s = ValidateOptimizerConfig(optimizer); !s.ok()) return s;
   std::unique_ptr<ShardStore> store(new ShardStore(partition, server_index));
+  OptimizerConfig without_decay = optimizer;
+  without_decay.weight_decay = 0.0f;
   for (const Slice& slice : store->slices_) {
+    const TensorSpec& spec = partition.model().tensors[slice.tensor_id];
     auto state = std::make_unique<SliceState>();
-    absl::StatusOr<std::unique_ptr<Optimizer>> opt =
-        CreateOptimizer(optimizer, slice.num_elements);
+    absl::StatusOr<std::unique_ptr<Optimizer>> opt = CreateOptimizer(
+        spec.weight_decay ? optimizer : without_decay, slice.num_elements);
     if (!opt.ok()) return opt.status();
     {
       std::vector<float> weights(slice.num_elements);
-      InitializeSlice(partition.model(), slice.tensor_id, slice.offset, seed,
+      InitializeSlice(partition.model(), slice.tensor_id, slice.offset,
                       absl::MakeSpan(weights));
       absl::MutexLock lock(&state->mu);
       state->weights = std::make_unique<VersionedWeights>(std::move(weights));
       state->optimizer = *std::move(opt);
+      state->awaiting_values =
+          spec.initializer.kind == InitializerSpec::Kind::kFromRank0;
+      if (state->awaiting_values) ++store->slices_awaiting_values_;
     }
     store->num_elements_ += slice.num_elements;
     store->states_.push_back(std::move(state));
@@ -177,6 +183,11 @@ absl::Status ShardStore::Restore(const std::vector<SliceSnapshot>& slices) {
     SliceState& state = *states_[i];
     absl::MutexLock lock(&state.mu);
     state.weights->Assign(slices[i].weights);
+    // Checkpoints are written only once every value is in.
+    if (state.awaiting_values) {
+      state.awaiting_values = false;
+      slices_awaiting_values_.fetch_sub(1, std::memory_order_release);
+    }
     state.optimizer->set_update_count(slices[i].update_count);
     std::vector<OptimizerStateVector> own = state.optimizer->state();
     for (size_t v = 0; v < own.size(); ++v) {
@@ -185,6 +196,37 @@ absl::Status ShardStore::Restore(const std::vector<SliceSnapshot>& slices) {
     }
   }
   return absl::OkStatus();
+}
+
+std::string ShardStore::FirstTensorAwaitingValues() const {
+  for (int i = 0; i < num_slices(); ++i) {
+    absl::ReaderMutexLock lock(&states_[i]->mu);
+    if (states_[i]->awaiting_values) {
+      return partition_.model().tensors[slices_[i].tensor_id].name;
+    }
+  }
+  return "";
+}
+
+bool ShardStore::TakesValuesFromRank0(int slice) const {
+  return partition_.model()
+             .tensors[slices_[slice].tensor_id]
+             .initializer.kind == InitializerSpec::Kind::kFromRank0;
+}
+
+bool ShardStore::SetInitialValues(
+    absl::FunctionRef<void(int slice, absl::Span<float> out)> read) {
+  absl::MutexLock upload(&initial_values_mu_);
+  if (!awaiting_initial_values()) return false;
+  for (int i = 0; i < num_slices(); ++i) {
+    SliceState& state = *states_[i];
+    absl::MutexLock lock(&state.mu);
+    if (!state.awaiting_values) continue;
+    read(i, state.weights->Writable());
+    state.awaiting_values = false;
+    slices_awaiting_values_.fetch_sub(1, std::memory_order_release);
+  }
+  return true;
 }
 
 std::vector<float> ShardStore::ReadSlice(int slice) const {

@@ -1,6 +1,7 @@
 #ifndef PS_SERVER_SHARD_STORE_H_
 #define PS_SERVER_SHARD_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -33,8 +34,10 @@ struct SliceSnapshot {
 //
 // Which slices is fixed by the partition (`SlicesOfServer(server_index)`);
 // each is initialized with InitializeSlice, so a model starts from the same
-// weights whatever the number of servers. Slice i of this store is
-// `slices()[i]`.
+// weights whatever the number of servers. Slices of tensors declared
+// InitializerSpec::kFromRank0 instead await rank 0's values
+// (SetInitialValues). Each slice's optimizer applies --weight_decay only if
+// its tensor's declaration says so. Slice i of this store is `slices()[i]`.
 //
 // Thread-safe. Each slice has its own reader/writer lock, so pulls take
 // different slices (and the same one) concurrently while an update is being
@@ -47,7 +50,7 @@ struct SliceSnapshot {
 class ShardStore {
  public:
   static absl::StatusOr<std::unique_ptr<ShardStore>> Create(
-      const Partition& partition, int server_index, uint64_t seed,
+      const Partition& partition, int server_index,
       const OptimizerConfig& optimizer);
 
   ShardStore(const ShardStore&) = delete;
@@ -84,11 +87,27 @@ class ShardStore {
   // Replaces every slice's weights and optimizer state with `slices` (one
   // per slice, in order). All are checked first (counts, sizes, state
   // vector names), so on error nothing changes: InvalidArgument naming the
-  // slice and what differs.
+  // slice and what differs. Restored slices await no values.
   absl::Status Restore(const std::vector<SliceSnapshot>& slices);
 
   // A copy of the slice's current weights.
   std::vector<float> ReadSlice(int slice) const;
+
+  // True while some slice of a kFromRank0 tensor has not received its
+  // values; the shard then serves no pull and takes no gradient.
+  bool awaiting_initial_values() const {
+    return slices_awaiting_values_.load(std::memory_order_acquire) > 0;
+  }
+  // The first tensor still awaiting its values ("" if none), for messages.
+  std::string FirstTensorAwaitingValues() const;
+  // Sets the values of every slice awaiting them, all under one lock so
+  // that two uploads cannot mix: `read(slice, out)` writes slice `slice`'s
+  // values into `out`. Returns false, and calls nothing, if the values were
+  // already set: the first upload wins.
+  bool SetInitialValues(
+      absl::FunctionRef<void(int slice, absl::Span<float> out)> read);
+  // Whether slice `slice` belongs to a kFromRank0 tensor.
+  bool TakesValuesFromRank0(int slice) const;
 
   // Slice updates so far that kept some elements as they were because their
   // result would not have been finite (Optimizer::incomplete_updates).
@@ -103,6 +122,7 @@ class ShardStore {
     mutable absl::Mutex mu;
     std::unique_ptr<VersionedWeights> weights ABSL_GUARDED_BY(mu);
     std::unique_ptr<Optimizer> optimizer ABSL_GUARDED_BY(mu);
+    bool awaiting_values ABSL_GUARDED_BY(mu) = false;
   };
 
   ShardStore(const Partition& partition, int server_index);
@@ -119,6 +139,9 @@ class ShardStore {
   uint64_t num_elements_ = 0;  // Set in Create, then constant.
   // One per slice; unique_ptr because absl::Mutex cannot move.
   std::vector<std::unique_ptr<SliceState>> states_;
+  // Serializes SetInitialValues.
+  absl::Mutex initial_values_mu_;
+  std::atomic<int> slices_awaiting_values_{0};
   // One thread per CPU this process may use (at most 8), the caller
   // included: a shard placed on one CPU updates on one thread.
   const std::unique_ptr<RangePool> pool_;

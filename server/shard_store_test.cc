@@ -22,17 +22,16 @@ OptimizerConfig PlainSgd(float lr) {
   return c;
 }
 
-Partition MakePartition(int num_servers) {
+Partition MakePartition(int num_servers, uint64_t seed = 7) {
   absl::StatusOr<Partition> p =
-      Partition::Create(MlpModelSpec({20, 30, 5}), num_servers);
+      Partition::Create(MlpModelSpec({20, 30, 5}, seed), num_servers);
   EXPECT_TRUE(p.ok()) << p.status();
   return *std::move(p);
 }
 
-std::unique_ptr<ShardStore> MakeStore(const Partition& p, int index,
-                                      uint64_t seed = 7) {
+std::unique_ptr<ShardStore> MakeStore(const Partition& p, int index) {
   absl::StatusOr<std::unique_ptr<ShardStore>> s =
-      ShardStore::Create(p, index, seed, PlainSgd(0.5f));
+      ShardStore::Create(p, index, PlainSgd(0.5f));
   EXPECT_TRUE(s.ok()) << s.status();
   return *std::move(s);
 }
@@ -74,13 +73,12 @@ TEST(ShardStoreTest, WeightsDoNotDependOnServerCount) {
 }
 
 TEST(ShardStoreTest, InitializesWithTheSharedInitializer) {
-  Partition p = MakePartition(2);
-  auto store = MakeStore(p, 1, /*seed=*/42);
+  Partition p = MakePartition(2, /*seed=*/42);
+  auto store = MakeStore(p, 1);
   for (int i = 0; i < store->num_slices(); ++i) {
     const Slice& s = store->slices()[i];
     std::vector<float> expected(s.num_elements);
-    InitializeSlice(p.model(), s.tensor_id, s.offset, 42,
-                    absl::MakeSpan(expected));
+    InitializeSlice(p.model(), s.tensor_id, s.offset, absl::MakeSpan(expected));
     EXPECT_EQ(store->ReadSlice(i), expected);
   }
 }
@@ -158,7 +156,7 @@ OptimizerConfig Adam() {
 
 TEST(ShardStoreTest, RestoreOfASnapshotContinuesBitIdentically) {
   Partition p = MakePartition(2);
-  auto a = *ShardStore::Create(p, 1, 7, Adam());
+  auto a = *ShardStore::Create(p, 1, Adam());
   auto step = [](ShardStore& store, float g) {
     for (int i = 0; i < store.num_slices(); ++i) {
       std::vector<float> gradient(store.slices()[i].num_elements, g);
@@ -174,7 +172,7 @@ TEST(ShardStoreTest, RestoreOfASnapshotContinuesBitIdentically) {
   EXPECT_EQ(snapshot[0].state[0].first, "m");
   EXPECT_EQ(snapshot[0].update_count, 2u);
 
-  auto b = *ShardStore::Create(p, 1, /*seed=*/99, Adam());
+  auto b = *ShardStore::Create(MakePartition(2, /*seed=*/99), 1, Adam());
   ASSERT_TRUE(b->Restore(snapshot).ok());
   step(*a, 0.25f);
   step(*b, 0.25f);
@@ -188,7 +186,7 @@ TEST(ShardStoreTest, RestoreOfASnapshotContinuesBitIdentically) {
 
 TEST(ShardStoreTest, RestoreRefusesAMismatchWithoutChangingAnything) {
   Partition p = MakePartition(1);
-  auto adam = *ShardStore::Create(p, 0, 7, Adam());
+  auto adam = *ShardStore::Create(p, 0, Adam());
   auto sgd = MakeStore(p, 0);
   std::vector<SliceSnapshot> from_sgd;
   for (int i = 0; i < sgd->num_slices(); ++i) {
@@ -216,7 +214,7 @@ TEST(ShardStoreTest, RejectsServerIndexOutsideThePartition) {
   Partition p = MakePartition(2);
   for (int index : {-1, 2}) {
     absl::StatusOr<std::unique_ptr<ShardStore>> s =
-        ShardStore::Create(p, index, 1, PlainSgd(0.1f));
+        ShardStore::Create(p, index, PlainSgd(0.1f));
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.status().message().find("--server_index"), std::string::npos);
   }
@@ -225,9 +223,56 @@ TEST(ShardStoreTest, RejectsServerIndexOutsideThePartition) {
 TEST(ShardStoreTest, RejectsInvalidOptimizerConfig) {
   Partition p = MakePartition(1);
   absl::StatusOr<std::unique_ptr<ShardStore>> s =
-      ShardStore::Create(p, 0, 1, PlainSgd(-1.0f));
+      ShardStore::Create(p, 0, PlainSgd(-1.0f));
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("--learning_rate"), std::string::npos);
+}
+
+TEST(ShardStoreTest, WeightDecayAppliesOnlyWhereDeclared) {
+  ModelSpec model;
+  model.tensors.push_back(
+      {"decayed", DType::kFloat32, {4}, InitializerSpec::Constant(2)});
+  model.tensors.push_back({"kept",
+                           DType::kFloat32,
+                           {4},
+                           InitializerSpec::Constant(2),
+                           /*weight_decay=*/false});
+  OptimizerConfig sgd = PlainSgd(1.0f);
+  sgd.weight_decay = 0.25f;
+  auto store = *ShardStore::Create(*Partition::Create(model, 1), 0, sgd);
+  for (int i = 0; i < store->num_slices(); ++i) {
+    ASSERT_TRUE(store->ApplyGradient(i, std::vector<float>(4, 0.0f)).ok());
+  }
+  // w -= lr * (g + decay * w): 2 - 0.5 where decay applies.
+  EXPECT_EQ(store->ReadSlice(0), std::vector<float>(4, 1.5f));
+  EXPECT_EQ(store->ReadSlice(1), std::vector<float>(4, 2.0f));
+}
+
+TEST(ShardStoreTest, ValuesFromRank0AreSetOnceForEverySliceAwaitingThem) {
+  ModelSpec model;
+  model.tensors.push_back(
+      {"given", DType::kFloat32, {3}, InitializerSpec::FromRank0()});
+  model.tensors.push_back(
+      {"drawn", DType::kFloat32, {2}, InitializerSpec::Constant(1)});
+  auto store =
+      *ShardStore::Create(*Partition::Create(model, 1), 0, PlainSgd(1.0f));
+  ASSERT_TRUE(store->awaiting_initial_values());
+  EXPECT_EQ(store->FirstTensorAwaitingValues(), "given");
+  EXPECT_TRUE(store->TakesValuesFromRank0(0));
+  EXPECT_FALSE(store->TakesValuesFromRank0(1));
+  std::vector<int> written;
+  EXPECT_TRUE(store->SetInitialValues([&](int slice, absl::Span<float> out) {
+    written.push_back(slice);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = 10.0f + i;
+  }));
+  EXPECT_EQ(written, std::vector<int>{0});
+  EXPECT_FALSE(store->awaiting_initial_values());
+  EXPECT_EQ(store->ReadSlice(0), (std::vector<float>{10, 11, 12}));
+  EXPECT_EQ(store->ReadSlice(1), (std::vector<float>{1, 1}));
+  // The first values stay.
+  EXPECT_FALSE(store->SetInitialValues(
+      [](int, absl::Span<float> out) { out[0] = -1.0f; }));
+  EXPECT_EQ(store->ReadSlice(0), (std::vector<float>{10, 11, 12}));
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ UpdateCoordinator::UpdateCoordinator(ShardStore* store,
       ranks_(options_.num_workers, options_.worker_timeout, absl::Now()) {
   absl::MutexLock lock(&mu_);
   sync_.resize(options_.num_workers);
+  barriers_.resize(options_.num_workers, 0);
   recovering_ = options_.fast_forward_after_restart &&
                 options_.mode == ConsistencyMode::kSync;
 }
@@ -338,7 +339,7 @@ void UpdateCoordinator::Shutdown() {
 }
 
 CheckpointIdentity UpdateCoordinator::identity() const {
-  return {store_->partition().fingerprint(), store_->server_index(),
+  return {store_->partition().num_servers(), store_->server_index(),
           std::string(ConsistencyModeName(options_.mode)),
           options_.num_workers};
 }
@@ -349,6 +350,8 @@ ShardCheckpoint UpdateCoordinator::Snapshot() {
   absl::MutexLock apply_lock(&apply_mu_);
   ShardCheckpoint c;
   c.identity = identity();
+  c.model = store_->partition().model();
+  c.partition_fingerprint = store_->partition().fingerprint();
   c.slices.reserve(store_->num_slices());
   for (int i = 0; i < store_->num_slices(); ++i) {
     c.slices.push_back(store_->Snapshot(i));
@@ -364,6 +367,12 @@ ShardCheckpoint UpdateCoordinator::Snapshot() {
 
 absl::Status UpdateCoordinator::Restore(const ShardCheckpoint& checkpoint) {
   if (absl::Status s = CheckIdentity(identity(), checkpoint.identity);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CompareModelSpecs(checkpoint.model, "the checkpoint",
+                            store_->partition().model(), "this shard");
       !s.ok()) {
     return s;
   }

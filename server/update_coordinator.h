@@ -16,8 +16,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/consistency_mode.h"
 #include "server/checkpoint.h"
-#include "server/consistency_mode.h"
+#include "server/failure_policy.h"
 #include "server/lr_schedule.h"
 #include "server/push_stager.h"
 #include "server/rank_registry.h"
@@ -132,6 +133,14 @@ class UpdateCoordinator {
   // AwaitPull's. Finishing ranks do not wait for each other.
   absl::StatusOr<uint64_t> AwaitOthersFinished(
       int rank, uint64_t incarnation, absl::FunctionRef<bool()> cancelled);
+
+  // `rank` makes its `generation`-th barrier call (from 1): blocks until
+  // every rank that is active (live, neither done nor finishing) has made
+  // its `generation`-th. Errors as AwaitPull's; InvalidArgument for
+  // generation 0. Barrier counts are not checkpointed: a restarted rank
+  // counts from 1 again.
+  absl::Status AwaitBarrier(int rank, uint64_t incarnation, uint64_t generation,
+                            absl::FunctionRef<bool()> cancelled);
 
   // Records the incarnation of a (re)starting rank and where it resumes.
   // Every rank must plan the same number of steps (0: not given), else
@@ -249,6 +258,8 @@ class UpdateCoordinator {
   RankRegistry ranks_ ABSL_GUARDED_BY(mu_);
   uint64_t planned_steps_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<SyncSlot> sync_ ABSL_GUARDED_BY(mu_);
+  // Per rank: the highest barrier generation it has reached.
+  std::vector<uint64_t> barriers_ ABSL_GUARDED_BY(mu_);
   // sync: step version_ was taken and is being applied.
   bool applying_ ABSL_GUARDED_BY(mu_) = false;
   // sync: ranks the last step went on without (to log changes only).

@@ -1,6 +1,7 @@
 // The launcher running a program of the user's as its workers, as torchrun
 // does: the real launcher and server binaries on 127.0.0.1.
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,6 +103,86 @@ TEST(LaunchProgramTest, RefusesFlagsOfOurWorkerAndAMissingProgram) {
     EXPECT_THAT(LineWith(launch.lines, c.error), HasSubstr(c.error));
   }
 }
+
+// The servers hold what a program declares, in every mode.
+class DeclaredModelTest
+    : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+std::vector<std::string> DeclaredModelJob(std::vector<std::string> flags,
+                                          std::vector<std::string> program) {
+  std::vector<std::string> args = {
+      "--num_servers=3",        "--num_workers=2",
+      "--optimizer=sgd",        "--learning_rate=0.5",
+      "--lr_schedule=constant", "--server_flags=--momentum=0"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  args.push_back("--");
+  args.push_back(RunfilePath("tests/declared_model_program"));
+  args.insert(args.end(), program.begin(), program.end());
+  return args;
+}
+
+TEST_P(DeclaredModelTest, TrainsWhatTheProgramDeclares) {
+  const Launch launch = RunLauncher(DeclaredModelJob(GetParam(), {}));
+  EXPECT_TRUE(launch.exit.success()) << launch.exit.ToString();
+  const std::string check = LineWith(launch.lines, "worst |w - expected|");
+  EXPECT_THAT(check, HasSubstr("[worker 0] declared_model_program: mode "));
+  std::printf("%s\n", check.c_str());
+  for (int rank : {0, 1}) {
+    EXPECT_THAT(launch.lines,
+                Contains(absl::StrCat("[worker ", rank,
+                                      "] declared_model_program: ok")));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, DeclaredModelTest,
+    ::testing::Values(std::vector<std::string>{"--mode=sync"},
+                      std::vector<std::string>{"--mode=ssp", "--staleness=2"},
+                      std::vector<std::string>{"--mode=async"}));
+
+TEST(LaunchProgramTest, ADeclarationThatDiffersFromRank0sIsRefused) {
+  const Launch launch = RunLauncher(DeclaredModelJob(
+      {"--mode=sync"}, {"--mismatch_rank=1", "--big_elements=1000"}));
+  EXPECT_EQ(launch.exit.exit_code(), 1) << launch.exit.ToString();
+  EXPECT_THAT(LineWith(launch.lines, "[worker 1] declared_model_program:"),
+              HasSubstr("tensor 1 \"block/conv.w\" shape: [3,7,5] declared "
+                        "by rank 1, [3,5,7] by rank 0"));
+}
+
+TEST(LaunchProgramTest, ADeclarationOverTheServersLimitIsRefused) {
+  const Launch launch = RunLauncher(DeclaredModelJob(
+      {"--mode=sync", "--server_flags=--momentum=0 --max_model_bytes=1000000"},
+      {}));
+  EXPECT_EQ(launch.exit.exit_code(), 1) << launch.exit.ToString();
+  EXPECT_THAT(LineWith(launch.lines, "[worker 0] declared_model_program:"),
+              HasSubstr("tensor 2 \"embedding.table/big\": shape [10000000] "
+                        "is larger than the servers' limit of 1000000 bytes"));
+}
+
+// The example a user copies recovers the answer it knows, in every mode.
+class ExampleTest : public ::testing::TestWithParam<std::vector<std::string>> {
+};
+
+TEST_P(ExampleTest, LinearRegressionRecoversTheKnownAnswer) {
+  std::vector<std::string> args = GetParam();
+  args.insert(args.begin(), {"--num_servers=2", "--num_workers=2"});
+  args.push_back("--");
+  args.push_back(RunfilePath("examples/linear_regression"));
+  const Launch launch = RunLauncher(args);
+  EXPECT_TRUE(launch.exit.success()) << launch.exit.ToString();
+  for (int rank : {0, 1}) {
+    const std::string line =
+        LineWith(launch.lines, absl::StrCat("[worker ", rank, "] rank "));
+    EXPECT_THAT(line, HasSubstr(": recovered")) << line;
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, ExampleTest,
+    ::testing::Values(std::vector<std::string>{"--mode=sync"},
+                      std::vector<std::string>{"--mode=ssp", "--staleness=2"},
+                      std::vector<std::string>{"--mode=async"}));
 
 }  // namespace
 }  // namespace ps

@@ -136,17 +136,17 @@ TEST(Pid1SigtermTest, WorkerAndServerStopPromptlyAsPidOne) {
   std::filesystem::remove_all(checkpoints);
   const std::string model = "784-16-10";
 
-  std::unique_ptr<Subprocess> server = Start(
-      {RunfilePath("server/server"), "--server_index=0", "--num_servers=1",
-       "--num_workers=1", absl::StrCat("--model=", model), "--mode=sync",
-       "--optimizer=sgd", "--learning_rate=0.05", "--host=127.0.0.1",
-       "--port=0", absl::StrCat("--port_file=", port_file),
-       absl::StrCat("--checkpoint_dir=", checkpoints),
-       // Only on a signal: not while training, so the file below is the
-       // one SIGTERM wrote.
-       "--checkpoint_every_steps=0", "--checkpoint_every_seconds=0",
-       absl::StrCat("--signal_exit_code=", kTerminatedCode)},
-      "server");
+  std::unique_ptr<Subprocess> server =
+      Start({RunfilePath("server/server"), "--server_index=0",
+             "--num_servers=1", "--num_workers=1", "--mode=sync",
+             "--optimizer=sgd", "--learning_rate=0.05", "--host=127.0.0.1",
+             "--port=0", absl::StrCat("--port_file=", port_file),
+             absl::StrCat("--checkpoint_dir=", checkpoints),
+             // Only on a signal: not while training, so the file below is the
+             // one SIGTERM wrote.
+             "--checkpoint_every_steps=0", "--checkpoint_every_seconds=0",
+             absl::StrCat("--signal_exit_code=", kTerminatedCode)},
+            "server");
   ASSERT_NE(server, nullptr);
   absl::StatusOr<int> port =
       WaitForPortFile(port_file, kStartTimeout, server.get());

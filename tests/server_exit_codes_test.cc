@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "client/parameter_client.h"
+#include "common/model_spec.h"
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
@@ -25,12 +27,8 @@ constexpr absl::Duration kTimeout = absl::Seconds(120);
 
 std::unique_ptr<Subprocess> StartServer(std::vector<std::string> flags) {
   SubprocessOptions options;
-  options.argv = {RunfilePath("server/server"),
-                  "--server_index=0",
-                  "--num_servers=1",
-                  "--num_workers=1",
-                  "--model=8-4-2",
-                  "--host=127.0.0.1"};
+  options.argv = {RunfilePath("server/server"), "--server_index=0",
+                  "--num_servers=1", "--num_workers=1", "--host=127.0.0.1"};
   options.argv.insert(options.argv.end(), flags.begin(), flags.end());
   absl::StatusOr<std::unique_ptr<Subprocess>> server =
       Subprocess::Start(std::move(options));
@@ -69,6 +67,13 @@ TEST(ServerExitCodesTest, CheckpointOfAnotherRunExitsWithTwo) {
     absl::StatusOr<int> port =
         WaitForPortFile(port_file, kTimeout, server.get());
     ASSERT_TRUE(port.ok()) << port.status();
+    // A shard with a declared model has something to checkpoint.
+    ClientOptions options;
+    options.servers = {absl::StrCat("127.0.0.1:", *port)};
+    absl::StatusOr<std::unique_ptr<ParameterClient>> client =
+        ParameterClient::Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_TRUE((*client)->Declare(MlpModelSpec({8, 4, 2}), 1).ok());
     ASSERT_TRUE(server->Kill(SIGTERM).ok());
     std::optional<ExitStatus> status = server->WaitFor(kTimeout);
     ASSERT_TRUE(status.has_value());

@@ -37,14 +37,14 @@ absl::StatusOr<std::vector<int>> LayerSizes(const ModelSpec& spec) {
     const TensorSpec& w = tensors[i];
     const TensorSpec& b = tensors[i + 1];
     const int64_t layer = i / 2;
-    if (w.is_bias || w.shape.size() != 2 || w.shape[0] < 1 || w.shape[1] < 1 ||
+    if (w.shape.size() != 2 || w.shape[0] < 1 || w.shape[1] < 1 ||
         w.shape[0] > kMaxLayerSize || w.shape[1] > kMaxLayerSize) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "Mlp: tensor %d (%s) of shape %s should be the weight of layer %d, "
           "[in, out] with sizes in [1, %d]",
           i, w.name, ShapeString(w), layer, kMaxLayerSize));
     }
-    if (!b.is_bias || b.shape.size() != 1 || b.shape[0] != w.shape[1]) {
+    if (b.shape.size() != 1 || b.shape[0] != w.shape[1]) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "Mlp: tensor %d (%s) of shape %s should be the bias of layer %d, "
           "[%d]",

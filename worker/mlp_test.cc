@@ -201,14 +201,14 @@ Blobs MakeBlobs(int n) {
 }
 
 TEST_F(MlpTest, PlainSgdLowersTheLossAndLearnsSeparableClasses) {
-  const ModelSpec spec = MlpModelSpec({4, 8, 3});
+  const ModelSpec spec = MlpModelSpec({4, 8, 3}, /*seed=*/3);
   constexpr int kExamples = 60;
   PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Mlp> mlp,
                           Mlp::Create(spec, kExamples, backend_.get()));
   std::vector<std::vector<float>> weights(spec.tensors.size());
   for (size_t id = 0; id < spec.tensors.size(); ++id) {
     weights[id].resize(spec.tensors[id].num_elements());
-    InitializeSlice(spec, id, 0, /*seed=*/3, absl::MakeSpan(weights[id]));
+    InitializeSlice(spec, id, 0, absl::MakeSpan(weights[id]));
     PS_ASSERT_OK(mlp->SetWeights(id, weights[id]));
   }
   const Blobs blobs = MakeBlobs(kExamples);

@@ -46,13 +46,7 @@ Trainer::Trainer(const TrainerOptions& options, ParameterClient* client,
           options.max_steps > 0
               ? std::min<uint64_t>(options.max_steps,
                                    sharder_.steps_per_epoch() * options.epochs)
-              : sharder_.steps_per_epoch() * options.epochs) {
-  const ModelSpec& spec = client_->partition().model();
-  gradients_.resize(spec.tensors.size());
-  for (size_t t = 0; t < spec.tensors.size(); ++t) {
-    gradients_[t].resize(spec.tensors[t].num_elements());
-  }
-}
+              : sharder_.steps_per_epoch() * options.epochs) {}
 
 absl::Status Trainer::LoadWeights(uint64_t clock, uint64_t* version) {
   if (pulled_.has_value() && pulled_->clock == clock) {
@@ -97,20 +91,17 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
       plan.sharder().ExamplesBeforeStep(step_in_epoch, options_.rank);
   if (!done_before.ok()) return done_before.status();
 
-  PushMetadata metadata;
-  metadata.step = result.clock;
-  metadata.base_version = version;
-  metadata.num_examples = static_cast<uint32_t>(batch_.size);
-  metadata.epoch = epoch;
-  metadata.examples_done = *done_before + batch_.size;
+  StepInfo info;
+  info.step = result.clock;
+  info.base_version = version;
+  info.num_examples = static_cast<uint32_t>(batch_.size);
+  info.cursor = {epoch, *done_before + batch_.size};
   // The push brings back the weights of the next clock (one call a step),
   // except on a slowed worker: it sleeps between its push and its next pull
   // (the meaning of --slowdown_ms), so it pulls after the sleep.
   const bool pull_with_push = options_.slowdown == absl::ZeroDuration();
   pulled_.reset();
-  std::unique_ptr<PushSession> push = pull_with_push
-                                          ? client_->StartPushPull(metadata)
-                                          : client_->StartPush(metadata);
+  std::unique_ptr<StepPush> push = client_->StartStep(info, pull_with_push);
 
   absl::Status send_status;
   if (batch_.size > 0) {
@@ -130,7 +121,9 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
     // (sync mode waits for every rank) and weighs nothing.
     for (size_t t = 0; t < gradients_.size(); ++t) {
       std::fill(gradients_[t].begin(), gradients_[t].end(), 0.0f);
-      if (send_status.ok()) send_status = push->Send(t, gradients_[t]);
+      if (send_status.ok()) {
+        send_status = push->Send(static_cast<int>(t), gradients_[t]);
+      }
     }
   }
   if (!send_status.ok()) return send_status;
@@ -160,15 +153,20 @@ absl::StatusOr<double> Trainer::TestAccuracy() {
   return static_cast<double>(*correct) / test_->num_examples;
 }
 
-absl::StatusOr<TrainingSummary> Trainer::Run(const RegisterInfo& resume) {
+absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
+  const ModelSpec& spec = client_->model();
+  gradients_.resize(spec.tensors.size());
+  for (size_t t = 0; t < spec.tensors.size(); ++t) {
+    gradients_[t].resize(spec.tensors[t].num_elements());
+  }
   const uint64_t steps_per_epoch = sharder_.steps_per_epoch();
-  const bool sync = resume.mode == "sync";
+  const bool sync = resume.mode == ConsistencyMode::kSync;
   absl::StatusOr<uint64_t> resume_step =
-      sharder_.ResumeStep(options_.rank, resume.examples_done);
+      sharder_.ResumeStep(options_.rank, resume.cursor.examples_done);
   if (!resume_step.ok()) return resume_step.status();
   // `position` counts batches of this rank's data done so far; `clock` is
   // the shards' step, which runs ahead of it after a restart.
-  uint64_t position = resume.epoch * steps_per_epoch + *resume_step;
+  uint64_t position = resume.cursor.epoch * steps_per_epoch + *resume_step;
   uint64_t clock = resume.next_step;
   if (position > 0 || clock > 0) {
     spdlog::info("resuming at epoch {} step {} (clock {})",
@@ -271,8 +269,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const RegisterInfo& resume) {
       summary.test_accuracy = *accuracy;
     }
     if (!options_.save_model_path.empty()) {
-      status = SaveModel(options_.save_model_path, client_->partition().model(),
-                         weights_);
+      status = SaveModel(options_.save_model_path, client_->model(), weights_);
       if (!status.ok()) return status;
       spdlog::info("saved model (version {}) to {}", *version,
                    options_.save_model_path);

@@ -10,10 +10,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/parameter_client.h"
 #include "worker/dataset.h"
 #include "worker/idx_reader.h"
 #include "worker/mlp.h"
-#include "worker/ps_client.h"
 
 namespace ps::worker {
 
@@ -69,8 +69,9 @@ class Trainer {
   uint64_t planned_steps() const { return planned_steps_; }
 
   // Trains from where `resume` says this rank stands (a new job starts at
-  // clock 0, epoch 0, no examples done) to the end of the last epoch.
-  absl::StatusOr<TrainingSummary> Run(const RegisterInfo& resume);
+  // clock 0, epoch 0, no examples done) to the end of the last epoch. The
+  // client's model must be declared (`resume` is what Declare returned).
+  absl::StatusOr<TrainingSummary> Run(const Registration& resume);
 
  private:
   struct StepResult {
@@ -116,8 +117,8 @@ class Trainer {
   std::optional<PulledWeights> pulled_;
 
   // Buffers reused across steps.
-  std::vector<std::vector<float>> weights_;
-  std::vector<std::vector<float>> gradients_;
+  TensorValues weights_;
+  TensorValues gradients_;
   Batch batch_;
 };
 

@@ -22,20 +22,19 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "client/parameter_client.h"
 #include "common/cluster_address.h"
+#include "common/consistency_mode.h"
 #include "common/cpu_affinity.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/model_spec.h"
-#include "common/partition.h"
 #include "kernels/device.h"
 #include "spdlog/spdlog.h"
 #include "worker/idx_reader.h"
 #include "worker/mlp.h"
-#include "worker/ps_client.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(int, rank, 0,
@@ -60,7 +59,10 @@ ABSL_FLAG(std::string, model, "784-256-128-10", "MLP layer sizes");
 ABSL_FLAG(int, batch_size, 64, "Examples per step on this worker");
 ABSL_FLAG(int, epochs, 10, "Passes over the training set");
 ABSL_FLAG(uint64_t, max_steps, 0, "Stop after this many steps (0: no limit)");
-ABSL_FLAG(uint64_t, seed, 1, "Seed of the data shuffle (same on every worker)");
+ABSL_FLAG(uint64_t, seed, 1,
+          "Seed of the data shuffle and of the initial weights, which the "
+          "servers draw from the declared model's seed (same on every "
+          "worker)");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Directory with the Fashion-MNIST IDX files");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
@@ -80,7 +82,8 @@ ABSL_FLAG(absl::Duration, retry_timeout, absl::Seconds(120),
           "How long to wait for servers to come up, and to keep retrying an "
           "unreachable one (e.g. while it restarts), before giving up");
 ABSL_FLAG(absl::Duration, heartbeat_period, absl::Seconds(1),
-          "How often to tell the servers this worker is alive");
+          "Accepted for existing command lines; unused: workers send no "
+          "heartbeats until heartbeats carry the worker's clock");
 ABSL_FLAG(std::string, cpus, "",
           "CPUs this worker may run on, in the kernel's list format "
           "(\"0-3,8\"); empty: any. On a host shared with servers, separate "
@@ -247,9 +250,10 @@ absl::Status CheckFlags(int rank, int num_workers) {
     return absl::InvalidArgumentError("--heartbeat_period must be positive");
   }
   const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (!mode.empty() && mode != "sync" && mode != "ssp" && mode != "async") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mode must be sync, ssp or async, got \"", mode, "\""));
+  if (!mode.empty()) {
+    if (absl::Status s = ParseConsistencyMode(mode).status(); !s.ok()) {
+      return s;
+    }
   }
   if (absl::Status s = ValidateJobId(absl::GetFlag(FLAGS_job_id)); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
@@ -297,11 +301,11 @@ int Run() {
     spdlog::info("running on CPUs {}", FormatCpuList(*cpus));
   }
 
-  const ModelSpec model_spec = MlpModelSpec(*layers);
-  absl::StatusOr<Partition> partition =
-      Partition::Create(model_spec, static_cast<int>(servers->size()));
-  if (!partition.ok()) {
-    spdlog::error("bad flags: {}", partition.status().message());
+  const ModelSpec model_spec = MlpModelSpec(*layers, absl::GetFlag(FLAGS_seed));
+  // Declare would refuse it too, but only after the data is loaded.
+  if (absl::Status s = ValidateModelSpec(model_spec, DeclarationLimits());
+      !s.ok()) {
+    spdlog::error("bad flags: --model: {}", s.message());
     return kExitBadConfig;
   }
 
@@ -346,6 +350,7 @@ int Run() {
   if (!mlp.ok()) return fail(mlp.status(), kExitFailed);
 
   ClientOptions client_options;
+  client_options.servers = *servers;
   client_options.rank = *rank;
   client_options.job_id = absl::GetFlag(FLAGS_job_id);
   client_options.chunk_elements =
@@ -353,9 +358,8 @@ int Run() {
   client_options.retry_timeout = absl::GetFlag(FLAGS_retry_timeout);
   // Servers may come up after the workers (pods start in any order).
   client_options.connect_timeout = client_options.retry_timeout;
-  client_options.heartbeat_period = absl::GetFlag(FLAGS_heartbeat_period);
   absl::StatusOr<std::unique_ptr<ParameterClient>> client =
-      ParameterClient::Connect(*servers, &*partition, client_options);
+      ParameterClient::Connect(client_options);
   if (!client.ok()) {
     return fail(client.status(), ServerCallExitCode(client.status()));
   }
@@ -376,17 +380,16 @@ int Run() {
                       *rank == 0 ? &*test : nullptr);
   if (!trainer.ok()) return fail(trainer.status(), kExitBadConfig);
 
-  // A fresh id per process, so a shard can tell a restarted worker.
-  const uint64_t incarnation = absl::Uniform<uint64_t>(absl::BitGen());
-  absl::StatusOr<RegisterInfo> info =
-      (*client)->Register(incarnation, (*trainer)->planned_steps());
+  absl::StatusOr<Registration> info =
+      (*client)->Declare(model_spec, (*trainer)->planned_steps());
   if (!info.ok()) return fail(info.status(), ServerCallExitCode(info.status()));
   const std::string expected_mode = absl::GetFlag(FLAGS_mode);
-  if (!expected_mode.empty() && expected_mode != info->mode) {
-    return fail(
-        absl::FailedPreconditionError(absl::StrCat(
-            "--mode=", expected_mode, " but the servers run ", info->mode)),
-        kExitBadConfig);
+  if (!expected_mode.empty() &&
+      *ParseConsistencyMode(expected_mode) != info->mode) {
+    return fail(absl::FailedPreconditionError(absl::StrCat(
+                    "--mode=", expected_mode, " but the servers run ",
+                    ConsistencyModeName(info->mode))),
+                kExitBadConfig);
   }
   if (info->num_workers != num_workers) {
     return fail(absl::FailedPreconditionError(absl::StrCat(
@@ -395,14 +398,15 @@ int Run() {
                 kExitBadConfig);
   }
   spdlog::info("registered with {} servers: mode {}, {} workers, device {}",
-               servers->size(), info->mode, num_workers, (*backend)->name());
+               servers->size(), ConsistencyModeName(info->mode), num_workers,
+               (*backend)->name());
 
   absl::StatusOr<TrainingSummary> summary = (*trainer)->Run(*info);
   if (!summary.ok()) {
     return fail(summary.status(), ServerCallExitCode(summary.status()));
   }
 
-  absl::Status done = (*client)->Done();
+  absl::Status done = (*client)->Finish();
   if (!done.ok()) return fail(done, ServerCallExitCode(done));
   spdlog::info("trained {} steps on {} examples in {}, last loss {:.4f}",
                summary->steps, summary->examples,

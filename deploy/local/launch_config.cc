@@ -152,14 +152,12 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
       absl::StrCat("--server_index=", index),
       absl::StrCat("--num_servers=", config.num_servers),
       absl::StrCat("--num_workers=", config.num_workers),
-      absl::StrCat("--model=", config.model),
       absl::StrCat("--port=", port),
       "--host=127.0.0.1",
       absl::StrCat("--port_file=", port_file),
       absl::StrCat("--mode=", config.mode),
       absl::StrCat("--staleness=", config.staleness),
       absl::StrCat("--optimizer=", config.optimizer),
-      absl::StrCat("--seed=", config.seed),
   };
   if (config.learning_rate > 0) {
     argv.push_back(absl::StrCat("--learning_rate=", config.learning_rate));

@@ -88,10 +88,9 @@ TEST(LaunchConfigTest, ServerArgvCarriesClusterAndTrainingFlags) {
   EXPECT_THAT(
       ServerArgv(config, 1, "/tmp/d/server_1.port"),
       ElementsAre("/bin/server", "--server_index=1", "--num_servers=2",
-                  "--num_workers=2", "--model=784-256-128-10", "--port=0",
-                  "--host=127.0.0.1", "--port_file=/tmp/d/server_1.port",
-                  "--mode=ssp", "--staleness=2", "--optimizer=adam", "--seed=1",
-                  "--learning_rate=0.01", "--lr_schedule=cosine",
+                  "--num_workers=2", "--port=0", "--host=127.0.0.1",
+                  "--port_file=/tmp/d/server_1.port", "--mode=ssp",
+                  "--staleness=2", "--optimizer=adam", "--learning_rate=0.01", "--lr_schedule=cosine",
                   "--momentum=0.5"));
 }
 

@@ -43,7 +43,9 @@
 
 ABSL_FLAG(int, num_servers, 2, "Parameter-server shards to start.");
 ABSL_FLAG(int, num_workers, 2, "Workers to start.");
-ABSL_FLAG(std::string, model, "784-256-128-10", "MLP layer sizes.");
+ABSL_FLAG(std::string, model, "784-256-128-10",
+          "The MLP our worker trains (layer sizes); the servers hold whatever "
+          "rank 0 declares.");
 ABSL_FLAG(int, epochs, 10, "Training epochs.");
 ABSL_FLAG(int, batch_size, 64, "Examples per worker per step.");
 ABSL_FLAG(std::string, mode, "sync", "Consistency: sync|ssp|async.");
@@ -57,7 +59,8 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "restarted (empty: no checkpoints).");
 ABSL_FLAG(double, learning_rate, 0,
           "Learning rate; 0 keeps the server's default for the optimizer.");
-ABSL_FLAG(int64_t, seed, 1, "Seed for initialization and data order.");
+ABSL_FLAG(int64_t, seed, 1,
+          "Our worker's seed of the initial weights and the data order.");
 ABSL_FLAG(std::string, job_id, "",
           "The job's id, given to servers and workers so that servers of "
           "another job refuse them; empty: a new one for this run.");
@@ -116,8 +119,8 @@ absl::StatusOr<std::string> BinaryFromFlag(const LauncherLocation& location,
 // Flags that configure our worker binary, which a program given after "--"
 // does not read.
 constexpr const char* kWorkerBinaryFlags[] = {
-    "epochs",     "batch_size",   "data_dir",     "device",
-    "save_model", "worker_flags", "worker_binary"};
+    "model",  "seed",       "epochs",       "batch_size",   "data_dir",
+    "device", "save_model", "worker_flags", "worker_binary"};
 
 absl::Status CheckNoWorkerBinaryFlags() {
   for (const char* name : kWorkerBinaryFlags) {

@@ -1,8 +1,8 @@
-#include "server/consistency_mode.h"
+#include "common/consistency_mode.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace ps::server {
+namespace ps {
 
 absl::StatusOr<ConsistencyMode> ParseConsistencyMode(absl::string_view name) {
   if (name == "sync") return ConsistencyMode::kSync;
@@ -24,16 +24,4 @@ absl::string_view ConsistencyModeName(ConsistencyMode mode) {
   return "unknown";
 }
 
-absl::StatusOr<FailurePolicy> ParseFailurePolicy(absl::string_view name) {
-  if (name == "fail") return FailurePolicy::kFail;
-  if (name == "elastic") return FailurePolicy::kElastic;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--on_worker_failure must be \"fail\" or \"elastic\", got \"", name,
-      "\""));
-}
-
-absl::string_view FailurePolicyName(FailurePolicy policy) {
-  return policy == FailurePolicy::kFail ? "fail" : "elastic";
-}
-
-}  // namespace ps::server
+}  // namespace ps

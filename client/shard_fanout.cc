@@ -1,4 +1,4 @@
-#include "worker/ps_client.h"
+#include "client/shard_fanout.h"
 
 #include <algorithm>
 #include <deque>
@@ -10,12 +10,14 @@
 #include "absl/time/clock.h"
 #include "common/byte_stream_call.h"
 #include "common/chunk_wire.h"
+#include "common/consistency_mode.h"
+#include "common/declaration_proto.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/tensor_codec.h"
 #include "grpcpp/grpcpp.h"
 
-namespace ps::worker {
+namespace ps::client_internal {
 namespace {
 
 constexpr int kMaxMessageBytes = 64 << 20;
@@ -46,33 +48,14 @@ absl::Status ForEachServer(int num_servers, Fn fn) {
 
 }  // namespace
 
-ParameterClient::ParameterClient(std::vector<std::string> addresses,
-                                 const Partition* partition,
-                                 const ClientOptions& options)
-    : addresses_(std::move(addresses)),
-      partition_(partition),
-      options_(options) {}
-
-absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Connect(
-    const std::vector<std::string>& addresses, const Partition* partition,
-    const ClientOptions& options) {
-  if (static_cast<int>(addresses.size()) != partition->num_servers()) {
-    return absl::InvalidArgumentError(absl::StrCat("got ", addresses.size(),
-                                                   " server addresses but the "
-                                                   "partition is for ",
-                                                   partition->num_servers(),
-                                                   " servers"));
-  }
-  if (options.chunk_elements == 0) {
-    return absl::InvalidArgumentError("chunk_elements must be positive");
-  }
-  auto client =
-      absl::WrapUnique(new ParameterClient(addresses, partition, options));
+absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> ConnectChannels(
+    const std::vector<std::string>& addresses, absl::Duration timeout) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  const auto deadline = std::chrono::system_clock::now() +
-                        absl::ToChronoMilliseconds(options.connect_timeout);
+  const auto deadline =
+      std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout);
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (const std::string& address : addresses) {
     auto channel = grpc::CreateCustomChannel(
         address, grpc::InsecureChannelCredentials(), args);
@@ -81,15 +64,44 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Connect(
           absl::StrCat("parameter server ", address,
                        " did not accept a "
                        "connection within ",
-                       absl::FormatDuration(options.connect_timeout)));
+                       absl::FormatDuration(timeout)));
     }
-    client->stubs_.push_back(proto::ParameterServer::NewStub(channel));
-    client->byte_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
+    channels.push_back(std::move(channel));
   }
-  return client;
+  return channels;
 }
 
-proto::RequestHeader ParameterClient::Header(int server) const {
+ShardFanout::ShardFanout(std::vector<std::string> addresses,
+                         const Partition* partition,
+                         const ClientOptions& options)
+    : addresses_(std::move(addresses)),
+      partition_(partition),
+      options_(options) {}
+
+absl::StatusOr<std::unique_ptr<ShardFanout>> ShardFanout::Create(
+    std::vector<std::string> addresses,
+    std::vector<std::shared_ptr<grpc::Channel>> channels,
+    const Partition* partition, const ClientOptions& options) {
+  if (addresses.size() != channels.size() ||
+      static_cast<int>(addresses.size()) != partition->num_servers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("got ", addresses.size(), " server addresses and ",
+                     channels.size(), " channels but the partition is for ",
+                     partition->num_servers(), " servers"));
+  }
+  if (options.chunk_elements == 0) {
+    return absl::InvalidArgumentError("chunk_elements must be positive");
+  }
+  auto fanout = absl::WrapUnique(
+      new ShardFanout(std::move(addresses), partition, options));
+  for (const std::shared_ptr<grpc::Channel>& channel : channels) {
+    fanout->stubs_.push_back(proto::ParameterServer::NewStub(channel));
+    fanout->byte_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
+  }
+  return fanout;
+}
+
+proto::RequestHeader ShardFanout::Header(int server) const {
   proto::RequestHeader header;
   header.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
   header.set_partition_fingerprint(partition_->fingerprint());
@@ -100,31 +112,26 @@ proto::RequestHeader ParameterClient::Header(int server) const {
   return header;
 }
 
-absl::Status ParameterClient::Annotate(int server,
-                                       const absl::Status& status) const {
+absl::Status ShardFanout::Annotate(int server,
+                                   const absl::Status& status) const {
   if (status.ok()) return status;
   return absl::Status(status.code(),
                       absl::StrCat("server ", server, " (", addresses_[server],
                                    "): ", status.message()));
 }
 
-ParameterClient::~ParameterClient() {
-  {
-    absl::MutexLock lock(&heartbeat_mu_);
-    stopping_ = true;
-  }
-  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
-}
-
-absl::Status ParameterClient::CallWithRetry(
+absl::Status ShardFanout::CallWithRetry(
     int server, absl::string_view what,
     const std::function<absl::Status()>& attempt) {
-  const absl::Time deadline = absl::Now() + options_.retry_timeout;
+  absl::Time deadline = absl::InfiniteFuture();
   absl::Duration backoff = options_.initial_backoff;
   while (true) {
     absl::Status status = attempt();
     if (status.code() != absl::StatusCode::kUnavailable) {
       return Annotate(server, status);
+    }
+    if (deadline == absl::InfiniteFuture()) {
+      deadline = absl::Now() + options_.retry_timeout;
     }
     if (absl::Now() + backoff > deadline) {
       return Annotate(server, absl::UnavailableError(absl::StrCat(
@@ -140,52 +147,20 @@ absl::Status ParameterClient::CallWithRetry(
   }
 }
 
-void ParameterClient::StartHeartbeats(uint64_t incarnation) {
-  if (heartbeat_thread_.joinable()) return;
-  heartbeat_thread_ =
-      std::thread([this, incarnation] { SendHeartbeats(incarnation); });
-}
-
-void ParameterClient::SendHeartbeats(uint64_t incarnation) {
-  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(heartbeat_mu_) {
-    return stopping_;
-  };
-  while (true) {
-    {
-      absl::MutexLock lock(&heartbeat_mu_);
-      if (heartbeat_mu_.AwaitWithTimeout(absl::Condition(&stopping),
-                                         options_.heartbeat_period)) {
-        return;
-      }
-    }
-    for (int s = 0; s < num_servers(); ++s) {
-      proto::HeartbeatRequest request;
-      *request.mutable_header() = Header(s);
-      request.set_incarnation(incarnation);
-      proto::HeartbeatResponse response;
-      grpc::ClientContext context;
-      context.set_deadline(
-          std::chrono::system_clock::now() +
-          absl::ToChronoMilliseconds(options_.heartbeat_period));
-      grpc::Status status = stubs_[s]->Heartbeat(&context, request, &response);
-      if (!status.ok()) {
-        spdlog::debug("heartbeat to server {} failed: {}", s,
-                      status.error_message());
-      }
-    }
-  }
-}
-
-absl::StatusOr<RegisterInfo> ParameterClient::Register(uint64_t incarnation,
-                                                       uint64_t planned_steps) {
+absl::StatusOr<Registration> ShardFanout::Register(uint64_t incarnation,
+                                                   uint64_t planned_steps) {
   incarnation_.store(incarnation);
+  proto::ModelDeclaration declaration;
+  ModelSpecToProto(partition_->model(), &declaration);
   std::vector<proto::RegisterResponse> responses(num_servers());
   absl::Status status = ForEachServer(num_servers(), [&](int s) {
     proto::RegisterRequest request;
     *request.mutable_header() = Header(s);
-    request.set_num_tensors(partition_->num_tensors());
+    *request.mutable_declaration() = declaration;
     request.set_incarnation(incarnation);
     request.set_planned_steps(planned_steps);
+    // Other ranks are answered UNAVAILABLE until rank 0 has declared (and
+    // uploaded its initial values): the retry is the wait.
     return CallWithRetry(s, "register", [&] {
       grpc::ClientContext context;
       return FromGrpcStatus(
@@ -203,27 +178,71 @@ absl::StatusOr<RegisterInfo> ParameterClient::Register(uint64_t incarnation,
           responses[s].num_workers()));
     }
   }
-  RegisterInfo info;
-  info.mode = responses[0].mode();
-  info.num_workers = responses[0].num_workers();
-  info.version = responses[0].version();
-  info.next_step = responses[0].next_step();
-  info.epoch = responses[0].epoch();
-  info.examples_done = responses[0].examples_done();
+  absl::StatusOr<ConsistencyMode> mode =
+      ParseConsistencyMode(responses[0].mode());
+  if (!mode.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the servers run mode \"", responses[0].mode(),
+                     "\", which this client does not know"));
+  }
+  Registration registration;
+  registration.mode = *mode;
+  registration.num_workers = responses[0].num_workers();
+  registration.next_step = responses[0].next_step();
+  registration.cursor = {responses[0].epoch(), responses[0].examples_done()};
   for (const proto::RegisterResponse& r : responses) {
-    info.version = std::min<uint64_t>(info.version, r.version());
-    info.next_step = std::min<uint64_t>(info.next_step, r.next_step());
+    registration.next_step =
+        std::min<uint64_t>(registration.next_step, r.next_step());
+    DataCursor& cursor = registration.cursor;
     if (std::make_pair(r.epoch(), r.examples_done()) <
-        std::make_pair(info.epoch, info.examples_done)) {
-      info.epoch = r.epoch();
-      info.examples_done = r.examples_done();
+        std::make_pair(cursor.epoch, cursor.examples_done)) {
+      cursor = {r.epoch(), r.examples_done()};
     }
   }
-  return info;
+  return registration;
 }
 
-void ParameterClient::ShapeWeights(
-    std::vector<std::vector<float>>& weights) const {
+absl::Status ShardFanout::UploadInitialValues(const TensorValues& values) {
+  const ModelSpec& model = partition_->model();
+  std::vector<uint32_t> tensors;
+  std::vector<bool> servers(num_servers(), false);
+  for (uint32_t t = 0; t < model.tensors.size(); ++t) {
+    if (model.tensors[t].initializer.kind !=
+        InitializerSpec::Kind::kFromRank0) {
+      continue;
+    }
+    if (t >= values.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("initial values: none given for tensor ", t, " \"",
+                       model.tensors[t].name, "\""));
+    }
+    tensors.push_back(t);
+    for (const Slice& slice : partition_->SlicesOfTensor(t)) {
+      servers[slice.server] = true;
+    }
+  }
+  if (tensors.empty()) return absl::OkStatus();
+  PushSession session(this, StepInfo(), PushSession::Kind::kInitialValues,
+                      servers);
+  for (uint32_t t : tensors) {
+    // On error the session's destructor cancels what it sent.
+    if (absl::Status s = session.Send(t, values[t]); !s.ok()) return s;
+  }
+  return session.Finish();
+}
+
+absl::Status ShardFanout::Barrier(uint64_t generation) {
+  proto::BarrierRequest request;
+  *request.mutable_header() = Header(0);
+  request.set_generation(generation);
+  proto::BarrierResponse response;
+  return CallWithRetry(0, "barrier", [&] {
+    grpc::ClientContext context;
+    return FromGrpcStatus(stubs_[0]->Barrier(&context, request, &response));
+  });
+}
+
+void ShardFanout::ShapeWeights(TensorValues& weights) const {
   const ModelSpec& model = partition_->model();
   weights.resize(model.tensors.size());
   for (size_t t = 0; t < model.tensors.size(); ++t) {
@@ -231,19 +250,19 @@ void ParameterClient::ShapeWeights(
   }
 }
 
-absl::StatusOr<uint64_t> ParameterClient::Pull(
-    uint64_t clock, std::vector<std::vector<float>>& weights) {
+absl::StatusOr<uint64_t> ShardFanout::Pull(uint64_t clock,
+                                           TensorValues& weights) {
   return PullFromAll(clock, /*after_others_finish=*/false, weights);
 }
 
-absl::StatusOr<uint64_t> ParameterClient::PullFinal(
-    uint64_t clock, std::vector<std::vector<float>>& weights) {
+absl::StatusOr<uint64_t> ShardFanout::PullFinal(uint64_t clock,
+                                                TensorValues& weights) {
   return PullFromAll(clock, /*after_others_finish=*/true, weights);
 }
 
-absl::StatusOr<uint64_t> ParameterClient::PullFromAll(
-    uint64_t clock, bool after_others_finish,
-    std::vector<std::vector<float>>& weights) {
+absl::StatusOr<uint64_t> ShardFanout::PullFromAll(uint64_t clock,
+                                                  bool after_others_finish,
+                                                  TensorValues& weights) {
   ShapeWeights(weights);
   std::vector<uint64_t> versions(num_servers(), 0);
   absl::Status status = ForEachServer(num_servers(), [&](int s) {
@@ -256,9 +275,10 @@ absl::StatusOr<uint64_t> ParameterClient::PullFromAll(
   return *std::min_element(versions.begin(), versions.end());
 }
 
-absl::Status ParameterClient::PullFromServer(
-    int server, uint64_t clock, bool after_others_finish,
-    std::vector<std::vector<float>>& weights, uint64_t* version) {
+absl::Status ShardFanout::PullFromServer(int server, uint64_t clock,
+                                         bool after_others_finish,
+                                         TensorValues& weights,
+                                         uint64_t* version) {
   proto::PullRequest request;
   *request.mutable_header() = Header(server);
   request.set_clock(clock);
@@ -271,9 +291,9 @@ absl::Status ParameterClient::PullFromServer(
   return ReceiveWeights(server, call, weights, version);
 }
 
-absl::Status ParameterClient::ReceiveWeights(
-    int server, ByteStreamCall& call, std::vector<std::vector<float>>& weights,
-    uint64_t* version) {
+absl::Status ShardFanout::ReceiveWeights(int server, ByteStreamCall& call,
+                                         TensorValues& weights,
+                                         uint64_t* version) {
   const ModelSpec& model = partition_->model();
   const std::vector<Slice>& slices = partition_->SlicesOfServer(server);
   // Chunks must arrive slice by slice, in order, each continuing where the
@@ -340,10 +360,9 @@ absl::Status ParameterClient::ReceiveWeights(
   return absl::OkStatus();
 }
 
-absl::Status ParameterClient::Push(
-    const PushMetadata& metadata,
-    const std::vector<std::vector<float>>& gradients) {
-  std::unique_ptr<PushSession> session = StartPush(metadata);
+absl::Status ShardFanout::Push(const StepInfo& info,
+                               const TensorValues& gradients) {
+  std::unique_ptr<PushSession> session = StartPush(info);
   for (uint32_t t = 0; t < gradients.size(); ++t) {
     absl::Status status = session->Send(t, gradients[t]);
     if (!status.ok()) return status;
@@ -351,7 +370,7 @@ absl::Status ParameterClient::Push(
   return session->Finish();
 }
 
-absl::Status ParameterClient::Done() {
+absl::Status ShardFanout::Done() {
   return ForEachServer(num_servers(), [&](int s) {
     proto::DoneRequest request;
     *request.mutable_header() = Header(s);
@@ -363,41 +382,38 @@ absl::Status ParameterClient::Done() {
   });
 }
 
-std::unique_ptr<PushSession> ParameterClient::StartPush(
-    const PushMetadata& metadata) {
+std::unique_ptr<PushSession> ShardFanout::StartPush(const StepInfo& info) {
   return absl::WrapUnique(
-      new PushSession(this, metadata, /*pull_after_push=*/false));
+      new PushSession(this, info, PushSession::Kind::kPush));
 }
 
-std::unique_ptr<PushSession> ParameterClient::StartPushPull(
-    const PushMetadata& metadata) {
+std::unique_ptr<PushSession> ShardFanout::StartPushPull(const StepInfo& info) {
   return absl::WrapUnique(
-      new PushSession(this, metadata, /*pull_after_push=*/true));
+      new PushSession(this, info, PushSession::Kind::kPushPull));
 }
 
 // The stream to one shard: a queue of slices to send, drained by a thread
-// of its own that owns the gRPC writer. With `pull_after_push` the call is
-// a PushPull, whose answer the thread decodes into the vectors given to
-// Close.
+// of its own that owns the gRPC writer. A PushPull's answer is decoded by
+// that thread into the vectors given to Close.
 class PushSession::ShardStream {
  public:
-  ShardStream(ParameterClient* client, int server, const PushMetadata& metadata,
-              bool pull_after_push)
-      : client_(client), server_(server), pull_after_push_(pull_after_push) {
-    prototype_.mutable_header()->CopyFrom(client->Header(server));
-    prototype_.set_step(metadata.step);
-    prototype_.set_base_version(metadata.base_version);
-    prototype_.set_num_examples(metadata.num_examples);
-    prototype_.set_epoch(metadata.epoch);
-    prototype_.set_examples_done(metadata.examples_done);
-    if (pull_after_push) {
-      prototype_.set_max_pull_chunk_elements(client->options_.chunk_elements);
+  ShardStream(ShardFanout* fanout, int server, const StepInfo& info, Kind kind)
+      : fanout_(fanout), server_(server), kind_(kind) {
+    prototype_.mutable_header()->CopyFrom(fanout->Header(server));
+    prototype_.set_step(info.step);
+    prototype_.set_base_version(info.base_version);
+    prototype_.set_num_examples(info.num_examples);
+    prototype_.set_epoch(info.cursor.epoch);
+    prototype_.set_examples_done(info.cursor.examples_done);
+    if (kind == Kind::kPushPull) {
+      prototype_.set_max_pull_chunk_elements(fanout->options_.chunk_elements);
     }
+    if (kind == Kind::kInitialValues) prototype_.set_initial_values(true);
     thread_ = std::thread([this] { status_ = Run(); });
   }
 
   ~ShardStream() {
-    Close(nullptr);
+    Close(nullptr, /*abandon=*/true);
     if (thread_.joinable()) thread_.join();
   }
 
@@ -407,16 +423,17 @@ class PushSession::ShardStream {
   }
 
   // No more slices. `weights` (shaped by ShapeWeights) receives a PushPull's
-  // answer; null abandons it.
-  void Close(std::vector<std::vector<float>>* weights) {
+  // answer. With `abandon` the call is cancelled: the shard applies nothing.
+  void Close(TensorValues* weights, bool abandon) {
     absl::MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
+    abandoned_ = abandon;
     weights_ = weights;
   }
 
-  absl::Status Join(std::vector<std::vector<float>>* weights) {
-    Close(weights);
+  absl::Status Join(TensorValues* weights) {
+    Close(weights, /*abandon=*/false);
     thread_.join();
     return status_;
   }
@@ -435,18 +452,20 @@ class PushSession::ShardStream {
   // has let go of the gradient memory.
   absl::Status Run() {
     std::vector<Item> items;
-    absl::Status status = client_->CallWithRetry(
-        server_, pull_after_push_ ? "push and pull" : "push",
-        [&] { return Attempt(items); });
+    const char* what = kind_ == Kind::kPushPull        ? "push and pull"
+                       : kind_ == Kind::kInitialValues ? "initial values"
+                                                       : "push";
+    absl::Status status =
+        fanout_->CallWithRetry(server_, what, [&] { return Attempt(items); });
     lender_.AwaitReturned();
     return status;
   }
 
   absl::Status Attempt(std::vector<Item>& items) {
     grpc::ClientContext context;
-    ByteStreamCall call(client_->byte_stubs_[server_].get(),
-                        MethodName(pull_after_push_ ? "PushPull" : "Push"),
-                        &context);
+    ByteStreamCall call(
+        fanout_->byte_stubs_[server_].get(),
+        MethodName(kind_ == Kind::kPushPull ? "PushPull" : "Push"), &context);
     bool broken = false;
     for (const Item& item : items) {
       if (!broken) broken = !Write(item, call);
@@ -467,18 +486,19 @@ class PushSession::ShardStream {
       items.push_back(item);
       if (!broken) broken = !Write(item, call);
     }
-    if (pull_after_push_) {
-      std::vector<std::vector<float>>* weights = nullptr;
-      {
-        absl::MutexLock lock(&mu_);
-        weights = weights_;
+    TensorValues* weights = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (abandoned_) {
+        // Without WritesDone, ~ByteStreamCall cancels the call.
+        return absl::CancelledError("push abandoned");
       }
-      if (weights == nullptr) {
-        return absl::CancelledError("push and pull abandoned");
-      }
+      weights = weights_;
+    }
+    if (kind_ == Kind::kPushPull) {
       if (!broken) call.WritesDone();
       // A broken stream shows in the call's status, which this returns.
-      return client_->ReceiveWeights(server_, call, *weights, &pulled_version_);
+      return fanout_->ReceiveWeights(server_, call, *weights, &pulled_version_);
     }
     // The one response is the shard's acknowledgement; its version is not
     // needed here.
@@ -496,8 +516,8 @@ class PushSession::ShardStream {
   bool Write(const Item& item, ByteStreamCall& call) {
     const Slice& slice = item.slice;
     const std::vector<int64_t>& shape =
-        client_->partition_->model().tensors[slice.tensor_id].shape;
-    const uint64_t chunk_elements = client_->options_.chunk_elements;
+        fanout_->partition_->model().tensors[slice.tensor_id].shape;
+    const uint64_t chunk_elements = fanout_->options_.chunk_elements;
     proto::TensorChunk chunk;
     chunk.set_tensor_id(slice.tensor_id);
     chunk.set_dtype(proto::DTYPE_FLOAT32);
@@ -517,28 +537,31 @@ class PushSession::ShardStream {
     return true;
   }
 
-  ParameterClient* const client_;
+  ShardFanout* const fanout_;
   const int server_;
-  const bool pull_after_push_;
+  const Kind kind_;
   // Every field but the chunk, the same in each message.
   proto::PushRequest prototype_;
   SliceLender lender_;
   absl::Mutex mu_;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::vector<float>>* weights_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
+  TensorValues* weights_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Written by the thread, read after joining it.
   absl::Status status_;
   uint64_t pulled_version_ = 0;
   std::thread thread_;
 };
 
-PushSession::PushSession(ParameterClient* client, const PushMetadata& metadata,
-                         bool pull_after_push)
-    : client_(client), pull_after_push_(pull_after_push) {
-  for (int s = 0; s < client->num_servers(); ++s) {
+PushSession::PushSession(ShardFanout* fanout, const StepInfo& info, Kind kind,
+                         const std::vector<bool>& servers)
+    : fanout_(fanout), kind_(kind) {
+  for (int s = 0; s < fanout->num_servers(); ++s) {
     streams_.push_back(
-        std::make_unique<ShardStream>(client, s, metadata, pull_after_push));
+        servers.empty() || servers[s]
+            ? std::make_unique<ShardStream>(fanout, s, info, kind)
+            : nullptr);
   }
 }
 
@@ -546,7 +569,10 @@ PushSession::~PushSession() = default;
 
 absl::Status PushSession::Send(uint32_t tensor_id,
                                absl::Span<const float> gradient) {
-  const ModelSpec& model = client_->partition_->model();
+  if (finished_) {
+    return absl::FailedPreconditionError("push session already finished");
+  }
+  const ModelSpec& model = fanout_->partition_->model();
   if (tensor_id >= model.tensors.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient for tensor ", tensor_id, ": the model has only ",
@@ -558,40 +584,54 @@ absl::Status PushSession::Send(uint32_t tensor_id,
         absl::StrCat("gradient for ", spec.name, " has ", gradient.size(),
                      " elements, expected ", spec.num_elements()));
   }
-  for (const Slice& slice : client_->partition_->SlicesOfTensor(tensor_id)) {
+  if (kind_ == Kind::kInitialValues &&
+      spec.initializer.kind != InitializerSpec::Kind::kFromRank0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "initial values for ", spec.name, ", which is not declared FromRank0"));
+  }
+  const std::vector<Slice>& slices =
+      fanout_->partition_->SlicesOfTensor(tensor_id);
+  for (const Slice& slice : slices) {
+    if (streams_[slice.server] == nullptr) {
+      return absl::InternalError(absl::StrCat(
+          "no stream to server ", slice.server, " for ", spec.name));
+    }
+  }
+  for (const Slice& slice : slices) {
     streams_[slice.server]->Enqueue(slice, gradient.data());
   }
   return absl::OkStatus();
 }
 
 absl::Status PushSession::Finish() {
-  if (pull_after_push_) {
+  if (kind_ == Kind::kPushPull) {
     return absl::FailedPreconditionError(
         "a session from StartPushPull ends with FinishWithPull");
   }
   return JoinStreams(nullptr);
 }
 
-absl::StatusOr<uint64_t> PushSession::FinishWithPull(
-    std::vector<std::vector<float>>& weights) {
-  if (!pull_after_push_) {
+absl::StatusOr<uint64_t> PushSession::FinishWithPull(TensorValues& weights) {
+  if (kind_ != Kind::kPushPull) {
     return absl::FailedPreconditionError(
         "a session from StartPush pulls nothing; it ends with Finish");
   }
-  client_->ShapeWeights(weights);
+  fanout_->ShapeWeights(weights);
   std::vector<uint64_t> versions(streams_.size(), 0);
   absl::Status status = JoinStreams(&weights, &versions);
   if (!status.ok()) return status;
   return *std::min_element(versions.begin(), versions.end());
 }
 
-absl::Status PushSession::JoinStreams(std::vector<std::vector<float>>* weights,
+absl::Status PushSession::JoinStreams(TensorValues* weights,
                                       std::vector<uint64_t>* pulled_versions) {
-  if (streams_.empty()) {
+  if (finished_) {
     return absl::FailedPreconditionError("push session already finished");
   }
+  finished_ = true;
   absl::Status first_error;
   for (size_t s = 0; s < streams_.size(); ++s) {
+    if (streams_[s] == nullptr) continue;
     absl::Status status = streams_[s]->Join(weights);
     if (first_error.ok()) first_error = status;
     if (pulled_versions != nullptr) {
@@ -602,4 +642,4 @@ absl::Status PushSession::JoinStreams(std::vector<std::vector<float>>* weights,
   return first_error;
 }
 
-}  // namespace ps::worker
+}  // namespace ps::client_internal

@@ -1,17 +1,10 @@
-#ifndef PS_SERVER_CONSISTENCY_MODE_H_
-#define PS_SERVER_CONSISTENCY_MODE_H_
+#ifndef PS_SERVER_FAILURE_POLICY_H_
+#define PS_SERVER_FAILURE_POLICY_H_
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace ps::server {
-
-// sync: bulk-synchronous; ssp: stale-synchronous with a bound; async: none.
-enum class ConsistencyMode { kSync, kSsp, kAsync };
-
-// Parses "sync", "ssp" or "async".
-absl::StatusOr<ConsistencyMode> ParseConsistencyMode(absl::string_view name);
-absl::string_view ConsistencyModeName(ConsistencyMode mode);
 
 // What happens when a worker dies: kFail stops the job, kElastic carries on
 // with the live workers.
@@ -23,4 +16,4 @@ absl::string_view FailurePolicyName(FailurePolicy policy);
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_CONSISTENCY_MODE_H_
+#endif  // PS_SERVER_FAILURE_POLICY_H_

@@ -1,0 +1,424 @@
+#include "client/parameter_client.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/memory/memory.h"
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/shard_fanout.h"
+#include "common/cluster_address.h"
+#include "common/partition.h"
+#include "common/worker_environment.h"
+#include "grpcpp/channel.h"
+
+namespace ps {
+namespace {
+
+using client_internal::PushSession;
+using client_internal::ShardFanout;
+
+// 32 MiB of floats: a chunk's message stays well under the channels' 64 MiB
+// limit.
+constexpr uint64_t kMaxChunkElements = uint64_t{8} << 20;
+
+absl::Status ValidateOptions(const ClientOptions& options) {
+  if (options.servers.empty()) {
+    return absl::InvalidArgumentError("ClientOptions: no servers given");
+  }
+  absl::flat_hash_set<std::string> seen;
+  for (const std::string& address : options.servers) {
+    if (absl::Status s = ValidateServerAddress(address); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ClientOptions.servers: ", s.message()));
+    }
+    if (!seen.insert(address).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ClientOptions.servers: ", address, " is given twice"));
+    }
+  }
+  if (options.rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ClientOptions.rank must not be negative, got ", options.rank));
+  }
+  if (absl::Status s = ValidateJobId(options.job_id); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ClientOptions.job_id: ", s.message()));
+  }
+  if (options.chunk_elements < 1 ||
+      options.chunk_elements > kMaxChunkElements) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ClientOptions.chunk_elements must be in [1, ",
+                     kMaxChunkElements, "], got ", options.chunk_elements));
+  }
+  if (options.connect_timeout < absl::ZeroDuration() ||
+      options.retry_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "ClientOptions: connect_timeout and retry_timeout must not be "
+        "negative");
+  }
+  if (options.initial_backoff <= absl::ZeroDuration() ||
+      options.max_backoff < options.initial_backoff) {
+    return absl::InvalidArgumentError(
+        "ClientOptions: initial_backoff must be positive and at most "
+        "max_backoff");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NotDeclared() {
+  return absl::FailedPreconditionError(
+      "ParameterClient: Declare the model first");
+}
+
+// What StartStep returns when the step cannot start: every call fails the
+// same way.
+class FailedStepPush final : public StepPush {
+ public:
+  explicit FailedStepPush(absl::Status status) : status_(std::move(status)) {}
+  absl::Status Send(int, absl::Span<const float>) override { return status_; }
+  absl::Status Finish() override { return status_; }
+  absl::StatusOr<uint64_t> FinishWithPull(TensorValues&) override {
+    return status_;
+  }
+
+ private:
+  const absl::Status status_;
+};
+
+// A step's push over every shard. Refuses locally what the shards would
+// refuse (an unknown id, a wrong size, a tensor twice, a tensor missing),
+// so that the error names the tensor; a push with a tensor missing is
+// cancelled, never sent incomplete.
+class ShardStepPush final : public StepPush {
+ public:
+  ShardStepPush(std::unique_ptr<PushSession> session, const ModelSpec* model,
+                bool pull_after)
+      : model_(model),
+        pull_after_(pull_after),
+        session_(std::move(session)),
+        sent_(model->tensors.size(), false) {}
+
+  absl::Status Send(int id, absl::Span<const float> gradient) override {
+    absl::MutexLock lock(&mu_);
+    if (session_ == nullptr) {
+      return absl::FailedPreconditionError("StepPush: already finished");
+    }
+    if (id < 0 || static_cast<size_t>(id) >= sent_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "StepPush: no tensor ", id, " in a model of ", sent_.size()));
+    }
+    if (sent_[id]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("StepPush: tensor ", id, " \"", model_->tensors[id].name,
+                       "\" sent twice"));
+    }
+    absl::Status status = session_->Send(id, gradient);
+    if (status.ok()) sent_[id] = true;
+    return status;
+  }
+
+  absl::Status Finish() override {
+    if (pull_after_) {
+      return absl::FailedPreconditionError(
+          "StepPush: a step started with pull_after ends with FinishWithPull");
+    }
+    absl::StatusOr<std::unique_ptr<PushSession>> session = TakeComplete();
+    if (!session.ok()) return session.status();
+    return (*session)->Finish();
+  }
+
+  absl::StatusOr<uint64_t> FinishWithPull(TensorValues& weights) override {
+    if (!pull_after_) {
+      return absl::FailedPreconditionError(
+          "StepPush: a step started without pull_after pulls nothing; it ends "
+          "with Finish");
+    }
+    absl::StatusOr<std::unique_ptr<PushSession>> session = TakeComplete();
+    if (!session.ok()) return session.status();
+    return (*session)->FinishWithPull(weights);
+  }
+
+ private:
+  // The session, once every tensor was sent; else cancels it (dropping it
+  // cancels its calls) and names the first tensor missing.
+  absl::StatusOr<std::unique_ptr<PushSession>> TakeComplete() {
+    std::unique_ptr<PushSession> session;
+    absl::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      if (session_ == nullptr) {
+        return absl::FailedPreconditionError("StepPush: already finished");
+      }
+      session = std::move(session_);
+      for (size_t id = 0; id < sent_.size(); ++id) {
+        if (!sent_[id]) {
+          status = absl::InvalidArgumentError(absl::StrCat(
+              "StepPush: tensor ", id, " \"", model_->tensors[id].name,
+              "\" was not sent; the step was cancelled, nothing applied"));
+          break;
+        }
+      }
+    }
+    // Outside the lock: cancelling waits for the calls to end.
+    if (!status.ok()) return status;
+    return session;
+  }
+
+  const ModelSpec* const model_;
+  const bool pull_after_;
+  absl::Mutex mu_;
+  std::unique_ptr<PushSession> session_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> sent_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<ClientOptions> ClientOptions::FromEnvironment() {
+  absl::StatusOr<WorkerEnvironment> environment =
+      ReadWorkerEnvironment([](const char* name) { return std::getenv(name); });
+  if (!environment.ok()) return environment.status();
+  ClientOptions options;
+  options.servers = std::move(environment->servers);
+  options.rank = environment->rank;
+  options.job_id = std::move(environment->job_id);
+  return options;
+}
+
+// The client's state. Everything Declare sets is set once, under `mu_`, and
+// never replaced, so the other calls take the pointers under the lock and
+// make their calls without it.
+class ParameterClient::Impl {
+ public:
+  Impl(ClientOptions options,
+       std::vector<std::shared_ptr<grpc::Channel>> channels)
+      : options_(std::move(options)), channels_(std::move(channels)) {}
+
+  absl::StatusOr<Registration> Declare(const ModelSpec& model,
+                                       uint64_t planned_steps) {
+    if (absl::Status s = ValidateModelSpec(model, DeclarationLimits());
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("declared model: ", s.message()));
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (fanout_ != nullptr || declaring_) {
+        return absl::FailedPreconditionError(
+            "ParameterClient: Declare was already called");
+      }
+      declaring_ = true;
+    }
+    absl::StatusOr<Registration> registration = Register(model, planned_steps);
+    absl::MutexLock lock(&mu_);
+    declaring_ = false;  // A failed Declare may be tried again.
+    return registration;
+  }
+
+  const ModelSpec& model() const {
+    absl::MutexLock lock(&mu_);
+    return partition_ != nullptr ? partition_->model() : empty_model_;
+  }
+
+  absl::StatusOr<int> TensorId(absl::string_view name) const {
+    const int id = model().FindTensor(name);
+    if (id < 0) {
+      return absl::NotFoundError(
+          absl::StrCat("no tensor \"", name, "\" in the declared model"));
+    }
+    return id;
+  }
+
+  absl::Status Broadcast(TensorValues& values) {
+    absl::StatusOr<ShardFanout*> fanout = Fanout(/*for_step=*/false);
+    if (!fanout.ok()) return fanout.status();
+    if (options_.rank == 0) {
+      if (absl::Status s = (*fanout)->UploadInitialValues(values); !s.ok()) {
+        return s;
+      }
+      absl::MutexLock lock(&mu_);
+      initial_values_sent_ = true;
+    }
+    uint64_t step = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      step = registration_.next_step;
+    }
+    if (absl::Status s = (*fanout)->Pull(step, values).status(); !s.ok()) {
+      return s;
+    }
+    // In ssp and async a push is applied as it arrives: without the
+    // barrier, a fast rank's first step could change the weights before a
+    // slow rank has pulled rank 0's values.
+    return Barrier();
+  }
+
+  absl::StatusOr<uint64_t> Pull(uint64_t step, TensorValues& weights,
+                                bool final_pull) {
+    absl::StatusOr<ShardFanout*> fanout = Fanout(/*for_step=*/true);
+    if (!fanout.ok()) return fanout.status();
+    return final_pull ? (*fanout)->PullFinal(step, weights)
+                      : (*fanout)->Pull(step, weights);
+  }
+
+  std::unique_ptr<StepPush> StartStep(const StepInfo& info, bool pull_after) {
+    absl::StatusOr<ShardFanout*> fanout = Fanout(/*for_step=*/true);
+    if (!fanout.ok()) return std::make_unique<FailedStepPush>(fanout.status());
+    std::unique_ptr<PushSession> session = pull_after
+                                               ? (*fanout)->StartPushPull(info)
+                                               : (*fanout)->StartPush(info);
+    return std::make_unique<ShardStepPush>(
+        std::move(session), &(*fanout)->partition().model(), pull_after);
+  }
+
+  absl::Status Barrier() {
+    absl::StatusOr<ShardFanout*> fanout = Fanout(/*for_step=*/false);
+    if (!fanout.ok()) return fanout.status();
+    uint64_t generation = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      generation = barriers_passed_ + 1;
+    }
+    // A failed barrier does not count: repeating it sends the same
+    // generation, which the shard answers alike.
+    if (absl::Status s = (*fanout)->Barrier(generation); !s.ok()) return s;
+    absl::MutexLock lock(&mu_);
+    barriers_passed_ = std::max(barriers_passed_, generation);
+    return absl::OkStatus();
+  }
+
+  absl::Status Finish() {
+    absl::StatusOr<ShardFanout*> fanout = Fanout(/*for_step=*/false);
+    if (!fanout.ok()) return fanout.status();
+    return (*fanout)->Done();
+  }
+
+ private:
+  // Builds the partition and registers; publishes both on success.
+  absl::StatusOr<Registration> Register(const ModelSpec& model,
+                                        uint64_t planned_steps) {
+    absl::StatusOr<Partition> partition =
+        Partition::Create(model, static_cast<int>(channels_.size()));
+    if (!partition.ok()) return partition.status();
+    auto owned_partition = std::make_unique<Partition>(*std::move(partition));
+    absl::StatusOr<std::unique_ptr<ShardFanout>> fanout = ShardFanout::Create(
+        options_.servers, channels_, owned_partition.get(), options_);
+    if (!fanout.ok()) return fanout.status();
+    // A fresh id per client, so that a shard can tell a restarted rank; 0
+    // means "not given" on the wire.
+    uint64_t incarnation = 0;
+    absl::BitGen random;
+    while (incarnation == 0) incarnation = absl::Uniform<uint64_t>(random);
+    absl::StatusOr<Registration> registration =
+        (*fanout)->Register(incarnation, planned_steps);
+    if (!registration.ok()) return registration.status();
+    absl::MutexLock lock(&mu_);
+    partition_ = std::move(owned_partition);
+    fanout_ = *std::move(fanout);
+    registration_ = *registration;
+    return registration;
+  }
+
+  // The fanout, or why the call cannot be made yet. For a step (a pull or
+  // push): rank 0 of a new job must first upload the kFromRank0 tensors,
+  // which the shards wait for before they answer anything else.
+  absl::StatusOr<ShardFanout*> Fanout(bool for_step) const {
+    absl::MutexLock lock(&mu_);
+    if (fanout_ == nullptr) return NotDeclared();
+    if (for_step && options_.rank == 0 && registration_.next_step == 0 &&
+        !initial_values_sent_) {
+      for (const TensorSpec& tensor : partition_->model().tensors) {
+        if (tensor.initializer.kind == InitializerSpec::Kind::kFromRank0) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "tensor \"", tensor.name,
+              "\" is declared FromRank0: rank 0 calls Broadcast before it "
+              "pulls or pushes"));
+        }
+      }
+    }
+    return fanout_.get();
+  }
+
+  const ClientOptions options_;
+  const std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  const ModelSpec empty_model_;
+
+  mutable absl::Mutex mu_;
+  bool declaring_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<const Partition> partition_ ABSL_GUARDED_BY(mu_);
+  // Borrows `partition_`; declared after it, so destroyed first.
+  std::unique_ptr<ShardFanout> fanout_ ABSL_GUARDED_BY(mu_);
+  Registration registration_ ABSL_GUARDED_BY(mu_);
+  bool initial_values_sent_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t barriers_passed_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Connect(
+    const ClientOptions& options) {
+  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> channels =
+      client_internal::ConnectChannels(options.servers,
+                                       options.connect_timeout);
+  if (!channels.ok()) return channels.status();
+  return absl::WrapUnique(new ParameterClient(
+      std::make_unique<Impl>(options, *std::move(channels))));
+}
+
+ParameterClient::ParameterClient(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+ParameterClient::~ParameterClient() = default;
+
+absl::StatusOr<Registration> ParameterClient::Declare(const ModelSpec& model,
+                                                      uint64_t planned_steps) {
+  return impl_->Declare(model, planned_steps);
+}
+
+const ModelSpec& ParameterClient::model() const { return impl_->model(); }
+
+absl::StatusOr<int> ParameterClient::TensorId(absl::string_view name) const {
+  return impl_->TensorId(name);
+}
+
+absl::Status ParameterClient::Broadcast(TensorValues& values) {
+  return impl_->Broadcast(values);
+}
+
+absl::StatusOr<uint64_t> ParameterClient::Pull(uint64_t step,
+                                               TensorValues& weights) {
+  return impl_->Pull(step, weights, /*final_pull=*/false);
+}
+
+std::unique_ptr<StepPush> ParameterClient::StartStep(const StepInfo& info,
+                                                     bool pull_after) {
+  return impl_->StartStep(info, pull_after);
+}
+
+absl::Status ParameterClient::Push(const StepInfo& info,
+                                   const TensorValues& gradients) {
+  std::unique_ptr<StepPush> push = StartStep(info, /*pull_after=*/false);
+  for (size_t id = 0; id < gradients.size(); ++id) {
+    if (absl::Status s = push->Send(static_cast<int>(id), gradients[id]);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return push->Finish();
+}
+
+absl::Status ParameterClient::Barrier() { return impl_->Barrier(); }
+
+absl::StatusOr<uint64_t> ParameterClient::PullFinal(uint64_t step,
+                                                    TensorValues& weights) {
+  return impl_->Pull(step, weights, /*final_pull=*/true);
+}
+
+absl::Status ParameterClient::Finish() { return impl_->Finish(); }
+
+}  // namespace ps

@@ -1,0 +1,234 @@
+#ifndef PS_CLIENT_PARAMETER_CLIENT_H_
+#define PS_CLIENT_PARAMETER_CLIENT_H_
+
+// The client library: what a training program links to train through the
+// parameter servers. Nothing here exposes gRPC or protobuf.
+//
+// A training step with it, on every rank:
+//
+//   ps::ClientOptions options = *ps::ClientOptions::FromEnvironment();
+//   auto client = *ps::ParameterClient::Connect(options);
+//   ps::Registration reg = *client->Declare(model, planned_steps);
+//   ps::TensorValues weights;
+//   client->Pull(reg.next_step, weights);             // or Broadcast
+//   for (uint64_t step = reg.next_step; step < planned_steps; ++step) {
+//     ... compute gradients from `weights` ...
+//     auto push = client->StartStep({step, version, batch, cursor}, true);
+//     push->Send(id, gradient) for every tensor, as it becomes ready;
+//     version = *push->FinishWithPull(weights);       // weights for step + 1
+//   }
+//   client->Finish();
+//
+// What a step means depends on the servers' --mode (Registration::mode):
+// - kSync: a push for step t is summed with every live rank's push for t
+//   (in rank order, weighted by examples), and the weights for step t + 1
+//   are answered once that sum is applied. Every rank sees the same weights
+//   at every step.
+// - kSsp: a push is applied when it arrives; the weights for step t are
+//   answered once every live rank has pushed step t - 1 - staleness.
+// - kAsync: a push is applied when it arrives; weights are answered at once.
+//
+// Retries, registration and the shards' restarts are handled inside: a call
+// that fails has failed for good (the status says which shard and why).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/consistency_mode.h"
+#include "common/model_spec.h"
+
+namespace ps {
+
+struct ClientOptions {
+  // "host:port" of every shard, shard i first.
+  std::vector<std::string> servers;
+  // This worker's rank in [0, number of workers); rank 0 declares the model.
+  int rank = 0;
+  // The job the servers must belong to (their --job_id; empty if they have
+  // none).
+  std::string job_id;
+  // Elements per streamed chunk: 256K floats = 1 MiB.
+  uint64_t chunk_elements = 256 * 1024;
+  // How long Connect waits for every shard to accept a connection.
+  absl::Duration connect_timeout = absl::Seconds(30);
+  // A shard that is unreachable (down, restarting) or not ready (rank 0 has
+  // not declared yet) is retried with exponential backoff from
+  // `initial_backoff` to `max_backoff` for this long before a call fails.
+  absl::Duration retry_timeout = absl::Seconds(120);
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(2);
+
+  // The options a launcher (deploy/local `launch -- PROGRAM`, a Kubernetes
+  // Job) passes in the environment: PS_SERVERS, PS_RANK, PS_JOB_ID. The
+  // other fields keep their defaults. InvalidArgument naming the variable
+  // that is missing or malformed.
+  static absl::StatusOr<ClientOptions> FromEnvironment();
+};
+
+// Where a rank is in the data: it has trained on `examples_done` examples
+// of its share of epoch `epoch`. The client sends it with every push; the
+// servers record it with the push they accept, and a rank that restarts
+// gets back the position of its last accepted step, so that every example
+// is counted once.
+struct DataCursor {
+  uint64_t epoch = 0;
+  uint64_t examples_done = 0;
+};
+
+// What the servers told a rank that declared.
+struct Registration {
+  ConsistencyMode mode = ConsistencyMode::kSync;
+  int num_workers = 0;
+  // The step this rank continues from: 0 in a new job; for a rank that
+  // restarted, where the servers say it stopped.
+  uint64_t next_step = 0;
+  // The data position recorded with this rank's last accepted push (the
+  // smallest over the shards, so no example is skipped).
+  DataCursor cursor;
+};
+
+// One float32 buffer per declared tensor, in declaration order
+// (`values[id]` has the tensor's num_elements()). Calls that fill it resize
+// it as needed.
+using TensorValues = std::vector<std::vector<float>>;
+
+// What a push says about its gradient besides the values.
+struct StepInfo {
+  // The step the gradient is for (the rank's clock).
+  uint64_t step = 0;
+  // The version of the weights it was computed from (what the pull
+  // returned).
+  uint64_t base_version = 0;
+  // Examples the gradient averages over; a sync step weights ranks by it.
+  uint32_t num_examples = 0;
+  // The data position after this step.
+  DataCursor cursor;
+};
+
+class StepPush;
+
+// A training program's connection to every parameter-server shard.
+//
+// Every call fans out to the shards in parallel and fails if any shard
+// fails, naming the shard. Everything the shards send is checked against
+// the declaration, so a mismatched shard yields an error, never wrong
+// weights.
+//
+// Thread-safety: Pull, StartStep, Broadcast, Barrier and Finish may be
+// called from any thread, but a rank's steps are meant to be issued one
+// after another; Declare must come first and once. Destroying the client
+// closes its connections (a rank that did not Finish is seen as dead by the
+// shards after their --worker_timeout).
+class ParameterClient {
+ public:
+  // Connects to every shard of `options.servers`, waiting up to
+  // `options.connect_timeout`. InvalidArgument for bad options, Unavailable
+  // naming a shard that did not answer.
+  static absl::StatusOr<std::unique_ptr<ParameterClient>> Connect(
+      const ClientOptions& options);
+
+  ~ParameterClient();
+  ParameterClient(const ParameterClient&) = delete;
+  ParameterClient& operator=(const ParameterClient&) = delete;
+
+  // Declares the model this rank trains and registers the rank with every
+  // shard. Rank 0's declaration creates the model on fresh shards (each
+  // initialises its slices as the tensors' InitializerSpec says); every
+  // other rank waits for it (up to retry_timeout) and must declare exactly
+  // the same, or gets FailedPrecondition naming the first tensor that
+  // differs. A shard restored from a checkpoint already holds a model and
+  // refuses any other. `planned_steps`: steps this rank will train in all;
+  // the servers' learning-rate schedule spans them.
+  absl::StatusOr<Registration> Declare(const ModelSpec& model,
+                                       uint64_t planned_steps);
+
+  // The declared model; valid after Declare.
+  const ModelSpec& model() const;
+  // The id of the tensor called `name`, or NotFound.
+  absl::StatusOr<int> TensorId(absl::string_view name) const;
+
+  // For tensors declared InitializerSpec::FromRank0: on rank 0, uploads
+  // `values` of those tensors (the other tensors' entries are not read);
+  // the shards keep the first values they receive, so a restarted rank 0
+  // cannot change them. Then, on every rank, fills `values` with the
+  // weights for step Registration::next_step (0 in a new job, where they
+  // hold rank 0's values bit for bit, in every mode), as Pull does. Other
+  // ranks wait (in Declare) until rank 0's upload is complete. Collective:
+  // every rank calls it, and it returns once every live rank has its copy
+  // (it ends with a Barrier, which counts as one), so that no rank's first
+  // push changes the weights before another rank pulled them. Rank 0 of a
+  // new job calls it before its first pull or step when the model has
+  // FromRank0 tensors (else FailedPrecondition).
+  absl::Status Broadcast(TensorValues& values);
+
+  // Fills `weights` once the servers allow step `step` to proceed (see the
+  // modes above). Returns the weights' version: updates applied, the
+  // smallest over the shards.
+  absl::StatusOr<uint64_t> Pull(uint64_t step, TensorValues& weights);
+
+  // Opens step `info.step`'s push; see StepPush. With `pull_after`, the
+  // push also brings back the weights for step + 1 (one call per shard and
+  // step instead of two): finish it with FinishWithPull. The push must not
+  // outlive the client.
+  std::unique_ptr<StepPush> StartStep(const StepInfo& info, bool pull_after);
+
+  // Pushes every tensor's gradient (`gradients[id]`) in one call.
+  absl::Status Push(const StepInfo& info, const TensorValues& gradients);
+
+  // Waits until every live rank that has not finished has called Barrier
+  // as often as this one (ranks that died are not waited for).
+  absl::Status Barrier();
+
+  // The weights once every other rank has finished training too (called
+  // Finish, made this call, or died): they hold every rank's last update.
+  // `step` is this rank's clock (steps it trained).
+  absl::StatusOr<uint64_t> PullFinal(uint64_t step, TensorValues& weights);
+
+  // Tells the shards this rank is done; once every rank is, they exit.
+  absl::Status Finish();
+
+ private:
+  friend class StepPush;
+  class Impl;
+  explicit ParameterClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// One step's push: a stream to every shard, fed tensor by tensor as the
+// gradients become ready, so that sending the last layer's gradient
+// overlaps computing the earlier layers'. A shard applies the push only if
+// its stream covered every element it holds, so a push that did not send
+// every tensor applies nothing anywhere. Repeating a step after an error is
+// safe: the shards recognise a push they already took.
+//
+// Send may be called from one thread while the push's own threads stream;
+// the memory passed to Send must stay valid and unchanged until Finish or
+// FinishWithPull returns.
+class StepPush {
+ public:
+  virtual ~StepPush() = default;
+
+  // Queues the gradient of tensor `id` (num_elements floats) to the shards
+  // that hold it. InvalidArgument (nothing sent) for an unknown id, a wrong
+  // size, or a tensor sent twice.
+  virtual absl::Status Send(int id, absl::Span<const float> gradient) = 0;
+
+  // Waits for every shard; OK only if every shard took the push.
+  virtual absl::Status Finish() = 0;
+
+  // For a push started with pull_after: waits for every shard to take the
+  // push and send the weights for step + 1 into `weights`. Returns their
+  // version. On error `weights` is unspecified.
+  virtual absl::StatusOr<uint64_t> FinishWithPull(TensorValues& weights) = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_CLIENT_PARAMETER_CLIENT_H_
