@@ -19,9 +19,11 @@ using ::ps::server::testing::AllWeights;
 using ::ps::server::testing::ConstantPush;
 using ::ps::server::testing::ExpectShiftedBy;
 using ::ps::server::testing::FastOptions;
+using ::ps::server::testing::IncarnationOf;
 using ::ps::server::testing::MakeStore;
 using ::ps::server::testing::PlainSgd;
 using ::ps::server::testing::Pull;
+using ::ps::server::testing::RegisterAll;
 
 // For tests that expect a lease to run out; they wait for it, so a slow
 // machine only makes them slower.
@@ -32,11 +34,16 @@ constexpr absl::Duration kLongLease = absl::Minutes(10);
 // run again before one counts anyway.
 constexpr absl::Duration kRetryFor = absl::Seconds(60);
 
+// With every rank registered as IncarnationOf(rank), unless a test
+// registers its own.
 std::unique_ptr<UpdateCoordinator> Make(ShardStore* store,
-                                        CoordinatorOptions options) {
+                                        CoordinatorOptions options,
+                                        bool register_all = true) {
+  const int num_workers = options.num_workers;
   absl::StatusOr<std::unique_ptr<UpdateCoordinator>> c =
       UpdateCoordinator::Create(store, std::move(options));
   EXPECT_TRUE(c.ok()) << c.status();
+  if (register_all) RegisterAll(**c, num_workers);
   return *std::move(c);
 }
 
@@ -108,7 +115,7 @@ TEST(CoordinatorFailureTest, ElasticSyncStepGoesOnWithoutADeadWorker) {
   // and the request makes it live again, so step 1 waits for it (and for
   // rank 0, which heartbeats).
   const auto [late, blocking] = Unstalled([&] {
-    EXPECT_TRUE(coord->Heartbeat(0, 0).ok());
+    EXPECT_TRUE(coord->Heartbeat(0, IncarnationOf(0)).ok());
     absl::StatusOr<uint64_t> late =
         coord->Commit(ConstantPush(*store, 1, 0, 5));
     return std::pair(late.status(), coord->RanksBlocking(2));
@@ -137,10 +144,11 @@ TEST(CoordinatorFailureTest, FailPolicyAbortsWaitingAndLaterRequests) {
         coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).status();
     // Rank 1 is never heard from; rank 0's waiting pull renews its lease at
     // every poll, each followed by this cancellation check.
-    absl::StatusOr<uint64_t> pulled = coord->AwaitPull(0, 0, 1, [&] {
-      watch.Tick();
-      return false;
-    });
+    absl::StatusOr<uint64_t> pulled =
+        coord->AwaitPull(0, IncarnationOf(0), 1, [&] {
+          watch.Tick();
+          return false;
+        });
     watch.Tick();
     // Rank 0 may have died with rank 1: the message would name both.
     if (watch.stalled() && absl::Now() < give_up) continue;
@@ -153,7 +161,7 @@ TEST(CoordinatorFailureTest, FailPolicyAbortsWaitingAndLaterRequests) {
     EXPECT_EQ(outcome, pulled.status());
     EXPECT_EQ(coord->failure(), pulled.status());
     EXPECT_EQ(coord->Register(0, 1, 0).status(), pulled.status());
-    EXPECT_EQ(coord->Heartbeat(1, 0).status(), pulled.status());
+    EXPECT_EQ(coord->Heartbeat(1, IncarnationOf(1)).status(), pulled.status());
     EXPECT_EQ(coord->Commit(ConstantPush(*store, 1, 0, 1.0f)).status(),
               pulled.status());
     EXPECT_EQ(coord->version(), 0u);
@@ -176,14 +184,15 @@ TEST(CoordinatorFailureTest, WaitingPullsAndHeartbeatsKeepWorkersAlive) {
     const absl::Time until = absl::Now() + 3 * kTimeout;
     std::string report;
     std::vector<int> blocking;
-    absl::StatusOr<uint64_t> pulled = coord->AwaitPull(0, 0, 1, [&] {
-      watch.Tick();
-      EXPECT_TRUE(coord->Heartbeat(1, 0).ok());
-      if (absl::Now() < until) return false;
-      report = coord->Report();
-      blocking = coord->RanksBlocking(1);
-      return true;
-    });
+    absl::StatusOr<uint64_t> pulled =
+        coord->AwaitPull(0, IncarnationOf(0), 1, [&] {
+          watch.Tick();
+          EXPECT_TRUE(coord->Heartbeat(1, IncarnationOf(1)).ok());
+          if (absl::Now() < until) return false;
+          report = coord->Report();
+          blocking = coord->RanksBlocking(1);
+          return true;
+        });
     watch.Tick();
     // Either lease may have run out: the step may have gone on without 1.
     if (watch.stalled() && absl::Now() < give_up) continue;
@@ -219,7 +228,8 @@ TEST(CoordinatorFailureTest, SspClockMinimumIgnoresDeadRanksUntilTheyReturn) {
 
 TEST(CoordinatorFailureTest, RestartedWorkerRejoinsAndTheOldProcessIsRefused) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
-  auto coord = Make(store.get(), LongLease(ConsistencyMode::kSync, 2));
+  auto coord = Make(store.get(), LongLease(ConsistencyMode::kSync, 2),
+                    /*register_all=*/false);
   ASSERT_TRUE(coord->Register(0, 10, 0).ok());
   ASSERT_TRUE(coord->Register(1, 20, 0).ok());
   ASSERT_TRUE(coord->Commit(From(ConstantPush(*store, 0, 0, 1), 10)).ok());
@@ -259,7 +269,10 @@ TEST(CoordinatorFailureTest, ARejoinedWorkerResendingItsPendingPushIsAcked) {
   // Killed after pushing to this shard but before the others: the new
   // process resumes from the other shards' (earlier) progress and resends.
   auto store = MakeStore({6, 4, 2}, PlainSgd());
-  auto coord = Make(store.get(), LongLease(ConsistencyMode::kSync, 2));
+  auto coord = Make(store.get(), LongLease(ConsistencyMode::kSync, 2),
+                    /*register_all=*/false);
+  ASSERT_TRUE(coord->Register(0, IncarnationOf(0), 0).ok());
+  ASSERT_TRUE(coord->Register(1, 20, 0).ok());
   const auto before = AllWeights(*store);
   ASSERT_TRUE(coord->Commit(From(ConstantPush(*store, 1, 0, 3), 20)).ok());
   ASSERT_EQ(coord->Register(1, 21, 0)->examples_done, 1000u);
@@ -331,7 +344,8 @@ TEST(CoordinatorFailureTest, FinalPullWaitsUntilTheOthersFinish) {
   absl::Notification answered;
   absl::StatusOr<uint64_t> final_version;
   std::thread rank0([&] {
-    final_version = coord->AwaitOthersFinished(0, 0, [] { return false; });
+    final_version =
+        coord->AwaitOthersFinished(0, IncarnationOf(0), [] { return false; });
     answered.Notify();
   });
   // Rank 1 is still training; rank 2 has not even started.
@@ -343,7 +357,7 @@ TEST(CoordinatorFailureTest, FinalPullWaitsUntilTheOthersFinish) {
   // Rank 2 finishing too: neither waits for the other.
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 2, 0, 1.0f)).ok());
   absl::StatusOr<uint64_t> rank2 =
-      coord->AwaitOthersFinished(2, 0, [] { return false; });
+      coord->AwaitOthersFinished(2, IncarnationOf(2), [] { return false; });
   ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
   rank0.join();
   ASSERT_TRUE(final_version.ok()) << final_version.status();
@@ -365,7 +379,8 @@ TEST(CoordinatorFailureTest, SyncStepsGoOnWithoutAFinishingRank) {
   absl::Notification answered;
   absl::StatusOr<uint64_t> final_version;
   std::thread rank0([&] {
-    final_version = coord->AwaitOthersFinished(0, 0, [] { return false; });
+    final_version =
+        coord->AwaitOthersFinished(0, IncarnationOf(0), [] { return false; });
     answered.Notify();
   });
   EXPECT_EQ(*Pull(*coord, 1, 2), 2u);
@@ -385,14 +400,14 @@ TEST(CoordinatorFailureTest, FinalPullStopsWaitingForARankGoneForGood) {
   const absl::Time start = absl::Now();
   // Rank 1 never shows up: dead after its lease, gone after the grace.
   absl::StatusOr<uint64_t> version =
-      coord->AwaitOthersFinished(0, 0, [] { return false; });
+      coord->AwaitOthersFinished(0, IncarnationOf(0), [] { return false; });
   ASSERT_TRUE(version.ok()) << version.status();
   EXPECT_EQ(*version, 0u);
   EXPECT_GE(absl::Now() - start, 2 * kTimeout);
   // The caller gave up: Cancelled, naming the wait.
   absl::StatusOr<uint64_t> cancelled =
       Make(store.get(), LongLease(ConsistencyMode::kAsync, 2))
-          ->AwaitOthersFinished(0, 0, [] { return true; });
+          ->AwaitOthersFinished(0, IncarnationOf(0), [] { return true; });
   EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled);
   EXPECT_NE(cancelled.status().message().find("final pull"), std::string::npos);
 }

@@ -29,10 +29,6 @@ absl::Status UpdateCoordinator::AdmitLocked(int rank, uint64_t incarnation) {
   if (absl::Status s = ranks_.CheckIncarnation(rank, incarnation); !s.ok()) {
     return s;
   }
-  // A shard restarted without a checkpoint learns incarnations as they come.
-  if (incarnation != 0 && ranks_.incarnation(rank) == 0) {
-    ranks_.SetIncarnation(rank, incarnation);
-  }
   if (ranks_.Touch(rank, absl::Now())) {
     // Rare, so logged under the lock.
     spdlog::info("worker {} is live again", rank);
@@ -215,6 +211,11 @@ absl::StatusOr<uint64_t> UpdateCoordinator::WaitAsRank(
 
 absl::StatusOr<RankProgress> UpdateCoordinator::Register(
     int rank, uint64_t incarnation, uint64_t planned_steps) {
+  if (incarnation == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", rank,
+        " registers without an incarnation; every process picks one"));
+  }
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("server is shutting down");
   if (!failure_.ok()) return failure_;

@@ -20,17 +20,22 @@ using ::ps::server::testing::ExpectBitIdentical;
 using ::ps::server::testing::ExpectShiftedBy;
 using ::ps::server::testing::FastOptions;
 using ::ps::server::testing::GradientValues;
+using ::ps::server::testing::IncarnationOf;
 using ::ps::server::testing::LogCapture;
 using ::ps::server::testing::MakeStore;
 using ::ps::server::testing::PlainSgd;
 using ::ps::server::testing::Pull;
+using ::ps::server::testing::RegisterAll;
 using ::ps::server::testing::SetGradientValues;
 
+// With every rank registered as IncarnationOf(rank).
 std::unique_ptr<UpdateCoordinator> Make(ShardStore* store,
                                         CoordinatorOptions options) {
+  const int num_workers = options.num_workers;
   absl::StatusOr<std::unique_ptr<UpdateCoordinator>> c =
       UpdateCoordinator::Create(store, std::move(options));
   EXPECT_TRUE(c.ok()) << c.status();
+  RegisterAll(**c, num_workers);
   return *std::move(c);
 }
 
@@ -77,8 +82,8 @@ std::string TempDir(const std::string& name) {
 TEST(CoordinatorRestoreTest, ARestoredShardContinuesBitIdentically) {
   auto store_a = MakeStore({12, 8, 4}, Adam(), 2, 1);
   auto a = Make(store_a.get(), FastOptions(ConsistencyMode::kSync, 2));
-  ASSERT_TRUE(a->Register(0, 5, 10).ok());
-  ASSERT_TRUE(a->Register(1, 6, 10).ok());
+  ASSERT_TRUE(a->Register(0, IncarnationOf(0), 10).ok());
+  ASSERT_TRUE(a->Register(1, IncarnationOf(1), 10).ok());
   for (uint64_t step = 0; step < 3; ++step) {
     ASSERT_TRUE(a->Commit(VariedPush(*store_a, 0, step)).ok());
     ASSERT_TRUE(a->Commit(VariedPush(*store_a, 1, step)).ok());
@@ -91,8 +96,9 @@ TEST(CoordinatorRestoreTest, ARestoredShardContinuesBitIdentically) {
   EXPECT_EQ(taken.version, 4u);
   EXPECT_EQ(taken.planned_steps, 10u);
   ASSERT_EQ(taken.ranks.size(), 2u);
-  EXPECT_EQ(taken.ranks[0], (RankRecord{5, 3, {0, 3000}, true}));
-  EXPECT_EQ(taken.ranks[1], (RankRecord{6, 4, {0, 4000}, false}));
+  EXPECT_EQ(taken.ranks[0], (RankRecord{IncarnationOf(0), 3, {0, 3000}, true}));
+  EXPECT_EQ(taken.ranks[1],
+            (RankRecord{IncarnationOf(1), 4, {0, 4000}, false}));
   EXPECT_EQ(taken.examples.at(0), (std::vector<uint64_t>{9, 16}));
   const std::string dir = TempDir("round_trip");
   ASSERT_TRUE(WriteCheckpoint(dir, taken).ok());
@@ -207,7 +213,9 @@ TEST(CoordinatorRestoreTest, WithoutARestartALaterClockWaits) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = Make(store.get(), FastOptions(ConsistencyMode::kSync, 2));
   const absl::Time give_up = absl::Now() + absl::Milliseconds(50);
-  EXPECT_EQ(coord->AwaitPull(0, 0, 3, [&] { return absl::Now() > give_up; })
+  EXPECT_EQ(coord
+                ->AwaitPull(0, IncarnationOf(0), 3,
+                            [&] { return absl::Now() > give_up; })
                 .status()
                 .code(),
             absl::StatusCode::kCancelled);

@@ -45,7 +45,18 @@ std::unique_ptr<UpdateCoordinator> MakeCoordinator(ShardStore* store,
       UpdateCoordinator::Create(store,
                                 FastOptions(mode, num_workers, staleness));
   EXPECT_TRUE(c.ok()) << c.status();
+  RegisterAll(**c, num_workers);
   return *std::move(c);
+}
+
+uint64_t IncarnationOf(int rank) { return 1000 + rank; }
+
+void RegisterAll(UpdateCoordinator& coordinator, int num_workers) {
+  for (int rank = 0; rank < num_workers; ++rank) {
+    absl::StatusOr<RankProgress> registered =
+        coordinator.Register(rank, IncarnationOf(rank), 0);
+    EXPECT_TRUE(registered.ok()) << registered.status();
+  }
 }
 
 StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
@@ -53,6 +64,7 @@ StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
                         uint64_t base_version) {
   StagedPush p;
   p.rank = rank;
+  p.incarnation = IncarnationOf(rank);
   p.step = step;
   p.base_version = base_version;
   p.num_examples = num_examples;
@@ -114,7 +126,8 @@ void ExpectBitIdentical(const std::vector<std::vector<float>>& a,
 
 absl::StatusOr<uint64_t> Pull(UpdateCoordinator& coordinator, int rank,
                               uint64_t clock) {
-  return coordinator.AwaitPull(rank, 0, clock, [] { return false; });
+  return coordinator.AwaitPull(rank, IncarnationOf(rank), clock,
+                               [] { return false; });
 }
 
 LogCapture::LogCapture() : previous_(spdlog::default_logger()) {

@@ -27,6 +27,14 @@ std::unique_ptr<ShardStore> MakeStore(std::vector<int> layers,
 CoordinatorOptions FastOptions(ConsistencyMode mode, int num_workers,
                                int staleness = 0);
 
+// The incarnation the helpers here register rank `rank` with and put in its
+// pushes and pulls.
+uint64_t IncarnationOf(int rank);
+
+// Registers ranks [0, num_workers) as IncarnationOf(rank).
+void RegisterAll(UpdateCoordinator& coordinator, int num_workers);
+
+// A coordinator with every rank registered (RegisterAll).
 std::unique_ptr<UpdateCoordinator> MakeCoordinator(ShardStore* store,
                                                    ConsistencyMode mode,
                                                    int num_workers,
@@ -55,7 +63,7 @@ void ExpectBitIdentical(const std::vector<std::vector<float>>& a,
                         const std::vector<std::vector<float>>& b,
                         const std::string& what);
 
-// AwaitPull without cancellation, incarnation unchecked.
+// AwaitPull without cancellation, as IncarnationOf(rank).
 absl::StatusOr<uint64_t> Pull(UpdateCoordinator& coordinator, int rank,
                               uint64_t clock);
 

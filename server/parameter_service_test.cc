@@ -113,6 +113,9 @@ class ParameterServiceTest : public ::testing::Test {
     if (declare_at_start_) {
       absl::StatusOr<DeclaredShard*> shard = host_->Declare(0, model_);
       ASSERT_TRUE(shard.ok()) << shard.status();
+      for (int rank = 0; rank < kWorkers && register_at_start_; ++rank) {
+        ASSERT_TRUE(coordinator_->Register(rank, Incarnation(rank), 0).ok());
+      }
     }
     ServiceOptions service_options;
     service_options.server_index = kServer;
@@ -163,8 +166,12 @@ class ParameterServiceTest : public ::testing::Test {
     if (server_) server_->Shutdown(absl::Now());
   }
 
+  // What rank `rank` registered as, unless a test registers it again.
+  static uint64_t Incarnation(int rank) { return 100 + rank; }
+
   proto::RequestHeader Header(int rank) const {
     proto::RequestHeader h;
+    h.set_incarnation(Incarnation(rank));
     h.set_job_id(job_id_);
     h.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
     h.set_partition_fingerprint(partition_->fingerprint());
@@ -206,6 +213,7 @@ class ParameterServiceTest : public ::testing::Test {
     request.mutable_header()->set_partition_fingerprint(
         Partition::Create(model, 2)->fingerprint());
     ModelSpecToProto(model, request.mutable_declaration());
+    request.set_incarnation(Incarnation(rank));
     proto::RegisterResponse response;
     return stub_->Register(&context, request, &response);
   }
@@ -351,6 +359,8 @@ class ParameterServiceTest : public ::testing::Test {
   ModelSpec model_ = MlpModelSpec({20, 30, 5}, kSeed);
   DeclarationLimits limits_;
   bool declare_at_start_ = true;
+  // Every rank registered as Incarnation(rank) once the model is declared.
+  bool register_at_start_ = true;
   std::unique_ptr<Partition> partition_;
   std::unique_ptr<ShardHost> host_;
   // Owned by host_; set once the model is declared.
@@ -793,6 +803,7 @@ TEST_F(ParameterServiceTest, AReplayedPushIsAcknowledgedAndNotApplied) {
 
 TEST_F(ParameterServiceTest, HeartbeatsKeepAWorkerAliveAndNameItsProcess) {
   constexpr absl::Duration kLease = absl::Milliseconds(500);
+  register_at_start_ = false;
   Start(ConsistencyMode::kSync, kLease);
   auto heartbeat = [&](int rank, uint64_t incarnation) {
     grpc::ClientContext context;
@@ -895,6 +906,7 @@ TEST_F(ParameterServiceTest, DoneFromEveryRankSignalsShutdownOnce) {
 }
 
 TEST_F(ParameterServiceTest, DoneOnlyFromTheProcessThatRegistered) {
+  register_at_start_ = false;
   Start(ConsistencyMode::kSync);
   Register(0, 10);
   struct Case {
@@ -1042,6 +1054,33 @@ TEST_F(ParameterServiceTest, RanksWaitForRank0sDeclarationAndMustMatchIt) {
   EXPECT_TRUE(Declare(1, model_).ok());
   ASSERT_TRUE(Pull(0, 0, &weights, &version).ok());
   EXPECT_EQ(weights, InitialWeights());
+}
+
+TEST_F(ParameterServiceTest, ARankThatNeverRegisteredCanOnlyRegister) {
+  register_at_start_ = false;
+  Start(ConsistencyMode::kAsync);
+  const Weights before = InitialWeights();
+  Weights weights;
+  uint64_t version = 0;
+  for (const grpc::Status& s :
+       {Pull(0, 0, &weights, &version), Push(ValidPush(0, 0, 1.0f), &version),
+        PushPull(ValidPush(0, 0, 1.0f), 0, &weights, &version)}) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(s.error_message().find("worker 0 has not registered"),
+              std::string::npos)
+        << s.error_message();
+  }
+  Register(0, Incarnation(0));
+  ASSERT_TRUE(Pull(0, 0, &weights, &version).ok());
+  EXPECT_EQ(weights, before);
+  // A request without the incarnation it registered with is refused too.
+  proto::PullRequest request;
+  *request.mutable_header() = Header(0);
+  request.mutable_header()->clear_incarnation();
+  const grpc::Status s = SendPull(request, &weights, &version);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("carries no incarnation"), std::string::npos)
+      << s.error_message();
 }
 
 TEST_F(ParameterServiceTest, ADeclarationOverTheLimitsIsRefused) {

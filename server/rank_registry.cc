@@ -17,9 +17,17 @@ RankRegistry::RankRegistry(int num_workers, absl::Duration lease,
 absl::Status RankRegistry::CheckIncarnation(int rank,
                                             uint64_t incarnation) const {
   const uint64_t registered = ranks_[rank].incarnation;
-  if (incarnation == 0 || registered == 0 || incarnation == registered) {
-    return absl::OkStatus();
+  if (registered == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", rank, " has not registered with this server"));
   }
+  if (incarnation == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request of worker ", rank,
+        " carries no incarnation; requests carry the one it registered "
+        "with"));
+  }
+  if (incarnation == registered) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "request from incarnation ", incarnation, " of worker ", rank,
       ", but incarnation ", registered,

@@ -64,8 +64,10 @@ class RankRegistry {
   int num_workers() const { return static_cast<int>(ranks_.size()); }
   absl::Duration lease() const { return lease_; }
 
-  // OK when `incarnation` is 0 (not given), the rank has none registered,
-  // or they match; otherwise FailedPrecondition: the caller was replaced.
+  // OK when `incarnation` is the one the rank registered with.
+  // FailedPrecondition when the rank has not registered, or registered
+  // another incarnation since (the caller was replaced); InvalidArgument
+  // for incarnation 0, which no registered process has.
   absl::Status CheckIncarnation(int rank, uint64_t incarnation) const;
   // Records `incarnation` as the rank's and returns the previous one (0:
   // none). A new incarnation is a restarted process: it is neither done nor

@@ -34,10 +34,15 @@ TEST(RankRegistryTest, LeasesExpireOnlyForSilentRanksThatAreNotDone) {
 
 TEST(RankRegistryTest, OnlyTheRegisteredIncarnationIsAccepted) {
   RankRegistry ranks(2, kLease, kStart);
-  EXPECT_TRUE(ranks.CheckIncarnation(0, 5).ok());  // None registered yet.
+  // Nothing is accepted from a rank before it registers.
+  absl::Status unregistered = ranks.CheckIncarnation(0, 5);
+  EXPECT_EQ(unregistered.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(unregistered.message(),
+            "worker 0 has not registered with this server");
   EXPECT_EQ(ranks.SetIncarnation(0, 5), 0u);
   EXPECT_TRUE(ranks.CheckIncarnation(0, 5).ok());
-  EXPECT_TRUE(ranks.CheckIncarnation(0, 0).ok());  // Not given.
+  EXPECT_EQ(ranks.CheckIncarnation(0, 0).code(),
+            absl::StatusCode::kInvalidArgument);  // Not given.
   absl::Status old = ranks.CheckIncarnation(0, 4);
   EXPECT_EQ(old.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(old.message(),

@@ -327,6 +327,8 @@ TEST(ServerBinaryTest, FailPolicyExitsWithOneNamingTheDeadWorker) {
 // rank 0.
 class ShardClient {
  public:
+  static constexpr uint64_t kIncarnation = 7;
+
   explicit ShardClient(int port,
                        const ModelSpec& model = MlpModelSpec({8, 4, 2}))
       : partition_(*Partition::Create(model, 1)),
@@ -340,6 +342,7 @@ class ShardClient {
     h.set_partition_fingerprint(partition_.fingerprint());
     h.set_worker_rank(0);
     h.set_server_index(0);
+    h.set_incarnation(kIncarnation);
     return h;
   }
 
@@ -349,6 +352,7 @@ class ShardClient {
     proto::RegisterRequest request;
     *request.mutable_header() = Header();
     ModelSpecToProto(partition_.model(), request.mutable_declaration());
+    request.set_incarnation(kIncarnation);
     proto::RegisterResponse response;
     return stub_->Register(&context, request, &response);
   }

@@ -28,11 +28,13 @@ using ::ps::server::testing::ExpectBitIdentical;
 using ::ps::server::testing::ExpectShiftedBy;
 using ::ps::server::testing::FastOptions;
 using ::ps::server::testing::GradientValues;
+using ::ps::server::testing::IncarnationOf;
 using ::ps::server::testing::LogCapture;
 using ::ps::server::testing::MakeCoordinator;
 using ::ps::server::testing::MakeStore;
 using ::ps::server::testing::PlainSgd;
 using ::ps::server::testing::Pull;
+using ::ps::server::testing::RegisterAll;
 using ::ps::server::testing::SetGradientValues;
 
 TEST(UpdateCoordinatorTest, SyncAppliesTheExampleWeightedAverageOnce) {
@@ -297,7 +299,7 @@ TEST(UpdateCoordinatorTest, WaitingPullGivesUpWhenCancelled) {
   auto coord = MakeCoordinator(store.get(), ConsistencyMode::kSync, 2);
   int polls = 0;
   absl::StatusOr<uint64_t> r =
-      coord->AwaitPull(0, 0, 1, [&] { return ++polls > 3; });
+      coord->AwaitPull(0, IncarnationOf(0), 1, [&] { return ++polls > 3; });
   EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
 }
 
@@ -320,11 +322,14 @@ TEST(UpdateCoordinatorTest, SlowPullLogsWhichWorkersItWaitsFor) {
   CoordinatorOptions options = FastOptions(ConsistencyMode::kSync, 4);
   options.slow_wait_log = absl::Milliseconds(20);
   auto coord = *UpdateCoordinator::Create(store.get(), options);
+  RegisterAll(*coord, 4);
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 2, 0, 1.0f)).ok());
   const absl::Time give_up = absl::Now() + absl::Milliseconds(100);
-  EXPECT_FALSE(
-      coord->AwaitPull(0, 0, 1, [&] { return absl::Now() > give_up; }).ok());
+  EXPECT_FALSE(coord
+                   ->AwaitPull(0, IncarnationOf(0), 1,
+                               [&] { return absl::Now() > give_up; })
+                   .ok());
   EXPECT_NE(log.text().find("step 0 waiting on workers [1, 3]"),
             std::string::npos)
       << log.text();
@@ -478,9 +483,9 @@ TEST(UpdateCoordinatorTest, CosineScheduleSetsEachUpdatesLearningRate) {
   options.lr_schedule =
       *LearningRateSchedule::Create(LrScheduleKind::kCosine, 1.0f, 0.0f);
   auto coord = *UpdateCoordinator::Create(store.get(), options);
-  EXPECT_EQ(coord->Register(0, 1, 0).status().code(),
+  EXPECT_EQ(coord->Register(0, IncarnationOf(0), 0).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(coord->Register(0, 1, 4).ok());
+  ASSERT_TRUE(coord->Register(0, IncarnationOf(0), 4).ok());
   auto before = AllWeights(*store);
   // lr(u) = (1 + cos(pi * u / 4)) / 2: 1, 0.854, 0.5, 0.146, then 0.
   const float expected[] = {1.0f, 0.85355339f, 0.5f, 0.14644661f, 0.0f};

@@ -7,7 +7,10 @@
 // at rate lr a sync step is w -= lr * (w - mean of the targets).
 //
 // Rank 0 checks the end: in sync mode against the same arithmetic done in
-// this process (float tolerance), in ssp and async against the minimum.
+// this process (float tolerance); in ssp and async, where gradients may be
+// computed from weights some updates old, that the distance to the minimum
+// shrank at least fourfold (the rate is small enough that delays of a few
+// updates still converge).
 // Prints "declared_model_program: ok" and exits 0 when the check holds.
 #include <cmath>
 #include <cstdint>
@@ -22,10 +25,10 @@
 #include "absl/strings/str_cat.h"
 #include "client/parameter_client.h"
 
-ABSL_FLAG(int, steps, 12, "Steps every rank trains.");
+ABSL_FLAG(int, steps, 20, "Steps every rank trains.");
 ABSL_FLAG(int64_t, big_elements, 10'000'000,
           "Elements of the large tensor, which the servers split.");
-ABSL_FLAG(double, learning_rate, 0.5,
+ABSL_FLAG(double, learning_rate, 0.2,
           "The servers' SGD rate (their --learning_rate), for the check.");
 ABSL_FLAG(int, mismatch_rank, -1,
           "This rank declares a differently shaped tensor (to be refused).");
@@ -118,35 +121,35 @@ absl::Status Run() {
     absl::StatusOr<uint64_t> final_version =
         (*client)->PullFinal(steps, weights);
     if (!final_version.ok()) return final_version.status();
-    // sync: the same steps here; ssp and async: near the minimum (each
-    // update moves every weight halfway towards one rank's target, which is
-    // within 0.01 * workers of the mean).
     const float lr = static_cast<float>(absl::GetFlag(FLAGS_learning_rate));
-    double worst = 0;
+    double worst = 0;                 // sync: |w - the same steps done here|.
+    double start_sq = 0, end_sq = 0;  // Squared distances to the minimum.
     for (size_t t = 0; t < model.tensors.size(); ++t) {
       for (size_t i = 0; i < weights[t].size(); ++i) {
-        float expected = Base(t, i);
-        if (reg->mode == ConsistencyMode::kSync) {
-          expected = initial[t][i];
-          for (int s = 0; s < steps; ++s) {
-            float sum = 0;
-            for (int r = 0; r < reg->num_workers; ++r) {
-              sum += expected - Target(t, i, r, reg->num_workers);
-            }
-            expected -= lr * (sum / reg->num_workers);
+        const double minimum = Base(t, i);
+        start_sq += (initial[t][i] - minimum) * (initial[t][i] - minimum);
+        end_sq += (weights[t][i] - minimum) * (weights[t][i] - minimum);
+        if (reg->mode != ConsistencyMode::kSync) continue;
+        float expected = initial[t][i];
+        for (int s = 0; s < steps; ++s) {
+          float sum = 0;
+          for (int r = 0; r < reg->num_workers; ++r) {
+            sum += expected - Target(t, i, r, reg->num_workers);
           }
+          expected -= lr * (sum / reg->num_workers);
         }
         worst = std::max(worst, std::abs(double{weights[t][i]} - expected));
       }
     }
-    const double tolerance =
-        reg->mode == ConsistencyMode::kSync ? 1e-5 : 0.02 * reg->num_workers;
+    const double shrink = std::sqrt(end_sq / start_sq);
     std::printf(
-        "declared_model_program: mode %s, %d steps, version %llu, "
-        "worst |w - expected| %.3g (tolerance %.3g)\n",
+        "declared_model_program: mode %s, %d steps, version %llu, distance "
+        "to the minimum x%.3g, worst |w - the same steps in one process| "
+        "%.3g\n",
         std::string(ConsistencyModeName(reg->mode)).c_str(), steps,
-        static_cast<unsigned long long>(*final_version), worst, tolerance);
-    if (!(worst <= tolerance)) {
+        static_cast<unsigned long long>(*final_version), shrink, worst);
+    if (reg->mode == ConsistencyMode::kSync ? !(worst <= 1e-5)
+                                            : !(shrink <= 0.25)) {
       return absl::InternalError("the trained weights are not the expected");
     }
   }
