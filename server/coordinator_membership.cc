@@ -74,6 +74,28 @@ std::vector<int> UpdateCoordinator::RanksBlocking(uint64_t clock) const {
   return RanksBlockingLocked(clock);
 }
 
+std::optional<UpdateCoordinator::ReadyStep> UpdateCoordinator::NoteClockLocked(
+    int rank, uint64_t clock) {
+  // The rank has done steps [0, clock), even if a restarted shard lost some
+  // of its pushes.
+  ranks_.RaiseClock(rank, clock);
+  if (options_.mode != ConsistencyMode::kSync) return std::nullopt;
+  MaybeFastForwardLocked(clock);
+  if (clock != version_ + 1 || sync_[rank].pushed || applying_) {
+    return std::nullopt;
+  }
+  // The rank is done with step version_ and will not push it here: its push
+  // was lost in a restart of this shard, or the step went on without it on
+  // another shard and it moved on. Waiting for it would wait for ever (its
+  // waiting pull and its heartbeats keep it alive).
+  spdlog::warn(
+      "worker {} is at clock {} without a push for step {} here; it takes "
+      "part with weight 0",
+      rank, clock, version_);
+  sync_[rank].pushed = true;
+  return TakeReadyStepLocked();
+}
+
 absl::StatusOr<uint64_t> UpdateCoordinator::AwaitPull(
     int rank, uint64_t incarnation, uint64_t clock,
     absl::FunctionRef<bool()> cancelled) {
@@ -81,24 +103,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::AwaitPull(
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = AdmitLocked(rank, incarnation); !s.ok()) return s;
-    // Pulling for `clock` says the rank has done steps [0, clock), even if
-    // a restarted shard lost some of its pushes.
-    ranks_.RaiseClock(rank, clock);
-    if (options_.mode == ConsistencyMode::kSync) {
-      MaybeFastForwardLocked(clock);
-      if (clock == version_ + 1 && !sync_[rank].pushed && !applying_) {
-        // The rank is done with step version_ and will not push it here:
-        // its push was lost in a restart of this shard, or the step went on
-        // without it on another shard and it moved on. Waiting for it would
-        // wait for ever (its own waiting pull keeps it alive).
-        spdlog::warn(
-            "worker {} pulls for clock {} without a push for step {} here; "
-            "it takes part with weight 0",
-            rank, clock, version_);
-        sync_[rank].pushed = true;
-        ready = TakeReadyStepLocked();
-      }
-    }
+    ready = NoteClockLocked(rank, clock);
   }
   if (ready.has_value()) {
     // Errors are logged by ApplyStep; the wait below sees the version.
@@ -252,10 +257,16 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::Heartbeat(int rank,
-                                                      uint64_t incarnation) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = AdmitLocked(rank, incarnation); !s.ok()) return s;
-  return version_;
+                                                      uint64_t incarnation,
+                                                      uint64_t clock) {
+  std::optional<ReadyStep> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = AdmitLocked(rank, incarnation); !s.ok()) return s;
+    if (clock > 0) ready = NoteClockLocked(rank, clock);
+    if (!ready.has_value()) return version_;
+  }
+  return ApplyStep(*std::move(ready));
 }
 
 absl::Status UpdateCoordinator::CheckRegistered(int rank,

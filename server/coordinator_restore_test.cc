@@ -209,6 +209,19 @@ TEST_F(SyncRestartTest, APushLostInTheCrashTakesPartWithWeightZero) {
   ExpectShiftedBy(before, AllWeights(*store_), 4.0f);
 }
 
+// The worker is one step ahead and blocked on another shard, so it does
+// not pull here: only its heartbeats say where it is. Without the clock in
+// them, this shard would wait for its lost push for as long as they keep it
+// alive, and the other shard for this one.
+TEST_F(SyncRestartTest, AHeartbeatPastALostPushTakesPartWithWeightZero) {
+  const auto before = AllWeights(*store_);
+  ASSERT_TRUE(coord_->Commit(ConstantPush(*store_, 0, 2, 4)).ok());
+  // A heartbeat without a clock changes nothing.
+  EXPECT_EQ(*coord_->Heartbeat(1, IncarnationOf(1)), 2u);
+  EXPECT_EQ(*coord_->Heartbeat(1, IncarnationOf(1), 3), 3u);
+  ExpectShiftedBy(before, AllWeights(*store_), 4.0f);
+}
+
 TEST(CoordinatorRestoreTest, WithoutARestartALaterClockWaits) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = Make(store.get(), FastOptions(ConsistencyMode::kSync, 2));

@@ -397,8 +397,8 @@ grpc::Status ParameterService::Heartbeat(grpc::ServerContext* /*context*/,
       !s.ok()) {
     return ToGrpcStatus(Prefixed("heartbeat refused", s));
   }
-  absl::StatusOr<uint64_t> version =
-      coordinator.Heartbeat(request->header().worker_rank(), incarnation);
+  absl::StatusOr<uint64_t> version = coordinator.Heartbeat(
+      request->header().worker_rank(), incarnation, request->clock());
   if (!version.ok()) {
     return ToGrpcStatus(Prefixed("heartbeat refused", version.status()));
   }

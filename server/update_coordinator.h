@@ -147,8 +147,11 @@ class UpdateCoordinator {
   // FailedPrecondition naming both values.
   absl::StatusOr<RankProgress> Register(int rank, uint64_t incarnation,
                                         uint64_t planned_steps);
-  // The rank is alive; returns the version.
-  absl::StatusOr<uint64_t> Heartbeat(int rank, uint64_t incarnation);
+  // The rank is alive and has done steps [0, clock) (0: not known); returns
+  // the version. Like a pull for `clock`, it tells a restarted sync shard
+  // that the rank will not push a step whose push was lost here.
+  absl::StatusOr<uint64_t> Heartbeat(int rank, uint64_t incarnation,
+                                     uint64_t clock = 0);
   // OK if `incarnation` is the one `rank` registered with here;
   // FailedPrecondition naming the rank otherwise (none registered, or
   // another one since).
@@ -222,6 +225,12 @@ class UpdateCoordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // sync: if step version_ may complete, takes it out of the slots.
   std::optional<ReadyStep> TakeReadyStepLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `rank` has done steps [0, clock) (it pulls for `clock`, or said so in a
+  // heartbeat): raises its clock and, in sync, makes it take part with
+  // weight 0 in a step it will not push here; returns a step that became
+  // ready.
+  std::optional<ReadyStep> NoteClockLocked(int rank, uint64_t clock)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // sync, after --restore: moves version_ forward to `clock` if allowed.
   void MaybeFastForwardLocked(uint64_t clock)
