@@ -58,10 +58,11 @@ absl::Status ValidateOptions(const ClientOptions& options) {
                      kMaxChunkElements, "], got ", options.chunk_elements));
   }
   if (options.connect_timeout < absl::ZeroDuration() ||
-      options.retry_timeout < absl::ZeroDuration()) {
+      options.retry_timeout < absl::ZeroDuration() ||
+      options.heartbeat_period < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
-        "ClientOptions: connect_timeout and retry_timeout must not be "
-        "negative");
+        "ClientOptions: connect_timeout, retry_timeout and heartbeat_period "
+        "must not be negative");
   }
   if (options.initial_backoff <= absl::ZeroDuration() ||
       options.max_backoff < options.initial_backoff) {
@@ -188,6 +189,11 @@ absl::StatusOr<ClientOptions> ClientOptions::FromEnvironment() {
   options.servers = std::move(environment->servers);
   options.rank = environment->rank;
   options.job_id = std::move(environment->job_id);
+  options.tls_ca_file = std::move(environment->tls_ca_file);
+  options.tls_cert_file = std::move(environment->tls_cert_file);
+  options.tls_key_file = std::move(environment->tls_key_file);
+  options.tls_server_name = std::move(environment->tls_server_name);
+  options.token_file = std::move(environment->token_file);
   return options;
 }
 
@@ -318,6 +324,9 @@ class ParameterClient::Impl {
     absl::StatusOr<Registration> registration =
         (*fanout)->Register(incarnation, planned_steps);
     if (!registration.ok()) return registration.status();
+    if (options_.heartbeat_period > absl::ZeroDuration()) {
+      (*fanout)->StartHeartbeats(options_.heartbeat_period);
+    }
     absl::MutexLock lock(&mu_);
     partition_ = std::move(owned_partition);
     fanout_ = *std::move(fanout);
@@ -363,8 +372,7 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Connect(
     const ClientOptions& options) {
   if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
   absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> channels =
-      client_internal::ConnectChannels(options.servers,
-                                       options.connect_timeout);
+      client_internal::ConnectChannels(options);
   if (!channels.ok()) return channels.status();
   return absl::WrapUnique(new ParameterClient(
       std::make_unique<Impl>(options, *std::move(channels))));

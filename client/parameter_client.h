@@ -64,11 +64,38 @@ struct ClientOptions {
   absl::Duration retry_timeout = absl::Seconds(120);
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(2);
+  // How often the client tells every shard, between calls, that this rank
+  // is alive and which steps it has done; zero: never (a rank that computes
+  // longer than the shards' --worker_timeout between calls is then dead).
+  absl::Duration heartbeat_period = absl::Seconds(1);
+
+  // Authentication, for servers started with the matching flags (all empty:
+  // plaintext). Paths of files, read by Connect; InvalidArgument naming the
+  // field for one that cannot be read or does not hold what it should.
+  //
+  // PEM certificate of the CA that signed the servers' certificates (their
+  // --tls_cert): set, the client speaks TLS and refuses a server whose
+  // certificate it does not sign.
+  std::string tls_ca_file;
+  // PEM certificate and private key of this client, for servers that
+  // require one (--tls_client_ca: mutual TLS). Both or neither; need
+  // tls_ca_file.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // The name every server's certificate must carry; empty: the host of its
+  // address in `servers`. One name for every shard (e.g. "ps-server") lets
+  // one certificate serve them all.
+  std::string tls_server_name;
+  // File holding the job token (the servers' --token_file), sent with every
+  // call. Needs tls_ca_file: a token is never sent in plaintext.
+  std::string token_file;
 
   // The options a launcher (deploy/local `launch -- PROGRAM`, a Kubernetes
-  // Job) passes in the environment: PS_SERVERS, PS_RANK, PS_JOB_ID. The
-  // other fields keep their defaults. InvalidArgument naming the variable
-  // that is missing or malformed.
+  // Job) passes in the environment: PS_SERVERS, PS_RANK, PS_JOB_ID, and
+  // where set PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY, PS_TLS_SERVER_NAME and
+  // PS_TOKEN_FILE (file paths, never the secrets themselves). The other
+  // fields keep their defaults. InvalidArgument naming the variable that is
+  // missing or malformed.
   static absl::StatusOr<ClientOptions> FromEnvironment();
 };
 
@@ -130,7 +157,10 @@ class ParameterClient {
  public:
   // Connects to every shard of `options.servers`, waiting up to
   // `options.connect_timeout`. InvalidArgument for bad options, Unavailable
-  // naming a shard that did not answer.
+  // naming a shard that did not answer, with the last connection error
+  // (e.g. a failed TLS handshake) and what may cause it. A server that
+  // refuses the job token answers the first call (Declare) with
+  // Unauthenticated.
   static absl::StatusOr<std::unique_ptr<ParameterClient>> Connect(
       const ClientOptions& options);
 

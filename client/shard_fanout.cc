@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/channel_auth.h"
 #include "common/byte_stream_call.h"
 #include "common/chunk_wire.h"
 #include "common/consistency_mode.h"
@@ -16,11 +17,17 @@
 #include "common/logging.h"
 #include "common/tensor_codec.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/health.grpc.pb.h"
+#include "spdlog/spdlog.h"
 
 namespace ps::client_internal {
 namespace {
 
 constexpr int kMaxMessageBytes = 64 << 20;
+// While connecting: how often the last connection error is logged, and how
+// long the call that finds it out may take.
+constexpr absl::Duration kConnectReportPeriod = absl::Seconds(10);
+constexpr absl::Duration kConnectionErrorTimeout = absl::Seconds(1);
 
 std::string MethodName(absl::string_view method) {
   return absl::StrCat("/", proto::ParameterServer::service_full_name(), "/",
@@ -46,25 +53,75 @@ absl::Status ForEachServer(int num_servers, Fn fn) {
   return absl::OkStatus();
 }
 
+// Why `channel` is not connected, as gRPC says it ("failed to connect to
+// all addresses; last error: ..."): a call that does not wait for the
+// connection fails with it. Empty if the call went through after all.
+std::string LastConnectionError(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::ClientContext context;
+  context.set_wait_for_ready(false);
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(kConnectionErrorTimeout));
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status = grpc::health::v1::Health::NewStub(channel)->Check(
+      &context, request, &response);
+  return status.ok() ? "" : status.error_message();
+}
+
+// Waits until `channel` to `address` is connected or `deadline` passes,
+// logging the last connection error every kConnectReportPeriod meanwhile:
+// a misconfigured TLS would otherwise look like a server not up yet for
+// the whole connect_timeout.
+absl::Status WaitConnected(const ClientOptions& options,
+                           const std::string& address,
+                           const std::shared_ptr<grpc::Channel>& channel,
+                           absl::Time start, absl::Time deadline) {
+  absl::Time report = absl::Now() + kConnectReportPeriod;
+  while (!channel->WaitForConnected(
+      absl::ToChronoTime(std::min(deadline, report)))) {
+    const std::string error = LastConnectionError(channel);
+    const std::string hint = ConnectionHint(options, error);
+    if (absl::Now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "parameter server ", address, " did not accept a connection within ",
+          absl::FormatDuration(options.connect_timeout), ": ",
+          error.empty() ? "it did not stay connected" : error, hint));
+    }
+    if (error.empty()) continue;  // Connected meanwhile.
+    spdlog::warn(
+        "parameter server {} not connected after {}, still trying: "
+        "{}{}",
+        address,
+        absl::FormatDuration(
+            absl::Trunc(absl::Now() - start, absl::Seconds(1))),
+        error, hint);
+    report = absl::Now() + kConnectReportPeriod;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> ConnectChannels(
-    const std::vector<std::string>& addresses, absl::Duration timeout) {
+    const ClientOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(options);
+  if (!credentials.ok()) return credentials.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  const auto deadline =
-      std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout);
+  if (!options.tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(options.tls_server_name);
+  }
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options.connect_timeout;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
-  for (const std::string& address : addresses) {
-    auto channel = grpc::CreateCustomChannel(
-        address, grpc::InsecureChannelCredentials(), args);
-    if (!channel->WaitForConnected(deadline)) {
-      return absl::UnavailableError(
-          absl::StrCat("parameter server ", address,
-                       " did not accept a "
-                       "connection within ",
-                       absl::FormatDuration(timeout)));
+  for (const std::string& address : options.servers) {
+    auto channel = grpc::CreateCustomChannel(address, *credentials, args);
+    if (absl::Status s =
+            WaitConnected(options, address, channel, start, deadline);
+        !s.ok()) {
+      return s;
     }
     channels.push_back(std::move(channel));
   }
@@ -272,6 +329,7 @@ absl::StatusOr<uint64_t> ShardFanout::PullFromAll(uint64_t clock,
     });
   });
   if (!status.ok()) return status;
+  RaiseClock(clock);
   return *std::min_element(versions.begin(), versions.end());
 }
 
@@ -380,6 +438,53 @@ absl::Status ShardFanout::Done() {
       return FromGrpcStatus(stubs_[s]->Done(&context, request, &response));
     });
   });
+}
+
+ShardFanout::~ShardFanout() {
+  {
+    absl::MutexLock lock(&heartbeat_mu_);
+    stopping_ = true;
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+void ShardFanout::RaiseClock(uint64_t clock) {
+  uint64_t seen = clock_.load();
+  while (seen < clock && !clock_.compare_exchange_weak(seen, clock)) {
+  }
+}
+
+void ShardFanout::StartHeartbeats(absl::Duration period) {
+  heartbeat_thread_ = std::thread([this, period] { SendHeartbeats(period); });
+}
+
+void ShardFanout::SendHeartbeats(absl::Duration period) {
+  auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(heartbeat_mu_) {
+    return stopping_;
+  };
+  absl::Time last_warning = absl::InfinitePast();
+  absl::MutexLock lock(&heartbeat_mu_);
+  while (!heartbeat_mu_.AwaitWithTimeout(absl::Condition(&stopping), period)) {
+    heartbeat_mu_.Unlock();
+    for (int s = 0; s < num_servers(); ++s) {
+      proto::HeartbeatRequest request;
+      *request.mutable_header() = Header(s);
+      request.set_incarnation(incarnation_.load());
+      request.set_clock(clock_.load());
+      proto::HeartbeatResponse response;
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + period));
+      const absl::Status status =
+          FromGrpcStatus(stubs_[s]->Heartbeat(&context, request, &response));
+      // A shard that is down or restarting fails every beat: once in a
+      // while is enough to say so.
+      if (!status.ok() && absl::Now() - last_warning > absl::Seconds(10)) {
+        last_warning = absl::Now();
+        spdlog::warn("heartbeat: {}", Annotate(s, status).ToString());
+      }
+    }
+    heartbeat_mu_.Lock();
+  }
 }
 
 std::unique_ptr<PushSession> ShardFanout::StartPush(const StepInfo& info) {
@@ -556,7 +661,7 @@ class PushSession::ShardStream {
 
 PushSession::PushSession(ShardFanout* fanout, const StepInfo& info, Kind kind,
                          const std::vector<bool>& servers)
-    : fanout_(fanout), kind_(kind) {
+    : fanout_(fanout), kind_(kind), step_(info.step) {
   for (int s = 0; s < fanout->num_servers(); ++s) {
     streams_.push_back(
         servers.empty() || servers[s]
@@ -620,6 +725,7 @@ absl::StatusOr<uint64_t> PushSession::FinishWithPull(TensorValues& weights) {
   std::vector<uint64_t> versions(streams_.size(), 0);
   absl::Status status = JoinStreams(&weights, &versions);
   if (!status.ok()) return status;
+  fanout_->RaiseClock(step_ + 1);
   return *std::min_element(versions.begin(), versions.end());
 }
 

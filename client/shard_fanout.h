@@ -6,10 +6,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/parameter_client.h"
@@ -21,10 +24,13 @@
 
 namespace ps::client_internal {
 
-// Connects a channel to every shard of `addresses`, waiting up to `timeout`
-// in all; Unavailable naming the first shard that did not answer.
+// Connects a channel to every shard of `options.servers`, with the
+// credentials the options ask for (client/channel_auth.h), waiting up to
+// `options.connect_timeout` in all. InvalidArgument for bad authentication
+// options; Unavailable naming the first shard that did not answer, with
+// gRPC's last connection error and a hint.
 absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> ConnectChannels(
-    const std::vector<std::string>& addresses, absl::Duration timeout);
+    const ClientOptions& options);
 
 class PushSession;
 
@@ -42,9 +48,8 @@ class PushSession;
 // Thread-safe: calls may come from several threads, but a worker normally
 // issues one at a time. Shares the channels; the partition must outlive it.
 // Reads rank, job_id, chunk_elements and the retry durations of the
-// options. Sends no heartbeats: a shard learns that a rank is alive from its
-// calls (heartbeats that do not carry the rank's clock can keep a sync job
-// waiting for ever on a restarted shard: commit 89cf453).
+// options. Between calls, heartbeats (StartHeartbeats) tell the shards that
+// the rank is alive and which steps it has done.
 class ShardFanout {
  public:
   // `channels[i]` (from ConnectChannels) reaches shard i at `addresses[i]`.
@@ -53,7 +58,8 @@ class ShardFanout {
       std::vector<std::shared_ptr<grpc::Channel>> channels,
       const Partition* partition, const ClientOptions& options);
 
-  ~ShardFanout() = default;
+  // Stops the heartbeats.
+  ~ShardFanout();
   ShardFanout(const ShardFanout&) = delete;
   ShardFanout& operator=(const ShardFanout&) = delete;
 
@@ -97,6 +103,12 @@ class ShardFanout {
   // Tells every shard this worker has finished.
   absl::Status Done();
 
+  // Starts a thread that sends every shard a heartbeat each `period` (with
+  // the clock of the last answered pull) until the fanout is destroyed.
+  // Failures are only logged: a shard that misses heartbeats says so
+  // itself. Once, after Register.
+  void StartHeartbeats(absl::Duration period);
+
   const Partition& partition() const { return *partition_; }
   int num_servers() const { return static_cast<int>(stubs_.size()); }
   const std::string& address(int server) const { return addresses_[server]; }
@@ -128,6 +140,9 @@ class ShardFanout {
                               TensorValues& weights, uint64_t* version);
   // Prefixes the shard's address to a failed status.
   absl::Status Annotate(int server, const absl::Status& status) const;
+  // The rank has done steps [0, clock) on every shard.
+  void RaiseClock(uint64_t clock);
+  void SendHeartbeats(absl::Duration period);
 
   const std::vector<std::string> addresses_;
   const Partition* const partition_;
@@ -139,6 +154,13 @@ class ShardFanout {
   // Set by Register and sent in every header, so that a shard can refuse a
   // process that a restarted worker of the same rank replaced.
   std::atomic<uint64_t> incarnation_{0};
+  // Sent in heartbeats: a shard restarted since the rank's last push to it
+  // learns that the rank will not send the pushes it lost.
+  std::atomic<uint64_t> clock_{0};
+
+  absl::Mutex heartbeat_mu_;
+  bool stopping_ ABSL_GUARDED_BY(heartbeat_mu_) = false;
+  std::thread heartbeat_thread_;
 };
 
 // One step's push: a stream to every shard involved, fed tensor by tensor as
@@ -193,6 +215,7 @@ class PushSession {
 
   ShardFanout* const fanout_;
   const Kind kind_;
+  const uint64_t step_;
   // By shard; null for a shard the session does not reach.
   std::vector<std::unique_ptr<ShardStream>> streams_;
   bool finished_ = false;

@@ -51,6 +51,11 @@ std::vector<std::pair<std::string, std::string>> WorkerEnvironmentVariables(
       {"PS_NUM_SERVERS", absl::StrCat(environment.servers.size())},
       {"PS_SERVERS", absl::StrJoin(environment.servers, ",")},
       {"PS_JOB_ID", environment.job_id},
+      {"PS_TLS_CA", environment.tls_ca_file},
+      {"PS_TLS_CERT", environment.tls_cert_file},
+      {"PS_TLS_KEY", environment.tls_key_file},
+      {"PS_TLS_SERVER_NAME", environment.tls_server_name},
+      {"PS_TOKEN_FILE", environment.token_file},
       {"RANK", rank},
       {"WORLD_SIZE", num_workers},
       {"LOCAL_RANK", local_rank},
@@ -95,6 +100,15 @@ absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
           absl::StrCat("$PS_JOB_ID: ", s.message()));
     }
     environment.job_id = job_id;
+  }
+  for (auto [name, field] : {
+           std::pair{"PS_TLS_CA", &environment.tls_ca_file},
+           std::pair{"PS_TLS_CERT", &environment.tls_cert_file},
+           std::pair{"PS_TLS_KEY", &environment.tls_key_file},
+           std::pair{"PS_TLS_SERVER_NAME", &environment.tls_server_name},
+           std::pair{"PS_TOKEN_FILE", &environment.token_file},
+       }) {
+    if (const char* value = lookup(name); value != nullptr) *field = value;
   }
   environment.rank = *rank;
   environment.num_workers = *num_workers;

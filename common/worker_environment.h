@@ -20,6 +20,10 @@ namespace ps {
 //                                index order
 //   PS_JOB_ID                    the job's id, which the servers check
 //                                (empty or unset: none)
+//   PS_TLS_CA, PS_TLS_CERT,      paths of the authentication files and the
+//   PS_TLS_KEY, PS_TOKEN_FILE,   name the servers' certificates carry (the
+//   PS_TLS_SERVER_NAME           ClientOptions fields of the same names;
+//                                empty or unset: none)
 //
 // and, for programs written for torchrun, the same as RANK, WORLD_SIZE,
 // LOCAL_RANK and LOCAL_WORLD_SIZE.
@@ -30,9 +34,16 @@ struct WorkerEnvironment {
   int local_num_workers = 1;
   std::vector<std::string> servers;
   std::string job_id;
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_server_name;
+  std::string token_file;
 };
 
-// The variables above, as (name, value) pairs to set in a child.
+// The variables above, as (name, value) pairs to set in a child. The
+// authentication ones are set even when empty, so that a child never takes
+// them from the launcher's own environment.
 std::vector<std::pair<std::string, std::string>> WorkerEnvironmentVariables(
     const WorkerEnvironment& environment);
 

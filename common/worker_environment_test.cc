@@ -73,6 +73,31 @@ TEST(WorkerEnvironmentTest, AJobIdIsOptional) {
   EXPECT_EQ(read->job_id, "");
 }
 
+TEST(WorkerEnvironmentTest, CarriesTheAuthenticationFilesPaths) {
+  WorkerEnvironment environment = ThirdOfFour();
+  environment.tls_ca_file = "/auth/ca.crt";
+  environment.tls_cert_file = "/auth/client.crt";
+  environment.tls_key_file = "/auth/client.key";
+  environment.tls_server_name = "ps-server";
+  environment.token_file = "/auth/token";
+  absl::StatusOr<WorkerEnvironment> read = FakeEnvironment(environment).Read();
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->tls_ca_file, "/auth/ca.crt");
+  EXPECT_EQ(read->tls_cert_file, "/auth/client.crt");
+  EXPECT_EQ(read->tls_key_file, "/auth/client.key");
+  EXPECT_EQ(read->tls_server_name, "ps-server");
+  EXPECT_EQ(read->token_file, "/auth/token");
+}
+
+TEST(WorkerEnvironmentTest, SetsEmptyAuthenticationVariablesWhenPlaintext) {
+  const auto variables = WorkerEnvironmentVariables(ThirdOfFour());
+  const std::map<std::string, std::string> got(variables.begin(),
+                                               variables.end());
+  // Set, so that a child does not inherit the launcher's.
+  EXPECT_EQ(got.at("PS_TLS_CA"), "");
+  EXPECT_EQ(got.at("PS_TOKEN_FILE"), "");
+}
+
 TEST(WorkerEnvironmentTest, NamesAMissingVariable) {
   for (const char* name :
        {"PS_RANK", "PS_NUM_WORKERS", "PS_LOCAL_RANK", "PS_LOCAL_NUM_WORKERS",

@@ -9,6 +9,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libopenblas-dev
   dataset-fashion-mnist
+  # The launcher's --auth=tls|mtls and tests/tls_test make certificates with it.
+  openssl
 )
 # The Kubernetes manifest checker (deploy/validate) is a Go program built
 # against Debian's Kubernetes API packages, and Debian's kustomize renders the

@@ -11,17 +11,33 @@
 
 namespace ps::server {
 
+struct GrpcServerOptions {
+  // Receive and send limit of every message.
+  int max_message_bytes = 4 << 20;
+  // Each call in progress holds one of at most `max_threads` threads (0: no
+  // bound); a call beyond them is refused with RESOURCE_EXHAUSTED, so that
+  // clients that open calls and leave them hanging cannot make the server
+  // hold without bound.
+  int max_threads = 0;
+  // Null: plaintext. See server/auth.h.
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  // -1: none. Else the health service alone is also served on this port of
+  // the same host (0 picks a free one), in plaintext and without a token:
+  // Kubernetes' gRPC probes speak neither TLS nor tokens.
+  int health_port = -1;
+};
+
 // A running gRPC server for one service, with the standard health service
 // (HealthService) beside it. Destroying it shuts the server down at once.
 //
 // Thread-safe as grpc::Server is: Shutdown may come from any thread.
 class GrpcServer {
  public:
-  // Listens on `address` ("127.0.0.1:0" picks a free port) with receive and
-  // send limits of `max_message_bytes`. Each call in progress holds one of
-  // at most `max_threads` threads (0: no bound); a call beyond them is
-  // refused with RESOURCE_EXHAUSTED, so that clients that open calls and
-  // leave them hanging cannot make the server hold without bound.
+  // Listens on `address` ("127.0.0.1:0" picks a free port).
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(
+      const std::string& address, grpc::Service* service,
+      const std::string& service_name, const GrpcServerOptions& options);
+  // Plaintext, no health port.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(
       const std::string& address, grpc::Service* service,
       const std::string& service_name, int max_message_bytes,
@@ -33,6 +49,8 @@ class GrpcServer {
   GrpcServer& operator=(const GrpcServer&) = delete;
 
   int port() const { return port_; }
+  // The health-only port; 0 if there is none.
+  int health_port() const { return health_port_; }
 
   // Health checks answer NOT_SERVING from now on (health watches end); calls
   // still running at `deadline` are cancelled. Returns once every handler
@@ -42,10 +60,13 @@ class GrpcServer {
  private:
   GrpcServer() = default;
 
-  // Declared first: the server, which calls it, goes first.
+  // Declared first: the servers, which call it, go first.
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<grpc::Server> server_;
+  // Null without a health port.
+  std::unique_ptr<grpc::Server> health_server_;
   int port_ = 0;
+  int health_port_ = 0;
 };
 
 }  // namespace ps::server

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -27,6 +28,7 @@
 #include "common/malloc_tuning.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
+#include "server/auth.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
 #include "server/grpc_server.h"
@@ -125,6 +127,22 @@ ABSL_FLAG(std::string, job_id, "",
           "refused, so two jobs whose addresses overlap cannot mix their "
           "workers. Letters, digits, '.', '_' and '-'; the launcher makes "
           "one per run.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (chain) of this server: with --tls_key, clients "
+          "must speak TLS and check it (their --tls_ca). Empty: plaintext.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM certificate of the CA that signs the clients' certificates: "
+          "mutual TLS, a client without such a certificate cannot connect. "
+          "Needs --tls_cert.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the job token (16 to 4096 visible ASCII characters, "
+          "e.g. `openssl rand -hex 32`): every call but health checks must "
+          "carry it, or is refused with UNAUTHENTICATED. Needs --tls_cert.");
+ABSL_FLAG(int, health_port, -1,
+          "If >= 0, also serve the health service alone on this port (0: a "
+          "free one), in plaintext and without token, for probes that speak "
+          "neither (Kubernetes' gRPC probes) when --tls_cert is set.");
 ABSL_FLAG(bool, restore, false,
           "Resume from the newest readable checkpoint in --checkpoint_dir "
           "(start fresh if there is none); sync shards then catch up with "
@@ -162,6 +180,8 @@ struct ServerConfig {
   int max_threads = 0;
   int max_calls_per_rank = 8;
   int signal_exit_code = 0;
+  ServerAuth auth;
+  int health_port = -1;  // -1: none.
 };
 
 // This machine's memory; 1 GiB if the system does not say.
@@ -344,6 +364,19 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   if (c.signal_exit_code < 0 || c.signal_exit_code > 255) {
     return OutOfRange("signal_exit_code", c.signal_exit_code, 0, 255);
   }
+  absl::StatusOr<ServerAuth> auth = LoadServerAuth(
+      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+       absl::GetFlag(FLAGS_tls_client_ca), absl::GetFlag(FLAGS_token_file)});
+  if (!auth.ok()) return auth.status();
+  c.auth = *std::move(auth);
+  c.health_port = absl::GetFlag(FLAGS_health_port);
+  if (c.health_port < -1 || c.health_port > 65535) {
+    return OutOfRange("health_port", c.health_port, -1, 65535);
+  }
+  if (c.health_port > 0 && c.health_port == absl::GetFlag(FLAGS_port)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--health_port must differ from --port (both ", c.health_port, ")"));
+  }
   return c;
 }
 
@@ -514,9 +547,16 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
 
   SignalWatcher watcher(signals, config.signal_exit_code, &shutdown);
 
+  GrpcServerOptions server_options;
+  server_options.max_message_bytes = config.max_message_bytes;
+  server_options.max_threads = config.max_threads;
+  if (config.auth.tls()) {
+    server_options.credentials = MakeServerCredentials(config.auth);
+  }
+  server_options.health_port = config.health_port;
   absl::StatusOr<std::unique_ptr<GrpcServer>> server = GrpcServer::Start(
       config.address, &service, proto::ParameterServer::service_full_name(),
-      config.max_message_bytes, config.max_threads);
+      server_options);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     shutdown.Request("startup failed");
@@ -540,6 +580,11 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
           : absl::StrCat("waiting for rank 0 to declare the model (at most ",
                          config.limits.max_tensors, " tensors, ",
                          config.limits.max_model_bytes >> 20, " MiB)"));
+  spdlog::info("connections: {}; health checks {}", config.auth.Describe(),
+               (*server)->health_port() > 0
+                   ? absl::StrCat("also on port ", (*server)->health_port(),
+                                  " (plaintext, health only)")
+                   : std::string("on the same port"));
   spdlog::info(
       "workers are dead after {} without a request (--on_worker_failure={}); "
       "learning rate {} {}; checkpoints {}",

@@ -14,8 +14,10 @@
 
 namespace ps::worker {
 
-// The worker's model: a fully connected classifier laid out by MlpModelSpec
-// (tensor 2l is fc<l>.weight [in, out], 2l + 1 is fc<l>.bias [out]). Each
+// The worker's first model, kept (testonly) as the reference nn::Model is
+// tested against (worker/nn/model_test.cc): a fully connected classifier
+// laid out by MlpModelSpec (tensor 2l is fc<l>.weight [in, out], 2l + 1 is
+// fc<l>.bias [out]). Each
 // layer computes x W + b, followed by a ReLU except on the last layer, whose
 // outputs are logits for a softmax cross-entropy loss averaged over the batch.
 //

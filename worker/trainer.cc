@@ -20,7 +20,7 @@ std::string FormatEta(absl::Duration eta) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
-    const TrainerOptions& options, ParameterClient* client, Mlp* model,
+    const TrainerOptions& options, ParameterClient* client, nn::Model* model,
     const LabeledImages* train, const LabeledImages* test) {
   absl::StatusOr<EpochSharder> sharder =
       EpochSharder::Create(train->num_examples, options.num_workers,
@@ -29,12 +29,24 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   if (options.evaluate && test == nullptr) {
     return absl::InvalidArgumentError("evaluation needs a test set");
   }
+  if (model->max_batch() < options.batch_size) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the model takes batches of up to %d examples, not %d",
+                        model->max_batch(), options.batch_size));
+  }
+  for (const LabeledImages* data : {train, test}) {
+    if (data != nullptr && data->example_size() != model->example_size()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the model's input is %d floats per example, the data's %d",
+          model->example_size(), data->example_size()));
+    }
+  }
   return absl::WrapUnique(
       new Trainer(options, client, model, train, test, *std::move(sharder)));
 }
 
 Trainer::Trainer(const TrainerOptions& options, ParameterClient* client,
-                 Mlp* model, const LabeledImages* train,
+                 nn::Model* model, const LabeledImages* train,
                  const LabeledImages* test, EpochSharder sharder)
     : options_(options),
       client_(client),
@@ -62,7 +74,7 @@ absl::Status Trainer::LoadWeights(uint64_t clock, uint64_t* version) {
 
 absl::Status Trainer::SetModelWeights() {
   for (size_t t = 0; t < weights_.size(); ++t) {
-    absl::Status status = model_->SetWeights(t, weights_[t]);
+    absl::Status status = model_->SetWeights(static_cast<int>(t), weights_[t]);
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
@@ -103,30 +115,33 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
   pulled_.reset();
   std::unique_ptr<StepPush> push = client_->StartStep(info, pull_with_push);
 
-  absl::Status send_status;
   if (batch_.size > 0) {
-    // Each gradient goes out as soon as backward has produced it.
-    absl::StatusOr<float> loss = model_->ForwardBackward(
-        batch_.images, batch_.labels, static_cast<int>(batch_.size),
-        [&](int tensor_id) {
-          absl::Status s = model_->GetGradient(
-              tensor_id, absl::MakeSpan(gradients_[tensor_id]));
-          if (s.ok()) s = push->Send(tensor_id, gradients_[tensor_id]);
-          if (send_status.ok()) send_status = s;
-        });
+    // This rank's examples follow the lower ranks' in the step's global
+    // batch, so dropout masks do not depend on the number of workers.
+    nn::StepInfo step_info;
+    step_info.step = result.clock;
+    step_info.first_example =
+        static_cast<uint64_t>(options_.rank) * options_.batch_size;
+    absl::StatusOr<float> loss = model_->Forward(
+        batch_.images, batch_.labels, static_cast<int>(batch_.size), step_info);
     if (!loss.ok()) return loss.status();
     result.loss = *loss;
+    // Each gradient goes out as soon as backward has produced it. The
+    // model's span stays unchanged until the next Backward, which comes
+    // after this push's Finish: Send may keep it.
+    status =
+        model_->Backward([&](int tensor_id, absl::Span<const float> gradient) {
+          return push->Send(tensor_id, gradient);
+        });
+    if (!status.ok()) return status;
   } else {
     // An empty share of the epoch's last batch still takes part in the step
     // (sync mode waits for every rank) and weighs nothing.
-    for (size_t t = 0; t < gradients_.size(); ++t) {
-      std::fill(gradients_[t].begin(), gradients_[t].end(), 0.0f);
-      if (send_status.ok()) {
-        send_status = push->Send(static_cast<int>(t), gradients_[t]);
-      }
+    for (size_t t = 0; t < zero_gradients_.size(); ++t) {
+      status = push->Send(static_cast<int>(t), zero_gradients_[t]);
+      if (!status.ok()) return status;
     }
   }
-  if (!send_status.ok()) return send_status;
   if (pull_with_push) {
     absl::StatusOr<uint64_t> next_version = push->FinishWithPull(weights_);
     status = next_version.status();
@@ -147,18 +162,19 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
 }
 
 absl::StatusOr<double> Trainer::TestAccuracy() {
-  absl::StatusOr<int> correct = model_->Evaluate(
-      test_->images, test_->labels, static_cast<int>(test_->num_examples));
+  absl::StatusOr<int64_t> correct = model_->Evaluate(
+      test_->images, test_->labels, static_cast<int64_t>(test_->num_examples));
   if (!correct.ok()) return correct.status();
   return static_cast<double>(*correct) / test_->num_examples;
 }
 
 absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
   const ModelSpec& spec = client_->model();
-  gradients_.resize(spec.tensors.size());
+  zero_gradients_.resize(spec.tensors.size());
   for (size_t t = 0; t < spec.tensors.size(); ++t) {
-    gradients_[t].resize(spec.tensors[t].num_elements());
+    zero_gradients_[t].assign(spec.tensors[t].num_elements(), 0.0f);
   }
+  model_->SetTraining(true);
   const uint64_t steps_per_epoch = sharder_.steps_per_epoch();
   const bool sync = resume.mode == ConsistencyMode::kSync;
   absl::StatusOr<uint64_t> resume_step =

@@ -13,7 +13,7 @@
 #include "client/parameter_client.h"
 #include "worker/dataset.h"
 #include "worker/idx_reader.h"
-#include "worker/mlp.h"
+#include "worker/nn/model.h"
 
 namespace ps::worker {
 
@@ -55,14 +55,16 @@ struct TrainingSummary {
 // brings back the next step's weights on the same calls (PushPull), so a
 // step makes one call per shard.
 //
-// Pushes overlap the backward pass: each tensor's gradient is queued to the
-// shards as soon as it is computed, last layer first. Not thread-safe; one
+// The model is any nn::Model (an MLP, a CNN, ...): the trainer only sets its
+// weights, runs it forward and backward, and evaluates it. Pushes overlap the
+// backward pass: each tensor's gradient is queued to the shards as soon as
+// the model reports it, last layer first. Not thread-safe; one
 // trainer per worker process. Borrows everything it is given.
 class Trainer {
  public:
   // Fails if the options do not fit the data (e.g. batch size, workers).
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
-      const TrainerOptions& options, ParameterClient* client, Mlp* model,
+      const TrainerOptions& options, ParameterClient* client, nn::Model* model,
       const LabeledImages* train, const LabeledImages* test);
 
   // Batches this worker trains in all; every rank plans the same number.
@@ -83,9 +85,9 @@ class Trainer {
     bool stale = false;
   };
 
-  Trainer(const TrainerOptions& options, ParameterClient* client, Mlp* model,
-          const LabeledImages* train, const LabeledImages* test,
-          EpochSharder sharder);
+  Trainer(const TrainerOptions& options, ParameterClient* client,
+          nn::Model* model, const LabeledImages* train,
+          const LabeledImages* test, EpochSharder sharder);
 
   // One step: pull for `clock`, compute the gradient of this rank's share of
   // batch `step_in_epoch`, push it. In sync mode the push is for the version
@@ -103,7 +105,7 @@ class Trainer {
 
   const TrainerOptions options_;
   ParameterClient* const client_;
-  Mlp* const model_;
+  nn::Model* const model_;
   const LabeledImages* const train_;
   const LabeledImages* const test_;
   const EpochSharder sharder_;
@@ -118,7 +120,8 @@ class Trainer {
 
   // Buffers reused across steps.
   TensorValues weights_;
-  TensorValues gradients_;
+  // Zeros, pushed for an empty share of a batch.
+  TensorValues zero_gradients_;
   Batch batch_;
 };
 

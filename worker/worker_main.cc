@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/parameter_client.h"
+#include "common/auth_files.h"
 #include "common/cluster_address.h"
 #include "common/consistency_mode.h"
 #include "common/cpu_affinity.h"
@@ -34,7 +35,8 @@
 #include "kernels/device.h"
 #include "spdlog/spdlog.h"
 #include "worker/idx_reader.h"
-#include "worker/mlp.h"
+#include "worker/nn/model.h"
+#include "worker/nn/model_description.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(int, rank, 0,
@@ -55,7 +57,10 @@ ABSL_FLAG(std::string, server_pattern, "",
           "Instead of --servers: an address with {index}, e.g. "
           "ps-server-{index}.ps-server:7000, expanded for --num_servers");
 ABSL_FLAG(int, num_servers, 0, "Number of servers (with --server_pattern)");
-ABSL_FLAG(std::string, model, "784-256-128-10", "MLP layer sizes");
+ABSL_FLAG(std::string, model, "784-256-128-10",
+          "The network: MLP layer sizes (784-256-128-10), a preset (mlp, "
+          "cnn), a layer stack (\"input 1x28x28; conv 32 3x3 pad 1; relu; "
+          "...\") or @file holding one; see worker/nn/model_description.h");
 ABSL_FLAG(int, batch_size, 64, "Examples per step on this worker");
 ABSL_FLAG(int, epochs, 10, "Passes over the training set");
 ABSL_FLAG(uint64_t, max_steps, 0, "Stop after this many steps (0: no limit)");
@@ -84,6 +89,19 @@ ABSL_FLAG(absl::Duration, retry_timeout, absl::Seconds(120),
 ABSL_FLAG(absl::Duration, heartbeat_period, absl::Seconds(1),
           "Accepted for existing command lines; unused: workers send no "
           "heartbeats until heartbeats carry the worker's clock");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM certificate of the CA that signed the servers' --tls_cert: "
+          "speak TLS and refuse servers it did not sign. Empty: plaintext.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate of this worker, for servers that require one "
+          "(--tls_client_ca); with --tls_key. Needs --tls_ca.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "The name every server's certificate must carry (e.g. ps-server); "
+          "empty: each server's host as given. Needs --tls_ca.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the job token (the servers' --token_file), sent with "
+          "every call. Needs --tls_ca.");
 ABSL_FLAG(std::string, cpus, "",
           "CPUs this worker may run on, in the kernel's list format "
           "(\"0-3,8\"); empty: any. On a host shared with servers, separate "
@@ -214,6 +232,43 @@ absl::StatusOr<std::vector<std::string>> ResolveServers() {
   return ExpandServerPattern(pattern, absl::GetFlag(FLAGS_num_servers));
 }
 
+// The authentication flags go together as ClientOptions says; their files
+// are read now so that an error names the flag.
+absl::Status CheckAuthFlags() {
+  const std::string ca = absl::GetFlag(FLAGS_tls_ca);
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert);
+  const std::string key = absl::GetFlag(FLAGS_tls_key);
+  const std::string token = absl::GetFlag(FLAGS_token_file);
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together: this worker's certificate and "
+        "its private key");
+  }
+  if (ca.empty()) {
+    if (!cert.empty() || !token.empty() ||
+        !absl::GetFlag(FLAGS_tls_server_name).empty()) {
+      return absl::InvalidArgumentError(
+          "--tls_cert, --tls_server_name and --token_file need --tls_ca: "
+          "the worker checks the servers' certificates with it, and sends a "
+          "token only over TLS");
+    }
+    return absl::OkStatus();
+  }
+  for (absl::Status s : {
+           ReadPemFile("--tls_ca", ca, "CERTIFICATE").status(),
+           cert.empty()
+               ? absl::OkStatus()
+               : ReadPemFile("--tls_cert", cert, "CERTIFICATE").status(),
+           key.empty() ? absl::OkStatus()
+                       : ReadPemFile("--tls_key", key, "PRIVATE KEY").status(),
+           token.empty() ? absl::OkStatus()
+                         : ReadTokenFile("--token_file", token).status(),
+       }) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckFlags(int rank, int num_workers) {
   if (num_workers < 1) {
     return absl::InvalidArgumentError(
@@ -258,7 +313,7 @@ absl::Status CheckFlags(int rank, int num_workers) {
   if (absl::Status s = ValidateJobId(absl::GetFlag(FLAGS_job_id)); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
   }
-  return absl::OkStatus();
+  return CheckAuthFlags();
 }
 
 // Returns the process exit code.
@@ -280,14 +335,14 @@ int Run() {
     return 0;
   }
   const int num_workers = absl::GetFlag(FLAGS_num_workers);
-  absl::StatusOr<std::vector<int>> layers =
-      ParseLayerSizes(absl::GetFlag(FLAGS_model));
+  absl::StatusOr<nn::ModelDescription> description =
+      nn::ModelDescription::FromFlag(absl::GetFlag(FLAGS_model));
   absl::StatusOr<std::vector<std::string>> servers = ResolveServers();
   absl::Status flags = CheckFlags(*rank, num_workers);
   absl::StatusOr<std::vector<int>> cpus =
       CpusFromFlag("cpus", absl::GetFlag(FLAGS_cpus));
   for (const absl::Status& s :
-       {layers.status(), servers.status(), flags, cpus.status()}) {
+       {description.status(), servers.status(), flags, cpus.status()}) {
     if (!s.ok()) {
       spdlog::error("bad flags: {}", s.message());
       return kExitBadConfig;
@@ -301,7 +356,7 @@ int Run() {
     spdlog::info("running on CPUs {}", FormatCpuList(*cpus));
   }
 
-  const ModelSpec model_spec = MlpModelSpec(*layers, absl::GetFlag(FLAGS_seed));
+  const ModelSpec model_spec = description->Spec(absl::GetFlag(FLAGS_seed));
   // Declare would refuse it too, but only after the data is loaded.
   if (absl::Status s = ValidateModelSpec(model_spec, DeclarationLimits());
       !s.ok()) {
@@ -330,12 +385,12 @@ int Run() {
     test = LoadFashionMnist(data_dir, Split::kTest);
     if (!test.ok()) return fail(test.status(), kExitBadConfig);
   }
-  if (train->example_size() != (*layers)[0]) {
-    return fail(
-        absl::InvalidArgumentError(absl::StrCat(
-            "--model input size ", (*layers)[0], " does not match the data's ",
-            train->example_size(), " pixels per image")),
-        kExitBadConfig);
+  if (train->example_size() != description->example_size()) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+                    "--model input size ", description->example_size(),
+                    " does not match the data's ", train->example_size(),
+                    " pixels per image")),
+                kExitBadConfig);
   }
 
   absl::StatusOr<std::unique_ptr<kernels::Backend>> backend =
@@ -345,14 +400,22 @@ int Run() {
     return fail(backend.status(), kExitBadConfig);
   }
   const int batch_size = absl::GetFlag(FLAGS_batch_size);
-  absl::StatusOr<std::unique_ptr<Mlp>> mlp =
-      Mlp::Create(model_spec, batch_size, backend->get());
-  if (!mlp.ok()) return fail(mlp.status(), kExitFailed);
+  nn::ModelOptions model_options;
+  model_options.max_batch = batch_size;
+  model_options.seed = absl::GetFlag(FLAGS_seed);
+  absl::StatusOr<std::unique_ptr<nn::Model>> model =
+      nn::CreateModel(*description, model_options, backend->get());
+  if (!model.ok()) return fail(model.status(), kExitFailed);
 
   ClientOptions client_options;
   client_options.servers = *servers;
   client_options.rank = *rank;
   client_options.job_id = absl::GetFlag(FLAGS_job_id);
+  client_options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
+  client_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  client_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  client_options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  client_options.token_file = absl::GetFlag(FLAGS_token_file);
   client_options.chunk_elements =
       uint64_t{1024} * absl::GetFlag(FLAGS_chunk_kb) / sizeof(float);
   client_options.retry_timeout = absl::GetFlag(FLAGS_retry_timeout);
@@ -376,7 +439,7 @@ int Run() {
   options.save_model_path = *rank == 0 ? save_model : "";
   options.slowdown = absl::Milliseconds(absl::GetFlag(FLAGS_slowdown_ms));
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(options, client->get(), mlp->get(), &*train,
+      Trainer::Create(options, client->get(), model->get(), &*train,
                       *rank == 0 ? &*test : nullptr);
   if (!trainer.ok()) return fail(trainer.status(), kExitBadConfig);
 

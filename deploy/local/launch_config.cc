@@ -12,6 +12,7 @@
 #include "common/cluster_address.h"
 #include "common/model_spec.h"
 #include "common/worker_environment.h"
+#include "worker/nn/model_description.h"
 
 namespace ps {
 namespace {
@@ -65,10 +66,13 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
        }) {
     if (!status.ok()) return status;
   }
-  if (absl::StatusOr<std::vector<int>> sizes = ParseLayerSizes(config.model);
-      !sizes.ok()) {
+  // Checked here too, so that a bad description fails before any process
+  // starts.
+  if (absl::StatusOr<worker::nn::ModelDescription> model =
+          worker::nn::ModelDescription::FromFlag(config.model);
+      !model.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--model: ", sizes.status().message()));
+        absl::StrCat("--model: ", model.status().message()));
   }
   if (config.staleness != 0 && config.mode != "ssp") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -114,13 +118,24 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
   return absl::OkStatus();
 }
 
-std::vector<std::string> ReservedServerFlags() {
-  return {"server_index", "num_servers", "num_workers",    "port",    "host",
-          "port_file",    "lr_schedule", "checkpoint_dir", "restore", "job_id"};
+std::vector<std::string> ReservedServerFlags(bool auth) {
+  std::vector<std::string> flags = {
+      "server_index", "num_servers", "num_workers",    "port",    "host",
+      "port_file",    "lr_schedule", "checkpoint_dir", "restore", "job_id"};
+  if (auth) {
+    flags.insert(flags.end(),
+                 {"tls_cert", "tls_key", "tls_client_ca", "token_file"});
+  }
+  return flags;
 }
 
-std::vector<std::string> ReservedWorkerFlags() {
-  return {"rank", "num_workers", "servers", "job_id"};
+std::vector<std::string> ReservedWorkerFlags(bool auth) {
+  std::vector<std::string> flags = {"rank", "num_workers", "servers", "job_id"};
+  if (auth) {
+    flags.insert(flags.end(), {"tls_ca", "tls_cert", "tls_key",
+                               "tls_server_name", "token_file"});
+  }
+  return flags;
 }
 
 absl::StatusOr<std::vector<std::string>> ParseExtraFlags(
@@ -166,6 +181,17 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
     argv.push_back(absl::StrCat("--job_id=", config.job_id));
   }
   argv.push_back(absl::StrCat("--lr_schedule=", config.lr_schedule));
+  const AuthFiles& auth = config.auth;
+  if (auth.tls()) {
+    argv.push_back(absl::StrCat("--tls_cert=", auth.server_cert));
+    argv.push_back(absl::StrCat("--tls_key=", auth.server_key));
+    if (auth.mtls()) {
+      argv.push_back(absl::StrCat("--tls_client_ca=", auth.ca_cert));
+    }
+    if (!auth.token.empty()) {
+      argv.push_back(absl::StrCat("--token_file=", auth.token));
+    }
+  }
   if (!config.checkpoint_dir.empty()) {
     // --restore on every start: a restarted server resumes; a first start
     // with no checkpoint yet starts fresh.
@@ -199,6 +225,17 @@ std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
   if (!config.job_id.empty()) {
     argv.push_back(absl::StrCat("--job_id=", config.job_id));
   }
+  const AuthFiles& auth = config.auth;
+  if (auth.tls()) {
+    argv.push_back(absl::StrCat("--tls_ca=", auth.ca_cert));
+    if (auth.mtls()) {
+      argv.push_back(absl::StrCat("--tls_cert=", auth.client_cert));
+      argv.push_back(absl::StrCat("--tls_key=", auth.client_key));
+    }
+    if (!auth.token.empty()) {
+      argv.push_back(absl::StrCat("--token_file=", auth.token));
+    }
+  }
   argv.insert(argv.end(), config.extra_worker_flags.begin(),
               config.extra_worker_flags.end());
   return argv;
@@ -214,6 +251,12 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv(
   environment.local_num_workers = config.num_workers;
   environment.servers = servers;
   environment.job_id = config.job_id;
+  if (config.auth.tls()) {
+    environment.tls_ca_file = config.auth.ca_cert;
+    environment.tls_cert_file = config.auth.client_cert;
+    environment.tls_key_file = config.auth.client_key;
+    environment.token_file = config.auth.token;
+  }
   return WorkerEnvironmentVariables(environment);
 }
 

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "deploy/local/generated_auth.h"
 #include "deploy/local/local_cluster.h"
 
 namespace ps {
@@ -36,6 +37,11 @@ struct LaunchConfig {
   // Given to servers and workers (--job_id, $PS_JOB_ID), so that servers of
   // another job refuse them; empty: none. The launcher makes one per run.
   std::string job_id;
+  // TLS, mutual TLS and the job token (deploy/local/generated_auth.h):
+  // given to the servers (--tls_cert, --tls_key, --tls_client_ca,
+  // --token_file) and workers (--tls_ca, --tls_cert, --tls_key,
+  // --token_file; $PS_TLS_CA, ... for a program). Empty: plaintext.
+  AuthFiles auth;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string device = "auto";
   std::string save_model;  // Empty: not forwarded. Given to worker 0 only.
@@ -67,9 +73,10 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config);
 absl::StatusOr<std::vector<std::string>> ParseExtraFlags(
     absl::string_view flag_name, absl::string_view text,
     const std::vector<std::string>& reserved);
-// The flags the launcher sets on servers / workers itself.
-std::vector<std::string> ReservedServerFlags();
-std::vector<std::string> ReservedWorkerFlags();
+// The flags the launcher sets on servers / workers itself; with `auth`,
+// also the authentication flags.
+std::vector<std::string> ReservedServerFlags(bool auth = false);
+std::vector<std::string> ReservedWorkerFlags(bool auth = false);
 
 std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
                                     const std::string& port_file);

@@ -52,6 +52,7 @@ TEST(LaunchConfigTest, RejectsBadValuesNamingTheFlag) {
       {[](LaunchConfig* c) { c->device = "tpu"; }, "--device"},
       {[](LaunchConfig* c) { c->model = "784"; }, "--model: "},
       {[](LaunchConfig* c) { c->model = "784-x-10"; }, "--model: "},
+      {[](LaunchConfig* c) { c->model = "cnnx"; }, "--model: "},
       {[](LaunchConfig* c) { c->base_port = 65535; }, "--base_port"},
       {[](LaunchConfig* c) { c->base_port = -5; }, "--base_port"},
       {[](LaunchConfig* c) { c->data_dir = ""; }, "--data_dir"},
@@ -90,8 +91,8 @@ TEST(LaunchConfigTest, ServerArgvCarriesClusterAndTrainingFlags) {
       ElementsAre("/bin/server", "--server_index=1", "--num_servers=2",
                   "--num_workers=2", "--port=0", "--host=127.0.0.1",
                   "--port_file=/tmp/d/server_1.port", "--mode=ssp",
-                  "--staleness=2", "--optimizer=adam", "--learning_rate=0.01", "--lr_schedule=cosine",
-                  "--momentum=0.5"));
+                  "--staleness=2", "--optimizer=adam", "--learning_rate=0.01",
+                  "--lr_schedule=cosine", "--momentum=0.5"));
 }
 
 TEST(LaunchConfigTest, CheckpointDirMakesServersRestoreOnEveryStart) {
@@ -182,6 +183,59 @@ TEST(LaunchConfigTest, TheJobIdReachesServersAndWorkers) {
               HasSubstr("--job_id: job id \"run 7\" may hold only"));
 }
 
+AuthFiles MutualTlsFiles() {
+  AuthFiles files;
+  files.ca_cert = "/a/ca.crt";
+  files.server_cert = "/a/server.crt";
+  files.server_key = "/a/server.key";
+  files.client_cert = "/a/client.crt";
+  files.client_key = "/a/client.key";
+  files.token = "/a/token";
+  return files;
+}
+
+TEST(LaunchConfigTest, MutualTlsFilesReachServersWorkersAndPrograms) {
+  LaunchConfig config = ValidConfig();
+  config.auth = MutualTlsFiles();
+  const std::vector<std::string> server = ServerArgv(config, 0, "/p");
+  for (const char* flag :
+       {"--tls_cert=/a/server.crt", "--tls_key=/a/server.key",
+        "--tls_client_ca=/a/ca.crt", "--token_file=/a/token"}) {
+    EXPECT_THAT(server, testing::Contains(flag));
+  }
+  const std::vector<std::string> worker = WorkerArgv(config, 1, {"a:1"});
+  for (const char* flag :
+       {"--tls_ca=/a/ca.crt", "--tls_cert=/a/client.crt",
+        "--tls_key=/a/client.key", "--token_file=/a/token"}) {
+    EXPECT_THAT(worker, testing::Contains(flag));
+  }
+  using Variable = std::pair<std::string, std::string>;
+  const auto env = WorkerEnv(config, 1, {"a:1"});
+  EXPECT_THAT(env, testing::Contains(Variable("PS_TLS_CA", "/a/ca.crt")));
+  EXPECT_THAT(env, testing::Contains(Variable("PS_TLS_CERT", "/a/client.crt")));
+  EXPECT_THAT(env, testing::Contains(Variable("PS_TLS_KEY", "/a/client.key")));
+  EXPECT_THAT(env, testing::Contains(Variable("PS_TOKEN_FILE", "/a/token")));
+}
+
+TEST(LaunchConfigTest, TlsWithoutClientCertificates) {
+  LaunchConfig config = ValidConfig();
+  config.auth = MutualTlsFiles();
+  config.auth.client_cert.clear();
+  config.auth.client_key.clear();
+  EXPECT_THAT(ServerArgv(config, 0, "/p"),
+              testing::Not(testing::Contains(HasSubstr("--tls_client_ca"))));
+  EXPECT_THAT(WorkerArgv(config, 0, {"a:1"}),
+              testing::Not(testing::Contains(HasSubstr("--tls_cert"))));
+}
+
+TEST(LaunchConfigTest, PlaintextSetsNoAuthenticationFlag) {
+  const LaunchConfig config = ValidConfig();
+  EXPECT_THAT(ServerArgv(config, 0, "/p"),
+              testing::Not(testing::Contains(HasSubstr("tls"))));
+  EXPECT_THAT(WorkerArgv(config, 0, {"a:1"}),
+              testing::Not(testing::Contains(HasSubstr("token"))));
+}
+
 TEST(LaunchConfigTest, OurWorkerGetsFlagsAndNoEnvironment) {
   const ClusterSpec spec = MakeClusterSpec(ValidConfig());
   EXPECT_FALSE(spec.worker_environment);
@@ -222,6 +276,18 @@ TEST(ExtraFlagsTest, RejectsNonFlagsAndFlagsTheLauncherSets) {
             "--server_flags must not set --port: the launcher sets it");
   EXPECT_FALSE(
       ParseExtraFlags("worker_flags", "--servers", ReservedWorkerFlags()).ok());
+}
+
+TEST(ExtraFlagsTest, AuthenticationFlagsAreTheLaunchersUnderAuth) {
+  EXPECT_TRUE(
+      ParseExtraFlags("server_flags", "--tls_cert=/c", ReservedServerFlags())
+          .ok());
+  EXPECT_FALSE(ParseExtraFlags("server_flags", "--tls_cert=/c",
+                               ReservedServerFlags(/*auth=*/true))
+                   .ok());
+  EXPECT_FALSE(ParseExtraFlags("worker_flags", "--token_file=/t",
+                               ReservedWorkerFlags(/*auth=*/true))
+                   .ok());
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -36,6 +37,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "deploy/local/binary_locator.h"
+#include "deploy/local/generated_auth.h"
 #include "deploy/local/launch_config.h"
 #include "deploy/local/line_writer.h"
 #include "deploy/local/local_cluster.h"
@@ -64,6 +66,12 @@ ABSL_FLAG(int64_t, seed, 1,
 ABSL_FLAG(std::string, job_id, "",
           "The job's id, given to servers and workers so that servers of "
           "another job refuse them; empty: a new one for this run.");
+ABSL_FLAG(std::string, auth, "none",
+          "none: plaintext. tls: the launcher makes a CA, a certificate for "
+          "the servers (127.0.0.1) and a job token for this run (openssl), "
+          "and clients must check the one and send the other on every call. "
+          "mtls: also a certificate the clients must present. The files "
+          "live in a private temporary directory, removed at the end.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Directory of the Fashion-MNIST IDX files.");
 ABSL_FLAG(std::string, device, "auto", "Worker compute device: auto|cpu|cuda.");
@@ -170,12 +178,17 @@ absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0,
   config.startup_timeout = absl::GetFlag(FLAGS_startup_timeout);
   config.shutdown_timeout = absl::GetFlag(FLAGS_shutdown_timeout);
   config.kill_grace = absl::GetFlag(FLAGS_kill_grace);
-  absl::StatusOr<std::vector<std::string>> server_flags = ParseExtraFlags(
-      "server_flags", absl::GetFlag(FLAGS_server_flags), ReservedServerFlags());
+  absl::StatusOr<AuthMode> auth = ParseAuthMode(absl::GetFlag(FLAGS_auth));
+  if (!auth.ok()) return auth.status();
+  const bool with_auth = *auth != AuthMode::kNone;
+  absl::StatusOr<std::vector<std::string>> server_flags =
+      ParseExtraFlags("server_flags", absl::GetFlag(FLAGS_server_flags),
+                      ReservedServerFlags(with_auth));
   if (!server_flags.ok()) return server_flags.status();
   config.extra_server_flags = *std::move(server_flags);
-  absl::StatusOr<std::vector<std::string>> worker_flags = ParseExtraFlags(
-      "worker_flags", absl::GetFlag(FLAGS_worker_flags), ReservedWorkerFlags());
+  absl::StatusOr<std::vector<std::string>> worker_flags =
+      ParseExtraFlags("worker_flags", absl::GetFlag(FLAGS_worker_flags),
+                      ReservedWorkerFlags(with_auth));
   if (!worker_flags.ok()) return worker_flags.status();
   config.extra_worker_flags = *std::move(worker_flags);
   config.program = std::move(program);
@@ -250,8 +263,9 @@ int Main(int argc, char** argv) {
       "With a PROGRAM, each worker runs it with PS_RANK, PS_NUM_WORKERS, "
       "PS_LOCAL_RANK,\nPS_LOCAL_NUM_WORKERS, PS_NUM_SERVERS, PS_SERVERS and "
       "PS_JOB_ID (and torchrun's\nRANK, WORLD_SIZE, LOCAL_RANK, "
-      "LOCAL_WORLD_SIZE) in its environment; the\nservers are stopped once "
-      "every copy has exited 0.");
+      "LOCAL_WORLD_SIZE) in its environment, with --auth also the paths\n"
+      "PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY and PS_TOKEN_FILE; the servers are "
+      "stopped\nonce every copy has exited 0.");
   // Everything after the first "--" is the worker program, untouched.
   int flag_count = argc;
   std::vector<std::string> program;
@@ -292,6 +306,26 @@ int Main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   LineWriter out(LineWriter::FileSink(stdout));
+  // Made after the flags are checked; removed when Main returns, after
+  // every process has stopped.
+  std::unique_ptr<GeneratedAuth> auth;
+  if (const AuthMode mode = *ParseAuthMode(absl::GetFlag(FLAGS_auth));
+      mode != AuthMode::kNone) {
+    absl::StatusOr<std::unique_ptr<GeneratedAuth>> made =
+        GeneratedAuth::Create(mode);
+    if (!made.ok()) {
+      std::fprintf(stderr, "launch: %s\n",
+                   std::string(made.status().message()).c_str());
+      return 1;
+    }
+    auth = *std::move(made);
+    config->auth = auth->files();
+    out.Write("[launch] ",
+              absl::StrCat(mode == AuthMode::kMtls ? "mutual TLS" : "TLS",
+                           " with a job token on every call; this run's CA, "
+                           "certificates and token are in ",
+                           auth->dir()));
+  }
   LocalCluster cluster(MakeClusterSpec(*config), &out);
   ClusterResult result;
   {

@@ -76,6 +76,11 @@ func (f *flags) get(name string) (string, bool) {
 	return "", false
 }
 
+func (f *flags) has(name string) bool {
+	_, ok := f.values[name]
+	return ok
+}
+
 // known returns a flag's value if it is present and known; absent is fine.
 func (f *flags) known(name string) (string, bool) {
 	if _, ok := f.values[name]; !ok {
@@ -199,7 +204,8 @@ func checkCluster(m *manifests, p *problems) {
 			}
 			numWorkers = workers
 		}
-		for _, name := range []string{"mode", "model"} {
+		// The model is rank 0's to declare: servers take no --model.
+		for _, name := range []string{"mode"} {
 			s, sok := sf.get(name)
 			w, wok := wf.get(name)
 			if sok && wok && s != w {
@@ -209,6 +215,7 @@ func checkCluster(m *manifests, p *problems) {
 		if portOK {
 			checkServerAddresses(set, port, wf, p)
 		}
+		checkWorkerAuth(sAt, sf, wAt, worker, wf, p)
 		if _, ok := wf.values["save_model"]; ok {
 			checkRunID(wAt, worker, "save_model", p)
 		}
@@ -280,6 +287,23 @@ func checkServerFlags(set serverSet, c *corev1.Container, f *flags, m *manifests
 	if !hasContainerPort(c, port) {
 		p.add(at, "%s.ports: no containerPort %d, the server's --port", cf, port)
 	}
+	for _, flag := range []string{"tls_cert", "tls_key", "tls_client_ca", "token_file"} {
+		checkMountedFile(at, c, f, flag, p)
+	}
+	// Probes go to --health_port where the server has one: it serves the
+	// health service there in plaintext.
+	probePort, probeFlag := port, "the server listens on --port"
+	if f.has("health_port") {
+		if hp, ok := f.getInt("health_port"); ok && hp > 0 {
+			probePort, probeFlag = hp, "the server serves health checks on --health_port"
+			if hp == port {
+				p.add(at, "flag --health_port=%d is the server's --port: the server would not start", hp)
+			}
+		}
+	}
+	if f.has("tls_cert") && probePort == port {
+		p.add(at, "flag --tls_cert: the kubelet's gRPC probes speak plaintext and fail on the TLS port --port=%d; add --health_port and probe that port (components/auth does)", port)
+	}
 	for _, probe := range []struct {
 		name     string
 		probe    *corev1.Probe
@@ -292,8 +316,8 @@ func checkServerFlags(set serverSet, c *corev1.Container, f *flags, m *manifests
 			}
 		case probe.probe.GRPC == nil:
 			p.add(at, "%s.%s: must be a grpc probe (the server serves grpc.health.v1)", cf, probe.name)
-		case int(probe.probe.GRPC.Port) != port:
-			p.add(at, "%s.%s.grpc.port: Invalid value: %d: the server listens on --port=%d", cf, probe.name, probe.probe.GRPC.Port, port)
+		case int(probe.probe.GRPC.Port) != probePort:
+			p.add(at, "%s.%s.grpc.port: Invalid value: %d: %s=%d", cf, probe.name, probe.probe.GRPC.Port, probeFlag, probePort)
 		}
 		// Unset is 1 s: too short for a CPU-limited server that is busy
 		// applying gradients; failed probes would restart a healthy server.
@@ -316,6 +340,44 @@ func checkServerFlags(set serverSet, c *corev1.Container, f *flags, m *manifests
 }
 
 const minProbeTimeoutSeconds = 3
+
+// checkWorkerAuth: a worker must meet what the servers' authentication
+// asks (TLS, a client certificate, the job token), or it cannot connect or
+// every call is refused; its files must be mounted.
+func checkWorkerAuth(sAt string, sf *flags, wAt string, c *corev1.Container, wf *flags, p *problems) {
+	for _, flag := range []string{"tls_ca", "tls_cert", "tls_key", "token_file"} {
+		checkMountedFile(wAt, c, wf, flag, p)
+	}
+	switch {
+	case sf.has("tls_cert") && !wf.has("tls_ca"):
+		p.add(wAt, "the servers (%s) speak TLS (--tls_cert) but the worker has no --tls_ca: it could not connect", sAt)
+	case !sf.has("tls_cert") && wf.has("tls_ca"):
+		p.add(wAt, "flag --tls_ca but the servers (%s) have no --tls_cert: they speak plaintext and the TLS handshake fails", sAt)
+	}
+	if sf.has("tls_client_ca") && !(wf.has("tls_cert") && wf.has("tls_key")) {
+		p.add(wAt, "the servers (%s) require client certificates (--tls_client_ca) but the worker lacks --tls_cert and --tls_key: it could not connect", sAt)
+	}
+	if sf.has("token_file") && !wf.has("token_file") {
+		p.add(wAt, "the servers (%s) require the job token (--token_file) but the worker has no --token_file: every call would be refused", sAt)
+	}
+}
+
+// checkMountedFile: a flag naming a file the container reads (a
+// certificate, a key, a token) must point into one of its volume mounts:
+// nothing else puts such a file into the image.
+func checkMountedFile(at string, c *corev1.Container, f *flags, flag string, p *problems) {
+	file, ok := f.known(flag)
+	if !ok {
+		return
+	}
+	if !strings.HasPrefix(file, "/") {
+		p.add(at, "flag --%s=%s: must be an absolute path", flag, file)
+		return
+	}
+	if mountFor(c, file) == nil {
+		p.add(at, "flag --%s=%s is on no volume mount of container %q: mount the Secret that holds it", flag, file, c.Name)
+	}
+}
 
 func hasContainerPort(c *corev1.Container, port int) bool {
 	for _, cp := range c.Ports {

@@ -12,7 +12,9 @@
 // no version label in immutable templates; no ReadWriteMany on the default
 // storage class; checkpoints and models under the run id; GPUs only with
 // the CUDA image; ports, counts, ranks and server addresses agree between
-// servers, workers, Service, probes and flags.
+// servers, workers, Service, probes and flags; workers meet the servers'
+// TLS, client-certificate and token flags, whose files are mounted, and
+// probes of a TLS server go to its plaintext --health_port.
 //
 // Usage: pscheck FILE|- ...
 // Prints every problem, one per line, and exits 1 if there is any.

@@ -1,0 +1,95 @@
+#include "deploy/local/generated_auth.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempRoot() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Runs openssl and returns its output; fails the test if it fails.
+std::string Openssl(std::vector<std::string> args) {
+  SubprocessOptions options;
+  options.argv = {"openssl"};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  auto child = Subprocess::Start(std::move(options));
+  EXPECT_TRUE(child.ok()) << child.status();
+  if (!child.ok()) return "";
+  EXPECT_TRUE((*child)->Wait().success()) << (*child)->LastLines(10);
+  return (*child)->LastLines(100);
+}
+
+TEST(ParseAuthModeTest, NamesTheFlag) {
+  EXPECT_EQ(*ParseAuthMode("none"), AuthMode::kNone);
+  EXPECT_EQ(*ParseAuthMode("mtls"), AuthMode::kMtls);
+  EXPECT_THAT(std::string(ParseAuthMode("ssl").status().message()),
+              HasSubstr("--auth must be none, tls or mtls, got 'ssl'"));
+}
+
+TEST(GeneratedAuthTest, MakesCertificatesTheCaVerifies) {
+  std::string dir;
+  {
+    auto auth = GeneratedAuth::Create(AuthMode::kMtls, TempRoot());
+    ASSERT_TRUE(auth.ok()) << auth.status();
+    const AuthFiles& files = (*auth)->files();
+    dir = (*auth)->dir();
+    ASSERT_TRUE(files.tls());
+    ASSERT_TRUE(files.mtls());
+    EXPECT_EQ(std::filesystem::status(dir).permissions() &
+                  std::filesystem::perms::all,
+              std::filesystem::perms::owner_all);
+    EXPECT_THAT(Openssl({"verify", "-CAfile", files.ca_cert, "-purpose",
+                         "sslserver", files.server_cert}),
+                HasSubstr(": OK"));
+    EXPECT_THAT(Openssl({"verify", "-CAfile", files.ca_cert, "-purpose",
+                         "sslclient", files.client_cert}),
+                HasSubstr(": OK"));
+    EXPECT_THAT(Openssl({"x509", "-noout", "-ext", "subjectAltName", "-in",
+                         files.server_cert}),
+                HasSubstr("IP Address:127.0.0.1"));
+    // Nothing more can be signed for the run.
+    EXPECT_FALSE(std::filesystem::exists(dir + "/ca.key"));
+    const std::string token = ReadAll(files.token);
+    EXPECT_EQ(token.size(), 65u) << token;  // 64 hex digits and a newline.
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+TEST(GeneratedAuthTest, TlsMakesNoClientCertificate) {
+  auto auth = GeneratedAuth::Create(AuthMode::kTls, TempRoot());
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  EXPECT_TRUE((*auth)->files().tls());
+  EXPECT_FALSE((*auth)->files().mtls());
+  EXPECT_FALSE(std::filesystem::exists((*auth)->dir() + "/client.key"));
+}
+
+TEST(GeneratedAuthTest, SaysWhichProgramIsMissing) {
+  auto auth =
+      GeneratedAuth::Create(AuthMode::kTls, TempRoot(), "/nonexistent/openssl");
+  ASSERT_FALSE(auth.ok());
+  EXPECT_THAT(std::string(auth.status().message()),
+              HasSubstr("/nonexistent/openssl"));
+}
+
+}  // namespace
+}  // namespace ps
