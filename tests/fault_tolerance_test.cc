@@ -292,6 +292,28 @@ TEST(FaultToleranceTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   ExpectExitsZero(cluster.WaitWorker(1, kJobTimeout), "worker 1");
 }
 
+TEST(FaultToleranceTest, HeartbeatsKeepAWorkerAliveBetweenItsRequests) {
+  // Worker 1 sleeps 6 s every step, past --worker_timeout=4s, without a
+  // request: only its heartbeats say it is alive.
+  LaunchConfig config = FaultJob("sync", 3);
+  ProcessCluster cluster(config);
+  ASSERT_TRUE(cluster.StartAllServers().ok());
+  ASSERT_TRUE(cluster.StartWorker(0).ok());
+  ASSERT_TRUE(cluster.StartWorker(1, {"--slowdown_ms=6000"}).ok());
+  ExpectExitsZero(cluster.WaitWorker(0, kJobTimeout), "worker 0");
+  ExpectExitsZero(cluster.WaitWorker(1, kJobTimeout), "worker 1");
+  for (int s = 0; s < 2; ++s) {
+    ExpectExitsZero(cluster.WaitServer(s, absl::Seconds(30)), "server");
+    for (const std::string& line : cluster.ServerLines(s)) {
+      EXPECT_EQ(line.find("dead (no heartbeat"), std::string::npos)
+          << "server " << s << ": " << line;
+    }
+    EXPECT_EQ(ExamplesPerEpoch(cluster.ServerLines(s)),
+              std::vector<uint64_t>{2 * 3 * kBatch})
+        << "server " << s;
+  }
+}
+
 TEST(FaultToleranceTest, SspNeverExceedsItsStalenessBound) {
   constexpr int kStaleness = 2;
   LaunchConfig config = FaultJob("ssp", 60);

@@ -87,8 +87,9 @@ ABSL_FLAG(absl::Duration, retry_timeout, absl::Seconds(120),
           "How long to wait for servers to come up, and to keep retrying an "
           "unreachable one (e.g. while it restarts), before giving up");
 ABSL_FLAG(absl::Duration, heartbeat_period, absl::Seconds(1),
-          "Accepted for existing command lines; unused: workers send no "
-          "heartbeats until heartbeats carry the worker's clock");
+          "How often this worker tells every server, between its calls, "
+          "that it is alive and which steps it has done (keep it well "
+          "below the servers' --worker_timeout)");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM certificate of the CA that signed the servers' --tls_cert: "
           "speak TLS and refuse servers it did not sign. Empty: plaintext.");
@@ -411,6 +412,7 @@ int Run() {
   client_options.servers = *servers;
   client_options.rank = *rank;
   client_options.job_id = absl::GetFlag(FLAGS_job_id);
+  client_options.heartbeat_period = absl::GetFlag(FLAGS_heartbeat_period);
   client_options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
   client_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   client_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
