@@ -260,7 +260,7 @@ class FakeCluster {
     for (int i = 0; i < n; ++i) {
       shards_.push_back(std::make_unique<FakeShard>(i, n));
       proto::RegisterResponse response;
-      response.set_mode("sync");
+      response.set_mode(proto::MODE_SYNC);
       response.set_num_workers(2);
       shards_.back()->SetResponse(response);
       grpc::ServerBuilder builder;
@@ -436,7 +436,7 @@ TEST(ParameterClientTest, DeclareGivesUpOnAShardNotReadyPastRetryTimeout) {
 TEST(ParameterClientTest, DeclareResumesFromTheSmallestPointOverTheShards) {
   FakeCluster cluster(2);
   proto::RegisterResponse response;
-  response.set_mode("ssp");
+  response.set_mode(proto::MODE_SSP);
   response.set_num_workers(2);
   response.set_next_step(9);
   response.set_epoch(1);
@@ -458,7 +458,7 @@ TEST(ParameterClientTest, DeclareResumesFromTheSmallestPointOverTheShards) {
 TEST(ParameterClientTest, DeclareRefusesShardsThatDisagreeOrAnUnknownMode) {
   FakeCluster cluster(2);
   proto::RegisterResponse response;
-  response.set_mode("async");
+  response.set_mode(proto::MODE_ASYNC);
   response.set_num_workers(2);
   cluster.shard(1).SetResponse(response);
   std::unique_ptr<ParameterClient> client = ConnectOrDie(cluster.Options(1));
@@ -467,13 +467,14 @@ TEST(ParameterClientTest, DeclareRefusesShardsThatDisagreeOrAnUnknownMode) {
             absl::StatusCode::kFailedPrecondition);
 
   FakeCluster other(1);
-  response.set_mode("eventual");
+  response.set_mode(static_cast<proto::Mode>(9));
   other.shard(0).SetResponse(response);
   client = ConnectOrDie(other.Options(1));
   ASSERT_NE(client, nullptr);
   absl::Status status = client->Declare(TestModel(), 1).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("eventual"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("unknown consistency mode 9"));
 }
 
 TEST(ParameterClientTest, CallsBeforeDeclareAndASecondDeclareFail) {

@@ -11,7 +11,7 @@
 #include "client/channel_auth.h"
 #include "common/byte_stream_call.h"
 #include "common/chunk_wire.h"
-#include "common/consistency_mode.h"
+#include "common/consistency_mode_proto.h"
 #include "common/declaration_proto.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -228,19 +228,20 @@ absl::StatusOr<Registration> ShardFanout::Register(uint64_t incarnation,
   for (int s = 1; s < num_servers(); ++s) {
     if (responses[s].mode() != responses[0].mode() ||
         responses[s].num_workers() != responses[0].num_workers()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "servers disagree: server 0 runs mode ", responses[0].mode(),
-          " with ", responses[0].num_workers(), " workers, server ", s,
-          " runs mode ", responses[s].mode(), " with ",
-          responses[s].num_workers()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("servers disagree: server 0 runs mode ",
+                       proto::Mode_Name(responses[0].mode()), " with ",
+                       responses[0].num_workers(), " workers, server ", s,
+                       " runs mode ", proto::Mode_Name(responses[s].mode()),
+                       " with ", responses[s].num_workers()));
     }
   }
   absl::StatusOr<ConsistencyMode> mode =
-      ParseConsistencyMode(responses[0].mode());
+      ConsistencyModeFromProto(responses[0].mode());
   if (!mode.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the servers run mode \"", responses[0].mode(),
-                     "\", which this client does not know"));
+        absl::StrCat("the servers answered: ", mode.status().message(),
+                     "; this client does not know it"));
   }
   Registration registration;
   registration.mode = *mode;

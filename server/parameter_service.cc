@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/chunk_wire.h"
+#include "common/consistency_mode_proto.h"
 #include "common/declaration_proto.h"
 #include "common/grpc_status.h"
 #include "server/push_stager.h"
@@ -137,8 +138,7 @@ grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
     return ToGrpcStatus(Prefixed("register refused", registered.status()));
   }
   const RankProgress& progress = *registered;
-  response->set_mode(
-      std::string(ConsistencyModeName(coordinator.options().mode)));
+  response->set_mode(ConsistencyModeToProto(coordinator.options().mode));
   response->set_num_workers(coordinator.options().num_workers);
   response->set_version(coordinator.version());
   response->set_next_step(progress.next_step);

@@ -381,7 +381,7 @@ TEST_F(ParameterServiceTest, RegisterReportsModeWorkersAndVersion) {
   request.set_incarnation(77);
   proto::RegisterResponse response;
   ASSERT_TRUE(stub_->Register(&context, request, &response).ok());
-  EXPECT_EQ(response.mode(), "ssp");
+  EXPECT_EQ(response.mode(), proto::MODE_SSP);
   EXPECT_EQ(response.num_workers(), kWorkers);
   EXPECT_EQ(response.version(), 0u);
   EXPECT_EQ(response.next_step(), 0u);

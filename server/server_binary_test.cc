@@ -254,7 +254,7 @@ TEST(ServerBinaryTest, ExitsOnceEveryWorkerIsDone) {
     for (int rank : {0, 1}) {
       absl::StatusOr<proto::RegisterResponse> response = client.Register(rank);
       ASSERT_TRUE(response.ok()) << response.status();
-      EXPECT_EQ(response->mode(), "async");
+      EXPECT_EQ(response->mode(), proto::MODE_ASYNC);
       EXPECT_EQ(response->num_workers(), 2);
     }
     for (int rank : {1, 0}) {
