@@ -120,6 +120,61 @@ bool ReadLength(CodedInputStream& in, uint32_t* length) {
   return true;
 }
 
+// Reads a tag as protobuf's parser does: at most 5 bytes. CodedInputStream
+// takes up to 10 and keeps the low 32 bits, which would parse what protobuf
+// refuses, one field standing for another. Sets `*begin` to where the tag
+// starts. 0 at the end of the input or limit, and with `*bad` set for a
+// longer tag.
+uint32_t ReadTag(CodedInputStream& in, int64_t* begin, bool* bad) {
+  constexpr int kMaxTagBytes = 5;
+  *begin = in.CurrentPosition();
+  const uint32_t tag = in.ReadTag();
+  if (in.CurrentPosition() - *begin > kMaxTagBytes) {
+    *bad = true;
+    return 0;
+  }
+  return tag;
+}
+
+// Copies ranges of the slices' concatenation, as received, in stream order:
+// each range starts at or after the end of the one before, so that a
+// message of many small fields costs one pass over its slices.
+class RangeCopier {
+ public:
+  explicit RangeCopier(const std::vector<grpc::Slice>* slices)
+      : slices_(*slices) {}
+
+  void Copy(size_t begin, size_t end, CodedOutputStream* out) {
+    for (; index_ < slices_.size() && begin < end; ++index_) {
+      const grpc::Slice& slice = slices_[index_];
+      if (begin < start_ + slice.size()) {
+        const size_t n = std::min(start_ + slice.size(), end) - begin;
+        out->WriteRaw(slice.begin() + (begin - start_), static_cast<int>(n));
+        begin += n;
+        if (begin < start_ + slice.size()) return;  // Stays in this slice.
+      }
+      start_ += slice.size();
+    }
+  }
+
+ private:
+  const std::vector<grpc::Slice>& slices_;
+  size_t index_ = 0;
+  size_t start_ = 0;  // Position of slices_[index_]'s first byte.
+};
+
+// Skips the field whose tag starts at `begin` and was just read, and copies
+// it from there, as received, to `out`: the protobuf parser then judges its
+// bytes by its own rules. (WireFormatLite's copying SkipField re-encodes
+// them, reading lengths with ReadVarint32 and nested tags with ReadTag, and
+// so would turn bytes protobuf refuses into bytes it accepts.)
+bool SkipAndCopyField(CodedInputStream& in, uint32_t tag, int64_t begin,
+                      RangeCopier& copier, CodedOutputStream* out) {
+  if (!WireFormatLite::SkipField(&in, tag)) return false;
+  copier.Copy(begin, in.CurrentPosition(), out);
+  return true;
+}
+
 absl::Status Malformed(const google::protobuf::MessageLite& message,
                        absl::string_view what) {
   return absl::InvalidArgumentError(
@@ -161,17 +216,21 @@ absl::Status ParseChunkMessage(const grpc::ByteBuffer& buffer,
   if (!buffer.Dump(&slices).ok()) return Malformed(*message, "unreadable");
   SliceInputStream stream(&slices);
   CodedInputStream in(&stream);
-  // Every field but the chunk's data, re-encoded for the protobuf parser.
+  // Every field but the chunk's data, for the protobuf parser: the chunk
+  // re-encoded, everything else as received.
   std::string rest;
   int64_t data_begin = -1;
   uint32_t data_size = 0;
+  bool bad_tag = false;
+  int64_t field_begin = 0;
+  RangeCopier copier(&slices);
   {
     StringOutputStream rest_stream(&rest);
     CodedOutputStream rest_out(&rest_stream);
-    while (const uint32_t tag = in.ReadTag()) {
+    while (const uint32_t tag = ReadTag(in, &field_begin, &bad_tag)) {
       if (WireFormatLite::GetTagFieldNumber(tag) != fields.chunk ||
           WireFormatLite::GetTagWireType(tag) != kLengthDelimited) {
-        if (!WireFormatLite::SkipField(&in, tag, &rest_out)) {
+        if (!SkipAndCopyField(in, tag, field_begin, copier, &rest_out)) {
           return Malformed(*message, "bad field");
         }
         continue;
@@ -185,7 +244,7 @@ absl::Status ParseChunkMessage(const grpc::ByteBuffer& buffer,
       {
         StringOutputStream chunk_stream(&chunk_rest);
         CodedOutputStream chunk_out(&chunk_stream);
-        while (const uint32_t chunk_tag = in.ReadTag()) {
+        while (const uint32_t chunk_tag = ReadTag(in, &field_begin, &bad_tag)) {
           if (WireFormatLite::GetTagFieldNumber(chunk_tag) == fields.data &&
               WireFormatLite::GetTagWireType(chunk_tag) == kLengthDelimited) {
             // Protobuf semantics: the last occurrence wins.
@@ -196,13 +255,14 @@ absl::Status ParseChunkMessage(const grpc::ByteBuffer& buffer,
             if (!in.Skip(static_cast<int>(data_size))) {
               return Malformed(*message, "truncated data");
             }
-          } else if (!WireFormatLite::SkipField(&in, chunk_tag, &chunk_out)) {
+          } else if (!SkipAndCopyField(in, chunk_tag, field_begin, copier,
+                                       &chunk_out)) {
             return Malformed(*message, "bad chunk field");
           }
         }
       }
       // ReadTag also ends at the end of the input, short of the limit.
-      if (!in.ConsumedEntireMessage() || in.BytesUntilLimit() != 0) {
+      if (bad_tag || !in.ConsumedEntireMessage() || in.BytesUntilLimit() != 0) {
         return Malformed(*message, "truncated or bad chunk");
       }
       in.PopLimit(limit);
@@ -211,7 +271,9 @@ absl::Status ParseChunkMessage(const grpc::ByteBuffer& buffer,
       rest_out.WriteVarint32(static_cast<uint32_t>(chunk_rest.size()));
       rest_out.WriteString(chunk_rest);
     }
-    if (!in.ConsumedEntireMessage()) return Malformed(*message, "bad tag");
+    if (bad_tag || !in.ConsumedEntireMessage()) {
+      return Malformed(*message, "bad tag");
+    }
   }
   if (!message->ParseFromString(rest)) {
     return Malformed(*message, "bad field values");

@@ -230,6 +230,68 @@ TEST(ChunkWireTest, RefusesALengthAbove32BitsAsProtobufDoes) {
   EXPECT_EQ(parsed.chunk().tensor_id(), 7u);
 }
 
+TEST(ChunkWireTest, RefusesATagLongerThan5BytesAsProtobufDoes) {
+  // CodedInputStream reads a tag of up to 10 bytes and keeps its low 32
+  // bits; protobuf's parser refuses one above 5 bytes (found by
+  // fuzz/chunk_wire_fuzzer). Each padded to 6 bytes: the chunk's tag (0x3a),
+  // tensor_id's inside the chunk (0x08), step's (0x10).
+  for (const std::string& bytes :
+       {std::string("\xba\x80\x80\x80\x80\x00\x02\x08\x07", 9),
+        std::string("\x3a\x07\x88\x80\x80\x80\x80\x00\x07", 9),
+        std::string("\x90\x80\x80\x80\x80\x00\x05", 7)}) {
+    proto::PushRequest parsed;
+    EXPECT_FALSE(parsed.ParseFromString(bytes));
+    absl::Cord data;
+    EXPECT_EQ(
+        ParseChunkMessage(Sliced(bytes, 2), kPushRequestChunk, &parsed, &data)
+            .code(),
+        absl::StatusCode::kInvalidArgument);
+  }
+  // Padded to 5 bytes, the chunk's tag is read by both.
+  const std::string five("\xba\x80\x80\x80\x00\x02\x08\x07", 8);
+  proto::PushRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(five));
+  absl::Cord data;
+  ASSERT_TRUE(
+      ParseChunkMessage(Sliced(five, 2), kPushRequestChunk, &parsed, &data)
+          .ok());
+  EXPECT_EQ(parsed.chunk().tensor_id(), 7u);
+}
+
+TEST(ChunkWireTest, LeavesTheOtherFieldsToProtobufAsReceived) {
+  // Fields but the chunk's data used to be re-encoded (WireFormatLite's
+  // SkipField), which kept the low 32 bits of a length and read long tags
+  // inside a group: the result parsed where the bytes received do not
+  // (found by fuzz/chunk_wire_fuzzer).
+  for (const std::string& bytes : {
+           // The header (field 1) of length 2 + 2^32.
+           std::string("\x0a\x82\x80\x80\x80\x10\x08\x02", 8),
+           // The same inside the chunk: its shape (field 3).
+           std::string("\x3a\x08\x1a\x82\x80\x80\x80\x10\x08\x02", 10),
+           // A group (field 1) holding a 6-byte tag.
+           std::string("\x0b\x88\x80\x80\x80\x80\x00\x01\x0c", 9),
+       }) {
+    proto::PushRequest parsed;
+    EXPECT_FALSE(parsed.ParseFromString(bytes));
+    absl::Cord data;
+    EXPECT_EQ(
+        ParseChunkMessage(Sliced(bytes, 3), kPushRequestChunk, &parsed, &data)
+            .code(),
+        absl::StatusCode::kInvalidArgument);
+  }
+  // An unknown group protobuf reads is kept as it came.
+  const std::string group("\x5b\x08\x01\x5c\x3a\x02\x08\x07", 8);
+  proto::PushRequest reference;
+  ASSERT_TRUE(reference.ParseFromString(group));
+  proto::PushRequest parsed;
+  absl::Cord data;
+  ASSERT_TRUE(
+      ParseChunkMessage(Sliced(group, 3), kPushRequestChunk, &parsed, &data)
+          .ok());
+  EXPECT_EQ(parsed.SerializeAsString(), reference.SerializeAsString());
+  EXPECT_EQ(parsed.chunk().tensor_id(), 7u);
+}
+
 TEST(ChunkWireTest, PlainMessagesRoundTrip) {
   proto::PullRequest request;
   request.set_clock(77);

@@ -38,12 +38,15 @@ absl::Status ValidateInitializer(const InitializerSpec& init) {
       }
       return absl::OkStatus();
     case Kind::kUniform:
-      if (!Finite(init.low) || !Finite(init.high) || !(init.low < init.high) ||
+      // Compared as the float32 weights will be: a range no float lies in
+      // (both ends round to the same one) would yield values below `low`.
+      if (!Finite(init.low) || !Finite(init.high) ||
           std::abs(init.low) > std::numeric_limits<float>::max() ||
-          std::abs(init.high) > std::numeric_limits<float>::max()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("uniform initializer needs finite low < high, got [",
-                         init.low, ", ", init.high, ")"));
+          std::abs(init.high) > std::numeric_limits<float>::max() ||
+          !(static_cast<float>(init.low) < static_cast<float>(init.high))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "uniform initializer needs finite low < high (as float32), got [",
+            init.low, ", ", init.high, ")"));
       }
       return absl::OkStatus();
     case Kind::kNormal:
@@ -137,9 +140,25 @@ InitializerSpec InitializerSpec::FromRank0() {
 }
 
 bool InitializerSpec::operator==(const InitializerSpec& o) const {
-  return kind == o.kind && value == o.value && low == o.low && high == o.high &&
-         mean == o.mean && stddev == o.stddev && fan_in == o.fan_in &&
-         fan_out == o.fan_out;
+  // The parameters the kind uses, alone: the others mean nothing, and a
+  // declaration from the network may hold any value there, NaN included,
+  // which would make a declaration differ from itself.
+  if (kind != o.kind) return false;
+  switch (kind) {
+    case Kind::kZeros:
+    case Kind::kFromRank0:
+      return true;
+    case Kind::kConstant:
+      return value == o.value;
+    case Kind::kUniform:
+      return low == o.low && high == o.high;
+    case Kind::kNormal:
+      return mean == o.mean && stddev == o.stddev;
+    case Kind::kGlorotUniform:
+      return fan_in == o.fan_in && fan_out == o.fan_out;
+  }
+  return value == o.value && low == o.low && high == o.high && mean == o.mean &&
+         stddev == o.stddev && fan_in == o.fan_in && fan_out == o.fan_out;
 }
 
 absl::string_view InitializerKindName(InitializerSpec::Kind kind) {

@@ -53,6 +53,7 @@ struct InitializerSpec {
   static InitializerSpec GlorotUniform(int64_t fan_in, int64_t fan_out);
   static InitializerSpec FromRank0();
 
+  // Same kind and same values of the parameters that kind uses.
   bool operator==(const InitializerSpec& o) const;
   bool operator!=(const InitializerSpec& o) const { return !(*this == o); }
 };
@@ -97,8 +98,8 @@ struct DeclarationLimits {
 // InvalidArgument naming the first problem: no tensors, too many, an empty,
 // too long, non-printable or repeated name, an unsupported dtype, a
 // dimension below 1, too high a rank, too many bytes, or an initializer
-// whose parameters are not finite or make no sense (low >= high, stddev
-// < 0, fans < 1).
+// whose parameters are not finite or make no sense (low >= high as
+// float32, stddev < 0, fans < 1).
 absl::Status ValidateModelSpec(const ModelSpec& model,
                                const DeclarationLimits& limits);
 

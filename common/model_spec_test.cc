@@ -1,5 +1,6 @@
 #include "common/model_spec.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,16 @@ TEST(ModelSpecTest, RefusesBadDeclarationsNamingTheProblem) {
          m.tensors[2].initializer = InitializerSpec::Uniform(2, 2);
        },
        "low < high"},
+      // Both ends round to the same float: values came out below `low`
+      // (found by fuzz/declaration_fuzzer).
+      {[](ModelSpec& m) {
+         m.tensors[2].initializer = InitializerSpec::Uniform(1, 1 + 1e-12);
+       },
+       "low < high (as float32)"},
+      {[](ModelSpec& m) {
+         m.tensors[2].initializer = InitializerSpec::Uniform(1e-300, 1e-290);
+       },
+       "low < high (as float32)"},
       {[](ModelSpec& m) {
          m.tensors[3].initializer = InitializerSpec::Normal(0, -1);
        },
@@ -170,6 +181,27 @@ TEST(ModelSpecTest, ProtoRoundTripKeepsEverything) {
   p.mutable_tensors(2)->mutable_initializer()->set_kind(
       static_cast<proto::Initializer::Kind>(77));
   ExpectInvalid(ModelSpecFromProto(p).status(), "initializer kind 77");
+}
+
+TEST(ModelSpecTest, ComparesOnlyTheParametersAnInitializerUses) {
+  // A NaN where the kind reads nothing passes validation; compared, it made
+  // a declaration differ from itself, so a rank sending rank 0's very bytes
+  // was refused (found by fuzz/declaration_fuzzer).
+  proto::ModelDeclaration p;
+  ModelSpecToProto(Unusual(), &p);
+  p.mutable_tensors(4)->mutable_initializer()->set_stddev(std::nan(""));
+  p.mutable_tensors(1)->mutable_initializer()->set_value(std::nan(""));
+  absl::StatusOr<ModelSpec> a = ModelSpecFromProto(p);
+  absl::StatusOr<ModelSpec> b = ModelSpecFromProto(p);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(ValidateModelSpec(*a, DeclarationLimits()).ok());
+  EXPECT_TRUE(CompareModelSpecs(*a, "rank 0", *b, "rank 1").ok());
+
+  ModelSpec c = *a;
+  c.tensors[1].initializer.mean = 3;  // Glorot-uniform reads no mean.
+  EXPECT_TRUE(CompareModelSpecs(*a, "rank 0", c, "rank 1").ok());
+  c.tensors[1].initializer.fan_in = 36;
+  EXPECT_FALSE(CompareModelSpecs(*a, "rank 0", c, "rank 1").ok());
 }
 
 TEST(ModelSpecTest, MlpBiasesSkipWeightDecay) {

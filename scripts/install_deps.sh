@@ -11,6 +11,8 @@ PACKAGES=(
   dataset-fashion-mnist
   # The launcher's --auth=tls|mtls and tests/tls_test make certificates with it.
   openssl
+  # The fuzz targets (fuzz/): clang and its libFuzzer and sanitizer runtimes.
+  clang-14 libclang-rt-14-dev
 )
 # The Kubernetes manifest checker (deploy/validate) is a Go program built
 # against Debian's Kubernetes API packages, and Debian's kustomize renders the
