@@ -8,15 +8,61 @@
 #include <vector>
 
 namespace ps::testing {
-namespace {
 
-// float32's unit roundoff: a correctly rounded operation is off by at most
-// this much relative to its exact result.
-constexpr double kUnitRoundoff = 0x1p-24;
-
-// Higham's gamma(k): the relative error bound of a k-term float32 sum of
-// products, in any order, with or without fused multiply-adds.
 double Gamma(int64_t k) { return k * kUnitRoundoff / (1 - k * kUnitRoundoff); }
+
+void SoftmaxDelta(int classes, absl::Span<const double> logits,
+                  absl::Span<const double> logit_bound,
+                  absl::Span<const float> labels, double coefficient,
+                  std::vector<double>& delta,
+                  std::vector<double>& delta_bound) {
+  const size_t n = labels.size();
+  delta.assign(n * classes, 0.0);
+  delta_bound.assign(n * classes, 0.0);
+  for (size_t r = 0; r < n; ++r) {
+    const double* z = &logits[r * classes];
+    const double* bound = &logit_bound[r * classes];
+    const double max = *std::max_element(z, z + classes);
+    const double worst = *std::max_element(bound, bound + classes);
+    double total = 0;
+    for (int c = 0; c < classes; ++c) total += std::exp(z[c] - max);
+    const int label = static_cast<int>(labels[r]);
+    for (int c = 0; c < classes; ++c) {
+      const double p = std::exp(z[c] - max) / total;
+      const double d = p - (c == label ? 1.0 : 0.0);
+      delta[r * classes + c] = coefficient * d;
+      // The CPU kernel rounds each value once; allow four roundings for
+      // other backends.
+      delta_bound[r * classes + c] =
+          coefficient *
+          (p * std::expm1(2 * worst) + 4 * kUnitRoundoff * (std::abs(d) + p));
+    }
+  }
+}
+
+// Each example's gradient enters the step with the weight the aggregation
+// gives its rank's mean, divided by the rank's example count.
+double AggregationCoefficient(Aggregation aggregation,
+                              absl::Span<const worker::Batch> ranks,
+                              size_t rank) {
+  int64_t total = 0;
+  for (const worker::Batch& b : ranks) total += b.size;
+  const int64_t first = ranks.front().size;
+  const int64_t last = ranks.back().size;
+  switch (aggregation) {
+    case Aggregation::kWeightedMean:
+      return 1.0 / total;
+    case Aggregation::kDropLastRank:
+      return rank + 1 == ranks.size() ? 0.0 : 1.0 / (total - last);
+    case Aggregation::kFirstRankTwice:
+      return (rank == 0 ? 2.0 : 1.0) / (total + first);
+    case Aggregation::kSumOfRankMeans:
+      return 1.0 / ranks[rank].size;
+  }
+  return 0;
+}
+
+namespace {
 
 // Adds to `sum` the gradient of `batch`'s examples, each weighted by
 // `coefficient`, and to its bound what float32 can make of it, where
@@ -72,27 +118,10 @@ void AccumulateGradient(absl::Span<const int> layer_sizes,
   }
 
   // delta: d(loss)/d(pre-activation) of the last layer, times the example's
-  // coefficient. The CPU kernel rounds each value once; allow four roundings
-  // for other backends.
-  const int classes = layer_sizes.back();
-  std::vector<double> delta(n * classes), delta_bound(n * classes);
-  for (int64_t r = 0; r < n; ++r) {
-    const double* logits = &z[num_layers - 1][r * classes];
-    const double* logit_bound = &z_bound[num_layers - 1][r * classes];
-    const double max = *std::max_element(logits, logits + classes);
-    const double worst = *std::max_element(logit_bound, logit_bound + classes);
-    double total = 0;
-    for (int c = 0; c < classes; ++c) total += std::exp(logits[c] - max);
-    const int label = static_cast<int>(batch.labels[r]);
-    for (int c = 0; c < classes; ++c) {
-      const double p = std::exp(logits[c] - max) / total;
-      const double d = p - (c == label ? 1.0 : 0.0);
-      delta[r * classes + c] = coefficient * d;
-      delta_bound[r * classes + c] =
-          coefficient *
-          (p * std::expm1(2 * worst) + 4 * kUnitRoundoff * (std::abs(d) + p));
-    }
-  }
+  // coefficient.
+  std::vector<double> delta, delta_bound;
+  SoftmaxDelta(layer_sizes.back(), z[num_layers - 1], z_bound[num_layers - 1],
+               batch.labels, coefficient, delta, delta_bound);
 
   for (int l = num_layers - 1; l >= 0; --l) {
     const int in = layer_sizes[l];
@@ -155,27 +184,6 @@ void AccumulateGradient(absl::Span<const int> layer_sizes,
   }
 }
 
-// Each example's gradient enters the step with the weight the aggregation
-// gives its rank's mean, divided by the rank's example count.
-double Coefficient(Aggregation aggregation,
-                   absl::Span<const worker::Batch> ranks, size_t rank) {
-  int64_t total = 0;
-  for (const worker::Batch& b : ranks) total += b.size;
-  const int64_t first = ranks.front().size;
-  const int64_t last = ranks.back().size;
-  switch (aggregation) {
-    case Aggregation::kWeightedMean:
-      return 1.0 / total;
-    case Aggregation::kDropLastRank:
-      return rank + 1 == ranks.size() ? 0.0 : 1.0 / (total - last);
-    case Aggregation::kFirstRankTwice:
-      return (rank == 0 ? 2.0 : 1.0) / (total + first);
-    case Aggregation::kSumOfRankMeans:
-      return 1.0 / ranks[rank].size;
-  }
-  return 0;
-}
-
 }  // namespace
 
 ExactStep ExactSgdStep(absl::Span<const int> layer_sizes,
@@ -196,12 +204,17 @@ ExactStep ExactSgdStep(absl::Span<const int> layer_sizes,
   const double batch_gamma = Gamma(total + 2);
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (ranks[r].size == 0) continue;
-    const double coefficient = Coefficient(aggregation, ranks, r);
+    const double coefficient = AggregationCoefficient(aggregation, ranks, r);
     if (coefficient == 0) continue;
     AccumulateGradient(layer_sizes, weights, ranks[r], coefficient, batch_gamma,
                        gradient);
   }
 
+  return SgdUpdate(weights, learning_rate, std::move(gradient));
+}
+
+ExactStep SgdUpdate(const std::vector<std::vector<float>>& weights,
+                    float learning_rate, ExactStep gradient) {
   // w -= lr g rounds twice at most; the weights before it are exact.
   ExactStep step = std::move(gradient);
   const double lr = learning_rate;

@@ -1,6 +1,7 @@
 #ifndef PS_TESTS_EXACT_SGD_STEP_H_
 #define PS_TESTS_EXACT_SGD_STEP_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -52,6 +53,38 @@ ExactStep ExactSgdStep(absl::Span<const int> layer_sizes,
                        float learning_rate,
                        absl::Span<const worker::Batch> ranks,
                        Aggregation aggregation);
+
+// The pieces ExactSgdStep is made of, for the reference steps of other
+// networks (tests/exact_network_step.h).
+
+// float32's unit roundoff: a correctly rounded operation is off by at most
+// this much relative to its exact result.
+inline constexpr double kUnitRoundoff = 0x1p-24;
+
+// Higham's gamma(k): the relative error bound of a k-term float32 sum of
+// products, in any order, with or without fused multiply-adds.
+double Gamma(int64_t k);
+
+// What each example's gradient is multiplied by in the step under
+// `aggregation`: the weight the servers give rank `rank`'s mean, divided by
+// its example count.
+double AggregationCoefficient(Aggregation aggregation,
+                              absl::Span<const worker::Batch> ranks,
+                              size_t rank);
+
+// d(softmax cross-entropy)/d(logits) of labels.size() examples, times
+// `coefficient`, and how far float32 can land from it given logits off by
+// at most `logit_bound` (both [examples, classes]).
+void SoftmaxDelta(int classes, absl::Span<const double> logits,
+                  absl::Span<const double> logit_bound,
+                  absl::Span<const float> labels, double coefficient,
+                  std::vector<double>& delta, std::vector<double>& delta_bound);
+
+// Turns the step's exact gradient (with its float32 bound) into the exact
+// weights after w -= lr g, from exact `weights`, adding the update's own
+// rounding to the bound.
+ExactStep SgdUpdate(const std::vector<std::vector<float>>& weights,
+                    float learning_rate, ExactStep gradient);
 
 }  // namespace ps::testing
 

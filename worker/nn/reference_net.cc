@@ -100,6 +100,91 @@ std::vector<double> Dense(const ActivationShape& in, const ActivationShape& out,
   return y;
 }
 
+void ConvBackward(const LayerConfig& c, const ActivationShape& in,
+                  const ActivationShape& out, int batch,
+                  absl::Span<const double> x, const Params& params,
+                  absl::Span<const double> dy, LayerGradients& g) {
+  const std::vector<double>& w = params[0];
+  g.params = {std::vector<double>(w.size()), std::vector<double>(out.channels)};
+  std::vector<double>& dw = g.params[0];
+  for (int n = 0; n < batch; ++n) {
+    for (int64_t o = 0; o < out.channels; ++o) {
+      for (int64_t i = 0; i < out.height; ++i) {
+        for (int64_t j = 0; j < out.width; ++j) {
+          const double d =
+              dy[((n * out.channels + o) * out.height + i) * out.width + j];
+          g.params[1][o] += d;
+          for (int64_t ch = 0; ch < in.channels; ++ch) {
+            for (int u = 0; u < c.kernel_height; ++u) {
+              for (int v = 0; v < c.kernel_width; ++v) {
+                const int64_t r = i * c.stride_height + u - c.pad_height;
+                const int64_t q = j * c.stride_width + v - c.pad_width;
+                if (r < 0 || r >= in.height || q < 0 || q >= in.width) {
+                  continue;
+                }
+                const int64_t xe =
+                    ((n * in.channels + ch) * in.height + r) * in.width + q;
+                const int64_t we =
+                    ((o * in.channels + ch) * c.kernel_height + u) *
+                        c.kernel_width +
+                    v;
+                g.input[xe] += d * w[we];
+                dw[we] += x[xe] * d;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void DenseBackward(const ActivationShape& in, const ActivationShape& out,
+                   int batch, absl::Span<const double> x, const Params& params,
+                   absl::Span<const double> dy, LayerGradients& g) {
+  const int64_t n_in = in.size(), n_out = out.size();
+  g.params = {std::vector<double>(n_in * n_out), std::vector<double>(n_out)};
+  for (int n = 0; n < batch; ++n) {
+    for (int64_t i = 0; i < n_in; ++i) {
+      double sum = 0;
+      for (int64_t j = 0; j < n_out; ++j) {
+        const double d = dy[n * n_out + j];
+        sum += d * params[0][i * n_out + j];
+        g.params[0][i * n_out + j] += x[n * n_in + i] * d;
+      }
+      g.input[n * n_in + i] = sum;
+    }
+    for (int64_t j = 0; j < n_out; ++j) g.params[1][j] += dy[n * n_out + j];
+  }
+}
+
+// Each output's gradient back to its window: in full to the element max
+// pooling chose, in equal shares for average pooling.
+void PoolBackward(const LayerConfig& c, const ActivationShape& in,
+                  const ActivationShape& out, int batch,
+                  const Decisions& decisions, absl::Span<const double> dy,
+                  LayerGradients& g) {
+  const int64_t area = int64_t{c.kernel_height} * c.kernel_width;
+  for (int64_t p = 0; p < batch * in.channels; ++p) {
+    const int64_t plane = p * in.height * in.width;
+    for (int64_t i = 0; i < out.height; ++i) {
+      for (int64_t j = 0; j < out.width; ++j) {
+        const int64_t o = (p * out.height + i) * out.width + j;
+        if (c.kind == LayerKind::kMaxPool) {
+          g.input[decisions[o]] += dy[o];
+          continue;
+        }
+        for (int u = 0; u < c.kernel_height; ++u) {
+          for (int v = 0; v < c.kernel_width; ++v) {
+            g.input[plane + (i * c.stride_height + u) * in.width +
+                    j * c.stride_width + v] += dy[o] / area;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<double> LayerForward(const LayerConfig& config,
@@ -145,6 +230,43 @@ std::vector<double> LayerForward(const LayerConfig& config,
     }
   }
   return {};
+}
+
+LayerGradients LayerBackward(const LayerConfig& config,
+                             const ActivationShape& in,
+                             const ActivationShape& out, const Pass& pass,
+                             uint64_t dropout_seed, absl::Span<const double> x,
+                             const Params& params, const Decisions& decisions,
+                             absl::Span<const double> dy) {
+  assert(dy.size() == static_cast<size_t>(pass.batch * out.size()));
+  LayerGradients g;
+  g.input.assign(pass.batch * in.size(), 0.0);
+  switch (config.kind) {
+    case LayerKind::kConv:
+      ConvBackward(config, in, out, pass.batch, x, params, dy, g);
+      break;
+    case LayerKind::kDense:
+      DenseBackward(in, out, pass.batch, x, params, dy, g);
+      break;
+    case LayerKind::kMaxPool:
+    case LayerKind::kAvgPool:
+      PoolBackward(config, in, out, pass.batch, decisions, dy, g);
+      break;
+    case LayerKind::kRelu:
+      for (size_t i = 0; i < dy.size(); ++i) {
+        g.input[i] = decisions[i] != 0 ? dy[i] : 0.0;
+      }
+      break;
+    case LayerKind::kFlatten:
+      g.input.assign(dy.begin(), dy.end());
+      break;
+    case LayerKind::kDropout: {
+      // Dropout is linear: its forward pass on dy is its backward pass.
+      g.input = LayerForward(config, in, out, pass, dropout_seed, dy, params);
+      break;
+    }
+  }
+  return g;
 }
 
 double SoftmaxCrossEntropy(int batch, int classes,

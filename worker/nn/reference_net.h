@@ -34,6 +34,23 @@ std::vector<double> LayerForward(
     absl::Span<const double> x, const Params& params,
     Decisions* record = nullptr, const Decisions* replay = nullptr);
 
+// What a layer gives back for `dy`, d(loss)/d(its output) on
+// [pass.batch, out]: `input` is d(loss)/d(x) and `params` the gradients of
+// its parameters (weight, then bias; empty for layers without), summed
+// over the batch. `decisions` are those LayerForward recorded at `x`. Both
+// are linear in `dy`; the input gradient does not read `x`, and the weight
+// gradient does not read `params`.
+struct LayerGradients {
+  std::vector<double> input;
+  Params params;
+};
+LayerGradients LayerBackward(const LayerConfig& config,
+                             const ActivationShape& in,
+                             const ActivationShape& out, const Pass& pass,
+                             uint64_t dropout_seed, absl::Span<const double> x,
+                             const Params& params, const Decisions& decisions,
+                             absl::Span<const double> dy);
+
 // A network's forward pass: inputs[l] is what layer l gets, inputs.back()
 // the logits; decisions[l] those of layer l.
 struct Trace {
