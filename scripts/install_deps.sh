@@ -13,6 +13,9 @@ PACKAGES=(
   openssl
   # The fuzz targets (fuzz/): clang and its libFuzzer and sanitizer runtimes.
   clang-14 libclang-rt-14-dev
+  # The Python module and its PyTorch layer (python/): Debian's interpreter
+  # (/usr/bin/python3), never pip, since no other registry is reachable.
+  python3-dev pybind11-dev python3-numpy python3-pytest python3-torch
 )
 # The Kubernetes manifest checker (deploy/validate) is a Go program built
 # against Debian's Kubernetes API packages, and Debian's kustomize renders the

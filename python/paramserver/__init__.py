@@ -1,0 +1,316 @@
+"""Train through the parameter servers from Python.
+
+A binding of the public C++ client library (client/parameter_client.h); read
+that header for what each call means in sync, ssp and async mode. A program
+started by the launcher (``deploy/local/launch ... -- /usr/bin/python3
+train.py``) finds the servers, its rank and the job in its environment::
+
+    import numpy as np
+    import paramserver
+
+    client = paramserver.Client()                 # PS_SERVERS, PS_RANK, ...
+    client.declare([("w", (4,), "from_rank0"), ("b", (), "zeros", False)],
+                   planned_steps=100)
+    client.weights[0][:] = initial_w              # rank 0's values count
+    weights = client.broadcast()                  # every rank calls it
+    for step in range(100):
+        grads = compute(weights)                  # one array per tensor
+        client.push_pull(step, grads)             # weights now hold step+1
+    client.finish()
+
+Arrays are float32 NumPy arrays. ``client.weights`` are views of the
+client's own buffers, which every pull overwrites in place: nothing is
+copied between the network and them; copy one to keep it. Gradients are
+read where they lie when they are C-contiguous float32 (else converted
+once). Failures raise ``paramserver.Error`` (or a subclass per status:
+``InvalidArgumentError`` is also a ``ValueError``, ``UnavailableError`` a
+``ConnectionError``...) whose message names the shard and carries the
+server's words; ``err.code`` is the status code's name.
+
+The PyTorch layer, in Horovod's conventions, is ``paramserver.torch``.
+"""
+
+import numbers
+
+import numpy as np
+
+try:
+    from paramserver import _native
+except ImportError as e:  # pragma: no cover - depends on the build
+    raise ImportError(
+        "paramserver._native is not built or not on the path: run "
+        "`bazel build //python:paramserver` and put bazel-bin/python/site "
+        "on PYTHONPATH, with Debian's /usr/bin/python3 (%s)" % e) from e
+
+Error = _native.Error
+InvalidArgumentError = _native.InvalidArgumentError
+FailedPreconditionError = _native.FailedPreconditionError
+NotFoundError = _native.NotFoundError
+UnavailableError = _native.UnavailableError
+DeadlineExceededError = _native.DeadlineExceededError
+AbortedError = _native.AbortedError
+Initializer = _native.Initializer
+TensorSpec = _native.TensorSpec
+Registration = _native.Registration
+
+__all__ = [
+    "Client", "Step", "TensorSpec", "Initializer", "Registration",
+    "tensor_spec", "Error", "InvalidArgumentError",
+    "FailedPreconditionError", "NotFoundError", "UnavailableError",
+    "DeadlineExceededError", "AbortedError",
+]
+
+_INITIALIZERS = {
+    "zeros": Initializer.zeros,
+    "constant": Initializer.constant,
+    "uniform": Initializer.uniform,
+    "normal": Initializer.normal,
+    "glorot_uniform": Initializer.glorot_uniform,
+    "from_rank0": Initializer.from_rank0,
+}
+
+
+def _as_initializer(value):
+    """Accepts an Initializer, a kind name, or (kind, *params).
+
+    Tuples keep declarations one line long, as a user writes them.
+    """
+    if isinstance(value, Initializer):
+        return value
+    if isinstance(value, str):
+        value = (value,)
+    if (isinstance(value, (tuple, list)) and value and
+            value[0] in _INITIALIZERS):
+        return _INITIALIZERS[value[0]](*value[1:])
+    raise InvalidArgumentError(
+        "an initializer is an Initializer, one of %s, or (kind, params...); "
+        "got %r" % (sorted(_INITIALIZERS), value))
+
+
+def tensor_spec(name, shape, initializer="zeros", weight_decay=True):
+    """A TensorSpec from plain values; shape () declares a scalar."""
+    return TensorSpec(str(name), [int(d) for d in shape],
+                      _as_initializer(initializer), bool(weight_decay))
+
+
+def _as_spec(item):
+    """A TensorSpec from a TensorSpec or a (name, shape, init, wd) tuple."""
+    if isinstance(item, TensorSpec):
+        return item
+    return tensor_spec(*item)
+
+
+class Step:
+    """One step's push, fed tensor by tensor as gradients become ready.
+
+    Every declared tensor must be sent before finish(); a step that is
+    dropped unfinished is cancelled and applies nothing anywhere. An array
+    passed to send() must not change until the step finishes (it is read
+    from the client's threads, without a copy).
+    """
+
+    def __init__(self, client, native_step, cursor):
+        self._client = client
+        self._step = native_step
+        self._cursor = cursor
+
+    def send(self, tensor, gradient):
+        """Queues the gradient of `tensor` (its id or name)."""
+        self._step.send(self._client._id(tensor), gradient)
+
+    def finish(self):
+        """Waits until every shard took the push."""
+        self._step.finish()
+        self._client.cursor = self._cursor
+
+    def finish_with_pull(self):
+        """Waits for the push and the next step's weights; returns their
+        version. The weights land in ``client.weights``."""
+        version = self._step.finish_with_pull()
+        self._client.cursor = self._cursor
+        self._client.version = version
+        return version
+
+
+class Client:
+    """A connection to every shard (ps::ParameterClient).
+
+    Without arguments, it connects where the launcher's environment says
+    (PS_SERVERS, PS_RANK, PS_JOB_ID). Timeouts are in seconds. Calls wait
+    on the network with the GIL released.
+    """
+
+    def __init__(self, servers=None, rank=None, job_id=None,
+                 connect_timeout=None, retry_timeout=None):
+        if isinstance(servers, str):
+            servers = [s for s in servers.split(",") if s]
+        self._native = _native.connect(
+            servers=servers, rank=rank, job_id=job_id,
+            connect_timeout=connect_timeout, retry_timeout=retry_timeout)
+        self.registration = None
+        self.version = 0
+        # (epoch, examples_done) after the last step the servers took.
+        self.cursor = (0, 0)
+        self._weights = []
+        self._ids = {}
+
+    @property
+    def rank(self):
+        """This worker's rank; rank 0 declares the model."""
+        return self._native.rank
+
+    @property
+    def mode(self):
+        """The servers' consistency mode ("sync", "ssp", "async")."""
+        self._require_declared()
+        return self.registration.mode
+
+    def declare(self, tensors, planned_steps, seed=1):
+        """Declares the model; every rank must declare the same.
+
+        `tensors`: TensorSpecs or (name, shape[, initializer[,
+        weight_decay]]) tuples. `planned_steps` spans the servers' learning
+        rate schedule. Returns the Registration (mode, next_step, ...).
+        """
+        specs = [_as_spec(t) for t in tensors]
+        self.registration = self._native.declare(specs, int(planned_steps),
+                                                 int(seed))
+        self._weights = self._native.weights()
+        self.cursor = (self.registration.epoch,
+                       self.registration.examples_done)
+        self._ids = {spec.name: i for i, spec in enumerate(specs)}
+        return self.registration
+
+    @property
+    def model(self):
+        """The declared TensorSpecs, in order."""
+        return self._native.model()
+
+    @property
+    def weights(self):
+        """The weight buffers as arrays, in declaration order (views)."""
+        return self._weights
+
+    def weight(self, name):
+        """The weight buffer of tensor `name` (a view)."""
+        return self._weights[self._id(name)]
+
+    def tensor_id(self, name):
+        """The id of tensor `name`; NotFoundError if it is not declared."""
+        return self._native.tensor_id(name)
+
+    def broadcast(self, values=None):
+        """Every rank gets rank 0's values of the from_rank0 tensors.
+
+        Collective: every rank calls it (it ends with a barrier). On rank 0,
+        `values` (a list in declaration order or a dict by name; default:
+        what ``weights`` hold) is uploaded first. Returns ``weights``.
+        """
+        if values is not None:
+            self._copy_in(values)
+        self._native.broadcast()
+        return self._weights
+
+    def pull(self, step):
+        """Fills ``weights`` once the servers allow `step`; returns the
+        weights' version."""
+        self.version = self._native.pull(int(step))
+        return self.version
+
+    def pull_final(self, step):
+        """The weights once every rank has finished training."""
+        self.version = self._native.pull_final(int(step))
+        return self.version
+
+    def start_step(self, step, pull_after=True, base_version=None,
+                   num_examples=1, epoch=None, examples_done=None):
+        """Opens step `step`'s push (see Step).
+
+        `num_examples` weights this rank's gradient in a sync step. The
+        data cursor (`epoch`, `examples_done`: the position after this
+        step) must advance from step to step, or the servers take the push
+        for a replay of one they applied and skip it; by default it
+        advances by `num_examples` from ``cursor``, the position after the
+        last step the servers took (a restarted rank gets it back from
+        declare()).
+        """
+        if base_version is None:
+            base_version = self.version
+        if epoch is None:
+            epoch = self.cursor[0]
+        if examples_done is None:
+            examples_done = (self.cursor[1] if epoch == self.cursor[0]
+                             else 0) + int(num_examples)
+        native = self._native.start_step(
+            step=int(step), base_version=int(base_version),
+            num_examples=int(num_examples), epoch=int(epoch),
+            examples_done=int(examples_done), pull_after=bool(pull_after))
+        return Step(self, native, (int(epoch), int(examples_done)))
+
+    def push(self, step, gradients, **step_info):
+        """Pushes every tensor's gradient (list or dict by name)."""
+        s = self.start_step(step, pull_after=False, **step_info)
+        for tensor, gradient in self._items(gradients):
+            s.send(tensor, gradient)
+        s.finish()
+
+    def push_pull(self, step, gradients, **step_info):
+        """Pushes step `step` and fills ``weights`` for step + 1 in one
+        call per shard; returns their version."""
+        s = self.start_step(step, pull_after=True, **step_info)
+        for tensor, gradient in self._items(gradients):
+            s.send(tensor, gradient)
+        return s.finish_with_pull()
+
+    def barrier(self):
+        """Waits for every live rank's barrier."""
+        self._native.barrier()
+
+    def finish(self):
+        """Tells the shards this rank is done."""
+        self._native.finish()
+
+    def close(self):
+        """Closes the connections (``weights`` stay readable)."""
+        self._native.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _require_declared(self):
+        if self.registration is None:
+            raise FailedPreconditionError(
+                "paramserver: declare the model first")
+
+    def _id(self, tensor):
+        if isinstance(tensor, numbers.Integral):
+            return int(tensor)
+        self._require_declared()
+        try:
+            return self._ids[tensor]
+        except KeyError:
+            raise NotFoundError(
+                'no tensor "%s" in the declared model' % tensor) from None
+
+    def _items(self, values):
+        if isinstance(values, dict):
+            return values.items()
+        values = list(values)
+        self._require_declared()
+        if len(values) != len(self._weights):
+            raise InvalidArgumentError(
+                "%d arrays for a model of %d tensors" %
+                (len(values), len(self._weights)))
+        return enumerate(values)
+
+    def _copy_in(self, values):
+        for tensor, value in self._items(values):
+            target = self._weights[self._id(tensor)]
+            if np.shape(value) != target.shape:
+                raise InvalidArgumentError(
+                    "values of %s have shape %s, declared %s" %
+                    (tensor, np.shape(value), target.shape))
+            target[...] = value

@@ -1,0 +1,602 @@
+"""PyTorch training through the parameter servers, in Horovod's conventions.
+
+A single-process script becomes a worker with a few lines::
+
+    import paramserver.torch as ps
+    ps.init()                              # rank, size, servers: launcher
+    model = Net()
+    ps.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = ps.DistributedOptimizer(
+        torch.optim.Adam(model.parameters(), lr=1e-3),
+        named_parameters=model.named_parameters())
+    for x, y in loader:                    # this rank's shard of the data
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    ps.shutdown()
+
+Where the optimizer runs (``placement``):
+
+- ``"server"`` (the classic parameter server; sync, ssp and async): each
+  gradient is pushed as soon as autograd has accumulated it (a hook on the
+  parameter's gradient accumulator, so sending overlaps the rest of
+  backward); ``step()`` sends what is left and writes the servers' updated
+  weights into the parameters. The servers run SGD (momentum, weight decay)
+  or Adam as their flags say; the declaration cannot carry the wrapped
+  optimizer's settings yet, so DistributedOptimizer compares them with the
+  servers' flags (see paramserver._server_config) and refuses any
+  difference, naming it. A learning-rate scheduler that changes
+  ``param_groups`` is refused at the next step() for the same reason; the
+  servers' own ``--lr_schedule=cosine`` decays over ``planned_steps``.
+- ``"worker"`` (sync only; any PyTorch optimizer): the servers only average
+  gradients, which needs them started as a summation service
+  (``--optimizer=sgd --learning_rate=1 --lr_schedule=constant
+  --server_flags=--momentum=0``); ``step()`` puts the average into
+  ``.grad`` and steps the wrapped optimizer locally.
+- ``"auto"`` (the default): "worker" if the servers are such a summation
+  service and the wrapped optimizer is not plain SGD at learning rate 1
+  (for which both are the same), else "server".
+
+Parameters alias the client's weight buffers in "server" placement: each
+step's pull lands in them with no copy. Only float32 CPU parameters are
+supported. Only trainable parameters (requires_grad, in the optimizer) are
+pushed; other tensors given to broadcast_parameters before the optimizer
+is created (buffers, frozen parameters) get rank 0's values once.
+"""
+
+import os
+import warnings
+import zlib
+
+import numpy as np
+import torch
+
+import paramserver
+from paramserver import _server_config
+from paramserver._server_config import (SUMMATION_FLAGS, check_group,
+                                        describe, is_summation_service)
+
+__all__ = [
+    "init", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "mode", "broadcast_parameters", "DistributedOptimizer", "shutdown",
+]
+
+
+class _State:
+    """What init() learnt; one per process, as Horovod's."""
+
+    def __init__(self, client):
+        self.client = client
+        self.rank = client.rank
+        self.size = _env_int("PS_NUM_WORKERS", "WORLD_SIZE", 1)
+        self.local_rank = _env_int("PS_LOCAL_RANK", "LOCAL_RANK", self.rank)
+        self.local_size = _env_int("PS_LOCAL_NUM_WORKERS", "LOCAL_WORLD_SIZE",
+                                   self.size)
+        # Tensors given to broadcast_parameters before the declaration.
+        self.pending = {}
+        self.optimizer = None
+        self.finished = False
+
+
+_state = None
+
+
+def _env_int(name, fallback, default):
+    value = os.environ.get(name) or os.environ.get(fallback)
+    return int(value) if value else default
+
+
+def init(servers=None, rank=None, job_id=None, connect_timeout=None,
+         retry_timeout=None):
+    """Connects to the servers the launcher's environment names.
+
+    The arguments override PS_SERVERS, PS_RANK and PS_JOB_ID (for running
+    without the launcher). Calling it again does nothing.
+    """
+    global _state
+    if _state is not None:
+        return
+    client = paramserver.Client(servers=servers, rank=rank, job_id=job_id,
+                                connect_timeout=connect_timeout,
+                                retry_timeout=retry_timeout)
+    _state = _State(client)
+
+
+def is_initialized():
+    """Whether init() has been called (and not shutdown())."""
+    return _state is not None
+
+
+def _require_init():
+    if _state is None:
+        raise ValueError("paramserver.torch: call init() first")
+    return _state
+
+
+def rank():
+    """This worker's rank in [0, size())."""
+    return _require_init().rank
+
+
+def size():
+    """The number of workers."""
+    return _require_init().size
+
+
+def local_rank():
+    """This worker's rank among the workers of its host."""
+    return _require_init().local_rank
+
+
+def local_size():
+    """The number of workers on this host."""
+    return _require_init().local_size
+
+
+def mode():
+    """The servers' consistency mode, once DistributedOptimizer declared."""
+    state = _require_init()
+    return state.client.mode
+
+
+def _named(params):
+    """(name, tensor) pairs from a state_dict, named parameters, or a list
+    of (name, tensor)."""
+    items = params.items() if hasattr(params, "items") else params
+    return [(str(name), tensor) for name, tensor in items]
+
+
+def broadcast_parameters(params, root_rank=0):
+    """Gives every rank root_rank's values of `params` (a state_dict or
+    named parameters), in place.
+
+    Rank 0 declares the model, so root_rank must be 0. Called before
+    DistributedOptimizer (as Horovod's examples do), the tensors join the
+    declaration and are broadcast when the optimizer is created: buffers
+    and frozen parameters included. Called after it, the trainable
+    parameters already hold rank 0's values (the optimizer broadcast
+    them), and anything else cannot be declared any more: an error.
+    """
+    state = _require_init()
+    if root_rank != 0:
+        raise ValueError("paramserver: only rank 0 declares the model, so "
+                         "root_rank must be 0, got %r" % root_rank)
+    named = _named(params)
+    if state.optimizer is None:
+        for name, tensor in named:
+            state.pending[name] = tensor
+        return
+    state.optimizer._broadcast_after_declaration(named)
+
+
+def shutdown():
+    """Tells the servers this rank is done and closes the connections."""
+    global _state
+    if _state is None:
+        return
+    try:
+        if _state.optimizer is not None and not _state.finished:
+            _state.client.finish()
+            _state.finished = True
+    finally:
+        _state.client.close()
+        _state = None
+
+
+def _server_kind(cls, param_groups):
+    """"sgd" or "adam" for what the servers implement, else None."""
+    if cls is torch.optim.SGD:
+        return "sgd"
+    if cls is torch.optim.Adam:
+        return "adam"
+    if cls is torch.optim.AdamW and all(
+            g["weight_decay"] == 0 for g in param_groups):
+        return "adam"  # AdamW without decay is Adam.
+    return None
+
+
+def _resolve_placement(placement, optimizer, config):
+    """"server" or "worker" for `placement`; see the module's docstring."""
+    if placement not in ("auto", "server", "worker"):
+        raise ValueError("placement is 'auto', 'server' or 'worker', got %r"
+                         % (placement,))
+    if placement != "auto":
+        return placement
+    if not is_summation_service(config):
+        return "server"
+    groups = optimizer.param_groups
+    if _server_kind(type(optimizer), groups) == "sgd" and not any(
+            check_group(g, config, "sgd") for g in groups):
+        return "server"  # SGD at learning rate 1: the same either way.
+    return "worker"
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    """Methods mixed into a subclass of the wrapped optimizer's class, as
+    Horovod does, so that isinstance(), schedulers and state_dict() behave
+    as for the optimizer itself. See DistributedOptimizer()."""
+
+    def __init__(self, params, named_parameters, placement, planned_steps,
+                 backward_passes_per_step, seed, config, config_source):
+        super(self.__class__, self).__init__(params)
+        state = _require_init()
+        if state.optimizer is not None:
+            raise ValueError("paramserver: one DistributedOptimizer per "
+                             "process (the servers hold one model)")
+        self._client = state.client
+        self._placement = placement
+        self._passes_per_step = int(backward_passes_per_step)
+        if self._passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        self.num_examples = 1
+        self._trainable = self._trainable_parameters(named_parameters)
+        wd_flags = self._check_config(config, config_source, planned_steps)
+        self._hyper = self._hyperparameters()
+
+        specs, self._extra = self._declaration(state.pending, wd_flags)
+        self._client.declare(specs, planned_steps or 0, seed)
+        if placement == "worker" and self._client.mode != "sync":
+            raise paramserver.FailedPreconditionError(
+                "placement='worker' averages gradients in sync mode only; "
+                "the servers run --mode=%s" % self._client.mode)
+        self._broadcast()
+        state.pending = {}
+        state.optimizer = self
+
+        # Where a restarted rank resumes: its step and data position.
+        self.registration = self._client.registration
+        self._epoch = self.registration.epoch
+        self._step_number = self.registration.next_step
+        if placement == "worker":
+            self._zero_summation_state(self._step_number)
+            self._step_number += 1
+        self._push = None
+        self._sent = set()
+        self._passes = [0] * len(self._trainable)
+        self._zeros = {}
+        self._grad_accs = []
+        self._register_hooks()
+
+    # -- construction ------------------------------------------------------
+
+    def _trainable_parameters(self, named_parameters):
+        """[(name, param)] of the optimizer's trainable parameters, in the
+        optimizer's order, named as named_parameters says."""
+        names = {}
+        if named_parameters is not None:
+            for name, p in named_parameters:
+                names.setdefault(id(p), name)
+        else:
+            warnings.warn("paramserver: no named_parameters; parameters are "
+                          "declared as param.<group>.<index>")
+        result, seen = [], set()
+        for gi, group in enumerate(self.param_groups):
+            for pi, p in enumerate(group["params"]):
+                if id(p) in seen or not p.requires_grad:
+                    continue
+                seen.add(id(p))
+                name = names.get(id(p))
+                if name is None:
+                    if named_parameters is not None:
+                        raise ValueError(
+                            "paramserver: a parameter of the optimizer "
+                            "(group %d, index %d, shape %s) is not in "
+                            "named_parameters" % (gi, pi, tuple(p.shape)))
+                    name = "param.%d.%d" % (gi, pi)
+                _check_tensor(name, p)
+                result.append((name, p))
+        if not result:
+            raise ValueError("paramserver: the optimizer has no trainable "
+                             "parameters")
+        return result
+
+    def _group_of(self, param):
+        for group in self.param_groups:
+            if any(p is param for p in group["params"]):
+                return group
+        raise AssertionError("not in the optimizer")
+
+    def _check_config(self, config, source, planned_steps):
+        """Raises on any difference with the servers; returns each
+        trainable parameter's weight_decay flag."""
+        groups = [self._group_of(p) for _, p in self._trainable]
+        if self._placement == "worker":
+            if config is not None and not is_summation_service(config):
+                raise ValueError(
+                    "paramserver: placement='worker' needs the servers to "
+                    "average gradients (%s), but by %s they run %s" %
+                    (SUMMATION_FLAGS, source, describe(config)))
+            if config is None:
+                warnings.warn("paramserver: cannot check that the servers "
+                              "are a summation service: %s" % source)
+            return [False] * len(groups)
+        wrapped = type(self).__mro__[1]
+        kind = _server_kind(wrapped, self.param_groups)
+        name = wrapped.__name__
+        if kind is None:
+            raise ValueError(
+                "paramserver: the servers implement SGD (momentum, weight "
+                "decay) and Adam, not %s; use placement='worker' (servers "
+                "started with %s) to step %s on the workers" %
+                (name, SUMMATION_FLAGS, name))
+        if config is None:
+            warnings.warn("paramserver: cannot check the servers' optimizer "
+                          "against the wrapped %s: %s" % (name, source))
+            return [g.get("weight_decay", 0) != 0 for g in groups]
+        problems = []
+        for i, group in enumerate(self.param_groups):
+            for problem in check_group(group, config, kind):
+                problems.append("param_groups[%d]: %s" % (i, problem))
+        if config["lr_schedule"] != "constant" and not planned_steps:
+            problems.append(
+                "the servers decay the learning rate (--lr_schedule=%s) over "
+                "planned steps: pass planned_steps=N, or start them with "
+                "--lr_schedule=constant" % config["lr_schedule"])
+        if problems:
+            raise ValueError(
+                "paramserver: the wrapped %s differs from the servers' "
+                "optimizer (read from %s): %s. Start the servers with the "
+                "optimizer's settings, or use placement='worker' (servers "
+                "started with %s)" % (name, source, "; ".join(problems),
+                                      SUMMATION_FLAGS))
+        return [g.get("weight_decay", 0) != 0 for g in groups]
+
+    def _hyperparameters(self):
+        keys = ("lr", "momentum", "betas", "eps", "weight_decay")
+        return [{k: g[k] for k in keys if k in g} for g in self.param_groups]
+
+    def _declaration(self, pending, wd_flags):
+        """The TensorSpecs: trainable parameters, then the other pending
+        tensors (broadcast once, then pushed as zeros)."""
+        specs = []
+        trainable_ptrs = set()
+        for (name, p), wd in zip(self._trainable, wd_flags):
+            # Worker placement: the tensor holds the summation state, which
+            # brings rank 0's values first, then is zeroed (see _send).
+            specs.append(paramserver.tensor_spec(name, p.shape, "from_rank0",
+                                                 wd))
+            trainable_ptrs.add((p.data_ptr(), tuple(p.shape)))
+        extra = []
+        for name, tensor in pending.items():
+            if (tensor.data_ptr(), tuple(tensor.shape)) in trainable_ptrs:
+                continue  # A state_dict entry of a trainable parameter.
+            if tensor.is_floating_point() or tensor.dtype in (
+                    torch.int64, torch.int32, torch.int16, torch.int8,
+                    torch.uint8, torch.bool):
+                specs.append(paramserver.tensor_spec(
+                    name, tensor.shape, "from_rank0", False))
+                extra.append((len(specs) - 1, tensor))
+            else:
+                raise TypeError("paramserver: cannot broadcast %s of dtype "
+                                "%s" % (name, tensor.dtype))
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError("paramserver: two tensors named alike in %s" %
+                             names)
+        return specs, extra
+
+    def _broadcast(self):
+        """Rank 0's values into every rank's parameters and extra tensors;
+        in "server" placement the parameters then alias the buffers."""
+        weights = self._client.weights
+        for i, (_, p) in enumerate(self._trainable):
+            weights[i][...] = p.detach().numpy()
+        for i, tensor in self._extra:
+            values = tensor.detach().cpu().numpy().astype(np.float64)
+            if self._client.rank == 0 and np.any(np.abs(values) > 2**24):
+                raise ValueError("paramserver: %s holds integers beyond "
+                                 "float32's exact range" %
+                                 self._client.model[i].name)
+            weights[i][...] = values
+        self._client.broadcast()
+        self._uploaded_crc = self._checksum()
+        for i, (_, p) in enumerate(self._trainable):
+            with torch.no_grad():
+                if self._placement == "server":
+                    p.data = torch.from_numpy(weights[i])
+                else:
+                    p.copy_(torch.from_numpy(weights[i]))
+        for i, tensor in self._extra:
+            with torch.no_grad():
+                tensor.copy_(torch.from_numpy(weights[i]).to(tensor.dtype))
+        # The version the first push is computed from.
+        self._client.pull(self._client.registration.next_step)
+
+    def _zero_summation_state(self, step):
+        """Worker placement: one server step that pushes s itself, leaving
+        s = 0 exactly on the servers (s - mean(s, s, ...)), so that the first
+        training step's mean gradient is exact too. See _send."""
+        weights = self._client.weights
+        push = self._client.start_step(step, pull_after=True)
+        for i, w in enumerate(weights):
+            push.send(i, w)
+        push.finish_with_pull()
+        self._sum_state = [np.zeros_like(w) for w in weights]
+
+    def _checksum(self):
+        return [zlib.crc32(w.tobytes()) for w in
+                self._client.weights[:len(self._trainable)]]
+
+    def _broadcast_after_declaration(self, named):
+        ids = {name: i for i, (name, _) in enumerate(self._trainable)}
+        missing = [n for n, t in named if n not in ids and
+                   not any(t is x for _, x in self._extra)]
+        if missing:
+            raise paramserver.FailedPreconditionError(
+                "paramserver: %s cannot be broadcast after "
+                "DistributedOptimizer declared the model (they are not "
+                "trainable parameters of it); call broadcast_parameters "
+                "before DistributedOptimizer" % ", ".join(missing))
+        if (self._placement == "server" and self._client.rank == 0 and
+                self._step_number == self._client.registration.next_step and
+                self._checksum() != self._uploaded_crc):
+            raise paramserver.FailedPreconditionError(
+                "paramserver: rank 0's parameters changed after "
+                "DistributedOptimizer broadcast them (a checkpoint loaded "
+                "since?); the servers keep the first values, so call "
+                "broadcast_parameters before DistributedOptimizer")
+        for name, tensor in named:
+            if name in ids:
+                p = self._trainable[ids[name]][1]
+                if tensor.data_ptr() != p.data_ptr():
+                    with torch.no_grad():
+                        tensor.copy_(p)
+
+    def _register_hooks(self):
+        for i, (_, p) in enumerate(self._trainable):
+            # The gradient accumulator, whose hooks run once p.grad holds
+            # this backward's sum (torch 1.13 has no post-accumulate hook).
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            acc.register_hook(self._make_hook(i, p))
+            self._grad_accs.append(acc)
+
+    def _make_hook(self, i, p):
+        def hook(*unused):
+            self._passes[i] += 1
+            if self._passes[i] == self._passes_per_step:
+                self._send(i, p.grad)
+        return hook
+
+    # -- a step ------------------------------------------------------------
+
+    def _start(self):
+        if self._push is None:
+            self._push = self._client.start_step(
+                self._step_number, pull_after=True,
+                num_examples=int(self.num_examples), epoch=self._epoch)
+        return self._push
+
+    def _abort(self, message):
+        """Cancels the open step (nothing is applied) and raises."""
+        self._push = None
+        self._sent = set()
+        self._passes = [0] * len(self._trainable)
+        raise paramserver.FailedPreconditionError(message)
+
+    def _send(self, i, grad):
+        if i in self._sent:
+            self._abort(
+                "paramserver: a gradient of %s was computed again before "
+                "step(); this step was cancelled (for gradient accumulation "
+                "set backward_passes_per_step)" % self._trainable[i][0])
+        push = self._start()
+        if grad is None:
+            values = self._zeros_for(i)
+        else:
+            values = grad.detach().numpy()
+            if self._placement == "worker":
+                # The servers hold s (every rank knows it) and apply
+                # s - mean(pushes); pushing s - g leaves mean(g) there.
+                values = self._sum_state[i] - values
+        self._sent.add(i)
+        push.send(i, values)
+
+    def _zeros_for(self, i):
+        if self._placement == "worker":
+            return self._sum_state[i]  # s - 0.
+        # Extra (broadcast-only) tensors: an update of zero.
+        if i not in self._zeros:
+            self._zeros[i] = np.zeros(self._client.model[i].shape, np.float32)
+        return self._zeros[i]
+
+    def _check_hyperparameters(self):
+        if self._placement != "server":
+            return
+        now = self._hyperparameters()
+        for gi, (before, after) in enumerate(zip(self._hyper, now)):
+            for key in before:
+                if before[key] != after.get(key):
+                    raise paramserver.FailedPreconditionError(
+                        "paramserver: param_groups[%d]['%s'] changed from %r "
+                        "to %r (a learning-rate scheduler?), but the servers "
+                        "apply their own optimizer flags, which a worker "
+                        "cannot change yet; use the servers' "
+                        "--lr_schedule=cosine (with planned_steps) or "
+                        "placement='worker'" % (gi, key, before[key],
+                                                after.get(key)))
+
+    def step(self, closure=None):
+        """Finishes the step: pushes what the hooks have not sent, then
+        puts the new weights (server placement) or the ranks' mean
+        gradient, stepped by the wrapped optimizer (worker placement), into
+        the parameters."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._check_hyperparameters()
+        push = self._start()
+        for i in range(len(self._client.weights)):
+            if i in self._sent:
+                continue
+            if i < len(self._trainable):
+                self._send(i, self._trainable[i][1].grad)
+            else:
+                push.send(i, self._zeros_for(i))
+        try:
+            push.finish_with_pull()
+        finally:
+            self._push = None
+            self._sent = set()
+            self._passes = [0] * len(self._trainable)
+        self._step_number += 1
+        if self._placement == "worker":
+            weights = self._client.weights
+            for i, (_, p) in enumerate(self._trainable):
+                self._sum_state[i][...] = weights[i]
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                p.grad.copy_(torch.from_numpy(weights[i]))
+            super(self.__class__, self).step()
+        return loss
+
+    def set_epoch(self, epoch):
+        """Tells the servers which epoch the next steps' batches come from,
+        as DistributedSampler.set_epoch: with ``num_examples`` they record
+        where in the data each rank is, for a restarted rank to resume."""
+        self._epoch = int(epoch)
+
+    def pull_final(self):
+        """Server placement: puts into the parameters the weights once every
+        rank has finished (in ssp and async, others may still be training
+        after this rank's last step)."""
+        if self._placement != "server":
+            raise paramserver.FailedPreconditionError(
+                "paramserver: pull_final is for placement='server'")
+        self._client.pull_final(self._step_number)
+
+    @property
+    def step_number(self):
+        """Steps this rank has finished (the servers' clock for it)."""
+        return self._step_number
+
+
+def _check_tensor(name, p):
+    if p.dtype != torch.float32 or p.device.type != "cpu" or p.is_sparse:
+        raise TypeError("paramserver: %s is %s on %s; only dense float32 CPU "
+                        "parameters are supported" % (name, p.dtype,
+                                                      p.device))
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, placement="auto",
+                         planned_steps=None, backward_passes_per_step=1,
+                         seed=1):
+    """Wraps `optimizer` so that step() trains through the servers.
+
+    Collective: every rank creates it; it declares the model (the
+    optimizer's trainable parameters, named by `named_parameters`, plus
+    whatever broadcast_parameters was given before) and gives every rank
+    rank 0's values. `planned_steps` spans the servers' learning-rate
+    schedule (needed for --lr_schedule=cosine). Set ``opt.num_examples``
+    to weight this rank's gradient in a sync step by its batch (default:
+    every rank alike). Returns an instance of a subclass of the
+    optimizer's class.
+    """
+    _require_init()
+    config, source = _server_config.current()
+    placement = _resolve_placement(placement, optimizer, config)
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    named = list(named_parameters) if named_parameters is not None else None
+    return cls(optimizer.param_groups, named, placement, planned_steps,
+               backward_passes_per_step, seed, config, source)

@@ -1,0 +1,132 @@
+"""A worker program on the paramserver module alone, for
+python_client_test.py: `python_client_program.py SCENARIO`.
+
+Each scenario reports what it saw with RESULT lines (python_launch.report)
+and exits 0, so that the test, not the job's exit code, judges it.
+"""
+
+import sys
+
+import numpy as np
+
+import paramserver
+from python_launch import report
+
+# Every value below is a multiple of a power of two small enough that
+# float32 holds each sum, mean and update exactly: the test can then
+# compare the servers' arithmetic bit for bit.
+LEARNING_RATE = 0.5
+
+
+def gradients(rank, step):
+    """Rank `rank`'s gradients of step `step` (w: [2, 3], b: [3])."""
+    w = np.arange(6, dtype=np.float32).reshape(2, 3) / 8 * (rank + 1)
+    b = np.array([1, -1, 2], np.float32) / 4 * (step + 1) * (1 - 2 * rank)
+    return [w + step, b]
+
+
+def declaration():
+    return [("w", (2, 3), "from_rank0"),
+            paramserver.tensor_spec("b", [3], ("constant", 0.25),
+                                    weight_decay=False)]
+
+
+def sync_arithmetic(client):
+    """Three steps through the three ways to push; reports the weights
+    after each, and whether the arrays stayed views of the same memory."""
+    client.declare(declaration(), planned_steps=3)
+    views = client.weights
+    address = [v.__array_interface__["data"][0] for v in views]
+    if client.rank == 0:
+        views[0][...] = np.arange(6, dtype=np.float32).reshape(2, 3) / 16
+    weights = client.broadcast()
+    seen = [[w.tolist() for w in weights]]
+
+    # Step 0: streamed, tensor by tensor, by name and out of order.
+    g = gradients(client.rank, 0)
+    step = client.start_step(0)
+    step.send("b", g[1])
+    step.send(0, g[0])
+    step.finish_with_pull()
+    seen.append([w.tolist() for w in client.weights])
+    # Step 1: push and pull in one call.
+    client.push_pull(1, gradients(client.rank, 1))
+    seen.append([w.tolist() for w in client.weights])
+    # Step 2: a push, then a pull of step 3's weights; gradients by name.
+    g = gradients(client.rank, 2)
+    client.push(2, {"w": g[0], "b": g[1]})
+    client.pull(3)
+    seen.append([w.tolist() for w in client.weights])
+
+    same = (client.weights is views and
+            [v.__array_interface__["data"][0] for v in client.weights] ==
+            address)
+    report({"weights": seen, "same_buffers": same,
+            "version": client.version, "mode": client.mode,
+            "model": [repr(t) for t in client.model]})
+    client.finish()
+
+
+def error(fn):
+    """[exception class, code, message] of what fn() raises, or None."""
+    try:
+        fn()
+    except paramserver.Error as e:
+        return [type(e).__name__, e.code, str(e),
+                isinstance(e, ValueError), isinstance(e, LookupError)]
+    return None
+
+
+def errors(client):
+    """Rank 0 makes every mistake once; rank 1 first declares a different
+    model, then trains along so that the sync steps complete."""
+    found = {}
+    if client.rank == 1:
+        found["mismatch"] = error(lambda: client.declare(
+            [("w", (3, 2), "from_rank0"), ("b", (3,), ("constant", 0.25),
+                                           False)], planned_steps=2))
+        client.declare(declaration(), planned_steps=2)
+        client.broadcast()
+        for step in range(2):
+            client.push_pull(step, gradients(1, step))
+        report(found)
+        client.finish()
+        return
+
+    found["pull_before_declare"] = error(lambda: client.pull(0))
+    found["bad_declaration"] = error(lambda: client.declare(
+        [("w", (2, 0))], planned_steps=2))
+    found["bad_initializer"] = error(
+        lambda: paramserver.tensor_spec("w", (2,), "xavier"))
+    client.declare(declaration(), planned_steps=2)
+    found["unknown_name"] = error(lambda: client.tensor_id("nope"))
+    found["pull_before_broadcast"] = error(lambda: client.pull(0))
+    client.broadcast()
+
+    g = gradients(0, 0)
+    found["wrong_size"] = error(
+        lambda: client.push_pull(0, [g[0][:1], g[1]]))
+    incomplete = client.start_step(0)
+    incomplete.send("w", g[0])
+    found["missing_tensor"] = error(incomplete.finish_with_pull)
+    found["send_after_finish"] = error(lambda: incomplete.send("b", g[1]))
+    nan = g[0].copy()
+    nan[1, 2] = np.nan
+    found["nan_gradient"] = error(lambda: client.push_pull(0, [nan, g[1]]))
+    # The refused step goes through once pushed right.
+    client.push_pull(0, g)
+    client.push_pull(1, gradients(0, 1))
+    found["weights_after"] = [w.tolist() for w in client.weights]
+    report(found)
+    client.finish()
+
+
+def main():
+    scenario = sys.argv[1]
+    client = paramserver.Client()
+    {"sync_arithmetic": sync_arithmetic, "errors": errors}[scenario](client)
+    client.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Runs a Python program as the launcher's workers, for the Python tests.
+
+The real launcher and server binaries from the test's runfiles, on
+127.0.0.1 with ports the servers pick, as tests/launch_program_test.cc
+runs them. Programs report with lines "RESULT <json>", which run() collects
+by rank.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+PYTHON = "/usr/bin/python3"
+# A generous bound: a job here takes seconds; only a hang reaches it.
+TIMEOUT_S = 180
+
+_RESULT = re.compile(r"^\[worker (\d+)\] RESULT (.*)$")
+
+
+def runfile(path):
+    """A path in the runfiles tree (the test's working directory)."""
+    full = os.path.abspath(path)
+    if not os.path.exists(full):
+        raise FileNotFoundError("%s is not in the test's runfiles" % path)
+    return full
+
+
+class Job:
+    """What a launch printed and how it ended."""
+
+    def __init__(self, returncode, output):
+        self.returncode = returncode
+        self.output = output
+        self.results = {}
+        for line in output.splitlines():
+            m = _RESULT.match(line)
+            if m:
+                self.results.setdefault(int(m.group(1)), []).append(
+                    json.loads(m.group(2)))
+
+    def result(self, rank, index=-1):
+        """The rank's `index`th RESULT (the last by default)."""
+        assert rank in self.results, "rank %d reported nothing:\n%s" % (
+            rank, self.output)
+        return self.results[rank][index]
+
+    def line_with(self, text):
+        """The first output line containing `text`, or ""."""
+        for line in self.output.splitlines():
+            if text in line:
+                return line
+        return ""
+
+
+def run(program, args=(), flags=(), expect_success=True):
+    """Launches `program` (a path in runfiles) with `args` as every worker;
+    `flags` go to the launcher."""
+    argv = [runfile("deploy/local/launch"),
+            "--server_binary=" + runfile("server/server")]
+    argv += list(flags)
+    argv += ["--", PYTHON, runfile(program)] + [str(a) for a in args]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = runfile("python/site")
+    # One thread per worker: the jobs share two cores with the servers.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=TIMEOUT_S,
+                          check=False)
+    job = Job(proc.returncode, proc.stdout.decode(errors="replace"))
+    if expect_success and job.returncode != 0:
+        sys.stdout.write(job.output)
+        raise AssertionError("the launch failed (exit %d): %s" % (
+            job.returncode, job.line_with("result:")))
+    return job
+
+
+def report(value):
+    """For programs: one RESULT line, flushed so that it precedes exit."""
+    print("RESULT " + json.dumps(value), flush=True)

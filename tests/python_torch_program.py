@@ -1,0 +1,177 @@
+"""A PyTorch worker program on paramserver.torch, for python_torch_test.py:
+`python_torch_program.py SCENARIO OUT_DIR [ARGS]`.
+
+Scenarios report with RESULT lines or .npz files in OUT_DIR; the test
+judges them. The data and the initial model are functions of fixed seeds,
+so the test can redo the same arithmetic in one process.
+"""
+
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import paramserver
+import paramserver.torch as ps
+from python_launch import report
+
+STEPS = 20
+BATCH = 32  # Per rank; the single-process reference uses BATCH * ranks.
+FEATURES, HIDDEN, CLASSES = 10, 16, 4
+
+
+def make_model(seed):
+    """The equivalence tests' model; a function of `seed` alone."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.Tanh(),
+                         nn.Linear(HIDDEN, CLASSES))
+
+
+def make_data(examples):
+    """`examples` rows of (x, label), the same in every process."""
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(examples, FEATURES, generator=g)
+    y = torch.randint(0, CLASSES, (examples,), generator=g)
+    return x, y
+
+
+def make_optimizer(name, model):
+    """Weight decay on the weights only: biases go in a group without it,
+    as the servers' per-tensor weight_decay flag allows."""
+    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    if name == "sgd":
+        return torch.optim.SGD([{"params": weights, "weight_decay": 0.01},
+                                {"params": biases}], lr=0.1, momentum=0.9)
+    return torch.optim.Adam([{"params": weights, "weight_decay": 0.01},
+                             {"params": biases}], lr=0.01)
+
+
+def equivalence(out_dir, optimizer_name, placement, stop_rank1_at=None):
+    """STEPS steps at BATCH per rank; saves every rank's final weights.
+
+    With `stop_rank1_at`, rank 1's first incarnation writes OUT_DIR/stopped
+    before that step and waits to be killed; restarted, it resumes where
+    the servers say it stopped."""
+    model = make_model(seed=7 if ps.rank() == 0 else 100 + ps.rank())
+    ps.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = ps.DistributedOptimizer(make_optimizer(optimizer_name, model),
+                                  named_parameters=model.named_parameters(),
+                                  placement=placement)
+    x, y = make_data(STEPS * BATCH * ps.size())
+    resumed_at = opt.registration.next_step
+    for step in range(resumed_at, STEPS):
+        if (stop_rank1_at is not None and ps.rank() == 1 and
+                resumed_at == 0 and step == int(stop_rank1_at)):
+            open("%s/stopped" % out_dir, "w").close()
+            time.sleep(3600)  # Until killed.
+        begin = (step * ps.size() + ps.rank()) * BATCH
+        opt.zero_grad()
+        F.cross_entropy(model(x[begin:begin + BATCH]),
+                        y[begin:begin + BATCH]).backward()
+        opt.step()
+    np.savez("%s/rank%d.npz" % (out_dir, ps.rank()),
+             **{n: p.detach().numpy() for n, p in model.named_parameters()})
+    report({"placement": opt._placement, "steps": opt.step_number,
+            "resumed_at": resumed_at})
+
+
+class WithBuffers(nn.Module):
+    """Trainable parameters, a frozen one, and BatchNorm's buffers (float
+    running statistics and an int64 counter)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.norm = nn.BatchNorm1d(3)
+        self.frozen = nn.Parameter(torch.randn(3), requires_grad=False)
+
+    def forward(self, x):
+        return self.norm(self.fc(x)) + self.frozen
+
+
+def declaration(out_dir):
+    """Declares a model with buffers and a frozen parameter; reports what
+    was declared, what every rank holds after the broadcast, and the errors
+    of a learning-rate change and of a late broadcast of a buffer."""
+    torch.manual_seed(ps.rank())  # Every rank starts elsewhere.
+    model = WithBuffers()
+    model.norm.num_batches_tracked.fill_(3 + ps.rank())
+    ps.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = ps.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        named_parameters=model.named_parameters())
+    after_broadcast = {n: t.tolist() for n, t in model.state_dict().items()}
+    frozen = model.frozen.detach().clone()
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(ps.rank()))
+    for _ in range(2):
+        opt.zero_grad()
+        model(x).square().sum().backward()
+        opt.step()
+    found = {
+        "declared": [t.name for t in ps._state.client.model],
+        "state": after_broadcast,
+        "frozen_unchanged": bool(torch.equal(frozen, model.frozen)),
+        "buffers_trained_locally": model.norm.num_batches_tracked.item(),
+        "mode": ps.mode(),
+    }
+    try:
+        ps.broadcast_parameters([("extra", torch.zeros(2))])
+    except paramserver.Error as e:
+        found["late_broadcast"] = str(e)
+    opt.param_groups[0]["lr"] = 0.05
+    try:
+        opt.step()
+    except paramserver.Error as e:
+        found["lr_change"] = str(e)
+    report(found)
+
+
+def converge(out_dir):
+    """Least squares with server-side SGD; reports the loss before and
+    after (ssp and async may apply stale gradients: it must still fall)."""
+    torch.manual_seed(0)
+    true_w = torch.tensor([[0.5], [-0.3], [0.2], [0.1]])
+    model = nn.Linear(4, 1)
+    opt = ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  named_parameters=model.named_parameters())
+    g = torch.Generator().manual_seed(10 + ps.rank())
+    test_x = torch.randn(256, 4, generator=torch.Generator().manual_seed(99))
+    test_y = test_x @ true_w + 0.3
+
+    def loss():
+        with torch.no_grad():
+            return F.mse_loss(model(test_x), test_y).item()
+
+    before = loss()
+    for _ in range(150):
+        x = torch.randn(BATCH, 4, generator=g)
+        opt.zero_grad()
+        F.mse_loss(model(x), x @ true_w + 0.3).backward()
+        opt.step()
+    opt.pull_final()
+    report({"before": before, "after": loss(), "mode": ps.mode()})
+
+
+def mismatch(out_dir):
+    """Wraps Adam while the servers run SGD: DistributedOptimizer refuses."""
+    model = nn.Linear(2, 1)
+    ps.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01),
+                            named_parameters=model.named_parameters())
+
+
+def main():
+    scenario, out_dir = sys.argv[1], sys.argv[2]
+    torch.set_num_threads(1)
+    ps.init()
+    scenarios = {"equivalence": equivalence, "declaration": declaration,
+                 "converge": converge, "mismatch": mismatch}
+    scenarios[scenario](out_dir, *sys.argv[3:])
+    ps.shutdown()
+
+
+if __name__ == "__main__":
+    main()

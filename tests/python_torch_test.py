@@ -1,0 +1,201 @@
+"""paramserver.torch against real servers, through the launcher.
+
+Run by //tests:python_torch_test on Debian's /usr/bin/python3 with
+python3-torch (installed by scripts/install_deps.sh: no skipping here).
+The equivalence tests redo the workers' training in this process, as
+single-process PyTorch at the combined batch, and compare within float32
+rounding: a dropped, doubled or unweighted push lands far outside it.
+"""
+
+import os
+import subprocess
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import python_launch
+import python_torch_program as program
+
+PROGRAM = "tests/python_torch_program.py"
+TWO_BY_TWO = ["--num_servers=2", "--num_workers=2"]
+
+
+def single_process(optimizer_name):
+    """The workers' STEPS steps in one process at batch BATCH * 2."""
+    torch.set_num_threads(1)
+    model = program.make_model(seed=7)
+    opt = program.make_optimizer(optimizer_name, model)
+    batch = program.BATCH * 2
+    x, y = program.make_data(program.STEPS * batch)
+    for step in range(program.STEPS):
+        opt.zero_grad()
+        F.cross_entropy(model(x[step * batch:(step + 1) * batch]),
+                        y[step * batch:(step + 1) * batch]).backward()
+        opt.step()
+    return {n: p.detach().numpy() for n, p in model.named_parameters()}
+
+
+def check_equivalence(tmp_path, optimizer_name, placement, flags):
+    job = python_launch.run(
+        PROGRAM, ["equivalence", tmp_path, optimizer_name, placement],
+        TWO_BY_TWO + ["--mode=sync", "--lr_schedule=constant"] + flags)
+    assert job.result(0)["placement"] == placement
+    check_weights(tmp_path, optimizer_name)
+
+
+def check_weights(tmp_path, optimizer_name):
+    """The ranks' saved weights against single-process PyTorch."""
+    reference = single_process(optimizer_name)
+    ranks = [np.load(tmp_path / ("rank%d.npz" % r)) for r in (0, 1)]
+    initial = {n: p.detach().numpy()
+               for n, p in program.make_model(seed=7).named_parameters()}
+    for name, expected in reference.items():
+        # Every rank holds the same weights, bit for bit.
+        np.testing.assert_array_equal(ranks[0][name], ranks[1][name])
+        # Rounding differs (the servers average two means of 32, PyTorch
+        # takes one mean of 64); a lost or doubled rank's share does not:
+        # it moves weights by about the learning rate's order.
+        np.testing.assert_allclose(ranks[0][name], expected, rtol=0,
+                                   atol=2e-5, err_msg=name)
+        assert not np.allclose(expected, initial[name], atol=1e-3), name
+
+
+def test_server_side_sgd_with_momentum_matches_single_process(tmp_path):
+    check_equivalence(tmp_path, "sgd", "server", [
+        "--optimizer=sgd", "--learning_rate=0.1",
+        "--server_flags=--momentum=0.9 --weight_decay=0.01"])
+
+
+def test_server_side_adam_matches_single_process(tmp_path):
+    check_equivalence(tmp_path, "adam", "server", [
+        "--optimizer=adam", "--learning_rate=0.01",
+        "--server_flags=--weight_decay=0.01"])
+
+
+def test_worker_side_adam_matches_single_process(tmp_path):
+    # The servers as a summation service; Adam steps on the workers.
+    check_equivalence(tmp_path, "adam", "worker", [
+        "--optimizer=sgd", "--learning_rate=1",
+        "--server_flags=--momentum=0"])
+
+
+def test_buffers_are_broadcast_and_only_trainables_pushed(tmp_path):
+    job = python_launch.run(
+        PROGRAM, ["declaration", tmp_path],
+        TWO_BY_TWO + ["--mode=sync", "--optimizer=sgd", "--learning_rate=0.1",
+                      "--lr_schedule=constant", "--server_flags=--momentum=0"])
+    found = [job.result(r) for r in (0, 1)]
+    # Trainable parameters first, then what only needs broadcasting.
+    assert found[0]["declared"] == [
+        "fc.weight", "fc.bias", "norm.weight", "norm.bias", "frozen",
+        "norm.running_mean", "norm.running_var", "norm.num_batches_tracked"]
+    assert found[0]["state"] == found[1]["state"]
+    assert found[1]["state"]["norm.num_batches_tracked"] == 3  # Rank 0's.
+    for f in found:
+        assert f["frozen_unchanged"]
+        # Buffers keep their own updates; pulls do not reset them.
+        assert f["buffers_trained_locally"] == 5
+        assert "broadcast_parameters before DistributedOptimizer" in \
+            f["late_broadcast"]
+        assert "param_groups[0]['lr'] changed from 0.1 to 0.05" in \
+            f["lr_change"]
+
+
+def check_converges(tmp_path, flags):
+    job = python_launch.run(
+        PROGRAM, ["converge", tmp_path],
+        TWO_BY_TWO + ["--optimizer=sgd", "--learning_rate=0.1",
+                      "--lr_schedule=constant", "--server_flags=--momentum=0"]
+        + flags)
+    for rank in (0, 1):
+        result = job.result(rank)
+        assert result["before"] > 0.1
+        assert result["after"] < 1e-3, result
+    return job.result(0)["mode"]
+
+
+def test_ssp_converges(tmp_path):
+    assert check_converges(tmp_path, ["--mode=ssp", "--staleness=2"]) == "ssp"
+
+
+def test_async_converges(tmp_path):
+    assert check_converges(tmp_path, ["--mode=async"]) == "async"
+
+
+def test_an_optimizer_other_than_the_servers_is_refused(tmp_path):
+    job = python_launch.run(
+        PROGRAM, ["mismatch", tmp_path],
+        ["--num_servers=1", "--num_workers=1", "--optimizer=sgd",
+         "--lr_schedule=constant"], expect_success=False)
+    assert job.returncode != 0
+    line = job.line_with("result: FAILED")
+    assert "wrapped Adam differs from the servers' optimizer" in line, \
+        job.output
+    assert "--optimizer=sgd" in line
+    assert "placement='worker'" in line
+
+
+def wait_for(path, processes, deadline_s=120):
+    """Until `path` exists; fails if a process exits first. Only a hang
+    reaches the deadline."""
+    deadline = time.monotonic() + deadline_s
+    while not os.path.exists(path):
+        for p in processes:
+            assert p.poll() is None, "%s exited: %s" % (p.args, p.returncode)
+        assert time.monotonic() < deadline, "no %s" % path
+        time.sleep(0.05)
+
+
+def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
+    """Without the launcher (which ends a job when a worker dies): a server
+    and two workers started here, the optimizer's flags passed to the
+    workers in PS_* variables. Rank 1 is killed before step 10 and
+    restarted; the job ends as single-process PyTorch does."""
+    flags = {"optimizer": "sgd", "learning_rate": "0.1", "momentum": "0.9",
+             "weight_decay": "0.01", "lr_schedule": "constant"}
+    port_file = tmp_path / "port"
+    log = open(tmp_path / "log.txt", "w")
+    server = subprocess.Popen(
+        [python_launch.runfile("server/server"), "--server_index=0",
+         "--num_servers=1", "--num_workers=2", "--port=0",
+         "--host=127.0.0.1", "--port_file=%s" % port_file, "--mode=sync",
+         # Rank 1 is restarted, not given up for dead, however slowly
+         # its new process starts.
+         "--worker_timeout=600s"] +
+        ["--%s=%s" % item for item in flags.items()],
+        stdout=log, stderr=subprocess.STDOUT)
+    workers = []
+    try:
+        wait_for(port_file, [server])
+        env = dict(os.environ, PS_NUM_WORKERS="2", PS_LOCAL_NUM_WORKERS="2",
+                   PS_NUM_SERVERS="1", OMP_NUM_THREADS="1",
+                   PS_SERVERS="127.0.0.1:%d" % int(port_file.read_text()))
+        env.update({"PS_" + k.upper(): v for k, v in flags.items()})
+
+        def start(rank):
+            return subprocess.Popen(
+                [python_launch.PYTHON, python_launch.runfile(PROGRAM),
+                 "equivalence", str(tmp_path), "sgd", "server", "10"],
+                env=dict(env, PS_RANK=str(rank), PS_LOCAL_RANK=str(rank)),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+        workers = [start(0), start(1)]
+        wait_for(tmp_path / "stopped", workers + [server])
+        workers[1].kill()
+        workers[1].wait()
+        workers[1] = start(1)
+        outputs = [w.communicate(timeout=python_launch.TIMEOUT_S)[0]
+                   .decode(errors="replace") for w in workers]
+        for w, output in zip(workers, outputs):
+            assert w.returncode == 0, output
+        assert '"resumed_at": 10' in outputs[1], outputs[1]
+        assert server.wait(timeout=python_launch.TIMEOUT_S) == 0
+    finally:
+        for p in workers + [server]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        log.close()
+    check_weights(tmp_path, "sgd")
