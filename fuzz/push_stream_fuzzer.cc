@@ -23,6 +23,7 @@
 #include "fuzz/fuzz_check.h"
 #include "fuzz/fuzz_input.h"
 #include "proto/parameter_server.pb.h"
+#include "server/push_message_proto.h"
 #include "server/push_stager.h"
 #include "server/shard_store.h"
 
@@ -30,6 +31,7 @@ namespace ps::fuzz {
 namespace {
 
 using server::PushMessage;
+using server::PushMessageFromProto;
 using server::PushStager;
 using server::ShardStore;
 using server::StagedPush;
@@ -55,32 +57,6 @@ const std::vector<Shard>& Shards() {
     return out;
   }();
   return *shards;
-}
-
-// As server/parameter_service.cc converts a parsed request.
-PushMessage FromProto(const proto::PushRequest& r, const absl::Cord& data) {
-  PushMessage m;
-  const proto::RequestHeader& h = r.header();
-  m.header = {h.protocol_version(), h.partition_fingerprint(), h.worker_rank(),
-              h.server_index(),     h.incarnation(),           h.job_id()};
-  m.step = r.step();
-  m.base_version = r.base_version();
-  m.num_examples = r.num_examples();
-  m.epoch = r.epoch();
-  m.examples_done = r.examples_done();
-  m.initial_values = r.initial_values();
-  m.has_chunk = r.has_chunk();
-  if (m.has_chunk) {
-    const proto::TensorChunk& c = r.chunk();
-    m.chunk.tensor_id = c.tensor_id();
-    m.chunk.dtype = c.dtype();
-    m.chunk.shape = absl::MakeConstSpan(
-        reinterpret_cast<const int64_t*>(c.shape().data()), c.shape_size());
-    m.chunk.offset = c.offset();
-    m.chunk.num_elements = c.num_elements();
-    m.chunk.data = data;
-  }
-  return m;
 }
 
 uint32_t BitsAt(const std::string& bytes, size_t element) {
@@ -233,7 +209,7 @@ int Run(const uint8_t* input, size_t size) {
     CheckAgainstProtobuf(framed.bytes, parsed, request, flat);
     if (!parsed.ok()) return 0;  // The service ends the call.
     CheckNonFiniteScan(data, flat);
-    const PushMessage message = FromProto(request, data);
+    const PushMessage message = PushMessageFromProto(request, data);
     const absl::Status added = stager.Add(message);
     if (!added.ok()) {
       FUZZ_CHECK(added.code() == absl::StatusCode::kInvalidArgument ||

@@ -12,6 +12,7 @@
 #include "common/consistency_mode_proto.h"
 #include "common/declaration_proto.h"
 #include "common/grpc_status.h"
+#include "server/push_message_proto.h"
 #include "server/push_stager.h"
 #include "spdlog/spdlog.h"
 
@@ -28,34 +29,6 @@ static_assert(kDTypeFloat32 == proto::DTYPE_FLOAT32,
 constexpr int kPullMethodIndex = 1;
 constexpr int kPushMethodIndex = 2;
 constexpr int kPushPullMethodIndex = 6;
-
-RequestHeaderFields FromProto(const proto::RequestHeader& h) {
-  return {h.protocol_version(), h.partition_fingerprint(), h.worker_rank(),
-          h.server_index(),     h.incarnation(),           h.job_id()};
-}
-
-PushMessage FromProto(const proto::PushRequest& r, const absl::Cord& data) {
-  PushMessage m;
-  m.header = FromProto(r.header());
-  m.step = r.step();
-  m.base_version = r.base_version();
-  m.num_examples = r.num_examples();
-  m.epoch = r.epoch();
-  m.examples_done = r.examples_done();
-  m.initial_values = r.initial_values();
-  m.has_chunk = r.has_chunk();
-  if (m.has_chunk) {
-    const proto::TensorChunk& c = r.chunk();
-    m.chunk.tensor_id = c.tensor_id();
-    m.chunk.dtype = c.dtype();
-    m.chunk.shape = absl::MakeConstSpan(
-        reinterpret_cast<const int64_t*>(c.shape().data()), c.shape_size());
-    m.chunk.offset = c.offset();
-    m.chunk.num_elements = c.num_elements();
-    m.chunk.data = data;
-  }
-  return m;
-}
 
 // Copies rank 0's values into the slices awaiting them; the first upload
 // wins (a restarted rank 0 cannot change what other ranks may have pulled).
@@ -103,8 +76,8 @@ grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
   ShardIdentity before_declaration{request->header().partition_fingerprint(),
                                    options_.server_index, options_.num_workers,
                                    options_.job_id};
-  if (absl::Status s = ValidateRequestHeader(FromProto(request->header()),
-                                             before_declaration);
+  if (absl::Status s = ValidateRequestHeader(
+          RequestHeaderFromProto(request->header()), before_declaration);
       !s.ok()) {
     return ToGrpcStatus(Prefixed("register refused", s));
   }
@@ -113,8 +86,8 @@ grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
   absl::StatusOr<DeclaredShard*> shard =
       model.ok() ? host_->Declare(rank, *model) : model.status();
   if (shard.ok()) {
-    absl::Status s =
-        ValidateRequestHeader(FromProto(request->header()), (*shard)->identity);
+    absl::Status s = ValidateRequestHeader(
+        RequestHeaderFromProto(request->header()), (*shard)->identity);
     if (s.ok() && rank != 0 && (*shard)->store->awaiting_initial_values()) {
       s = absl::UnavailableError(absl::StrCat(
           "rank ", rank, " must wait: rank 0 has not sent the values of ",
@@ -156,8 +129,8 @@ absl::StatusOr<DeclaredShard*> ParameterService::Admit(
     const proto::RequestHeader& header, absl::string_view what) const {
   absl::StatusOr<DeclaredShard*> shard = host_->Require(what);
   if (!shard.ok()) return shard.status();
-  if (absl::Status s =
-          ValidateRequestHeader(FromProto(header), (*shard)->identity);
+  if (absl::Status s = ValidateRequestHeader(RequestHeaderFromProto(header),
+                                             (*shard)->identity);
       !s.ok()) {
     return s;
   }
@@ -307,7 +280,8 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
       first->clear_chunk();
     }
     *bytes += data.size();
-    if (absl::Status s = stager.Add(FromProto(request, data)); !s.ok()) {
+    if (absl::Status s = stager.Add(PushMessageFromProto(request, data));
+        !s.ok()) {
       return s;
     }
     // Counted once the header is known good (the stager checked it).

@@ -18,8 +18,8 @@ absl::Status RankRegistry::CheckIncarnation(int rank,
                                             uint64_t incarnation) const {
   const uint64_t registered = ranks_[rank].incarnation;
   if (registered == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", rank, " has not registered with this server"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", rank, " has not registered with this server"));
   }
   if (incarnation == 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -1,0 +1,38 @@
+#include "server/push_message_proto.h"
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+
+namespace ps::server {
+
+RequestHeaderFields RequestHeaderFromProto(const proto::RequestHeader& h) {
+  return {h.protocol_version(), h.partition_fingerprint(), h.worker_rank(),
+          h.server_index(),     h.incarnation(),           h.job_id()};
+}
+
+PushMessage PushMessageFromProto(const proto::PushRequest& r,
+                                 const absl::Cord& data) {
+  PushMessage m;
+  m.header = RequestHeaderFromProto(r.header());
+  m.step = r.step();
+  m.base_version = r.base_version();
+  m.num_examples = r.num_examples();
+  m.epoch = r.epoch();
+  m.examples_done = r.examples_done();
+  m.initial_values = r.initial_values();
+  m.has_chunk = r.has_chunk();
+  if (m.has_chunk) {
+    const proto::TensorChunk& c = r.chunk();
+    m.chunk.tensor_id = c.tensor_id();
+    m.chunk.dtype = c.dtype();
+    m.chunk.shape = absl::MakeConstSpan(
+        reinterpret_cast<const int64_t*>(c.shape().data()), c.shape_size());
+    m.chunk.offset = c.offset();
+    m.chunk.num_elements = c.num_elements();
+    m.chunk.data = data;
+  }
+  return m;
+}
+
+}  // namespace ps::server
