@@ -28,8 +28,14 @@
 //   answered once every live rank has pushed step t - 1 - staleness.
 // - kAsync: a push is applied when it arrives; weights are answered at once.
 //
-// Retries, registration and the shards' restarts are handled inside: a call
-// that fails has failed for good (the status says which shard and why).
+// Retries, registration, heartbeats and the shards' restarts are handled
+// inside: a call that fails has failed for good (the status says which shard
+// and why).
+//
+// Exactly once: the shards record the DataCursor of each push they accept,
+// and take a later push whose cursor does not move past it as a replay of a
+// batch they already have (acknowledged, not applied). Every push must
+// therefore carry a cursor beyond its rank's previous one.
 
 #include <cstdint>
 #include <memory>
