@@ -1,6 +1,8 @@
 #include "kernels/backend_testing.h"
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -29,6 +31,15 @@ absl::StatusOr<std::vector<float>> Download(Backend& backend,
     return s;
   }
   return values;
+}
+
+std::vector<float> Abs(std::vector<float> values) {
+  for (float& v : values) v = std::abs(v);
+  return values;
+}
+
+std::vector<float> Unwritten(uint64_t n) {
+  return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());
 }
 
 ::testing::AssertionResult AllNear(absl::Span<const float> got,

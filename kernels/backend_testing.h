@@ -1,6 +1,7 @@
 #ifndef PS_KERNELS_BACKEND_TESTING_H_
 #define PS_KERNELS_BACKEND_TESTING_H_
 
+#include <cstdint>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -40,6 +41,13 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> Upload(
 // The whole content of `buffer`.
 absl::StatusOr<std::vector<float>> Download(Backend& backend,
                                             const DeviceBuffer& buffer);
+
+// |v| elementwise: the magnitudes a reference sums for AllWithinRounding.
+std::vector<float> Abs(std::vector<float> values);
+
+// `n` NaNs: what an output buffer holds before a call that must write every
+// element of it.
+std::vector<float> Unwritten(uint64_t n);
 
 // Succeeds if the spans have the same size and every element satisfies
 // |got - want| <= atol + rtol * |want|; else names the first that does not.

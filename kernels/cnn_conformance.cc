@@ -24,20 +24,12 @@
 namespace ps::kernels {
 namespace {
 
+using ::ps::kernels::testing::Abs;
 using ::ps::kernels::testing::AllNear;
 using ::ps::kernels::testing::AllWithinRounding;
 using ::ps::kernels::testing::Download;
+using ::ps::kernels::testing::Unwritten;
 using ::ps::kernels::testing::Upload;
-
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-std::vector<float> Abs(std::vector<float> values) {
-  for (float& v : values) v = std::abs(v);
-  return values;
-}
-
-// NaN-filled, so that an element an operation fails to write shows.
-std::vector<float> Unwritten(uint64_t n) { return std::vector<float>(n, kNaN); }
 
 Conv2dShape Conv(int batch, int in_channels, int height, int width,
                  int out_channels, int kernel_height, int kernel_width,

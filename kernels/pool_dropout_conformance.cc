@@ -20,17 +20,14 @@
 namespace ps::kernels {
 namespace {
 
+using ::ps::kernels::testing::Abs;
 using ::ps::kernels::testing::AllNear;
 using ::ps::kernels::testing::AllWithinRounding;
 using ::ps::kernels::testing::Download;
+using ::ps::kernels::testing::Unwritten;
 using ::ps::kernels::testing::Upload;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-std::vector<float> Abs(std::vector<float> values) {
-  for (float& v : values) v = std::abs(v);
-  return values;
-}
 
 Pool2dShape Pool(int batch, int channels, int height, int width,
                  int window_height, int window_width, int stride_height,
@@ -97,8 +94,8 @@ TEST_P(BackendConformanceTest, MaxPool2dMatchesReferenceWithTies) {
     reference::MaxPool2dBackward(s, Abs(grad_y), want_argmax,
                                  absl::MakeSpan(magnitude));
     PS_ASSERT_OK_AND_ASSIGN(auto dgy, Upload(*backend_, grad_y));
-    PS_ASSERT_OK_AND_ASSIGN(
-        auto dgx, Upload(*backend_, std::vector<float>(s.input_size(), kNaN)));
+    PS_ASSERT_OK_AND_ASSIGN(auto dgx,
+                            Upload(*backend_, Unwritten(s.input_size())));
     PS_ASSERT_OK(backend_->MaxPool2dBackward(s, *dgy, *dargmax, *dgx));
     PS_ASSERT_OK_AND_ASSIGN(std::vector<float> got, Download(*backend_, *dgx));
     // An element gets at most one term per window holding it.
@@ -148,8 +145,8 @@ TEST_P(BackendConformanceTest, AvgPool2dMatchesReference) {
     reference::AvgPool2dBackward(s, Abs(grad_y),
                                  absl::MakeSpan(grad_magnitude));
     PS_ASSERT_OK_AND_ASSIGN(auto dgy, Upload(*backend_, grad_y));
-    PS_ASSERT_OK_AND_ASSIGN(
-        auto dgx, Upload(*backend_, std::vector<float>(s.input_size(), kNaN)));
+    PS_ASSERT_OK_AND_ASSIGN(auto dgx,
+                            Upload(*backend_, Unwritten(s.input_size())));
     PS_ASSERT_OK(backend_->AvgPool2dBackward(s, *dgy, *dgx));
     PS_ASSERT_OK_AND_ASSIGN(got, Download(*backend_, *dgx));
     // At most one divided term per window holding the element.
