@@ -286,11 +286,12 @@ class CudaBackend final : public Backend {
                              const DeviceBuffer& weights,
                              DeviceBuffer& y) override {
     constexpr absl::string_view kOp = "Conv2dForward";
+    // Before the sizes below: they divide by the strides.
+    if (absl::Status s = CheckConv2dShape(kOp, shape); !s.ok()) return s;
     absl::StatusOr<Buffers> buffers =
-        CheckConv(kOp, shape,
-                  {{"x", &x, shape.input_size()},
-                   {"weights", &weights, shape.weight_size()},
-                   {"y", &y, shape.output_size()}});
+        CheckOutput(kOp, {{"x", &x, shape.input_size()},
+                          {"weights", &weights, shape.weight_size()},
+                          {"y", &y, shape.output_size()}});
     if (!buffers.ok()) return buffers.status();
     return RunConv(*buffers, [&] {
       return conv_.Forward(shape, x.data(), weights.data(), y.data());
@@ -302,11 +303,11 @@ class CudaBackend final : public Backend {
                                   const DeviceBuffer& weights,
                                   DeviceBuffer& grad_x) override {
     constexpr absl::string_view kOp = "Conv2dBackwardData";
+    if (absl::Status s = CheckConv2dShape(kOp, shape); !s.ok()) return s;
     absl::StatusOr<Buffers> buffers =
-        CheckConv(kOp, shape,
-                  {{"grad_y", &grad_y, shape.output_size()},
-                   {"weights", &weights, shape.weight_size()},
-                   {"grad_x", &grad_x, shape.input_size()}});
+        CheckOutput(kOp, {{"grad_y", &grad_y, shape.output_size()},
+                          {"weights", &weights, shape.weight_size()},
+                          {"grad_x", &grad_x, shape.input_size()}});
     if (!buffers.ok()) return buffers.status();
     return RunConv(*buffers, [&] {
       return conv_.BackwardData(shape, grad_y.data(), weights.data(),
@@ -319,11 +320,11 @@ class CudaBackend final : public Backend {
                                     const DeviceBuffer& grad_y,
                                     DeviceBuffer& grad_weights) override {
     constexpr absl::string_view kOp = "Conv2dBackwardFilter";
-    absl::StatusOr<Buffers> buffers =
-        CheckConv(kOp, shape,
-                  {{"x", &x, shape.input_size()},
-                   {"grad_y", &grad_y, shape.output_size()},
-                   {"grad_weights", &grad_weights, shape.weight_size()}});
+    if (absl::Status s = CheckConv2dShape(kOp, shape); !s.ok()) return s;
+    absl::StatusOr<Buffers> buffers = CheckOutput(
+        kOp, {{"x", &x, shape.input_size()},
+              {"grad_y", &grad_y, shape.output_size()},
+              {"grad_weights", &grad_weights, shape.weight_size()}});
     if (!buffers.ok()) return buffers.status();
     return RunConv(*buffers, [&] {
       return conv_.BackwardFilter(shape, x.data(), grad_y.data(),
@@ -571,13 +572,6 @@ class CudaBackend final : public Backend {
       }
     }
     return buffers;
-  }
-
-  absl::StatusOr<Buffers> CheckConv(absl::string_view op,
-                                    const Conv2dShape& shape,
-                                    std::initializer_list<Arg> args) const {
-    if (absl::Status s = CheckConv2dShape(op, shape); !s.ok()) return s;
-    return CheckOutput(op, args);
   }
 
   // `run` enqueues a convolution pass (which may allocate scratch, so the
