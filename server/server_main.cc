@@ -503,6 +503,8 @@ absl::StatusOr<std::unique_ptr<DeclaredShard>> BuildShard(
 
 // `signals` are blocked in every thread (main does it first).
 int Run(const ServerConfig& config, const sigset_t& signals) {
+  // What a flood of refused calls made malloc keep goes back to the kernel.
+  FreedMemoryTrimmer trimmer(absl::Seconds(2), size_t{16} << 20);
   ShutdownRequest shutdown;
   ShardHost host(
       [&config, &shutdown](const ModelSpec& model) {
