@@ -20,7 +20,7 @@ std::string FormatEta(absl::Duration eta) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
-    const TrainerOptions& options, ParameterClient* client, nn::Model* model,
+    const TrainerOptions& options, WeightExchange* weights, nn::Model* model,
     const LabeledImages* train, const LabeledImages* test) {
   absl::StatusOr<EpochSharder> sharder =
       EpochSharder::Create(train->num_examples, options.num_workers,
@@ -42,14 +42,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     }
   }
   return absl::WrapUnique(
-      new Trainer(options, client, model, train, test, *std::move(sharder)));
+      new Trainer(options, weights, model, train, test, *std::move(sharder)));
 }
 
-Trainer::Trainer(const TrainerOptions& options, ParameterClient* client,
+Trainer::Trainer(const TrainerOptions& options, WeightExchange* weights,
                  nn::Model* model, const LabeledImages* train,
                  const LabeledImages* test, EpochSharder sharder)
     : options_(options),
-      client_(client),
+      exchange_(weights),
       model_(model),
       train_(train),
       test_(test),
@@ -65,7 +65,7 @@ absl::Status Trainer::LoadWeights(uint64_t clock, uint64_t* version) {
     *version = pulled_->version;
   } else {
     pulled_.reset();
-    absl::StatusOr<uint64_t> pulled = client_->Pull(clock, weights_);
+    absl::StatusOr<uint64_t> pulled = exchange_->Pull(clock, weights_);
     if (!pulled.ok()) return pulled.status();
     *version = *pulled;
   }
@@ -113,7 +113,8 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
   // (the meaning of --slowdown_ms), so it pulls after the sleep.
   const bool pull_with_push = options_.slowdown == absl::ZeroDuration();
   pulled_.reset();
-  std::unique_ptr<StepPush> push = client_->StartStep(info, pull_with_push);
+  std::unique_ptr<GradientPush> push =
+      exchange_->StartStep(info, pull_with_push);
 
   if (batch_.size > 0) {
     // This rank's examples follow the lower ranks' in the step's global
@@ -169,7 +170,7 @@ absl::StatusOr<double> Trainer::TestAccuracy() {
 }
 
 absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
-  const ModelSpec& spec = client_->model();
+  const ModelSpec& spec = exchange_->model();
   zero_gradients_.resize(spec.tensors.size());
   for (size_t t = 0; t < spec.tensors.size(); ++t) {
     zero_gradients_[t].assign(spec.tensors[t].num_elements(), 0.0f);
@@ -273,7 +274,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
     // What every worker trained, not only this one: in ssp and async the
     // others (a restarted one above all) may still be training.
     pulled_.reset();
-    absl::StatusOr<uint64_t> version = client_->PullFinal(clock, weights_);
+    absl::StatusOr<uint64_t> version = exchange_->PullFinal(clock, weights_);
     if (!version.ok()) return version.status();
     spdlog::info("final weights: version {}, with every worker's last update",
                  *version);
@@ -285,7 +286,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
       summary.test_accuracy = *accuracy;
     }
     if (!options_.save_model_path.empty()) {
-      status = SaveModel(options_.save_model_path, client_->model(), weights_);
+      status =
+          SaveModel(options_.save_model_path, exchange_->model(), weights_);
       if (!status.ok()) return status;
       spdlog::info("saved model (version {}) to {}", *version,
                    options_.save_model_path);
