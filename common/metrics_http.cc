@@ -1,5 +1,7 @@
 #include "common/metrics_http.h"
 
+#include <arpa/inet.h>
+
 #include <exception>
 #include <utility>
 
@@ -50,6 +52,21 @@ void MetricsEndpoint::Add(
 
 std::string MetricsEndpoint::url() const {
   return absl::StrCat("http://", host_, ":", port_, "/metrics");
+}
+
+absl::Status ValidateMetricsFlags(absl::string_view host, int port) {
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_port must be in [0, 65535] (0: no metrics), got ", port));
+  }
+  in_addr parsed;
+  if (inet_pton(AF_INET, std::string(host).c_str(), &parsed) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_host must be an IPv4 address (127.0.0.1, or 0.0.0.0 for "
+        "every interface), got \"",
+        host, "\""));
+  }
+  return absl::OkStatus();
 }
 
 std::string SerializeMetrics(const prometheus::Collectable& collectable) {

@@ -63,6 +63,11 @@ class MetricsEndpoint {
   const int port_;
 };
 
+// Checks the binaries' --metrics_host and --metrics_port flags: an IPv4
+// address, and a port in [0, 65535] (0: no endpoint). InvalidArgument
+// naming the flag otherwise.
+absl::Status ValidateMetricsFlags(absl::string_view host, int port);
+
 // The text exposition of `collectable`, as a scrape answers it (for tests
 // and reports).
 std::string SerializeMetrics(const prometheus::Collectable& collectable);

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -101,6 +102,22 @@ TEST(MetricsEndpointTest, RefusesAPortOutOfRange) {
     EXPECT_EQ(MetricsEndpoint::Start("127.0.0.1", port).status().code(),
               absl::StatusCode::kInvalidArgument)
         << port;
+  }
+}
+
+TEST(ValidateMetricsFlagsTest, NamesTheBadFlag) {
+  EXPECT_TRUE(ValidateMetricsFlags("127.0.0.1", 0).ok());
+  EXPECT_TRUE(ValidateMetricsFlags("0.0.0.0", 9100).ok());
+  for (const auto& [host, port, flag] :
+       std::vector<std::tuple<std::string, int, std::string>>{
+           {"127.0.0.1", -1, "--metrics_port"},
+           {"127.0.0.1", 65536, "--metrics_port"},
+           {"", 9100, "--metrics_host"},
+           {"localhost", 9100, "--metrics_host"},
+           {"::1", 9100, "--metrics_host"}}) {
+    const absl::Status s = ValidateMetricsFlags(host, port);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << host << port;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(flag));
   }
 }
 
