@@ -85,7 +85,6 @@ prometheus::Counter& WorkerMetrics::PhaseCounter(int rank, const char* phase) {
 
 void WorkerMetrics::RecordStep(const StepTiming& timing, uint64_t examples,
                                double loss, uint64_t epoch, absl::Time now) {
-  steps_.Increment();
   examples_.Increment(static_cast<double>(examples));
   step_seconds_.Observe(absl::ToDoubleSeconds(
       timing.compute + timing.communication + timing.waiting));
@@ -94,6 +93,9 @@ void WorkerMetrics::RecordStep(const StepTiming& timing, uint64_t examples,
   waiting_seconds_.Increment(absl::ToDoubleSeconds(timing.waiting));
   loss_.Set(loss);
   epoch_.Set(static_cast<double>(epoch + 1));
+  // Last: a scrape between these updates sees the step's parts before the
+  // step itself, never a step without them.
+  steps_.Increment();
 
   absl::MutexLock lock(&mu_);
   if (window_start_ == absl::InfinitePast()) {
