@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "prometheus/family.h"
 #include "prometheus/text_serializer.h"
 
 namespace ps {
@@ -67,6 +68,24 @@ absl::Status ValidateMetricsFlags(absl::string_view host, int port) {
         host, "\""));
   }
   return absl::OkStatus();
+}
+
+prometheus::Counter& AddCounter(prometheus::Registry& registry,
+                                const std::string& name,
+                                const std::string& help,
+                                const prometheus::Labels& labels) {
+  return prometheus::BuildCounter()
+      .Name(name)
+      .Help(help)
+      .Register(registry)
+      .Add(labels);
+}
+
+prometheus::Gauge& AddGauge(prometheus::Registry& registry,
+                            const std::string& name, const std::string& help,
+                            const prometheus::Labels& labels) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add(
+      labels);
 }
 
 std::string SerializeMetrics(const prometheus::Collectable& collectable) {

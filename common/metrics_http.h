@@ -10,7 +10,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "prometheus/collectable.h"
+#include "prometheus/counter.h"
 #include "prometheus/exposer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/labels.h"
 #include "prometheus/registry.h"
 
 namespace ps {
@@ -67,6 +70,16 @@ class MetricsEndpoint {
 // address, and a port in [0, 65535] (0: no endpoint). InvalidArgument
 // naming the flag otherwise.
 absl::Status ValidateMetricsFlags(absl::string_view host, int port);
+
+// A new family `name` in `registry` holding one series, `labels`: how a
+// process declares most of its own metrics.
+prometheus::Counter& AddCounter(prometheus::Registry& registry,
+                                const std::string& name,
+                                const std::string& help,
+                                const prometheus::Labels& labels);
+prometheus::Gauge& AddGauge(prometheus::Registry& registry,
+                            const std::string& name, const std::string& help,
+                            const prometheus::Labels& labels);
 
 // The text exposition of `collectable`, as a scrape answers it (for tests
 // and reports).

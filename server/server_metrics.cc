@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/metrics_http.h"
 
 namespace ps::server {
 namespace {
@@ -36,17 +37,12 @@ prometheus::Histogram& SecondsHistogram(prometheus::Registry& registry,
 prometheus::Counter& ShardCounter(prometheus::Registry& registry,
                                   const char* name, const char* help,
                                   int shard) {
-  return prometheus::BuildCounter()
-      .Name(name)
-      .Help(help)
-      .Register(registry)
-      .Add(ShardLabel(shard));
+  return AddCounter(registry, name, help, ShardLabel(shard));
 }
 
 prometheus::Gauge& ShardGauge(prometheus::Registry& registry, const char* name,
                               const char* help, int shard) {
-  return prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add(
-      ShardLabel(shard));
+  return AddGauge(registry, name, help, ShardLabel(shard));
 }
 
 double UnixSeconds(absl::Time t) {

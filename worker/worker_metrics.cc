@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "common/metrics_http.h"
 #include "prometheus/family.h"
 
 namespace ps::worker {
@@ -17,17 +18,12 @@ prometheus::Labels RankLabel(int rank) {
 
 prometheus::Counter& RankCounter(prometheus::Registry& registry,
                                  const char* name, const char* help, int rank) {
-  return prometheus::BuildCounter()
-      .Name(name)
-      .Help(help)
-      .Register(registry)
-      .Add(RankLabel(rank));
+  return AddCounter(registry, name, help, RankLabel(rank));
 }
 
 prometheus::Gauge& RankGauge(prometheus::Registry& registry, const char* name,
                              const char* help, int rank) {
-  return prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add(
-      RankLabel(rank));
+  return AddGauge(registry, name, help, RankLabel(rank));
 }
 
 }  // namespace
