@@ -54,6 +54,7 @@ ParameterService::ParameterService(ShardHost* host,
                                    const ServiceOptions& options)
     : host_(host),
       options_(options),
+      stats_(options.metrics),
       calls_(options.num_workers, options.max_calls_per_rank) {
   // How generated code swaps a method's handler (WithSplitStreamingMethod_
   // and the like); the server then treats the call as a bidirectional
@@ -110,6 +111,7 @@ grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
                  request->incarnation(), registered.status().ToString());
     return ToGrpcStatus(Prefixed("register refused", registered.status()));
   }
+  stats_.RecordRegistration(rank, request->incarnation());
   const RankProgress& progress = *registered;
   response->set_mode(ConsistencyModeToProto(coordinator.options().mode));
   response->set_num_workers(coordinator.options().num_workers);
@@ -164,9 +166,13 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
           : std::min(request.max_chunk_elements(), options_.max_chunk_elements);
   const absl::Time start = absl::Now();
   auto cancelled = [context] { return context->IsCancelled(); };
+  const std::vector<int> blocking =
+      stats_.exports_metrics() ? coordinator.RanksBlocking(request.clock())
+                               : std::vector<int>();
   absl::StatusOr<uint64_t> version = coordinator.AwaitPull(
       request.header().worker_rank(), request.header().incarnation(),
       request.clock(), cancelled);
+  stats_.RecordWaitFor(blocking, absl::Now() - start);
   if (version.ok() && request.after_others_finish()) {
     version = coordinator.AwaitOthersFinished(request.header().worker_rank(),
                                               request.header().incarnation(),
@@ -228,7 +234,7 @@ grpc::Status ParameterService::AnswerPull(grpc::ServerContext* context,
   uint64_t bytes = 0;
   absl::StatusOr<uint64_t> version =
       ServePull(context, request, stream, &wait, &bytes);
-  stats_.RecordPull(version.ok(), bytes, wait, absl::Now() - start);
+  stats_.RecordPull(version.status(), bytes, wait, absl::Now() - start);
   if (!version.ok()) {
     spdlog::warn("pull for clock {} from worker {} failed: {}", request.clock(),
                  request.header().worker_rank(), version.status().ToString());
@@ -245,7 +251,7 @@ absl::StatusOr<uint64_t> ParameterService::ReceivePush(
   absl::Duration commit;
   absl::StatusOr<uint64_t> version =
       StageAndCommit(context, stream, call, first, &bytes, &commit);
-  stats_.RecordPush(version.ok(), bytes, commit, absl::Now() - start);
+  stats_.RecordPush(version.status(), bytes, commit, absl::Now() - start);
   if (!version.ok()) {
     spdlog::warn("push refused: {}", version.status().ToString());
     return Prefixed("push refused", version.status());

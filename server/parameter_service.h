@@ -40,6 +40,9 @@ struct ServiceOptions {
   // refused whole (one more read of every pushed byte). Else it is taken,
   // and the update leaves those elements as they were.
   bool refuse_non_finite = true;
+  // Where the calls are also counted for Prometheus; null: nowhere. Not
+  // owned; must outlive the service.
+  ServerMetrics* metrics = nullptr;
 };
 
 // The gRPC face of one shard (ps.proto.ParameterServer): converts messages

@@ -84,14 +84,23 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
                                                   uint64_t epoch,
                                                   uint64_t step_in_epoch,
                                                   uint64_t clock, bool sync) {
+  StepResult result;
+  absl::Time mark = absl::Now();
+  // Adds the time since `mark` to `phase`.
+  auto lap = [&mark](absl::Duration& phase) {
+    const absl::Time now = absl::Now();
+    phase += now - mark;
+    mark = now;
+  };
   // Outside the push, so that killing a slowed worker never cuts a push.
   if (options_.slowdown > absl::ZeroDuration()) {
     absl::SleepFor(options_.slowdown);
+    lap(result.timing.waiting);
   }
   uint64_t version = 0;
   absl::Status status = LoadWeights(clock, &version);
   if (!status.ok()) return status;
-  StepResult result;
+  lap(result.timing.communication);
   result.clock = sync ? std::max(clock, version) : clock;
 
   absl::StatusOr<absl::Span<const uint32_t>> indices =
@@ -143,6 +152,7 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
       if (!status.ok()) return status;
     }
   }
+  lap(result.timing.compute);
   if (pull_with_push) {
     absl::StatusOr<uint64_t> next_version = push->FinishWithPull(weights_);
     status = next_version.status();
@@ -152,6 +162,7 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
   } else {
     status = push->Finish();
   }
+  lap(result.timing.communication);
   if (status.code() == absl::StatusCode::kAborted) {
     spdlog::warn("step {} refused, will retry the batch: {}", result.clock,
                  status.message());
@@ -166,7 +177,10 @@ absl::StatusOr<double> Trainer::TestAccuracy() {
   absl::StatusOr<int64_t> correct = model_->Evaluate(
       test_->images, test_->labels, static_cast<int64_t>(test_->num_examples));
   if (!correct.ok()) return correct.status();
-  return static_cast<double>(*correct) / test_->num_examples;
+  const double accuracy = static_cast<double>(*correct) / test_->num_examples;
+  if (options_.metrics != nullptr)
+    options_.metrics->RecordTestAccuracy(accuracy);
+  return accuracy;
 }
 
 absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
@@ -186,6 +200,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
   uint64_t position = resume.cursor.epoch * steps_per_epoch + *resume_step;
   uint64_t clock = resume.next_step;
   if (position > 0 || clock > 0) {
+    if (options_.metrics != nullptr) options_.metrics->RecordResumed();
     spdlog::info("resuming at epoch {} step {} (clock {})",
                  position / steps_per_epoch + 1, position % steps_per_epoch + 1,
                  clock);
@@ -231,6 +246,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
     ++position;
     summary.examples += batch_.size;
     summary.final_loss = result->loss;
+    if (options_.metrics != nullptr) {
+      options_.metrics->RecordStep(result->timing, batch_.size, result->loss,
+                                   epoch, absl::Now());
+    }
     interval_loss += result->loss;
     ++interval_steps;
     if (position % options_.log_every == 0) {

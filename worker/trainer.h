@@ -15,6 +15,7 @@
 #include "worker/idx_reader.h"
 #include "worker/nn/model.h"
 #include "worker/weight_exchange.h"
+#include "worker/worker_metrics.h"
 
 namespace ps::worker {
 
@@ -40,6 +41,9 @@ struct TrainerOptions {
   // one worker on purpose (experiments). Such a worker pulls with a call of
   // its own after the sleep instead of taking weights with its push.
   absl::Duration slowdown = absl::ZeroDuration();
+  // Where steps, loss and accuracy are also counted for Prometheus; null:
+  // nowhere. Not owned.
+  WorkerMetrics* metrics = nullptr;
 };
 
 struct TrainingSummary {
@@ -85,6 +89,7 @@ class Trainer {
     // The shards refused the push as stale: the step completed without
     // this worker, and the batch is still to be trained.
     bool stale = false;
+    StepTiming timing;
   };
 
   Trainer(const TrainerOptions& options, WeightExchange* weights,

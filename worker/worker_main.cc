@@ -31,6 +31,7 @@
 #include "common/cpu_affinity.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
+#include "common/metrics_http.h"
 #include "common/model_spec.h"
 #include "kernels/device.h"
 #include "server/lr_schedule.h"
@@ -42,6 +43,7 @@
 #include "worker/nn/model_description.h"
 #include "worker/trainer.h"
 #include "worker/weight_exchange.h"
+#include "worker/worker_metrics.h"
 
 ABSL_FLAG(int, rank, 0,
           "This worker's rank in [0, num_workers); -1 reads it from "
@@ -136,6 +138,12 @@ ABSL_FLAG(std::string, cpus, "",
           "(\"0-3,8\"); empty: any. On a host shared with servers, separate "
           "cores for workers and servers keep the scheduler from moving them "
           "onto each other's.");
+ABSL_FLAG(int, metrics_port, 0,
+          "If not 0, serve Prometheus metrics (steps, step time by phase, "
+          "examples/s, loss) at http://<--metrics_host>:<port>/metrics.");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "IPv4 address the metrics endpoint listens on; 0.0.0.0 for every "
+          "interface (a Kubernetes pod scraped from outside).");
 
 namespace ps::worker {
 namespace {
@@ -342,6 +350,11 @@ absl::Status CheckFlags(int rank, int num_workers) {
   if (absl::Status s = ValidateJobId(absl::GetFlag(FLAGS_job_id)); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
   }
+  if (absl::Status s = ValidateMetricsFlags(absl::GetFlag(FLAGS_metrics_host),
+                                            absl::GetFlag(FLAGS_metrics_port));
+      !s.ok()) {
+    return s;
+  }
   return CheckAuthFlags();
 }
 
@@ -414,6 +427,19 @@ int Run() {
       return kExitBadConfig;
     }
     spdlog::info("running on CPUs {}", FormatCpuList(*cpus));
+  }
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  std::unique_ptr<WorkerMetrics> metrics;
+  if (const int port = absl::GetFlag(FLAGS_metrics_port); port > 0) {
+    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> started =
+        MetricsEndpoint::Start(absl::GetFlag(FLAGS_metrics_host), port);
+    if (!started.ok()) {
+      spdlog::error("--metrics_port: {}", started.status().message());
+      return kExitFailed;
+    }
+    endpoint = *std::move(started);
+    metrics = std::make_unique<WorkerMetrics>(endpoint->registry(), *rank);
+    spdlog::info("serving metrics on {}", endpoint->url());
   }
 
   const ModelSpec model_spec = description->Spec(absl::GetFlag(FLAGS_seed));
@@ -511,6 +537,7 @@ int Run() {
   options.eval_every = absl::GetFlag(FLAGS_eval_every);
   options.save_model_path = *rank == 0 ? save_model : "";
   options.slowdown = absl::Milliseconds(absl::GetFlag(FLAGS_slowdown_ms));
+  options.metrics = metrics.get();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
       options, local ? local_weights.get() : server_weights.get(), model->get(),
       &*train, *rank == 0 ? &*test : nullptr);
