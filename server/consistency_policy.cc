@@ -134,6 +134,18 @@ class PerPushPolicy : public ConsistencyPolicy {
     return planned_steps * static_cast<uint64_t>(num_workers);
   }
   bool FastForwardsAfterRestore() const override { return false; }
+  std::string SlowPullMessage(int rank, uint64_t clock,
+                              const std::string& waiting_on, double waited,
+                              uint64_t version) const final {
+    return absl::StrFormat(
+        "pull for clock %d from worker %d waiting on workers [%s] for %.0f s "
+        "(%s, version %d)",
+        clock, rank, waiting_on, waited, WaitRule(), version);
+  }
+
+ private:
+  // When a pull waits, for the log: "ssp staleness 2".
+  virtual std::string WaitRule() const = 0;
 };
 
 class SspPolicy final : public PerPushPolicy {
@@ -151,16 +163,12 @@ class SspPolicy final : public PerPushPolicy {
     if (clock <= staleness_) return {};
     return view.ranks.ActiveBelowClock(clock - staleness_);
   }
-  std::string SlowPullMessage(int rank, uint64_t clock,
-                              const std::string& waiting_on, double waited,
-                              uint64_t version) const override {
-    return absl::StrFormat(
-        "pull for clock %d from worker %d waiting on workers [%s] for %.0f s "
-        "(ssp staleness %d, version %d)",
-        clock, rank, waiting_on, waited, staleness_, version);
-  }
 
  private:
+  std::string WaitRule() const override {
+    return absl::StrCat("ssp staleness ", staleness_);
+  }
+
   const uint64_t staleness_;
 };
 
@@ -175,15 +183,9 @@ class AsyncPolicy final : public PerPushPolicy {
                                  uint64_t /*clock*/) const override {
     return {};
   }
-  std::string SlowPullMessage(int rank, uint64_t clock,
-                              const std::string& waiting_on, double waited,
-                              uint64_t version) const override {
-    // Unreachable while pulls never wait; kept for the interface.
-    return absl::StrFormat(
-        "pull for clock %d from worker %d waiting on workers [%s] for %.0f s "
-        "(async, version %d)",
-        clock, rank, waiting_on, waited, version);
-  }
+
+ private:
+  std::string WaitRule() const override { return "async"; }
 };
 
 }  // namespace
