@@ -117,10 +117,11 @@ ABSL_FLAG(std::string, non_finite_gradients, "refuse",
           "leave their weights as they were. Either way no update makes a "
           "weight non-finite.");
 ABSL_FLAG(int, max_threads, 0,
-          "Most threads serving calls at once; each call in progress holds "
-          "one, and calls beyond get RESOURCE_EXHAUSTED, so clients that "
-          "leave calls hanging cannot make the server grow without bound. "
-          "0: 64 plus 4 per worker.");
+          "Most threads serving pulls and pushes at once, and as many for "
+          "the other calls; each call in progress holds one, and calls "
+          "beyond get RESOURCE_EXHAUSTED, so clients that leave calls hanging "
+          "cannot make the server grow without bound. 0: 64 plus 4 per "
+          "worker.");
 ABSL_FLAG(int, max_calls_per_rank, 8,
           "Most pulls and pushes one worker rank may have open at once "
           "(a worker holds a push-and-pull stream and at times a pull); "
@@ -612,6 +613,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   service_options.refuse_non_finite = config.refuse_non_finite;
   service_options.max_calls_per_rank = config.max_calls_per_rank;
   service_options.metrics = metrics.get();
+  service_options.max_threads = config.max_threads;
   // Leave room for the message's other fields.
   service_options.max_chunk_elements =
       static_cast<uint64_t>(config.max_message_bytes - (64 << 10)) / 4;
@@ -622,6 +624,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   GrpcServerOptions server_options;
   server_options.max_message_bytes = config.max_message_bytes;
   server_options.max_threads = config.max_threads;
+  server_options.stream_service = service.stream_service();
   if (config.auth.tls()) {
     server_options.credentials = MakeServerCredentials(config.auth);
   }
