@@ -156,6 +156,13 @@ UpdateCoordinator::TakeReadyStepLocked() {
       ready.pushes.push_back(*std::move(slot.pending));
     slot.pending.reset();
   }
+  // A worker-set learning rate (its scheduler's): the lowest rank's.
+  for (const StagedPush& p : ready.pushes) {
+    if (p.learning_rate.has_value()) {
+      ready.learning_rate = p.learning_rate;
+      break;
+    }
+  }
   // Slots stay marked until version_ moves, so repeats are refused meanwhile.
   applying_ = true;
   if (missing != last_missing_) {
@@ -274,7 +281,9 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAsync(StagedPush push) {
       return version_;
     }
     version_at_apply = version_;
-    learning_rate = LearningRateLocked(version_);
+    learning_rate = push.learning_rate.has_value()
+                        ? push.learning_rate
+                        : LearningRateLocked(version_);
   }
   absl::Status applied = ForEachSlice(*store_, [&](int slice) {
     const SliceGradient& gradient = push.gradients[slice];
