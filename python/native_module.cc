@@ -14,6 +14,7 @@
 // paramserver.Error or a subclass per status code, with the library's
 // message, which names the shard and carries the server's own words.
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -61,10 +62,12 @@ class NativeClient {
   int rank() const { return rank_; }
 
   Registration Declare(const std::vector<TensorSpec>& tensors,
-                       uint64_t planned_steps, uint64_t seed) {
+                       uint64_t planned_steps, uint64_t seed,
+                       std::optional<OptimizerSpec> optimizer) {
     ModelSpec model;
     model.tensors = tensors;
     model.seed = seed;
+    model.optimizer = optimizer;
     std::shared_ptr<ParameterClient> client = Client();
     absl::StatusOr<Registration> registration;
     {
@@ -326,7 +329,8 @@ void DefineClient(py::module_& m) {
   py::class_<NativeClient>(m, "NativeClient")
       .def_property_readonly("rank", &NativeClient::rank)
       .def("declare", &NativeClient::Declare, py::arg("tensors"),
-           py::arg("planned_steps"), py::arg("seed") = 1)
+           py::arg("planned_steps"), py::arg("seed") = 1,
+           py::arg("optimizer") = py::none())
       .def("model", &NativeClient::Model)
       .def("tensor_id", &NativeClient::TensorId, py::arg("name"))
       .def("weights",
@@ -346,7 +350,13 @@ void DefineClient(py::module_& m) {
           "start_step",
           [](py::object self, uint64_t step, uint64_t base_version,
              uint32_t num_examples, uint64_t epoch, uint64_t examples_done,
-             bool pull_after) {
+             bool pull_after, std::optional<float> learning_rate) {
+            if (learning_rate.has_value() &&
+                !(std::isfinite(*learning_rate) && *learning_rate >= 0)) {
+              ThrowIfError(absl::InvalidArgumentError(
+                  absl::StrCat("learning_rate ", *learning_rate,
+                               " is not finite and >= 0")));
+            }
             NativeClient& owner = self.cast<NativeClient&>();
             std::shared_ptr<ParameterClient> client = owner.Client();
             StepInfo info;
@@ -354,13 +364,15 @@ void DefineClient(py::module_& m) {
             info.base_version = base_version;
             info.num_examples = num_examples;
             info.cursor = {epoch, examples_done};
+            info.learning_rate = learning_rate;
             std::unique_ptr<StepPush> push =
                 client->StartStep(info, pull_after);
             return std::make_unique<NativeStep>(std::move(client), &owner, self,
                                                 std::move(push));
           },
           py::arg("step"), py::arg("base_version"), py::arg("num_examples"),
-          py::arg("epoch"), py::arg("examples_done"), py::arg("pull_after"))
+          py::arg("epoch"), py::arg("examples_done"), py::arg("pull_after"),
+          py::arg("learning_rate") = py::none())
       .def("barrier", &NativeClient::Barrier)
       .def("finish", &NativeClient::Finish)
       .def("close", &NativeClient::Close);

@@ -87,7 +87,8 @@ ABSL_FLAG(int, max_message_mb, 64, "Largest gRPC message, in MiB.");
 ABSL_FLAG(std::string, lr_schedule, "constant",
           "constant, or cosine: decays --learning_rate to "
           "--min_learning_rate over the planned updates (the workers' "
-          "planned steps; times --num_workers in ssp and async).");
+          "planned steps; times --num_workers in ssp and async). Not for a "
+          "declared optimizer, whose pushes carry their learning rate.");
 ABSL_FLAG(float, min_learning_rate, 0.0f,
           "cosine: the learning rate at and after the last planned update.");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
@@ -186,7 +187,6 @@ struct ServerConfig {
   // From the flags; a declared optimizer replaces it (ResolveOptimizer).
   OptimizerConfig optimizer;
   OptimizerFlagsGiven optimizer_given;
-  float min_learning_rate = 0;
   int max_message_bytes = 0;
   std::optional<CheckpointPolicy> checkpoints;  // Unset: none.
   bool restore = false;
@@ -241,9 +241,9 @@ absl::Status FaultFlags(ServerConfig& c) {
   absl::StatusOr<LrScheduleKind> schedule =
       ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule));
   if (!schedule.ok()) return schedule.status();
-  c.min_learning_rate = absl::GetFlag(FLAGS_min_learning_rate);
-  absl::StatusOr<LearningRateSchedule> lr = LearningRateSchedule::Create(
-      *schedule, c.optimizer.learning_rate, c.min_learning_rate);
+  absl::StatusOr<LearningRateSchedule> lr =
+      LearningRateSchedule::Create(*schedule, c.optimizer.learning_rate,
+                                   absl::GetFlag(FLAGS_min_learning_rate));
   if (!lr.ok()) return lr.status();
   o.lr_schedule = *lr;
 
@@ -496,15 +496,18 @@ absl::StatusOr<std::unique_ptr<DeclaredShard>> BuildShard(
   shard->store = *std::move(store);
   CoordinatorOptions options = config.coordinator;
   if (model.optimizer.has_value()) {
-    // The schedule decays the declared learning rate (pushes that carry
-    // their own are applied at that).
+    // A program that declares its optimizer sets the learning rate: each
+    // push carries its scheduler's value, and one without is applied at
+    // the declared rate. --lr_schedule is for the flags' optimizer (the
+    // local launcher passes it whether given or not, so it is no error).
     absl::StatusOr<LearningRateSchedule> lr = LearningRateSchedule::Create(
-        options.lr_schedule->kind(), optimizer->learning_rate,
-        config.min_learning_rate);
-    if (!lr.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the declared learning rate ", optimizer->learning_rate,
-          " with this server's --lr_schedule: ", lr.status().message()));
+        LrScheduleKind::kConstant, optimizer->learning_rate, 0);
+    if (!lr.ok()) return lr.status();
+    if (options.lr_schedule->kind() != LrScheduleKind::kConstant) {
+      spdlog::warn(
+          "--lr_schedule={} does not apply: the declaration carries the "
+          "optimizer, whose learning rate the workers set",
+          std::string(LrScheduleName(options.lr_schedule->kind())));
     }
     options.lr_schedule = *lr;
     spdlog::info("optimizer {} as declared", DescribeOptimizer(*optimizer));

@@ -85,6 +85,9 @@ def errors(client):
         found["mismatch"] = error(lambda: client.declare(
             [("w", (3, 2), "from_rank0"), ("b", (3,), ("constant", 0.25),
                                            False)], planned_steps=2))
+        found["optimizer_mismatch"] = error(lambda: client.declare(
+            declaration(), planned_steps=2,
+            optimizer=paramserver.OptimizerSpec.sgd(LEARNING_RATE)))
         client.declare(declaration(), planned_steps=2)
         client.broadcast()
         for step in range(2):
@@ -98,6 +101,13 @@ def errors(client):
         [("w", (2, 0))], planned_steps=2))
     found["bad_initializer"] = error(
         lambda: paramserver.tensor_spec("w", (2,), "xavier"))
+    found["bad_optimizer"] = error(lambda: client.declare(
+        declaration(), planned_steps=2,
+        optimizer=paramserver.OptimizerSpec.sgd(LEARNING_RATE, 1.5)))
+    # The servers run --optimizer=sgd, given explicitly.
+    found["optimizer_against_flags"] = error(lambda: client.declare(
+        declaration(), planned_steps=2,
+        optimizer=paramserver.OptimizerSpec.adam(LEARNING_RATE)))
     client.declare(declaration(), planned_steps=2)
     found["unknown_name"] = error(lambda: client.tensor_id("nope"))
     found["pull_before_broadcast"] = error(lambda: client.pull(0))
@@ -110,6 +120,8 @@ def errors(client):
     incomplete.send("w", g[0])
     found["missing_tensor"] = error(incomplete.finish_with_pull)
     found["send_after_finish"] = error(lambda: incomplete.send("b", g[1]))
+    found["bad_learning_rate"] = error(
+        lambda: client.start_step(0, learning_rate=float("nan")))
     nan = g[0].copy()
     nan[1, 2] = np.nan
     found["nan_gradient"] = error(lambda: client.push_pull(0, [nan, g[1]]))

@@ -51,10 +51,12 @@ DeadlineExceededError = _native.DeadlineExceededError
 AbortedError = _native.AbortedError
 Initializer = _native.Initializer
 TensorSpec = _native.TensorSpec
+OptimizerSpec = _native.OptimizerSpec
 Registration = _native.Registration
 
 __all__ = [
-    "Client", "Step", "TensorSpec", "Initializer", "Registration",
+    "Client", "Step", "TensorSpec", "Initializer", "OptimizerSpec",
+    "Registration",
     "tensor_spec", "Error", "InvalidArgumentError",
     "FailedPreconditionError", "NotFoundError", "UnavailableError",
     "DeadlineExceededError", "AbortedError",
@@ -165,16 +167,22 @@ class Client:
         self._require_declared()
         return self.registration.mode
 
-    def declare(self, tensors, planned_steps, seed=1):
+    def declare(self, tensors, planned_steps, seed=1, optimizer=None):
         """Declares the model; every rank must declare the same.
 
         `tensors`: TensorSpecs or (name, shape[, initializer[,
         weight_decay]]) tuples. `planned_steps` spans the servers' learning
-        rate schedule. Returns the Registration (mode, next_step, ...).
+        rate schedule. `optimizer`: an OptimizerSpec the servers build
+        (FailedPreconditionError if one was started with an optimizer flag
+        that says otherwise); None: the servers' flags choose. Returns the
+        Registration (mode, next_step, ...).
         """
         specs = [_as_spec(t) for t in tensors]
+        if optimizer is not None and not isinstance(optimizer, OptimizerSpec):
+            raise InvalidArgumentError(
+                "optimizer is an OptimizerSpec or None, got %r" % (optimizer,))
         self.registration = self._native.declare(specs, int(planned_steps),
-                                                 int(seed))
+                                                 int(seed), optimizer)
         self._weights = self._native.weights()
         self.cursor = (self.registration.epoch,
                        self.registration.examples_done)
@@ -223,10 +231,13 @@ class Client:
         return self.version
 
     def start_step(self, step, pull_after=True, base_version=None,
-                   num_examples=1, epoch=None, examples_done=None):
+                   num_examples=1, epoch=None, examples_done=None,
+                   learning_rate=None):
         """Opens step `step`'s push (see Step).
 
-        `num_examples` weights this rank's gradient in a sync step. The
+        `num_examples` weights this rank's gradient in a sync step.
+        `learning_rate` (finite, >= 0) is applied to this gradient instead
+        of the servers' schedule (a scheduler's value for the step). The
         data cursor (`epoch`, `examples_done`: the position after this
         step) must advance from step to step, or the servers take the push
         for a replay of one they applied and skip it; by default it
@@ -244,7 +255,9 @@ class Client:
         native = self._native.start_step(
             step=int(step), base_version=int(base_version),
             num_examples=int(num_examples), epoch=int(epoch),
-            examples_done=int(examples_done), pull_after=bool(pull_after))
+            examples_done=int(examples_done), pull_after=bool(pull_after),
+            learning_rate=(None if learning_rate is None
+                           else float(learning_rate)))
         return Step(self, native, (int(epoch), int(examples_done)))
 
     def push(self, step, gradients, **step_info):
