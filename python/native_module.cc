@@ -33,6 +33,7 @@
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
 #include "python/model_types.h"
+#include "python/saved_models.h"
 #include "python/status_exceptions.h"
 
 namespace py = pybind11;
@@ -391,4 +392,5 @@ PYBIND11_MODULE(_native, m) {
   ps::DefineExceptions(m);
   ps::DefineModelTypes(m);
   ps::DefineClient(m);
+  ps::DefineSavedModels(m);
 }

@@ -167,6 +167,25 @@ def declaration(out_dir):
     report(found)
 
 
+def save(out_dir):
+    """Three steps of a model with buffers; rank 0 saves it with
+    ps.save_model and, for the test to compare, with torch.save."""
+    torch.manual_seed(ps.rank())
+    model = WithBuffers()
+    ps.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = ps.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        named_parameters=model.named_parameters())
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(ps.rank()))
+    for _ in range(3):
+        opt.zero_grad()
+        model(x).square().sum().backward()
+        opt.step()
+    if ps.rank() == 0:
+        ps.save_model("%s/rank0.model" % out_dir, model)
+        torch.save(model.state_dict(), "%s/trained.pt" % out_dir)
+
+
 def converge(out_dir):
     """Least squares with server-side SGD; reports the loss before and
     after (ssp and async may apply stale gradients: it must still fall)."""
@@ -206,7 +225,7 @@ def main():
     torch.set_num_threads(1)
     ps.init()
     scenarios = {"equivalence": equivalence, "declaration": declaration,
-                 "converge": converge, "mismatch": mismatch}
+                 "converge": converge, "mismatch": mismatch, "save": save}
     scenarios[scenario](out_dir, *sys.argv[3:])
     ps.shutdown()
 

@@ -27,6 +27,11 @@ once). Failures raise ``paramserver.Error`` (or a subclass per status:
 ``ConnectionError``...) whose message names the shard and carries the
 server's words; ``err.code`` is the status code's name.
 
+Saved models: ``load_model(path)`` reads a model file (the C++ worker's
+``--save_model``, or ``save_model``'s) and ``load_checkpoint(dir)`` the
+weights in the servers' checkpoints (``--checkpoint_dir``), both as
+``{name: float32 array}`` in declaration order.
+
 The PyTorch layer, in Horovod's conventions, is ``paramserver.torch``.
 """
 
@@ -59,7 +64,8 @@ __all__ = [
     "Registration",
     "tensor_spec", "Error", "InvalidArgumentError",
     "FailedPreconditionError", "NotFoundError", "UnavailableError",
-    "DeadlineExceededError", "AbortedError",
+    "DeadlineExceededError", "AbortedError", "load_model", "save_model",
+    "load_checkpoint",
 ]
 
 _INITIALIZERS = {
@@ -327,3 +333,42 @@ class Client:
                     "values of %s have shape %s, declared %s" %
                     (tensor, np.shape(value), target.shape))
             target[...] = value
+
+
+def load_model(path):
+    """{name: float32 array} of the model file at `path`, in the order it
+    was saved. NotFoundError for a missing file; Error (DATA_LOSS) for a
+    damaged one."""
+    return dict(_native.read_model(str(path)))
+
+
+def save_model(path, tensors):
+    """Writes `tensors` ({name: array} or (name, array) pairs; converted to
+    float32) as a model file at `path`, atomically: the format of the C++
+    worker's --save_model, which its predict tool reads. Names are
+    printable ASCII without spaces, as in a declaration."""
+    items = tensors.items() if hasattr(tensors, "items") else tensors
+    pairs = []
+    for name, array in items:
+        values = np.asarray(array)
+        if not (np.issubdtype(values.dtype, np.floating) or
+                np.issubdtype(values.dtype, np.integer) or
+                values.dtype == np.bool_):
+            raise InvalidArgumentError("%s: cannot save dtype %s as float32"
+                                       % (name, values.dtype))
+        converted = values.astype(np.float32)
+        if not np.issubdtype(values.dtype, np.floating) and not np.array_equal(
+                converted.astype(values.dtype), values):
+            raise InvalidArgumentError("%s holds integers that float32 cannot "
+                                       "hold exactly" % name)
+        pairs.append((str(name), converted))
+    _native.save_model(str(path), pairs)
+
+
+def load_checkpoint(directory):
+    """({name: float32 array}, version) of the model in the servers'
+    checkpoints in `directory`: every shard's slices at the newest version
+    all shards wrote. NotFoundError without checkpoints;
+    FailedPreconditionError when the shards share no version."""
+    tensors, version = _native.read_checkpoint(str(directory))
+    return dict(tensors), version

@@ -59,6 +59,7 @@ import paramserver
 __all__ = [
     "init", "is_initialized", "rank", "size", "local_rank", "local_size",
     "mode", "broadcast_parameters", "DistributedOptimizer", "shutdown",
+    "save_model", "load_model",
 ]
 
 
@@ -635,3 +636,28 @@ def DistributedOptimizer(optimizer, named_parameters=None, placement="server",
     named = list(named_parameters) if named_parameters is not None else None
     return cls(optimizer.param_groups, named, placement, planned_steps,
                backward_passes_per_step, seed)
+
+
+def save_model(path, state):
+    """Saves a module's state_dict (or `state`, a state_dict) as a model
+    file: every tensor as float32 (integer buffers such as BatchNorm's
+    counter included, if float32 holds them exactly), the format the
+    servers' and the C++ worker's models use. Call it on one rank."""
+    if isinstance(state, torch.nn.Module):
+        state = state.state_dict()
+    paramserver.save_model(path, [(name, t.detach().cpu().numpy())
+                                  for name, t in state.items()])
+
+
+def load_model(path):
+    """A state_dict of float32 tensors from a model file (save_model's, the
+    C++ worker's --save_model) or, for a directory, from the servers'
+    checkpoints in it (their --checkpoint_dir; the newest version every
+    shard wrote). ``module.load_state_dict(ps.load_model(p))`` converts to
+    the module's dtypes; names are those declared (DistributedOptimizer
+    declares named_parameters' names)."""
+    if os.path.isdir(path):
+        tensors, _ = paramserver.load_checkpoint(path)
+    else:
+        tensors = paramserver.load_model(path)
+    return {name: torch.from_numpy(array) for name, array in tensors.items()}
