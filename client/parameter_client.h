@@ -104,6 +104,12 @@ struct ClientOptions {
   // fields keep their defaults. InvalidArgument naming the variable that is
   // missing or malformed.
   static absl::StatusOr<ClientOptions> FromEnvironment();
+
+  // Defaults but for the authentication fields, read from PS_TLS_CA,
+  // PS_TLS_CERT, PS_TLS_KEY, PS_TLS_SERVER_NAME and PS_TOKEN_FILE where set:
+  // for a program that names the servers itself (they are checked, as
+  // always, by Connect).
+  static ClientOptions AuthFromEnvironment();
 };
 
 // Where a rank is in the data: it has trained on `examples_done` examples

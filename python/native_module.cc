@@ -293,15 +293,35 @@ class NativeStep {
   std::unique_ptr<StepPush> push_;  // Declared last: destroyed first.
 };
 
+// Authentication files and names; unset: the environment's (PS_TLS_*).
+struct AuthArgs {
+  std::optional<std::string> tls_ca_file;
+  std::optional<std::string> tls_cert_file;
+  std::optional<std::string> tls_key_file;
+  std::optional<std::string> tls_server_name;
+  std::optional<std::string> token_file;
+};
+
 std::unique_ptr<NativeClient> Connect(
     std::optional<std::vector<std::string>> servers, std::optional<int> rank,
     std::optional<std::string> job_id, std::optional<double> connect_timeout,
-    std::optional<double> retry_timeout) {
+    std::optional<double> retry_timeout, const AuthArgs& auth) {
   ClientOptions options;
   if (!servers.has_value()) {
     options = ValueOrThrow(ClientOptions::FromEnvironment());
   } else {
+    // Servers named here, but the launcher's TLS settings still apply.
+    options = ClientOptions::AuthFromEnvironment();
     options.servers = *servers;
+  }
+  for (auto [given, field] : {
+           std::pair{&auth.tls_ca_file, &options.tls_ca_file},
+           std::pair{&auth.tls_cert_file, &options.tls_cert_file},
+           std::pair{&auth.tls_key_file, &options.tls_key_file},
+           std::pair{&auth.tls_server_name, &options.tls_server_name},
+           std::pair{&auth.token_file, &options.token_file},
+       }) {
+    if (given->has_value()) *field = **given;
   }
   if (rank.has_value()) options.rank = *rank;
   if (job_id.has_value()) options.job_id = *job_id;
@@ -320,12 +340,35 @@ std::unique_ptr<NativeClient> Connect(
 }
 
 void DefineClient(py::module_& m) {
-  m.def("connect", &Connect, py::arg("servers") = py::none(),
-        py::arg("rank") = py::none(), py::arg("job_id") = py::none(),
-        py::arg("connect_timeout") = py::none(),
-        py::arg("retry_timeout") = py::none(),
-        "Connects to every shard; servers, rank and job id default to the "
-        "launcher's PS_SERVERS, PS_RANK and PS_JOB_ID.");
+  m.def(
+      "connect",
+      [](std::optional<std::vector<std::string>> servers,
+         std::optional<int> rank, std::optional<std::string> job_id,
+         std::optional<double> connect_timeout,
+         std::optional<double> retry_timeout,
+         std::optional<std::string> tls_ca_file,
+         std::optional<std::string> tls_cert_file,
+         std::optional<std::string> tls_key_file,
+         std::optional<std::string> tls_server_name,
+         std::optional<std::string> token_file) {
+        return Connect(std::move(servers), rank, std::move(job_id),
+                       connect_timeout, retry_timeout,
+                       {std::move(tls_ca_file), std::move(tls_cert_file),
+                        std::move(tls_key_file), std::move(tls_server_name),
+                        std::move(token_file)});
+      },
+      py::arg("servers") = py::none(), py::arg("rank") = py::none(),
+      py::arg("job_id") = py::none(), py::arg("connect_timeout") = py::none(),
+      py::arg("retry_timeout") = py::none(),
+      py::arg("tls_ca_file") = py::none(),
+      py::arg("tls_cert_file") = py::none(),
+      py::arg("tls_key_file") = py::none(),
+      py::arg("tls_server_name") = py::none(),
+      py::arg("token_file") = py::none(),
+      "Connects to every shard; servers, rank and job id default to the "
+      "launcher's PS_SERVERS, PS_RANK and PS_JOB_ID, the authentication "
+      "files (also with servers given) to PS_TLS_CA, PS_TLS_CERT, "
+      "PS_TLS_KEY, PS_TLS_SERVER_NAME and PS_TOKEN_FILE.");
 
   py::class_<NativeClient>(m, "NativeClient")
       .def_property_readonly("rank", &NativeClient::rank)

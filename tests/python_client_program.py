@@ -5,6 +5,7 @@ Each scenario reports what it saw with RESULT lines (python_launch.report)
 and exits 0, so that the test, not the job's exit code, judges it.
 """
 
+import os
 import sys
 
 import numpy as np
@@ -133,8 +134,30 @@ def errors(client):
     client.finish()
 
 
+def explicit_servers():
+    """Names the servers and rank itself, as a program run without the
+    launcher does; the launcher's TLS settings (PS_TLS_*) still apply
+    unless overridden."""
+    named = {"servers": os.environ["PS_SERVERS"],
+             "rank": int(os.environ["PS_RANK"]),
+             "job_id": os.environ["PS_JOB_ID"]}
+    rank = named["rank"]
+    found = {"plaintext": error(lambda: paramserver.Client(
+        connect_timeout=2, tls_ca_file="", token_file="", **named))}
+    with paramserver.Client(**named) as client:
+        client.declare(declaration(), planned_steps=1)
+        client.broadcast()
+        client.push_pull(0, gradients(rank, 0))
+        found["trained"] = client.version
+        client.finish()
+    report(found)
+
+
 def main():
     scenario = sys.argv[1]
+    if scenario == "explicit_servers":
+        explicit_servers()
+        return
     client = paramserver.Client()
     {"sync_arithmetic": sync_arithmetic, "errors": errors}[scenario](client)
     client.close()

@@ -104,6 +104,16 @@ def test_errors_are_exceptions_with_the_servers_message():
           "learning_rate nan is not finite and >= 0")
 
 
+def test_tls_settings_apply_to_servers_named_in_the_program():
+    job = python_launch.run(PROGRAM, ["explicit_servers"],
+                            ["--num_servers=2", "--num_workers=1",
+                             "--auth=tls"] + SGD)
+    found = job.result(0)
+    assert found["trained"] == 1
+    # Told to speak plaintext, the client cannot reach the TLS servers.
+    assert found["plaintext"][1] == "UNAVAILABLE", found["plaintext"]
+
+
 def test_bad_options_raise_without_servers(monkeypatch):
     for name in ("PS_SERVERS", "PS_RANK", "PS_NUM_WORKERS", "PS_JOB_ID"):
         monkeypatch.delenv(name, raising=False)

@@ -220,12 +220,22 @@ def mismatch(out_dir):
                             named_parameters=model.named_parameters())
 
 
+def auto_placement(out_dir):
+    """RMSprop, which the servers lack, with placement='auto': it steps on
+    the workers, which only sync mode allows."""
+    model = nn.Linear(2, 1)
+    ps.DistributedOptimizer(torch.optim.RMSprop(model.parameters(), lr=0.01),
+                            named_parameters=model.named_parameters(),
+                            placement="auto")
+
+
 def main():
     scenario, out_dir = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
     ps.init()
     scenarios = {"equivalence": equivalence, "declaration": declaration,
-                 "converge": converge, "mismatch": mismatch, "save": save}
+                 "converge": converge, "mismatch": mismatch, "save": save,
+                 "auto_placement": auto_placement}
     scenarios[scenario](out_dir, *sys.argv[3:])
     ps.shutdown()
 

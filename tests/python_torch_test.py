@@ -150,11 +150,22 @@ def test_a_server_flag_that_says_otherwise_is_an_error(tmp_path):
         ["--num_servers=1", "--num_workers=1", "--optimizer=sgd",
          "--server_flags=--weight_decay=0.5"], expect_success=False)
     assert job.returncode != 0
-    line = job.line_with("FailedPreconditionError")
+    line = job.line_with("FailedPreconditionError: ")
     assert "rank 0 declares the optimizer adam(learning_rate 0.01" in line, \
         job.output
     assert "--optimizer=sgd where it declares adam" in line, line
     assert "--weight_decay=0.5 where it declares 0" in line, line
+
+
+def test_auto_placement_steps_on_the_workers_in_sync_mode_only(tmp_path):
+    job = python_launch.run(
+        PROGRAM, ["auto_placement", tmp_path],
+        ["--num_servers=1", "--num_workers=1", "--mode=async",
+         "--optimizer=sgd"], expect_success=False)
+    assert job.returncode != 0
+    line = job.line_with("FailedPreconditionError: placement='worker'")
+    assert "averages gradients in sync mode only" in line, job.output
+    assert "--mode=async" in line, line
 
 
 def wait_for(path, processes, deadline_s=120):

@@ -88,18 +88,20 @@ def _env_int(name, fallback, default):
 
 
 def init(servers=None, rank=None, job_id=None, connect_timeout=None,
-         retry_timeout=None):
+         retry_timeout=None, **auth):
     """Connects to the servers the launcher's environment names.
 
     The arguments override PS_SERVERS, PS_RANK and PS_JOB_ID (for running
-    without the launcher). Calling it again does nothing.
+    without the launcher); `auth` (tls_ca_file=..., see paramserver.Client)
+    the PS_TLS_* variables, which apply also when `servers` is given.
+    Calling it again does nothing.
     """
     global _state
     if _state is not None:
         return
     client = paramserver.Client(servers=servers, rank=rank, job_id=job_id,
                                 connect_timeout=connect_timeout,
-                                retry_timeout=retry_timeout)
+                                retry_timeout=retry_timeout, **auth)
     _state = _State(client)
 
 
