@@ -49,7 +49,6 @@ def parse_args():
 def train(args, rank, world, step_fn, model):
     """Runs warmup + steps batches of this rank's share; returns steps/s
     over the timed steps."""
-    import torch
     import torch.nn.functional as F
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     import pytorch_fashion_mnist as example

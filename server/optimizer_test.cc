@@ -21,18 +21,11 @@ std::unique_ptr<Optimizer> Make(const OptimizerConfig& config, size_t n) {
 }
 
 OptimizerConfig Sgd(float lr, float momentum, float weight_decay) {
-  OptimizerConfig c;
-  c.kind = OptimizerKind::kSgd;
-  c.learning_rate = lr;
-  c.momentum = momentum;
-  c.weight_decay = weight_decay;
-  return c;
+  return OptimizerConfig::Sgd(lr, momentum, weight_decay);
 }
 
 OptimizerConfig Adam(float lr, float weight_decay) {
-  OptimizerConfig c;
-  c.kind = OptimizerKind::kAdam;
-  c.learning_rate = lr;
+  OptimizerConfig c = OptimizerConfig::Adam(lr);
   c.weight_decay = weight_decay;
   return c;
 }

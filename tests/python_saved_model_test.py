@@ -7,12 +7,9 @@ from Python is the same file, which the C++ predict tool reads. A PyTorch
 job's model goes the other way (tests/python_torch_program.py saves it).
 """
 
-import subprocess
-
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
 
 import paramserver
 import paramserver.torch as ps

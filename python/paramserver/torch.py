@@ -45,6 +45,10 @@ step's pull lands in them with no copy. Only float32 CPU parameters are
 supported. Only trainable parameters (requires_grad, in the optimizer) are
 pushed; other tensors given to broadcast_parameters before the optimizer
 is created (buffers, frozen parameters) get rank 0's values once.
+
+``save_model(path, module)`` writes a state_dict in the format of the
+servers' and the C++ worker's models; ``load_model(path)`` reads one, or
+the servers' checkpoints in a directory, as a state_dict.
 """
 
 import os
