@@ -22,12 +22,12 @@ PROGRAM = "tests/python_torch_program.py"
 TWO_BY_TWO = ["--num_servers=2", "--num_workers=2"]
 
 
-def single_process(optimizer_name):
-    """The workers' STEPS steps in one process at batch BATCH * 2."""
+def single_process(optimizer_name, ranks=2):
+    """The workers' STEPS steps in one process at batch BATCH * ranks."""
     torch.set_num_threads(1)
     model = program.make_model(seed=7)
     opt, scheduler = program.make_optimizer(optimizer_name, model)
-    batch = program.BATCH * 2
+    batch = program.BATCH * ranks
     x, y = program.make_data(program.STEPS * batch)
     for step in range(program.STEPS):
         opt.zero_grad()
@@ -48,15 +48,16 @@ def check_equivalence(tmp_path, optimizer_name, placement, flags):
     return job
 
 
-def check_weights(tmp_path, optimizer_name):
+def check_weights(tmp_path, optimizer_name, num_ranks=2):
     """The ranks' saved weights against single-process PyTorch."""
-    reference = single_process(optimizer_name)
-    ranks = [np.load(tmp_path / ("rank%d.npz" % r)) for r in (0, 1)]
+    reference = single_process(optimizer_name, num_ranks)
+    ranks = [np.load(tmp_path / ("rank%d.npz" % r)) for r in range(num_ranks)]
     initial = {n: p.detach().numpy()
                for n, p in program.make_model(seed=7).named_parameters()}
     for name, expected in reference.items():
         # Every rank holds the same weights, bit for bit.
-        np.testing.assert_array_equal(ranks[0][name], ranks[1][name])
+        for other in ranks[1:]:
+            np.testing.assert_array_equal(ranks[0][name], other[name])
         # Rounding differs (the servers average two means of 32, PyTorch
         # takes one mean of 64); a lost or doubled rank's share does not:
         # it moves weights by about the learning rate's order.
@@ -88,6 +89,17 @@ def test_a_learning_rate_scheduler_takes_effect_on_the_servers(tmp_path):
     job = check_equivalence(tmp_path, "sgd+step", "server",
                             ["--optimizer=sgd"])
     assert job.result(0)["lr"] == 0.1 * 0.5 ** 4
+
+
+def test_an_async_push_is_applied_at_its_learning_rate(tmp_path):
+    # One worker in async mode steps as one process does: each push is
+    # applied at the rate StepLR set for it.
+    job = python_launch.run(
+        PROGRAM, ["equivalence", tmp_path, "sgd+step", "server"],
+        ["--num_servers=2", "--num_workers=1", "--mode=async",
+         "--optimizer=sgd"])
+    assert job.result(0)["lr"] == 0.1 * 0.5 ** 4
+    check_weights(tmp_path, "sgd+step", num_ranks=1)
 
 
 def test_worker_side_adam_matches_single_process(tmp_path):
