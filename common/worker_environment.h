@@ -57,8 +57,8 @@ absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
 
 // Only the authentication variables (PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY,
 // PS_TLS_SERVER_NAME, PS_TOKEN_FILE) into `environment`'s fields; unset
-// ones leave theirs as they were. For a program that names the servers itself but
-// runs where a launcher set these.
+// ones leave theirs as they were. For a program that names the servers itself
+// but runs where a launcher set these.
 void ReadAuthEnvironment(absl::FunctionRef<const char*(const char*)> lookup,
                          WorkerEnvironment* environment);
 

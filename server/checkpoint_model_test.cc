@@ -48,10 +48,9 @@ ShardCheckpoint ShardAt(int s, uint64_t version) {
 class CheckpointModelTest : public ::testing::Test {
  protected:
   CheckpointModelTest()
-      : dir_(absl::StrCat(std::getenv("TEST_TMPDIR"), "/",
-                          ::testing::UnitTest::GetInstance()
-                              ->current_test_info()
-                              ->name())) {}
+      : dir_(absl::StrCat(
+            std::getenv("TEST_TMPDIR"), "/",
+            ::testing::UnitTest::GetInstance()->current_test_info()->name())) {}
 
   void Write(int s, uint64_t version) {
     ASSERT_TRUE(WriteCheckpoint(dir_, ShardAt(s, version), 5).ok());
