@@ -197,6 +197,19 @@ absl::StatusOr<ClientOptions> ClientOptions::FromEnvironment() {
   return options;
 }
 
+ClientOptions ClientOptions::AuthFromEnvironment() {
+  WorkerEnvironment environment;
+  ReadAuthEnvironment([](const char* name) { return std::getenv(name); },
+                      &environment);
+  ClientOptions options;
+  options.tls_ca_file = std::move(environment.tls_ca_file);
+  options.tls_cert_file = std::move(environment.tls_cert_file);
+  options.tls_key_file = std::move(environment.tls_key_file);
+  options.tls_server_name = std::move(environment.tls_server_name);
+  options.token_file = std::move(environment.token_file);
+  return options;
+}
+
 // The client's state. Everything Declare sets is set once, under `mu_`, and
 // never replaced, so the other calls take the pointers under the lock and
 // make their calls without it.

@@ -39,6 +39,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,12 @@ struct ClientOptions {
   // fields keep their defaults. InvalidArgument naming the variable that is
   // missing or malformed.
   static absl::StatusOr<ClientOptions> FromEnvironment();
+
+  // Defaults but for the authentication fields, read from PS_TLS_CA,
+  // PS_TLS_CERT, PS_TLS_KEY, PS_TLS_SERVER_NAME and PS_TOKEN_FILE where set:
+  // for a program that names the servers itself (they are checked, as
+  // always, by Connect).
+  static ClientOptions AuthFromEnvironment();
 };
 
 // Where a rank is in the data: it has trained on `examples_done` examples
@@ -143,6 +150,10 @@ struct StepInfo {
   uint32_t num_examples = 0;
   // The data position after this step.
   DataCursor cursor;
+  // The learning rate to apply this gradient at (a scheduler's value for
+  // the step), finite and >= 0; unset: the servers' schedule of the
+  // declared (or their --learning_rate) one.
+  std::optional<float> learning_rate;
 };
 
 class StepPush;
@@ -181,7 +192,10 @@ class ParameterClient {
   // the same, or gets FailedPrecondition naming the first tensor that
   // differs. A shard restored from a checkpoint already holds a model and
   // refuses any other. `planned_steps`: steps this rank will train in all;
-  // the servers' learning-rate schedule spans them.
+  // the servers' learning-rate schedule spans them. With `model.optimizer`
+  // set, the servers run that optimizer (FailedPrecondition naming the flag
+  // if a server was started with an optimizer flag that says otherwise);
+  // unset, the servers' flags choose it.
   absl::StatusOr<Registration> Declare(const ModelSpec& model,
                                        uint64_t planned_steps);
 

@@ -511,6 +511,9 @@ class PushSession::ShardStream {
     prototype_.set_num_examples(info.num_examples);
     prototype_.set_epoch(info.cursor.epoch);
     prototype_.set_examples_done(info.cursor.examples_done);
+    if (info.learning_rate.has_value()) {
+      prototype_.set_learning_rate(*info.learning_rate);
+    }
     if (kind == Kind::kPushPull) {
       prototype_.set_max_pull_chunk_elements(fanout->options_.chunk_elements);
     }

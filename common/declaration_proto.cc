@@ -19,6 +19,10 @@ static_assert(static_cast<int>(InitializerSpec::Kind::kGlorotUniform) ==
               proto::Initializer::GLOROT_UNIFORM);
 static_assert(static_cast<int>(InitializerSpec::Kind::kFromRank0) ==
               proto::Initializer::FROM_RANK0);
+static_assert(static_cast<int>(OptimizerKind::kSgd) ==
+              proto::OptimizerDeclaration::SGD);
+static_assert(static_cast<int>(OptimizerKind::kAdam) ==
+              proto::OptimizerDeclaration::ADAM);
 
 }  // namespace
 
@@ -41,6 +45,17 @@ void ModelSpecToProto(const ModelSpec& model, proto::ModelDeclaration* out) {
     p->set_stddev(i.stddev);
     p->set_fan_in(i.fan_in);
     p->set_fan_out(i.fan_out);
+  }
+  if (model.optimizer.has_value()) {
+    const OptimizerSpec& o = *model.optimizer;
+    proto::OptimizerDeclaration* p = out->mutable_optimizer();
+    p->set_kind(static_cast<proto::OptimizerDeclaration::Kind>(o.kind));
+    p->set_learning_rate(o.learning_rate);
+    p->set_momentum(o.momentum);
+    p->set_weight_decay(o.weight_decay);
+    p->set_beta1(o.beta1);
+    p->set_beta2(o.beta2);
+    p->set_epsilon(o.epsilon);
   }
 }
 
@@ -77,6 +92,23 @@ absl::StatusOr<ModelSpec> ModelSpecFromProto(
     i.fan_in = p.fan_in();
     i.fan_out = p.fan_out();
     model.tensors.push_back(std::move(t));
+  }
+  if (declaration.has_optimizer()) {
+    const proto::OptimizerDeclaration& p = declaration.optimizer();
+    if (p.kind() != proto::OptimizerDeclaration::SGD &&
+        p.kind() != proto::OptimizerDeclaration::ADAM) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the declared optimizer's kind ", p.kind(),
+                       " is not one the servers implement (sgd, adam)"));
+    }
+    OptimizerSpec& o = model.optimizer.emplace();
+    o.kind = static_cast<OptimizerKind>(p.kind());
+    o.learning_rate = p.learning_rate();
+    o.momentum = p.momentum();
+    o.weight_decay = p.weight_decay();
+    o.beta1 = p.beta1();
+    o.beta2 = p.beta2();
+    o.epsilon = p.epsilon();
   }
   return model;
 }

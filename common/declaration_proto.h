@@ -12,8 +12,9 @@ namespace ps {
 
 void ModelSpecToProto(const ModelSpec& model, proto::ModelDeclaration* out);
 
-// InvalidArgument for a dtype or initializer kind this build does not know
-// (a newer peer's); the result is not validated (ValidateModelSpec).
+// InvalidArgument for a dtype, initializer or optimizer kind this build
+// does not know (a newer peer's); the result is not validated
+// (ValidateModelSpec).
 absl::StatusOr<ModelSpec> ModelSpecFromProto(
     const proto::ModelDeclaration& declaration);
 

@@ -23,6 +23,18 @@ absl::Status SaveModel(const std::string& path, const ModelSpec& model,
 absl::StatusOr<std::vector<std::vector<float>>> LoadModel(
     const std::string& path, const ModelSpec& model);
 
+// A model file's contents, for a reader that does not know the model (the
+// Python module). `model` holds the names and shapes only (initializers,
+// weight decay and optimizer are not saved).
+struct SavedModel {
+  ModelSpec model;
+  std::vector<std::vector<float>> weights;
+};
+
+// Reads any model file. DataLoss naming the file and what is malformed;
+// NotFound for a missing file.
+absl::StatusOr<SavedModel> ReadModel(const std::string& path);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_MODEL_FILE_H_

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/model_spec.h"
+#include "common/record_file.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -52,6 +53,32 @@ TEST(ModelFileTest, RefusesWrongSizedWeights) {
   weights[2].pop_back();
   EXPECT_EQ(SaveModel(TempPath("bad"), model, weights).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelFileTest, ReadsAModelItDoesNotKnow) {
+  ModelSpec model = MlpModelSpec({5, 4, 3});
+  model.tensors.push_back({"scale", DType::kFloat32, {}, {}});
+  const std::string path = TempPath("unknown");
+  ASSERT_TRUE(SaveModel(path, model, Weights(model)).ok());
+  absl::StatusOr<SavedModel> read = ReadModel(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->model.tensors.size(), model.tensors.size());
+  for (size_t t = 0; t < model.tensors.size(); ++t) {
+    EXPECT_EQ(read->model.tensors[t].name, model.tensors[t].name);
+    EXPECT_EQ(read->model.tensors[t].shape, model.tensors[t].shape);
+  }
+  EXPECT_EQ(read->weights, Weights(model));
+}
+
+TEST(ModelFileTest, ReadRefusesAMalformedTensorList) {
+  // A record file of kind "model" whose description lies about its count.
+  const std::string path = TempPath("malformed");
+  std::string description;
+  PutFixed64(&description, 1000);
+  ASSERT_TRUE(WriteRecordFile(path, "model", {description}).ok());
+  EXPECT_EQ(ReadModel(path).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ReadModel(TempPath("missing")).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -91,7 +91,92 @@ std::string DescribeInitializer(const InitializerSpec& init) {
   }
 }
 
+// Checks lo <= value < hi (or lo < value when !lo_inclusive; hi may be
+// infinite) and finiteness.
+absl::Status CheckRange(absl::string_view prefix, absl::string_view field,
+                        float value, float lo, bool lo_inclusive, float hi) {
+  const bool above = lo_inclusive ? value >= lo : value > lo;
+  if (std::isfinite(value) && above && value < hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      prefix, field, " must be in ", lo_inclusive ? "[" : "(", lo, ", ",
+      std::isinf(hi) ? "inf" : absl::StrCat(hi), "), got ", value));
+}
+
 }  // namespace
+
+absl::string_view OptimizerKindName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdam:
+      return "adam";
+  }
+  return "unknown";
+}
+
+OptimizerSpec OptimizerSpec::Sgd(float learning_rate, float momentum,
+                                 float weight_decay) {
+  OptimizerSpec s;
+  s.kind = OptimizerKind::kSgd;
+  s.learning_rate = learning_rate;
+  s.momentum = momentum;
+  s.weight_decay = weight_decay;
+  return s;
+}
+
+OptimizerSpec OptimizerSpec::Adam(float learning_rate, float beta1, float beta2,
+                                  float epsilon, float weight_decay) {
+  OptimizerSpec s;
+  s.kind = OptimizerKind::kAdam;
+  s.learning_rate = learning_rate;
+  s.beta1 = beta1;
+  s.beta2 = beta2;
+  s.epsilon = epsilon;
+  s.weight_decay = weight_decay;
+  return s;
+}
+
+bool OptimizerSpec::operator==(const OptimizerSpec& o) const {
+  if (kind != o.kind || learning_rate != o.learning_rate ||
+      weight_decay != o.weight_decay) {
+    return false;
+  }
+  if (kind == OptimizerKind::kSgd) return momentum == o.momentum;
+  return beta1 == o.beta1 && beta2 == o.beta2 && epsilon == o.epsilon;
+}
+
+absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec,
+                                   absl::string_view prefix) {
+  if (spec.kind != OptimizerKind::kSgd && spec.kind != OptimizerKind::kAdam) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "optimizer kind ", static_cast<int>(spec.kind),
+                     " is not one the servers implement (sgd, adam)"));
+  }
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const absl::Status checks[] = {
+      CheckRange(prefix, "learning_rate", spec.learning_rate, 0, false, kInf),
+      CheckRange(prefix, "momentum", spec.momentum, 0, true, 1),
+      CheckRange(prefix, "weight_decay", spec.weight_decay, 0, true, kInf),
+      CheckRange(prefix, "beta1", spec.beta1, 0, true, 1),
+      CheckRange(prefix, "beta2", spec.beta2, 0, true, 1),
+      CheckRange(prefix, "epsilon", spec.epsilon, 0, false, kInf),
+  };
+  for (const absl::Status& s : checks) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+std::string DescribeOptimizer(const OptimizerSpec& spec) {
+  const std::string common =
+      absl::StrCat(OptimizerKindName(spec.kind), "(learning_rate ",
+                   spec.learning_rate, ", weight_decay ", spec.weight_decay);
+  if (spec.kind == OptimizerKind::kSgd) {
+    return absl::StrCat(common, ", momentum ", spec.momentum, ")");
+  }
+  return absl::StrCat(common, ", beta1 ", spec.beta1, ", beta2 ", spec.beta2,
+                      ", epsilon ", spec.epsilon, ")");
+}
 
 absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
@@ -274,6 +359,9 @@ absl::Status ValidateModelSpec(const ModelSpec& model,
       return InvalidTensor(id, t, s.message());
     }
   }
+  if (model.optimizer.has_value()) {
+    return ValidateOptimizerSpec(*model.optimizer, "the declared optimizer's ");
+  }
   return absl::OkStatus();
 }
 
@@ -327,6 +415,14 @@ absl::Status CompareModelSpecs(const ModelSpec& expected,
   if (expected.seed != got.seed) {
     return differs("initializer seed", absl::StrCat(got.seed),
                    absl::StrCat(expected.seed));
+  }
+  if (expected.optimizer != got.optimizer) {
+    auto describe = [](const std::optional<OptimizerSpec>& o) {
+      return o.has_value() ? DescribeOptimizer(*o)
+                           : std::string("none (the servers' flags)");
+    };
+    return differs("optimizer", describe(got.optimizer),
+                   describe(expected.optimizer));
   }
   return absl::OkStatus();
 }

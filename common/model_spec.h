@@ -6,6 +6,7 @@
 // it, and every other rank's declaration must equal it.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,11 +76,56 @@ struct TensorSpec {
   int64_t num_elements() const;
 };
 
+// The optimizers the servers implement.
+enum class OptimizerKind { kSgd = 1, kAdam = 2 };
+
+// "sgd", "adam".
+absl::string_view OptimizerKindName(OptimizerKind kind);
+
+// The servers' optimizer and its hyper-parameters (server/optimizer.h
+// applies it); the defaults are the servers' flag defaults. Float32, as the
+// servers compute. Every field is validated whichever kind uses it.
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::kAdam;
+  float learning_rate = 0.001f;
+  // SGD: heavy-ball momentum; 0 is plain SGD.
+  float momentum = 0.9f;
+  // L2 penalty weight_decay * w added to the gradient of the tensors
+  // declared with TensorSpec::weight_decay.
+  float weight_decay = 0.0f;
+  // Adam.
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+
+  static OptimizerSpec Sgd(float learning_rate, float momentum = 0,
+                           float weight_decay = 0);
+  static OptimizerSpec Adam(float learning_rate, float beta1 = 0.9f,
+                            float beta2 = 0.999f, float epsilon = 1e-8f,
+                            float weight_decay = 0);
+
+  // Same kind and same values of the fields that kind uses.
+  bool operator==(const OptimizerSpec& o) const;
+  bool operator!=(const OptimizerSpec& o) const { return !(*this == o); }
+};
+
+// InvalidArgument naming the first field out of range (learning_rate and
+// epsilon finite and > 0; momentum, beta1, beta2 in [0, 1); weight_decay
+// finite and >= 0). Fields are named `prefix` + field ("--" for flags).
+absl::Status ValidateOptimizerSpec(const OptimizerSpec& spec,
+                                   absl::string_view prefix);
+
+// "sgd(learning_rate 0.1, momentum 0.9, weight_decay 0)": the fields the
+// kind uses.
+std::string DescribeOptimizer(const OptimizerSpec& spec);
+
 // The ordered list of a model's tensors. A tensor's id is its index here.
 struct ModelSpec {
   std::vector<TensorSpec> tensors;
   // Seeds the server-side initializers.
   uint64_t seed = 1;
+  // The optimizer the servers build for this model; unset: their flags'.
+  std::optional<OptimizerSpec> optimizer;
 
   int64_t total_elements() const;
   // Index of the tensor called `name`, or -1.
@@ -99,14 +145,16 @@ struct DeclarationLimits {
 // too long, non-printable or repeated name, an unsupported dtype, a
 // dimension below 1, too high a rank, too many bytes, or an initializer
 // whose parameters are not finite or make no sense (low >= high as
-// float32, stddev < 0, fans < 1).
+// float32, stddev < 0, fans < 1), or an optimizer out of range
+// (ValidateOptimizerSpec).
 absl::Status ValidateModelSpec(const ModelSpec& model,
                                const DeclarationLimits& limits);
 
 // OK if `got` declares exactly `expected`; otherwise FailedPrecondition
 // naming the first difference, e.g. `tensor 2 "fc1.weight": shape [256,128]
 // declared here, [128,256] by rank 0`. `expected_by` and `got_by` name the
-// two sides ("rank 0", "the checkpoint", "rank 3").
+// two sides ("rank 0", "the checkpoint", "rank 3"). The optimizer is
+// compared too: `optimizer: sgd(...) declared here, adam(...) by rank 0`.
 absl::Status CompareModelSpecs(const ModelSpec& expected,
                                absl::string_view expected_by,
                                const ModelSpec& got, absl::string_view got_by);

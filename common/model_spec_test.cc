@@ -1,6 +1,7 @@
 #include "common/model_spec.h"
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -202,6 +203,87 @@ TEST(ModelSpecTest, ComparesOnlyTheParametersAnInitializerUses) {
   EXPECT_TRUE(CompareModelSpecs(*a, "rank 0", c, "rank 1").ok());
   c.tensors[1].initializer.fan_in = 36;
   EXPECT_FALSE(CompareModelSpecs(*a, "rank 0", c, "rank 1").ok());
+}
+
+TEST(ModelSpecTest, RefusesADeclaredOptimizerOutOfRange) {
+  struct Case {
+    std::function<void(OptimizerSpec&)> change;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](OptimizerSpec& o) { o.learning_rate = 0; }, "learning_rate"},
+      {[](OptimizerSpec& o) { o.learning_rate = NAN; }, "learning_rate"},
+      {[](OptimizerSpec& o) { o.learning_rate = INFINITY; }, "learning_rate"},
+      {[](OptimizerSpec& o) { o.momentum = 1; }, "momentum must be in [0, 1)"},
+      {[](OptimizerSpec& o) { o.momentum = -0.1f; }, "momentum"},
+      {[](OptimizerSpec& o) { o.beta1 = 1; }, "beta1"},
+      {[](OptimizerSpec& o) { o.beta2 = -1; }, "beta2"},
+      {[](OptimizerSpec& o) { o.epsilon = 0; }, "epsilon"},
+      {[](OptimizerSpec& o) { o.weight_decay = -1e-4f; }, "weight_decay"},
+      {[](OptimizerSpec& o) { o.kind = static_cast<OptimizerKind>(9); },
+       "optimizer kind 9"},
+  };
+  DeclarationLimits limits;
+  ModelSpec model = Unusual();
+  model.optimizer = OptimizerSpec::Sgd(0.1f, 0.9f, 1e-4f);
+  EXPECT_TRUE(ValidateModelSpec(model, limits).ok());
+  for (const Case& c : cases) {
+    ModelSpec bad = model;
+    c.change(*bad.optimizer);
+    ExpectInvalid(ValidateModelSpec(bad, limits), "the declared optimizer's");
+    ExpectInvalid(ValidateModelSpec(bad, limits), c.message);
+  }
+}
+
+TEST(ModelSpecTest, ComparesTheDeclaredOptimizer) {
+  ModelSpec a = Unusual();
+  a.optimizer = OptimizerSpec::Sgd(0.1f, 0.9f);
+  ModelSpec b = a;
+  // What SGD does not use does not count.
+  b.optimizer->beta1 = 0.5f;
+  EXPECT_TRUE(CompareModelSpecs(a, "rank 0", b, "rank 1").ok());
+  b.optimizer = OptimizerSpec::Adam(0.1f);
+  absl::Status s = CompareModelSpecs(a, "rank 0", b, "rank 1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("optimizer: adam(learning_rate 0.1, weight_decay 0, "
+                        "beta1 0.9, beta2 0.999, epsilon 1e-08) declared by "
+                        "rank 1, sgd(learning_rate 0.1, weight_decay 0, "
+                        "momentum 0.9) by rank 0"));
+  b.optimizer.reset();
+  s = CompareModelSpecs(a, "rank 0", b, "rank 1");
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("optimizer: none (the servers' flags) declared by "
+                        "rank 1"));
+  b.optimizer = OptimizerSpec::Sgd(0.05f, 0.9f);
+  s = CompareModelSpecs(a, "rank 0", b, "rank 1");
+  EXPECT_THAT(std::string(s.message()), HasSubstr("learning_rate 0.05"));
+}
+
+TEST(ModelSpecTest, ProtoRoundTripKeepsTheOptimizer) {
+  ModelSpec a = Unusual();
+  proto::ModelDeclaration p;
+  ModelSpecToProto(a, &p);
+  EXPECT_FALSE(p.has_optimizer());
+  absl::StatusOr<ModelSpec> b = ModelSpecFromProto(p);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_FALSE(b->optimizer.has_value());
+
+  a.optimizer = OptimizerSpec::Adam(0.003f, 0.8f, 0.99f, 1e-6f, 0.01f);
+  ModelSpecToProto(a, &p);
+  b = ModelSpecFromProto(p);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(b->optimizer.has_value());
+  EXPECT_EQ(*b->optimizer, *a.optimizer);
+  EXPECT_EQ(b->optimizer->weight_decay, 0.01f);
+  EXPECT_TRUE(CompareModelSpecs(a, "sent", *b, "received").ok());
+
+  p.mutable_optimizer()->set_kind(
+      static_cast<proto::OptimizerDeclaration::Kind>(5));
+  ExpectInvalid(ModelSpecFromProto(p).status(), "optimizer's kind 5");
+  p.mutable_optimizer()->set_kind(
+      proto::OptimizerDeclaration::KIND_UNSPECIFIED);
+  ExpectInvalid(ModelSpecFromProto(p).status(), "optimizer's kind 0");
 }
 
 TEST(ModelSpecTest, MlpBiasesSkipWeightDecay) {

@@ -63,6 +63,19 @@ std::vector<std::pair<std::string, std::string>> WorkerEnvironmentVariables(
   };
 }
 
+void ReadAuthEnvironment(absl::FunctionRef<const char*(const char*)> lookup,
+                         WorkerEnvironment* environment) {
+  for (auto [name, field] : {
+           std::pair{"PS_TLS_CA", &environment->tls_ca_file},
+           std::pair{"PS_TLS_CERT", &environment->tls_cert_file},
+           std::pair{"PS_TLS_KEY", &environment->tls_key_file},
+           std::pair{"PS_TLS_SERVER_NAME", &environment->tls_server_name},
+           std::pair{"PS_TOKEN_FILE", &environment->token_file},
+       }) {
+    if (const char* value = lookup(name); value != nullptr) *field = value;
+  }
+}
+
 absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
     absl::FunctionRef<const char*(const char*)> lookup) {
   WorkerEnvironment environment;
@@ -101,15 +114,7 @@ absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
     }
     environment.job_id = job_id;
   }
-  for (auto [name, field] : {
-           std::pair{"PS_TLS_CA", &environment.tls_ca_file},
-           std::pair{"PS_TLS_CERT", &environment.tls_cert_file},
-           std::pair{"PS_TLS_KEY", &environment.tls_key_file},
-           std::pair{"PS_TLS_SERVER_NAME", &environment.tls_server_name},
-           std::pair{"PS_TOKEN_FILE", &environment.token_file},
-       }) {
-    if (const char* value = lookup(name); value != nullptr) *field = value;
-  }
+  ReadAuthEnvironment(lookup, &environment);
   environment.rank = *rank;
   environment.num_workers = *num_workers;
   environment.local_rank = *local_rank;

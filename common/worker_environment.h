@@ -55,6 +55,13 @@ std::vector<std::pair<std::string, std::string>> WorkerEnvironmentVariables(
 absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
     absl::FunctionRef<const char*(const char*)> lookup);
 
+// Only the authentication variables (PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY,
+// PS_TLS_SERVER_NAME, PS_TOKEN_FILE) into `environment`'s fields; unset
+// ones leave theirs as they were. For a program that names the servers itself
+// but runs where a launcher set these.
+void ReadAuthEnvironment(absl::FunctionRef<const char*(const char*)> lookup,
+                         WorkerEnvironment* environment);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_WORKER_ENVIRONMENT_H_

@@ -89,6 +89,24 @@ TEST(WorkerEnvironmentTest, CarriesTheAuthenticationFilesPaths) {
   EXPECT_EQ(read->token_file, "/auth/token");
 }
 
+TEST(WorkerEnvironmentTest, ReadsTheAuthenticationVariablesAlone) {
+  // Without PS_SERVERS or PS_RANK: a program that names the servers itself.
+  const std::map<std::string, std::string> variables = {
+      {"PS_TLS_CA", "/auth/ca.crt"}, {"PS_TOKEN_FILE", "/auth/token"}};
+  WorkerEnvironment read;
+  read.tls_server_name = "kept";
+  ReadAuthEnvironment(
+      [&variables](const char* name) -> const char* {
+        auto it = variables.find(name);
+        return it == variables.end() ? nullptr : it->second.c_str();
+      },
+      &read);
+  EXPECT_EQ(read.tls_ca_file, "/auth/ca.crt");
+  EXPECT_EQ(read.token_file, "/auth/token");
+  EXPECT_EQ(read.tls_cert_file, "");
+  EXPECT_EQ(read.tls_server_name, "kept");  // Unset: left as it was.
+}
+
 TEST(WorkerEnvironmentTest, SetsEmptyAuthenticationVariablesWhenPlaintext) {
   const auto variables = WorkerEnvironmentVariables(ThirdOfFour());
   const std::map<std::string, std::string> got(variables.begin(),

@@ -5,16 +5,14 @@ An ordinary single-process PyTorch script plus the lines marked "ps:"
 
     bazel build //python:paramserver //deploy/local:launch //server
     PYTHONPATH=$PWD/bazel-bin/python/site bazel-bin/deploy/local/launch \\
-        --num_servers=2 --num_workers=2 --optimizer=adam \\
-        --learning_rate=0.001 --lr_schedule=cosine \\
+        --num_servers=2 --num_workers=2 \\
         -- /usr/bin/python3 examples/pytorch_fashion_mnist.py
 
-The servers run Adam as the launcher's flags say (with
---lr_schedule=cosine they decay its learning rate over the planned steps;
-constant works too); DistributedOptimizer checks that they match the
-torch.optim.Adam wrapped here. Every rank trains on its shard of each
-epoch; rank 0 evaluates on the test set after each epoch and prints "final
-test accuracy: X" at the end, which the launcher's summary repeats.
+The servers run the torch.optim.Adam wrapped here (the declaration carries
+it), at the learning rate CosineAnnealingLR sets for each step (every push
+carries it). Every rank trains on its shard of each epoch; rank 0
+evaluates on the test set after each epoch and prints "final test
+accuracy: X" at the end, which the launcher's summary repeats.
 """
 
 import argparse
@@ -108,6 +106,8 @@ def main():
         named_parameters=model.named_parameters(),
         planned_steps=args.epochs * steps_per_epoch)
     optimizer.num_examples = args.batch_size  # ps: weight in a sync step
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
+        optimizer, T_max=args.epochs * steps_per_epoch)
 
     start = time.time()
     for epoch in range(args.epochs):
@@ -124,6 +124,7 @@ def main():
             loss = F.cross_entropy(model(train_x[batch]), train_y[batch])
             loss.backward()
             optimizer.step()
+            scheduler.step()
             loss_sum += loss.item()
         line = "epoch %d: mean loss %.4f, %.1f s" % (
             epoch + 1, loss_sum / steps_per_epoch, time.time() - start)

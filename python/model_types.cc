@@ -102,6 +102,30 @@ void DefineModelTypes(py::module_& m) {
             ", weight_decay=", t.weight_decay ? "True" : "False", ")");
       });
 
+  py::class_<OptimizerSpec>(
+      m, "OptimizerSpec",
+      "The optimizer the servers build for the declared model (see "
+      "common/model_spec.h); float32 fields.")
+      .def_static("sgd", &OptimizerSpec::Sgd, py::arg("learning_rate"),
+                  py::arg("momentum") = 0.0f, py::arg("weight_decay") = 0.0f)
+      .def_static("adam", &OptimizerSpec::Adam, py::arg("learning_rate"),
+                  py::arg("beta1") = 0.9f, py::arg("beta2") = 0.999f,
+                  py::arg("epsilon") = 1e-8f, py::arg("weight_decay") = 0.0f)
+      .def_property_readonly("kind",
+                             [](const OptimizerSpec& o) {
+                               return std::string(OptimizerKindName(o.kind));
+                             })
+      .def_readonly("learning_rate", &OptimizerSpec::learning_rate)
+      .def_readonly("momentum", &OptimizerSpec::momentum)
+      .def_readonly("weight_decay", &OptimizerSpec::weight_decay)
+      .def_readonly("beta1", &OptimizerSpec::beta1)
+      .def_readonly("beta2", &OptimizerSpec::beta2)
+      .def_readonly("epsilon", &OptimizerSpec::epsilon)
+      .def(py::self == py::self)
+      .def("__repr__", [](const OptimizerSpec& o) {
+        return absl::StrCat("OptimizerSpec(", DescribeOptimizer(o), ")");
+      });
+
   py::class_<Registration>(m, "Registration",
                            "What the servers told a rank that declared.")
       .def_property_readonly("mode",

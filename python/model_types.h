@@ -2,8 +2,8 @@
 #define PS_PYTHON_MODEL_TYPES_H_
 
 // The declaration's types in paramserver._native: Initializer
-// (ps::InitializerSpec), TensorSpec and Registration, with reprs that read
-// as the Python that builds them.
+// (ps::InitializerSpec), TensorSpec, OptimizerSpec and Registration, with reprs
+// that read as the Python that builds them.
 
 #include "pybind11/pybind11.h"
 

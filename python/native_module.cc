@@ -14,6 +14,7 @@
 // paramserver.Error or a subclass per status code, with the library's
 // message, which names the shard and carries the server's own words.
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -32,6 +33,7 @@
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
 #include "python/model_types.h"
+#include "python/saved_models.h"
 #include "python/status_exceptions.h"
 
 namespace py = pybind11;
@@ -61,10 +63,12 @@ class NativeClient {
   int rank() const { return rank_; }
 
   Registration Declare(const std::vector<TensorSpec>& tensors,
-                       uint64_t planned_steps, uint64_t seed) {
+                       uint64_t planned_steps, uint64_t seed,
+                       std::optional<OptimizerSpec> optimizer) {
     ModelSpec model;
     model.tensors = tensors;
     model.seed = seed;
+    model.optimizer = optimizer;
     std::shared_ptr<ParameterClient> client = Client();
     absl::StatusOr<Registration> registration;
     {
@@ -289,15 +293,35 @@ class NativeStep {
   std::unique_ptr<StepPush> push_;  // Declared last: destroyed first.
 };
 
+// Authentication files and names; unset: the environment's (PS_TLS_*).
+struct AuthArgs {
+  std::optional<std::string> tls_ca_file;
+  std::optional<std::string> tls_cert_file;
+  std::optional<std::string> tls_key_file;
+  std::optional<std::string> tls_server_name;
+  std::optional<std::string> token_file;
+};
+
 std::unique_ptr<NativeClient> Connect(
     std::optional<std::vector<std::string>> servers, std::optional<int> rank,
     std::optional<std::string> job_id, std::optional<double> connect_timeout,
-    std::optional<double> retry_timeout) {
+    std::optional<double> retry_timeout, const AuthArgs& auth) {
   ClientOptions options;
   if (!servers.has_value()) {
     options = ValueOrThrow(ClientOptions::FromEnvironment());
   } else {
+    // Servers named here, but the launcher's TLS settings still apply.
+    options = ClientOptions::AuthFromEnvironment();
     options.servers = *servers;
+  }
+  for (auto [given, field] : {
+           std::pair{&auth.tls_ca_file, &options.tls_ca_file},
+           std::pair{&auth.tls_cert_file, &options.tls_cert_file},
+           std::pair{&auth.tls_key_file, &options.tls_key_file},
+           std::pair{&auth.tls_server_name, &options.tls_server_name},
+           std::pair{&auth.token_file, &options.token_file},
+       }) {
+    if (given->has_value()) *field = **given;
   }
   if (rank.has_value()) options.rank = *rank;
   if (job_id.has_value()) options.job_id = *job_id;
@@ -316,17 +340,41 @@ std::unique_ptr<NativeClient> Connect(
 }
 
 void DefineClient(py::module_& m) {
-  m.def("connect", &Connect, py::arg("servers") = py::none(),
-        py::arg("rank") = py::none(), py::arg("job_id") = py::none(),
-        py::arg("connect_timeout") = py::none(),
-        py::arg("retry_timeout") = py::none(),
-        "Connects to every shard; servers, rank and job id default to the "
-        "launcher's PS_SERVERS, PS_RANK and PS_JOB_ID.");
+  m.def(
+      "connect",
+      [](std::optional<std::vector<std::string>> servers,
+         std::optional<int> rank, std::optional<std::string> job_id,
+         std::optional<double> connect_timeout,
+         std::optional<double> retry_timeout,
+         std::optional<std::string> tls_ca_file,
+         std::optional<std::string> tls_cert_file,
+         std::optional<std::string> tls_key_file,
+         std::optional<std::string> tls_server_name,
+         std::optional<std::string> token_file) {
+        return Connect(std::move(servers), rank, std::move(job_id),
+                       connect_timeout, retry_timeout,
+                       {std::move(tls_ca_file), std::move(tls_cert_file),
+                        std::move(tls_key_file), std::move(tls_server_name),
+                        std::move(token_file)});
+      },
+      py::arg("servers") = py::none(), py::arg("rank") = py::none(),
+      py::arg("job_id") = py::none(), py::arg("connect_timeout") = py::none(),
+      py::arg("retry_timeout") = py::none(),
+      py::arg("tls_ca_file") = py::none(),
+      py::arg("tls_cert_file") = py::none(),
+      py::arg("tls_key_file") = py::none(),
+      py::arg("tls_server_name") = py::none(),
+      py::arg("token_file") = py::none(),
+      "Connects to every shard; servers, rank and job id default to the "
+      "launcher's PS_SERVERS, PS_RANK and PS_JOB_ID, the authentication "
+      "files (also with servers given) to PS_TLS_CA, PS_TLS_CERT, "
+      "PS_TLS_KEY, PS_TLS_SERVER_NAME and PS_TOKEN_FILE.");
 
   py::class_<NativeClient>(m, "NativeClient")
       .def_property_readonly("rank", &NativeClient::rank)
       .def("declare", &NativeClient::Declare, py::arg("tensors"),
-           py::arg("planned_steps"), py::arg("seed") = 1)
+           py::arg("planned_steps"), py::arg("seed") = 1,
+           py::arg("optimizer") = py::none())
       .def("model", &NativeClient::Model)
       .def("tensor_id", &NativeClient::TensorId, py::arg("name"))
       .def("weights",
@@ -346,7 +394,13 @@ void DefineClient(py::module_& m) {
           "start_step",
           [](py::object self, uint64_t step, uint64_t base_version,
              uint32_t num_examples, uint64_t epoch, uint64_t examples_done,
-             bool pull_after) {
+             bool pull_after, std::optional<float> learning_rate) {
+            if (learning_rate.has_value() &&
+                !(std::isfinite(*learning_rate) && *learning_rate >= 0)) {
+              ThrowIfError(absl::InvalidArgumentError(
+                  absl::StrCat("learning_rate ", *learning_rate,
+                               " is not finite and >= 0")));
+            }
             NativeClient& owner = self.cast<NativeClient&>();
             std::shared_ptr<ParameterClient> client = owner.Client();
             StepInfo info;
@@ -354,13 +408,15 @@ void DefineClient(py::module_& m) {
             info.base_version = base_version;
             info.num_examples = num_examples;
             info.cursor = {epoch, examples_done};
+            info.learning_rate = learning_rate;
             std::unique_ptr<StepPush> push =
                 client->StartStep(info, pull_after);
             return std::make_unique<NativeStep>(std::move(client), &owner, self,
                                                 std::move(push));
           },
           py::arg("step"), py::arg("base_version"), py::arg("num_examples"),
-          py::arg("epoch"), py::arg("examples_done"), py::arg("pull_after"))
+          py::arg("epoch"), py::arg("examples_done"), py::arg("pull_after"),
+          py::arg("learning_rate") = py::none())
       .def("barrier", &NativeClient::Barrier)
       .def("finish", &NativeClient::Finish)
       .def("close", &NativeClient::Close);
@@ -379,4 +435,5 @@ PYBIND11_MODULE(_native, m) {
   ps::DefineExceptions(m);
   ps::DefineModelTypes(m);
   ps::DefineClient(m);
+  ps::DefineSavedModels(m);
 }

@@ -242,20 +242,6 @@ absl::Status DecodeSlice(absl::string_view r, size_t index,
   return r.empty() ? absl::OkStatus() : Malformed(what);
 }
 
-// The version in `name` if it is shard `index`'s checkpoint file name.
-std::optional<uint64_t> VersionOf(absl::string_view name, int index) {
-  const std::string prefix = absl::StrCat("shard-", index, "-");
-  if (!absl::ConsumePrefix(&name, prefix) ||
-      !absl::ConsumeSuffix(&name, kSuffix) || name.empty() ||
-      !std::all_of(name.begin(), name.end(),
-                   [](char c) { return c >= '0' && c <= '9'; })) {
-    return std::nullopt;
-  }
-  uint64_t version = 0;
-  if (!absl::SimpleAtoi(name, &version)) return std::nullopt;
-  return version;
-}
-
 }  // namespace
 
 std::vector<std::string> EncodeCheckpoint(const ShardCheckpoint& c) {
@@ -324,6 +310,27 @@ std::string CheckpointFileName(int server_index, uint64_t version) {
   return absl::StrCat("shard-", server_index, "-", version, kSuffix);
 }
 
+std::optional<uint64_t> CheckpointVersion(absl::string_view name,
+                                          int server_index) {
+  const std::string prefix = absl::StrCat("shard-", server_index, "-");
+  if (!absl::ConsumePrefix(&name, prefix) ||
+      !absl::ConsumeSuffix(&name, kSuffix) || name.empty() ||
+      !std::all_of(name.begin(), name.end(),
+                   [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  uint64_t version = 0;
+  if (!absl::SimpleAtoi(name, &version)) return std::nullopt;
+  return version;
+}
+
+absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path) {
+  absl::StatusOr<std::vector<std::string>> records =
+      ReadRecordFile(path, kKind);
+  if (!records.ok()) return records.status();
+  return DecodeCheckpoint(*records);
+}
+
 absl::StatusOr<std::vector<std::string>> ListCheckpoints(const std::string& dir,
                                                          int server_index) {
   namespace fs = std::filesystem;
@@ -333,7 +340,7 @@ absl::StatusOr<std::vector<std::string>> ListCheckpoints(const std::string& dir,
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
        it.increment(ec)) {
     std::optional<uint64_t> version =
-        VersionOf(it->path().filename().string(), server_index);
+        CheckpointVersion(it->path().filename().string(), server_index);
     if (version.has_value()) found.emplace_back(*version, it->path().string());
   }
   if (ec) {
@@ -383,11 +390,7 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> LoadNewestCheckpoint(
   if (paths->empty()) return std::optional<LoadedCheckpoint>();
   LoadedCheckpoint loaded;
   for (const std::string& path : *paths) {
-    absl::StatusOr<std::vector<std::string>> records =
-        ReadRecordFile(path, kKind);
-    absl::StatusOr<ShardCheckpoint> checkpoint =
-        records.ok() ? DecodeCheckpoint(*records)
-                     : absl::StatusOr<ShardCheckpoint>(records.status());
+    absl::StatusOr<ShardCheckpoint> checkpoint = ReadCheckpoint(path);
     if (!checkpoint.ok()) {
       loaded.skipped.push_back(
           absl::StrCat(path, ": ", checkpoint.status().message()));

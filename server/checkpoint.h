@@ -63,6 +63,14 @@ absl::Status CheckIdentity(const CheckpointIdentity& expected,
 
 // "shard-<index>-<version>.ckpt".
 std::string CheckpointFileName(int server_index, uint64_t version);
+// The version in `file_name` if it is shard `server_index`'s checkpoint
+// file name.
+std::optional<uint64_t> CheckpointVersion(absl::string_view file_name,
+                                          int server_index);
+
+// Reads and decodes one checkpoint file: NotFound, or DataLoss naming what
+// is malformed.
+absl::StatusOr<ShardCheckpoint> ReadCheckpoint(const std::string& path);
 
 // Writes `checkpoint` atomically (temporary file, fsync, rename) to
 // `dir`/shard-<index>-<version>.ckpt, creating `dir` if needed, then deletes

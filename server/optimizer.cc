@@ -11,21 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace ps::server {
 namespace {
-
-// Checks lo <= value < hi (or <= hi when hi_inclusive) and finiteness.
-absl::Status CheckRange(absl::string_view flag, float value, float lo,
-                        bool lo_inclusive, float hi, bool hi_inclusive) {
-  const bool above = lo_inclusive ? value >= lo : value > lo;
-  const bool below = hi_inclusive ? value <= hi : value < hi;
-  if (std::isfinite(value) && above && below) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, " must be in ", lo_inclusive ? "[" : "(", lo,
-                   ", ", std::isinf(hi) ? "inf" : absl::StrCat(hi),
-                   hi_inclusive ? "]" : ")", ", got ", value));
-}
 
 // The update loops are bound by memory traffic, and AVX2's 256-bit loads
 // and stores move it faster (16 MiB rounds ~5%, bench/README.md), so on
@@ -183,24 +172,44 @@ absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
       "--optimizer must be \"sgd\" or \"adam\", got \"", name, "\""));
 }
 
-absl::string_view OptimizerKindName(OptimizerKind kind) {
-  return kind == OptimizerKind::kSgd ? "sgd" : "adam";
+absl::Status ValidateOptimizerConfig(const OptimizerConfig& config) {
+  return ValidateOptimizerSpec(config, "--");
 }
 
-absl::Status ValidateOptimizerConfig(const OptimizerConfig& config) {
-  constexpr float kInf = INFINITY;
-  absl::Status checks[] = {
-      CheckRange("learning_rate", config.learning_rate, 0, false, kInf, false),
-      CheckRange("momentum", config.momentum, 0, true, 1, false),
-      CheckRange("weight_decay", config.weight_decay, 0, true, kInf, false),
-      CheckRange("beta1", config.beta1, 0, true, 1, false),
-      CheckRange("beta2", config.beta2, 0, true, 1, false),
-      CheckRange("epsilon", config.epsilon, 0, false, kInf, false),
+absl::StatusOr<OptimizerConfig> ResolveOptimizer(
+    const OptimizerConfig& flags, const OptimizerFlagsGiven& given,
+    const std::optional<OptimizerSpec>& declared,
+    absl::string_view declared_by) {
+  if (!declared.has_value()) return flags;
+  const OptimizerSpec& d = *declared;
+  const bool sgd = d.kind == OptimizerKind::kSgd;
+  std::vector<std::string> differences;
+  auto check = [&](bool flag_given, bool used, absl::string_view flag,
+                   float flag_value, float declared_value) {
+    if (flag_given && used && flag_value != declared_value) {
+      differences.push_back(absl::StrCat(
+          "--", flag, "=", flag_value, " where it declares ", declared_value));
+    }
   };
-  for (const absl::Status& s : checks) {
-    if (!s.ok()) return s;
+  if (given.optimizer && flags.kind != d.kind) {
+    differences.push_back(
+        absl::StrCat("--optimizer=", OptimizerKindName(flags.kind),
+                     " where it declares ", OptimizerKindName(d.kind)));
   }
-  return absl::OkStatus();
+  check(given.learning_rate, true, "learning_rate", flags.learning_rate,
+        d.learning_rate);
+  check(given.weight_decay, true, "weight_decay", flags.weight_decay,
+        d.weight_decay);
+  check(given.momentum, sgd, "momentum", flags.momentum, d.momentum);
+  check(given.beta1, !sgd, "beta1", flags.beta1, d.beta1);
+  check(given.beta2, !sgd, "beta2", flags.beta2, d.beta2);
+  check(given.epsilon, !sgd, "epsilon", flags.epsilon, d.epsilon);
+  if (differences.empty()) return d;
+  return absl::FailedPreconditionError(absl::StrCat(
+      declared_by, " declares the optimizer ", DescribeOptimizer(d),
+      ", but this server was started with ", absl::StrJoin(differences, ", "),
+      ": start the servers without those flags (the declaration sets the "
+      "optimizer) or with the declared values"));
 }
 
 absl::Status Optimizer::Apply(absl::Span<const float> gradient,

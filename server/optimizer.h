@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,35 +12,45 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/model_spec.h"
 #include "common/tensor_codec.h"
 #include "server/range_pool.h"
 
 namespace ps::server {
 
-enum class OptimizerKind { kSgd, kAdam };
+using ::ps::OptimizerKind;
+using ::ps::OptimizerKindName;
 
 // Parses "sgd" or "adam".
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name);
-absl::string_view OptimizerKindName(OptimizerKind kind);
 
-// Hyper-parameters of the server-side optimizer, as given by the flags of the
-// same names. Fields that the chosen kind does not use are still validated,
-// so a typo is reported whichever optimizer is picked.
-struct OptimizerConfig {
-  OptimizerKind kind = OptimizerKind::kAdam;
-  float learning_rate = 0.001f;
-  // SGD only; 0 is plain SGD.
-  float momentum = 0.9f;
-  // L2 penalty: weight_decay * w is added to the gradient.
-  float weight_decay = 0.0f;
-  // Adam only.
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float epsilon = 1e-8f;
-};
+// Hyper-parameters of the server-side optimizer: the declared ones
+// (ModelSpec::optimizer), or else the flags of the same names.
+using OptimizerConfig = ::ps::OptimizerSpec;
 
 // InvalidArgument naming the flag when a value is out of range.
 absl::Status ValidateOptimizerConfig(const OptimizerConfig& config);
+
+// Which of the optimizer flags a server's command line gave.
+struct OptimizerFlagsGiven {
+  bool optimizer = false;
+  bool learning_rate = false;
+  bool momentum = false;
+  bool weight_decay = false;
+  bool beta1 = false;
+  bool beta2 = false;
+  bool epsilon = false;
+};
+
+// The optimizer a shard runs: `declared` (by `declared_by`, e.g. "rank 0")
+// when the declaration carries one, else `flags`. A flag given explicitly
+// that says otherwise than the declaration, for a field the declared kind
+// uses, is FailedPrecondition naming the flag and both values: the servers
+// never silently run another optimizer than the one a program declares.
+absl::StatusOr<OptimizerConfig> ResolveOptimizer(
+    const OptimizerConfig& flags, const OptimizerFlagsGiven& given,
+    const std::optional<OptimizerSpec>& declared,
+    absl::string_view declared_by);
 
 // One named state vector of an optimizer, as long as the weights it updates.
 struct OptimizerStateVector {

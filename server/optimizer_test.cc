@@ -2,8 +2,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -18,18 +21,11 @@ std::unique_ptr<Optimizer> Make(const OptimizerConfig& config, size_t n) {
 }
 
 OptimizerConfig Sgd(float lr, float momentum, float weight_decay) {
-  OptimizerConfig c;
-  c.kind = OptimizerKind::kSgd;
-  c.learning_rate = lr;
-  c.momentum = momentum;
-  c.weight_decay = weight_decay;
-  return c;
+  return OptimizerConfig::Sgd(lr, momentum, weight_decay);
 }
 
 OptimizerConfig Adam(float lr, float weight_decay) {
-  OptimizerConfig c;
-  c.kind = OptimizerKind::kAdam;
-  c.learning_rate = lr;
+  OptimizerConfig c = OptimizerConfig::Adam(lr);
   c.weight_decay = weight_decay;
   return c;
 }
@@ -288,4 +284,88 @@ TEST(OptimizerTest, PooledUpdateGivesTheSameBitsAsOneThread) {
 }
 
 }  // namespace
+
+TEST(OptimizerTest, TheDeclaredOptimizerReplacesDefaultFlags) {
+  const OptimizerConfig flags;  // Adam, the servers' defaults.
+  const OptimizerSpec declared = OptimizerSpec::Sgd(0.1f, 0.5f, 0.01f);
+  absl::StatusOr<OptimizerConfig> resolved =
+      ResolveOptimizer(flags, {}, declared, "rank 0");
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(*resolved, declared);
+  // Without a declared optimizer, the flags, whichever were given.
+  OptimizerFlagsGiven all;
+  all.optimizer = all.learning_rate = all.momentum = true;
+  resolved = ResolveOptimizer(flags, all, std::nullopt, "rank 0");
+  ASSERT_TRUE(resolved.ok());
+  EXPECT_EQ(*resolved, flags);
+}
+
+TEST(OptimizerTest, AGivenFlagThatAgreesWithTheDeclarationIsFine) {
+  OptimizerConfig flags = Sgd(0.1f, 0.5f, 0.0f);
+  OptimizerFlagsGiven given;
+  given.optimizer = given.learning_rate = given.momentum = true;
+  // beta1 is given but SGD does not use it.
+  given.beta1 = true;
+  flags.beta1 = 0.3f;
+  EXPECT_TRUE(ResolveOptimizer(flags, given,
+                               OptimizerSpec::Sgd(0.1f, 0.5f, 0.01f), "rank 0")
+                  .ok());
+}
+
+TEST(OptimizerTest, AGivenFlagThatSaysOtherwiseIsAnError) {
+  struct Case {
+    std::function<void(OptimizerConfig&, OptimizerFlagsGiven&)> flag;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](OptimizerConfig& c, OptimizerFlagsGiven& g) {
+         c.kind = OptimizerKind::kAdam;
+         g.optimizer = true;
+       },
+       "--optimizer=adam where it declares sgd"},
+      {[](OptimizerConfig& c, OptimizerFlagsGiven& g) {
+         c.learning_rate = 0.2f;
+         g.learning_rate = true;
+       },
+       "--learning_rate=0.2 where it declares 0.1"},
+      {[](OptimizerConfig& c, OptimizerFlagsGiven& g) {
+         c.momentum = 0.0f;
+         g.momentum = true;
+       },
+       "--momentum=0 where it declares 0.9"},
+      {[](OptimizerConfig& c, OptimizerFlagsGiven& g) {
+         c.weight_decay = 0.5f;
+         g.weight_decay = true;
+       },
+       "--weight_decay=0.5 where it declares 0"},
+  };
+  for (const Case& c : cases) {
+    OptimizerConfig flags = Sgd(0.1f, 0.9f, 0.0f);
+    OptimizerFlagsGiven given;
+    c.flag(flags, given);
+    absl::StatusOr<OptimizerConfig> resolved = ResolveOptimizer(
+        flags, given, OptimizerSpec::Sgd(0.1f, 0.9f), "rank 0");
+    ASSERT_FALSE(resolved.ok()) << c.message;
+    EXPECT_EQ(resolved.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(resolved.status().message().find(c.message), std::string::npos)
+        << resolved.status();
+    EXPECT_NE(resolved.status().message().find(
+                  "rank 0 declares the optimizer sgd(learning_rate 0.1"),
+              std::string::npos)
+        << resolved.status();
+  }
+  // Adam's own fields.
+  OptimizerConfig flags = Adam(0.1f, 0.0f);
+  flags.beta2 = 0.9f;
+  OptimizerFlagsGiven given;
+  given.beta2 = true;
+  absl::StatusOr<OptimizerConfig> resolved =
+      ResolveOptimizer(flags, given, OptimizerSpec::Adam(0.1f), "rank 0");
+  ASSERT_FALSE(resolved.ok());
+  EXPECT_NE(resolved.status().message().find("--beta2=0.9 where it declares "
+                                             "0.999"),
+            std::string::npos)
+      << resolved.status();
+}
+
 }  // namespace ps::server

@@ -20,6 +20,7 @@ PushMessage PushMessageFromProto(const proto::PushRequest& r,
   m.num_examples = r.num_examples();
   m.epoch = r.epoch();
   m.examples_done = r.examples_done();
+  if (r.has_learning_rate()) m.learning_rate = r.learning_rate();
   m.initial_values = r.initial_values();
   m.has_chunk = r.has_chunk();
   if (m.has_chunk) {

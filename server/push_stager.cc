@@ -1,6 +1,7 @@
 #include "server/push_stager.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <iterator>
 #include <string>
@@ -58,6 +59,11 @@ absl::Status PushStager::CheckProgress(const PushMessage& m) {
     return absl::InvalidArgumentError(absl::StrCat(
         "examples_done ", m.examples_done, " is below num_examples ",
         m.num_examples, ": the progress after a batch counts the batch"));
+  }
+  if (m.learning_rate.has_value() &&
+      !(std::isfinite(*m.learning_rate) && *m.learning_rate >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learning_rate ", *m.learning_rate, " is not finite and >= 0"));
   }
   return absl::OkStatus();
 }
@@ -235,6 +241,7 @@ absl::StatusOr<StagedPush> PushStager::Finish() {
   staged.num_examples = first_.num_examples;
   staged.epoch = first_.epoch;
   staged.examples_done = first_.examples_done;
+  staged.learning_rate = first_.learning_rate;
   staged.initial_values = first_.initial_values;
   staged.gradients = std::move(gradients_);
   gradients_.clear();

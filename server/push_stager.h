@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,6 +37,9 @@ struct PushMessage {
   uint32_t num_examples = 0;
   uint64_t epoch = 0;
   uint64_t examples_done = 0;
+  // The learning rate the worker wants the gradient applied at; unset: the
+  // shard's schedule.
+  std::optional<float> learning_rate;
   // Rank 0's initial values of the kFromRank0 tensors, not a gradient.
   bool initial_values = false;
   bool has_chunk = false;
@@ -53,6 +57,7 @@ struct StagedPush {
   uint32_t num_examples = 0;
   uint64_t epoch = 0;
   uint64_t examples_done = 0;
+  std::optional<float> learning_rate;  // As PushMessage's.
   // The values of the kFromRank0 slices (the others' entries are empty).
   bool initial_values = false;
   std::vector<SliceGradient> gradients;
@@ -67,9 +72,10 @@ struct StagedPush {
 // Checks, each failing with InvalidArgument naming what is wrong: the header
 // (ValidateRequestHeader); header, step, base_version, num_examples, epoch
 // and examples_done equal in every message; examples_done >= num_examples
-// (the progress after the batch counts it); tensor id, dtype and shape match
-// the model; the chunk's range lies inside one owned slice and holds at least
-// the minimum of elements unless it ends the slice; data holds exactly
+// (the progress after the batch counts it); a learning rate, if any,
+// finite and >= 0 (taken from the first message); tensor id, dtype and shape
+// match the model; the chunk's range lies inside one owned slice and holds at
+// least the minimum of elements unless it ends the slice; data holds exactly
 // num_elements float32 values, none of them NaN or infinite (unless told to
 // let them pass); no element is sent twice. A push of initial values
 // (PushMessage::initial_values) comes from rank 0 with step, base_version and

@@ -1,6 +1,7 @@
 #include "server/push_stager.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -215,6 +216,28 @@ TEST_F(PushStagerTest, RejectsProgressThatDoesNotCountTheBatch) {
   std::vector<OwnedMessage> push = ValidPush(1, 10);
   for (OwnedMessage& m : push) m.message.examples_done = 31;
   ExpectRefused(push, "examples_done 31 is below num_examples 32");
+}
+
+TEST_F(PushStagerTest, KeepsTheWorkersLearningRate) {
+  std::vector<OwnedMessage> push = ValidPush(1, 10);
+  absl::StatusOr<StagedPush> staged = Feed(push);
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  EXPECT_FALSE(staged->learning_rate.has_value());
+  // A scheduler may take it to 0 (a warm-up's first step).
+  for (float lr : {0.25f, 0.0f}) {
+    push[0].message.learning_rate = lr;
+    staged = Feed(push);
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    EXPECT_EQ(staged->learning_rate, lr);
+  }
+}
+
+TEST_F(PushStagerTest, RejectsALearningRateThatIsNotFiniteAndNonNegative) {
+  for (float lr : {-0.1f, NAN, INFINITY}) {
+    std::vector<OwnedMessage> push = ValidPush(1, 10);
+    push[0].message.learning_rate = lr;
+    ExpectRefused(push, "is not finite and >= 0");
+  }
 }
 
 TEST_F(PushStagerTest, RejectsChunksThatDoNotMatchTheModel) {

@@ -66,18 +66,32 @@ ABSL_FLAG(
     "If set, the bound port is written here (atomically) once listening.");
 ABSL_FLAG(std::string, mode, "sync", "Consistency: sync, ssp or async.");
 ABSL_FLAG(int, staleness, 0, "ssp only: how many clocks a worker may lead.");
-ABSL_FLAG(std::string, optimizer, "adam", "adam or sgd.");
-ABSL_FLAG(float, learning_rate, 0.001f, "Optimizer learning rate.");
-ABSL_FLAG(float, momentum, 0.9f, "sgd momentum; 0 is plain SGD.");
-ABSL_FLAG(float, weight_decay, 0.0f, "L2 penalty added to the gradient.");
-ABSL_FLAG(float, beta1, 0.9f, "adam beta1.");
-ABSL_FLAG(float, beta2, 0.999f, "adam beta2.");
-ABSL_FLAG(float, epsilon, 1e-8f, "adam epsilon.");
+// The optimizer flags are unset by default (OptimizerConfig's defaults
+// apply), so that a server can tell a flag given from a default when a
+// declaration carries the optimizer.
+ABSL_FLAG(std::optional<std::string>, optimizer, std::nullopt,
+          "adam (the default) or sgd. A declaration that carries the "
+          "optimizer (the PyTorch layer's does) sets it and its "
+          "hyper-parameters; the optimizer flags given must then agree with "
+          "it.");
+ABSL_FLAG(std::optional<float>, learning_rate, std::nullopt,
+          "Optimizer learning rate (default 0.001).");
+ABSL_FLAG(std::optional<float>, momentum, std::nullopt,
+          "sgd momentum (default 0.9); 0 is plain SGD.");
+ABSL_FLAG(std::optional<float>, weight_decay, std::nullopt,
+          "L2 penalty added to the gradient (default 0).");
+ABSL_FLAG(std::optional<float>, beta1, std::nullopt,
+          "adam beta1 (default 0.9).");
+ABSL_FLAG(std::optional<float>, beta2, std::nullopt,
+          "adam beta2 (default 0.999).");
+ABSL_FLAG(std::optional<float>, epsilon, std::nullopt,
+          "adam epsilon (default 1e-8).");
 ABSL_FLAG(int, max_message_mb, 64, "Largest gRPC message, in MiB.");
 ABSL_FLAG(std::string, lr_schedule, "constant",
           "constant, or cosine: decays --learning_rate to "
           "--min_learning_rate over the planned updates (the workers' "
-          "planned steps; times --num_workers in ssp and async).");
+          "planned steps; times --num_workers in ssp and async). Not for a "
+          "declared optimizer, whose pushes carry their learning rate.");
 ABSL_FLAG(float, min_learning_rate, 0.0f,
           "cosine: the learning rate at and after the last planned update.");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
@@ -181,7 +195,9 @@ struct ServerConfig {
   std::string address;
   std::string port_file;
   CoordinatorOptions coordinator;
+  // From the flags; a declared optimizer replaces it (ResolveOptimizer).
   OptimizerConfig optimizer;
+  OptimizerFlagsGiven optimizer_given;
   int max_message_bytes = 0;
   std::optional<CheckpointPolicy> checkpoints;  // Unset: none.
   bool restore = false;
@@ -332,17 +348,27 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
                      ConsistencyModeName(*mode)));
   }
 
-  absl::StatusOr<OptimizerKind> kind =
-      ParseOptimizerKind(absl::GetFlag(FLAGS_optimizer));
-  if (!kind.ok()) return kind.status();
-  c.optimizer.kind = *kind;
-  c.optimizer.learning_rate = absl::GetFlag(FLAGS_learning_rate);
-  c.optimizer.momentum = absl::GetFlag(FLAGS_momentum);
-  c.optimizer.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  c.optimizer.beta1 = absl::GetFlag(FLAGS_beta1);
-  c.optimizer.beta2 = absl::GetFlag(FLAGS_beta2);
-  c.optimizer.epsilon = absl::GetFlag(FLAGS_epsilon);
-  if (absl::Status s = ValidateOptimizerConfig(c.optimizer); !s.ok()) return s;
+  if (const std::optional<std::string> name = absl::GetFlag(FLAGS_optimizer);
+      name.has_value()) {
+    absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(*name);
+    if (!kind.ok()) return kind.status();
+    c.optimizer.kind = *kind;
+    c.optimizer_given.optimizer = true;
+  }
+  auto set = [](std::optional<float> flag, float& field, bool& given) {
+    if (!flag.has_value()) return;
+    field = *flag;
+    given = true;
+  };
+  OptimizerConfig& o = c.optimizer;
+  OptimizerFlagsGiven& g = c.optimizer_given;
+  set(absl::GetFlag(FLAGS_learning_rate), o.learning_rate, g.learning_rate);
+  set(absl::GetFlag(FLAGS_momentum), o.momentum, g.momentum);
+  set(absl::GetFlag(FLAGS_weight_decay), o.weight_decay, g.weight_decay);
+  set(absl::GetFlag(FLAGS_beta1), o.beta1, g.beta1);
+  set(absl::GetFlag(FLAGS_beta2), o.beta2, g.beta2);
+  set(absl::GetFlag(FLAGS_epsilon), o.epsilon, g.epsilon);
+  if (absl::Status s = ValidateOptimizerConfig(o); !s.ok()) return s;
 
   const int mb = absl::GetFlag(FLAGS_max_message_mb);
   if (mb < 1 || mb > 2047) return OutOfRange("max_message_mb", mb, 1, 2047);
@@ -494,11 +520,33 @@ absl::StatusOr<std::unique_ptr<DeclaredShard>> BuildShard(
       Partition::Create(model, config.num_servers);
   if (!partition.ok()) return partition.status();
   auto shard = std::make_unique<DeclaredShard>();
+  absl::StatusOr<OptimizerConfig> optimizer = ResolveOptimizer(
+      config.optimizer, config.optimizer_given, model.optimizer,
+      checkpoint != nullptr ? absl::StrCat("the checkpoint ", checkpoint->path)
+                            : std::string("rank 0"));
+  if (!optimizer.ok()) return optimizer.status();
   absl::StatusOr<std::unique_ptr<ShardStore>> store =
-      ShardStore::Create(*partition, config.server_index, config.optimizer);
+      ShardStore::Create(*partition, config.server_index, *optimizer);
   if (!store.ok()) return store.status();
   shard->store = *std::move(store);
   CoordinatorOptions options = config.coordinator;
+  if (model.optimizer.has_value()) {
+    // A program that declares its optimizer sets the learning rate: each
+    // push carries its scheduler's value, and one without is applied at
+    // the declared rate. --lr_schedule is for the flags' optimizer (the
+    // local launcher passes it whether given or not, so it is no error).
+    absl::StatusOr<LearningRateSchedule> lr = LearningRateSchedule::Create(
+        LrScheduleKind::kConstant, optimizer->learning_rate, 0);
+    if (!lr.ok()) return lr.status();
+    if (options.lr_schedule->kind() != LrScheduleKind::kConstant) {
+      spdlog::warn(
+          "--lr_schedule={} does not apply: the declaration carries the "
+          "optimizer, whose learning rate the workers set",
+          std::string(LrScheduleName(options.lr_schedule->kind())));
+    }
+    options.lr_schedule = *lr;
+    spdlog::info("optimizer {} as declared", DescribeOptimizer(*optimizer));
+  }
   options.on_finished = [shutdown](const absl::Status& outcome) {
     if (outcome.ok()) {
       shutdown->Request("every worker is done (or dead)");
@@ -640,7 +688,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   const int port = (*server)->port();
   spdlog::info(
       "listening on {} (port {}), shard {} of {}, mode {}{}, {} workers, "
-      "optimizer {}, CPUs {}, job \"{}\"; {}",
+      "optimizer {} (unless declared), CPUs {}, job \"{}\"; {}",
       config.address, port, config.server_index, config.num_servers,
       std::string(ConsistencyModeName(config.coordinator.mode)),
       config.coordinator.mode == ConsistencyMode::kSsp

@@ -143,6 +143,13 @@ UpdateCoordinator::TakeReadyStepLocked() {
     if (pending.has_value()) ready.pushes.push_back(*std::move(pending));
     pending.reset();
   }
+  // A worker-set learning rate (its scheduler's): the lowest rank's.
+  for (const StagedPush& p : ready.pushes) {
+    if (p.learning_rate.has_value()) {
+      ready.learning_rate = p.learning_rate;
+      break;
+    }
+  }
   // Parts stay marked until version_ moves, so repeats are refused meanwhile.
   applying_ = true;
   if (*missing != last_missing_) {
@@ -260,7 +267,9 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAtOnce(StagedPush push) {
       return version_;
     }
     version_at_apply = version_;
-    learning_rate = LearningRateLocked(version_);
+    learning_rate = push.learning_rate.has_value()
+                        ? push.learning_rate
+                        : LearningRateLocked(version_);
   }
   absl::Status applied = ForEachSlice(*store_, [&](int slice) {
     const SliceGradient& gradient = push.gradients[slice];

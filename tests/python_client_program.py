@@ -5,6 +5,7 @@ Each scenario reports what it saw with RESULT lines (python_launch.report)
 and exits 0, so that the test, not the job's exit code, judges it.
 """
 
+import os
 import sys
 
 import numpy as np
@@ -85,6 +86,9 @@ def errors(client):
         found["mismatch"] = error(lambda: client.declare(
             [("w", (3, 2), "from_rank0"), ("b", (3,), ("constant", 0.25),
                                            False)], planned_steps=2))
+        found["optimizer_mismatch"] = error(lambda: client.declare(
+            declaration(), planned_steps=2,
+            optimizer=paramserver.OptimizerSpec.sgd(LEARNING_RATE)))
         client.declare(declaration(), planned_steps=2)
         client.broadcast()
         for step in range(2):
@@ -98,6 +102,13 @@ def errors(client):
         [("w", (2, 0))], planned_steps=2))
     found["bad_initializer"] = error(
         lambda: paramserver.tensor_spec("w", (2,), "xavier"))
+    found["bad_optimizer"] = error(lambda: client.declare(
+        declaration(), planned_steps=2,
+        optimizer=paramserver.OptimizerSpec.sgd(LEARNING_RATE, 1.5)))
+    # The servers run --optimizer=sgd, given explicitly.
+    found["optimizer_against_flags"] = error(lambda: client.declare(
+        declaration(), planned_steps=2,
+        optimizer=paramserver.OptimizerSpec.adam(LEARNING_RATE)))
     client.declare(declaration(), planned_steps=2)
     found["unknown_name"] = error(lambda: client.tensor_id("nope"))
     found["pull_before_broadcast"] = error(lambda: client.pull(0))
@@ -110,6 +121,8 @@ def errors(client):
     incomplete.send("w", g[0])
     found["missing_tensor"] = error(incomplete.finish_with_pull)
     found["send_after_finish"] = error(lambda: incomplete.send("b", g[1]))
+    found["bad_learning_rate"] = error(
+        lambda: client.start_step(0, learning_rate=float("nan")))
     nan = g[0].copy()
     nan[1, 2] = np.nan
     found["nan_gradient"] = error(lambda: client.push_pull(0, [nan, g[1]]))
@@ -121,8 +134,30 @@ def errors(client):
     client.finish()
 
 
+def explicit_servers():
+    """Names the servers and rank itself, as a program run without the
+    launcher does; the launcher's TLS settings (PS_TLS_*) still apply
+    unless overridden."""
+    named = {"servers": os.environ["PS_SERVERS"],
+             "rank": int(os.environ["PS_RANK"]),
+             "job_id": os.environ["PS_JOB_ID"]}
+    rank = named["rank"]
+    found = {"plaintext": error(lambda: paramserver.Client(
+        connect_timeout=2, tls_ca_file="", token_file="", **named))}
+    with paramserver.Client(**named) as client:
+        client.declare(declaration(), planned_steps=1)
+        client.broadcast()
+        client.push_pull(0, gradients(rank, 0))
+        found["trained"] = client.version
+        client.finish()
+    report(found)
+
+
 def main():
     scenario = sys.argv[1]
+    if scenario == "explicit_servers":
+        explicit_servers()
+        return
     client = paramserver.Client()
     {"sync_arithmetic": sync_arithmetic, "errors": errors}[scenario](client)
     client.close()

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import paramserver
-from paramserver import _server_config
 import python_launch
 
 PROGRAM = "tests/python_client_program.py"
@@ -91,6 +90,28 @@ def test_errors_are_exceptions_with_the_servers_message():
     assert nan is not None and nan[0] == "InvalidArgumentError", nan
     assert "w" in nan[2] and "nan" in nan[2].lower(), nan[2]
     assert found["weights_after"] is not None
+    # Declared optimizers: checked by the client, by the servers' flags,
+    # and against rank 0's declaration.
+    check("bad_optimizer", "InvalidArgumentError", "INVALID_ARGUMENT",
+          "momentum must be in [0, 1), got 1.5")
+    check("optimizer_against_flags", "FailedPreconditionError",
+          "FAILED_PRECONDITION", "rank 0 declares the optimizer adam",
+          "--optimizer=sgd where it declares adam")
+    check("optimizer_mismatch", "FailedPreconditionError",
+          "FAILED_PRECONDITION", "optimizer: sgd(learning_rate 0.5",
+          "declared by rank 1, none (the servers' flags) by rank 0")
+    check("bad_learning_rate", "InvalidArgumentError", "INVALID_ARGUMENT",
+          "learning_rate nan is not finite and >= 0")
+
+
+def test_tls_settings_apply_to_servers_named_in_the_program():
+    job = python_launch.run(PROGRAM, ["explicit_servers"],
+                            ["--num_servers=2", "--num_workers=1",
+                             "--auth=tls"] + SGD)
+    found = job.result(0)
+    assert found["trained"] == 1
+    # Told to speak plaintext, the client cannot reach the TLS servers.
+    assert found["plaintext"][1] == "UNAVAILABLE", found["plaintext"]
 
 
 def test_bad_options_raise_without_servers(monkeypatch):
@@ -125,30 +146,15 @@ def test_tensor_specs_from_tuples():
     assert paramserver.tensor_spec("s", ()).shape == ()
 
 
-def test_server_config_from_the_launchers_flags():
-    argv = ["bazel-bin/deploy/local/launch", "--num_workers=2",
-            "--optimizer", "sgd", "--learning_rate=0.1",
-            "--server_flags=--momentum=0.5 --weight_decay=1e-4",
-            "--", "/usr/bin/python3", "train.py", "--optimizer=adam"]
-    config = _server_config.from_launcher_command(argv)
-    assert config["optimizer"] == "sgd"
-    assert config["learning_rate"] == 0.1
-    assert config["momentum"] == 0.5
-    assert config["weight_decay"] == 1e-4
-    assert config["lr_schedule"] == "cosine"  # The launcher's default.
-    defaults = _server_config.from_launcher_command(["launch", "--", "x"])
-    assert defaults["optimizer"] == "adam"
-    assert defaults["learning_rate"] == 0.001  # --learning_rate=0: servers'.
-    # --server_flags come after the launcher's own flags, so they win.
-    override = _server_config.from_launcher_command(
-        ["launch", "--learning_rate=0.1",
-         "--server_flags=--learning_rate=0.2", "--", "x"])
-    assert override["learning_rate"] == 0.2
-
-
-def test_server_config_from_the_environment():
-    assert _server_config.from_environment({}) is None
-    config = _server_config.from_environment(
-        {"PS_OPTIMIZER": "sgd", "PS_MOMENTUM": "0"})
-    assert config["optimizer"] == "sgd" and config["momentum"] == 0.0
-    assert config["learning_rate"] == 0.001
+def test_optimizer_specs():
+    sgd = paramserver.OptimizerSpec.sgd(0.1, momentum=0.9, weight_decay=1e-4)
+    assert sgd.kind == "sgd"
+    assert sgd.learning_rate == np.float32(0.1)
+    assert sgd.momentum == np.float32(0.9)
+    assert repr(sgd) == ("OptimizerSpec(sgd(learning_rate 0.1, weight_decay "
+                         "0.0001, momentum 0.9))")
+    # Only what the kind uses counts.
+    assert sgd == paramserver.OptimizerSpec.sgd(0.1, 0.9, 1e-4)
+    assert sgd != paramserver.OptimizerSpec.adam(0.1, weight_decay=1e-4)
+    adam = paramserver.OptimizerSpec.adam(1e-3)
+    assert (adam.beta1, adam.beta2) == (np.float32(0.9), np.float32(0.999))

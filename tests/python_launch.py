@@ -57,10 +57,29 @@ class Job:
 def run(program, args=(), flags=(), expect_success=True):
     """Launches `program` (a path in runfiles) with `args` as every worker;
     `flags` go to the launcher."""
+    return _launch(list(flags) + ["--", PYTHON, runfile(program)] +
+                   [str(a) for a in args], expect_success)
+
+
+def run_cpp_worker(flags):
+    """Launches our C++ worker (//worker) with the launcher's `flags`."""
+    return _launch(["--worker_binary=" + runfile("worker/worker")] +
+                   list(flags), True)
+
+
+def predict(model, path):
+    """The C++ predict tool's line for model file `path` of MLP `model`."""
+    proc = subprocess.run(
+        [runfile("worker/predict"), "--model=" + model,
+         "--model_file=%s" % path], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, timeout=TIMEOUT_S, check=False)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    return proc.stdout.decode().strip()
+
+
+def _launch(args, expect_success):
     argv = [runfile("deploy/local/launch"),
-            "--server_binary=" + runfile("server/server")]
-    argv += list(flags)
-    argv += ["--", PYTHON, runfile(program)] + [str(a) for a in args]
+            "--server_binary=" + runfile("server/server")] + args
     env = dict(os.environ)
     env["PYTHONPATH"] = runfile("python/site")
     # One thread per worker: the jobs share two cores with the servers.

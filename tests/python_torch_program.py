@@ -39,15 +39,21 @@ def make_data(examples):
 
 
 def make_optimizer(name, model):
-    """Weight decay on the weights only: biases go in a group without it,
-    as the servers' per-tensor weight_decay flag allows."""
+    """(optimizer, scheduler or None) for "sgd", "adam" or "sgd+step" (SGD
+    whose learning rate StepLR halves every 5 steps). Weight decay on the
+    weights only: biases go in a group without it, as the servers'
+    per-tensor weight_decay flag allows."""
     weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
     biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
-    if name == "sgd":
-        return torch.optim.SGD([{"params": weights, "weight_decay": 0.01},
-                                {"params": biases}], lr=0.1, momentum=0.9)
-    return torch.optim.Adam([{"params": weights, "weight_decay": 0.01},
-                             {"params": biases}], lr=0.01)
+    kind, _, schedule = name.partition("+")
+    if kind == "sgd":
+        opt = torch.optim.SGD([{"params": weights, "weight_decay": 0.01},
+                               {"params": biases}], lr=0.1, momentum=0.9)
+    else:
+        opt = torch.optim.Adam([{"params": weights, "weight_decay": 0.01},
+                                {"params": biases}], lr=0.01)
+    return opt, (torch.optim.lr_scheduler.StepLR(opt, 5, gamma=0.5)
+                 if schedule == "step" else None)
 
 
 def equivalence(out_dir, optimizer_name, placement, stop_rank1_at=None):
@@ -58,9 +64,13 @@ def equivalence(out_dir, optimizer_name, placement, stop_rank1_at=None):
     the servers say it stopped."""
     model = make_model(seed=7 if ps.rank() == 0 else 100 + ps.rank())
     ps.broadcast_parameters(model.state_dict(), root_rank=0)
-    opt = ps.DistributedOptimizer(make_optimizer(optimizer_name, model),
+    wrapped, _ = make_optimizer(optimizer_name, model)
+    opt = ps.DistributedOptimizer(wrapped,
                                   named_parameters=model.named_parameters(),
                                   placement=placement)
+    # On the wrapper, as a user would: it shares the wrapped param_groups.
+    scheduler = (torch.optim.lr_scheduler.StepLR(opt, 5, gamma=0.5)
+                 if optimizer_name.endswith("+step") else None)
     x, y = make_data(STEPS * BATCH * ps.size())
     resumed_at = opt.registration.next_step
     for step in range(resumed_at, STEPS):
@@ -73,10 +83,12 @@ def equivalence(out_dir, optimizer_name, placement, stop_rank1_at=None):
         F.cross_entropy(model(x[begin:begin + BATCH]),
                         y[begin:begin + BATCH]).backward()
         opt.step()
+        if scheduler is not None:
+            scheduler.step()
     np.savez("%s/rank%d.npz" % (out_dir, ps.rank()),
              **{n: p.detach().numpy() for n, p in model.named_parameters()})
     report({"placement": opt._placement, "steps": opt.step_number,
-            "resumed_at": resumed_at})
+            "resumed_at": resumed_at, "lr": opt.param_groups[0]["lr"]})
 
 
 class WithBuffers(nn.Module):
@@ -93,14 +105,38 @@ class WithBuffers(nn.Module):
         return self.norm(self.fc(x)) + self.frozen
 
 
+def refusal(make):
+    """The message of the ValueError DistributedOptimizer(make()) raises
+    (before it declares anything), or None."""
+    model = nn.Linear(2, 1)
+    try:
+        ps.DistributedOptimizer(make(model),
+                                named_parameters=model.named_parameters())
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def declaration(out_dir):
     """Declares a model with buffers and a frozen parameter; reports what
-    was declared, what every rank holds after the broadcast, and the errors
-    of a learning-rate change and of a late broadcast of a buffer."""
+    was declared, what every rank holds after the broadcast, the errors of
+    a momentum change and of a late broadcast of a buffer, and the
+    optimizers placement='server' refuses."""
     torch.manual_seed(ps.rank())  # Every rank starts elsewhere.
     model = WithBuffers()
     model.norm.num_batches_tracked.fill_(3 + ps.rank())
     ps.broadcast_parameters(model.state_dict(), root_rank=0)
+    refused = {
+        "rmsprop": refusal(
+            lambda m: torch.optim.RMSprop(m.parameters(), lr=0.1)),
+        "nesterov": refusal(lambda m: torch.optim.SGD(
+            m.parameters(), lr=0.1, momentum=0.9, nesterov=True)),
+        "group_lrs": refusal(lambda m: torch.optim.SGD(
+            [{"params": [m.weight]}, {"params": [m.bias], "lr": 0.2}],
+            lr=0.1)),
+        "amsgrad": refusal(lambda m: torch.optim.Adam(
+            m.parameters(), amsgrad=True)),
+    }
     opt = ps.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1),
         named_parameters=model.named_parameters())
@@ -117,17 +153,37 @@ def declaration(out_dir):
         "frozen_unchanged": bool(torch.equal(frozen, model.frozen)),
         "buffers_trained_locally": model.norm.num_batches_tracked.item(),
         "mode": ps.mode(),
+        "refused": refused,
     }
     try:
         ps.broadcast_parameters([("extra", torch.zeros(2))])
     except paramserver.Error as e:
         found["late_broadcast"] = str(e)
-    opt.param_groups[0]["lr"] = 0.05
+    opt.param_groups[0]["momentum"] = 0.5
     try:
         opt.step()
     except paramserver.Error as e:
-        found["lr_change"] = str(e)
+        found["momentum_change"] = str(e)
     report(found)
+
+
+def save(out_dir):
+    """Three steps of a model with buffers; rank 0 saves it with
+    ps.save_model and, for the test to compare, with torch.save."""
+    torch.manual_seed(ps.rank())
+    model = WithBuffers()
+    ps.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = ps.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        named_parameters=model.named_parameters())
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(ps.rank()))
+    for _ in range(3):
+        opt.zero_grad()
+        model(x).square().sum().backward()
+        opt.step()
+    if ps.rank() == 0:
+        ps.save_model("%s/rank0.model" % out_dir, model)
+        torch.save(model.state_dict(), "%s/trained.pt" % out_dir)
 
 
 def converge(out_dir):
@@ -157,10 +213,20 @@ def converge(out_dir):
 
 
 def mismatch(out_dir):
-    """Wraps Adam while the servers run SGD: DistributedOptimizer refuses."""
+    """Wraps Adam while the servers were started with --optimizer=sgd: the
+    servers refuse the declaration."""
     model = nn.Linear(2, 1)
     ps.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01),
                             named_parameters=model.named_parameters())
+
+
+def auto_placement(out_dir):
+    """RMSprop, which the servers lack, with placement='auto': it steps on
+    the workers, which only sync mode allows."""
+    model = nn.Linear(2, 1)
+    ps.DistributedOptimizer(torch.optim.RMSprop(model.parameters(), lr=0.01),
+                            named_parameters=model.named_parameters(),
+                            placement="auto")
 
 
 def main():
@@ -168,7 +234,8 @@ def main():
     torch.set_num_threads(1)
     ps.init()
     scenarios = {"equivalence": equivalence, "declaration": declaration,
-                 "converge": converge, "mismatch": mismatch}
+                 "converge": converge, "mismatch": mismatch, "save": save,
+                 "auto_placement": auto_placement}
     scenarios[scenario](out_dir, *sys.argv[3:])
     ps.shutdown()
 

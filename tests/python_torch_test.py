@@ -22,38 +22,42 @@ PROGRAM = "tests/python_torch_program.py"
 TWO_BY_TWO = ["--num_servers=2", "--num_workers=2"]
 
 
-def single_process(optimizer_name):
-    """The workers' STEPS steps in one process at batch BATCH * 2."""
+def single_process(optimizer_name, ranks=2):
+    """The workers' STEPS steps in one process at batch BATCH * ranks."""
     torch.set_num_threads(1)
     model = program.make_model(seed=7)
-    opt = program.make_optimizer(optimizer_name, model)
-    batch = program.BATCH * 2
+    opt, scheduler = program.make_optimizer(optimizer_name, model)
+    batch = program.BATCH * ranks
     x, y = program.make_data(program.STEPS * batch)
     for step in range(program.STEPS):
         opt.zero_grad()
         F.cross_entropy(model(x[step * batch:(step + 1) * batch]),
                         y[step * batch:(step + 1) * batch]).backward()
         opt.step()
+        if scheduler is not None:
+            scheduler.step()
     return {n: p.detach().numpy() for n, p in model.named_parameters()}
 
 
 def check_equivalence(tmp_path, optimizer_name, placement, flags):
     job = python_launch.run(
         PROGRAM, ["equivalence", tmp_path, optimizer_name, placement],
-        TWO_BY_TWO + ["--mode=sync", "--lr_schedule=constant"] + flags)
+        TWO_BY_TWO + ["--mode=sync"] + flags)
     assert job.result(0)["placement"] == placement
     check_weights(tmp_path, optimizer_name)
+    return job
 
 
-def check_weights(tmp_path, optimizer_name):
+def check_weights(tmp_path, optimizer_name, num_ranks=2):
     """The ranks' saved weights against single-process PyTorch."""
-    reference = single_process(optimizer_name)
-    ranks = [np.load(tmp_path / ("rank%d.npz" % r)) for r in (0, 1)]
+    reference = single_process(optimizer_name, num_ranks)
+    ranks = [np.load(tmp_path / ("rank%d.npz" % r)) for r in range(num_ranks)]
     initial = {n: p.detach().numpy()
                for n, p in program.make_model(seed=7).named_parameters()}
     for name, expected in reference.items():
         # Every rank holds the same weights, bit for bit.
-        np.testing.assert_array_equal(ranks[0][name], ranks[1][name])
+        for other in ranks[1:]:
+            np.testing.assert_array_equal(ranks[0][name], other[name])
         # Rounding differs (the servers average two means of 32, PyTorch
         # takes one mean of 64); a lost or doubled rank's share does not:
         # it moves weights by about the learning rate's order.
@@ -62,30 +66,52 @@ def check_weights(tmp_path, optimizer_name):
         assert not np.allclose(expected, initial[name], atol=1e-3), name
 
 
+# The launcher passes --optimizer to the servers whether given or not, so
+# the tests give the one the script declares; the servers take the rest of
+# the declared optimizer (momentum, weight decay, betas) from the
+# declaration. Flags that agree with the declaration are accepted.
+
+
 def test_server_side_sgd_with_momentum_matches_single_process(tmp_path):
     check_equivalence(tmp_path, "sgd", "server", [
-        "--optimizer=sgd", "--learning_rate=0.1",
+        "--optimizer=sgd", "--lr_schedule=constant",
         "--server_flags=--momentum=0.9 --weight_decay=0.01"])
 
 
 def test_server_side_adam_matches_single_process(tmp_path):
-    check_equivalence(tmp_path, "adam", "server", [
-        "--optimizer=adam", "--learning_rate=0.01",
-        "--server_flags=--weight_decay=0.01"])
+    check_equivalence(tmp_path, "adam", "server",
+                      ["--optimizer=adam", "--lr_schedule=constant"])
+
+
+def test_a_learning_rate_scheduler_takes_effect_on_the_servers(tmp_path):
+    # StepLR halves the rate every 5 steps; each push carries it, in place
+    # of the servers' own schedule (the launcher's default, cosine).
+    job = check_equivalence(tmp_path, "sgd+step", "server",
+                            ["--optimizer=sgd"])
+    assert job.result(0)["lr"] == 0.1 * 0.5 ** 4
+
+
+def test_an_async_push_is_applied_at_its_learning_rate(tmp_path):
+    # One worker in async mode steps as one process does: each push is
+    # applied at the rate StepLR set for it.
+    job = python_launch.run(
+        PROGRAM, ["equivalence", tmp_path, "sgd+step", "server"],
+        ["--num_servers=2", "--num_workers=1", "--mode=async",
+         "--optimizer=sgd"])
+    assert job.result(0)["lr"] == 0.1 * 0.5 ** 4
+    check_weights(tmp_path, "sgd+step", num_ranks=1)
 
 
 def test_worker_side_adam_matches_single_process(tmp_path):
-    # The servers as a summation service; Adam steps on the workers.
-    check_equivalence(tmp_path, "adam", "worker", [
-        "--optimizer=sgd", "--learning_rate=1",
-        "--server_flags=--momentum=0"])
+    # The servers average gradients (declared SGD at learning rate 1);
+    # Adam steps on the workers.
+    check_equivalence(tmp_path, "adam", "worker", ["--optimizer=sgd"])
 
 
 def test_buffers_are_broadcast_and_only_trainables_pushed(tmp_path):
     job = python_launch.run(
         PROGRAM, ["declaration", tmp_path],
-        TWO_BY_TWO + ["--mode=sync", "--optimizer=sgd", "--learning_rate=0.1",
-                      "--lr_schedule=constant", "--server_flags=--momentum=0"])
+        TWO_BY_TWO + ["--mode=sync", "--optimizer=sgd"])
     found = [job.result(r) for r in (0, 1)]
     # Trainable parameters first, then what only needs broadcasting.
     assert found[0]["declared"] == [
@@ -99,16 +125,22 @@ def test_buffers_are_broadcast_and_only_trainables_pushed(tmp_path):
         assert f["buffers_trained_locally"] == 5
         assert "broadcast_parameters before DistributedOptimizer" in \
             f["late_broadcast"]
-        assert "param_groups[0]['lr'] changed from 0.1 to 0.05" in \
-            f["lr_change"]
+        assert "param_groups[0]['momentum'] changed from 0 to 0.5" in \
+            f["momentum_change"]
+        refused = f["refused"]
+        for name, text in [("rmsprop", "not RMSprop"),
+                           ("nesterov", "nesterov=True"),
+                           ("group_lrs", "the param_groups' lr differ"),
+                           ("amsgrad", "amsgrad=True")]:
+            assert refused[name] is not None, name
+            assert text in refused[name], refused[name]
+            assert "use placement='worker'" in refused[name], refused[name]
 
 
 def check_converges(tmp_path, flags):
     job = python_launch.run(
         PROGRAM, ["converge", tmp_path],
-        TWO_BY_TWO + ["--optimizer=sgd", "--learning_rate=0.1",
-                      "--lr_schedule=constant", "--server_flags=--momentum=0"]
-        + flags)
+        TWO_BY_TWO + ["--optimizer=sgd"] + flags)
     for rank in (0, 1):
         result = job.result(rank)
         assert result["before"] > 0.1
@@ -124,17 +156,28 @@ def test_async_converges(tmp_path):
     assert check_converges(tmp_path, ["--mode=async"]) == "async"
 
 
-def test_an_optimizer_other_than_the_servers_is_refused(tmp_path):
+def test_a_server_flag_that_says_otherwise_is_an_error(tmp_path):
     job = python_launch.run(
         PROGRAM, ["mismatch", tmp_path],
         ["--num_servers=1", "--num_workers=1", "--optimizer=sgd",
-         "--lr_schedule=constant"], expect_success=False)
+         "--server_flags=--weight_decay=0.5"], expect_success=False)
     assert job.returncode != 0
-    line = job.line_with("result: FAILED")
-    assert "wrapped Adam differs from the servers' optimizer" in line, \
+    line = job.line_with("FailedPreconditionError: ")
+    assert "rank 0 declares the optimizer adam(learning_rate 0.01" in line, \
         job.output
-    assert "--optimizer=sgd" in line
-    assert "placement='worker'" in line
+    assert "--optimizer=sgd where it declares adam" in line, line
+    assert "--weight_decay=0.5 where it declares 0" in line, line
+
+
+def test_auto_placement_steps_on_the_workers_in_sync_mode_only(tmp_path):
+    job = python_launch.run(
+        PROGRAM, ["auto_placement", tmp_path],
+        ["--num_servers=1", "--num_workers=1", "--mode=async",
+         "--optimizer=sgd"], expect_success=False)
+    assert job.returncode != 0
+    line = job.line_with("FailedPreconditionError: placement='worker'")
+    assert "averages gradients in sync mode only" in line, job.output
+    assert "--mode=async" in line, line
 
 
 def wait_for(path, processes, deadline_s=120):
@@ -150,11 +193,9 @@ def wait_for(path, processes, deadline_s=120):
 
 def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
     """Without the launcher (which ends a job when a worker dies): a server
-    and two workers started here, the optimizer's flags passed to the
-    workers in PS_* variables. Rank 1 is killed before step 10 and
-    restarted; the job ends as single-process PyTorch does."""
-    flags = {"optimizer": "sgd", "learning_rate": "0.1", "momentum": "0.9",
-             "weight_decay": "0.01", "lr_schedule": "constant"}
+    started without optimizer flags (it takes the declared SGD) and two
+    workers started here. Rank 1 is killed before step 10 and restarted;
+    the job ends as single-process PyTorch does."""
     port_file = tmp_path / "port"
     log = open(tmp_path / "log.txt", "w")
     server = subprocess.Popen(
@@ -163,8 +204,7 @@ def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
          "--host=127.0.0.1", "--port_file=%s" % port_file, "--mode=sync",
          # Rank 1 is restarted, not given up for dead, however slowly
          # its new process starts.
-         "--worker_timeout=600s"] +
-        ["--%s=%s" % item for item in flags.items()],
+         "--worker_timeout=600s"],
         stdout=log, stderr=subprocess.STDOUT)
     workers = []
     try:
@@ -172,7 +212,6 @@ def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
         env = dict(os.environ, PS_NUM_WORKERS="2", PS_LOCAL_NUM_WORKERS="2",
                    PS_NUM_SERVERS="1", OMP_NUM_THREADS="1",
                    PS_SERVERS="127.0.0.1:%d" % int(port_file.read_text()))
-        env.update({"PS_" + k.upper(): v for k, v in flags.items()})
 
         def start(rank):
             return subprocess.Popen(

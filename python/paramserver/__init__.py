@@ -27,6 +27,11 @@ once). Failures raise ``paramserver.Error`` (or a subclass per status:
 ``ConnectionError``...) whose message names the shard and carries the
 server's words; ``err.code`` is the status code's name.
 
+Saved models: ``load_model(path)`` reads a model file (the C++ worker's
+``--save_model``, or ``save_model``'s) and ``load_checkpoint(dir)`` the
+weights in the servers' checkpoints (``--checkpoint_dir``), both as
+``{name: float32 array}`` in declaration order.
+
 The PyTorch layer, in Horovod's conventions, is ``paramserver.torch``.
 """
 
@@ -51,13 +56,16 @@ DeadlineExceededError = _native.DeadlineExceededError
 AbortedError = _native.AbortedError
 Initializer = _native.Initializer
 TensorSpec = _native.TensorSpec
+OptimizerSpec = _native.OptimizerSpec
 Registration = _native.Registration
 
 __all__ = [
-    "Client", "Step", "TensorSpec", "Initializer", "Registration",
+    "Client", "Step", "TensorSpec", "Initializer", "OptimizerSpec",
+    "Registration",
     "tensor_spec", "Error", "InvalidArgumentError",
     "FailedPreconditionError", "NotFoundError", "UnavailableError",
-    "DeadlineExceededError", "AbortedError",
+    "DeadlineExceededError", "AbortedError", "load_model", "save_model",
+    "load_checkpoint",
 ]
 
 _INITIALIZERS = {
@@ -136,17 +144,25 @@ class Client:
     """A connection to every shard (ps::ParameterClient).
 
     Without arguments, it connects where the launcher's environment says
-    (PS_SERVERS, PS_RANK, PS_JOB_ID). Timeouts are in seconds. Calls wait
-    on the network with the GIL released.
+    (PS_SERVERS, PS_RANK, PS_JOB_ID). The authentication files (paths;
+    see ClientOptions in client/parameter_client.h) default to PS_TLS_CA,
+    PS_TLS_CERT, PS_TLS_KEY, PS_TLS_SERVER_NAME and PS_TOKEN_FILE, also
+    when `servers` is given. Timeouts are in seconds. Calls wait on the
+    network with the GIL released.
     """
 
     def __init__(self, servers=None, rank=None, job_id=None,
-                 connect_timeout=None, retry_timeout=None):
+                 connect_timeout=None, retry_timeout=None, tls_ca_file=None,
+                 tls_cert_file=None, tls_key_file=None, tls_server_name=None,
+                 token_file=None):
         if isinstance(servers, str):
             servers = [s for s in servers.split(",") if s]
         self._native = _native.connect(
             servers=servers, rank=rank, job_id=job_id,
-            connect_timeout=connect_timeout, retry_timeout=retry_timeout)
+            connect_timeout=connect_timeout, retry_timeout=retry_timeout,
+            tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file,
+            tls_key_file=tls_key_file, tls_server_name=tls_server_name,
+            token_file=token_file)
         self.registration = None
         self.version = 0
         # (epoch, examples_done) after the last step the servers took.
@@ -165,16 +181,22 @@ class Client:
         self._require_declared()
         return self.registration.mode
 
-    def declare(self, tensors, planned_steps, seed=1):
+    def declare(self, tensors, planned_steps, seed=1, optimizer=None):
         """Declares the model; every rank must declare the same.
 
         `tensors`: TensorSpecs or (name, shape[, initializer[,
         weight_decay]]) tuples. `planned_steps` spans the servers' learning
-        rate schedule. Returns the Registration (mode, next_step, ...).
+        rate schedule. `optimizer`: an OptimizerSpec the servers build
+        (FailedPreconditionError if one was started with an optimizer flag
+        that says otherwise); None: the servers' flags choose. Returns the
+        Registration (mode, next_step, ...).
         """
         specs = [_as_spec(t) for t in tensors]
+        if optimizer is not None and not isinstance(optimizer, OptimizerSpec):
+            raise InvalidArgumentError(
+                "optimizer is an OptimizerSpec or None, got %r" % (optimizer,))
         self.registration = self._native.declare(specs, int(planned_steps),
-                                                 int(seed))
+                                                 int(seed), optimizer)
         self._weights = self._native.weights()
         self.cursor = (self.registration.epoch,
                        self.registration.examples_done)
@@ -223,10 +245,13 @@ class Client:
         return self.version
 
     def start_step(self, step, pull_after=True, base_version=None,
-                   num_examples=1, epoch=None, examples_done=None):
+                   num_examples=1, epoch=None, examples_done=None,
+                   learning_rate=None):
         """Opens step `step`'s push (see Step).
 
-        `num_examples` weights this rank's gradient in a sync step. The
+        `num_examples` weights this rank's gradient in a sync step.
+        `learning_rate` (finite, >= 0) is applied to this gradient instead
+        of the servers' schedule (a scheduler's value for the step). The
         data cursor (`epoch`, `examples_done`: the position after this
         step) must advance from step to step, or the servers take the push
         for a replay of one they applied and skip it; by default it
@@ -244,7 +269,9 @@ class Client:
         native = self._native.start_step(
             step=int(step), base_version=int(base_version),
             num_examples=int(num_examples), epoch=int(epoch),
-            examples_done=int(examples_done), pull_after=bool(pull_after))
+            examples_done=int(examples_done), pull_after=bool(pull_after),
+            learning_rate=(None if learning_rate is None
+                           else float(learning_rate)))
         return Step(self, native, (int(epoch), int(examples_done)))
 
     def push(self, step, gradients, **step_info):
@@ -314,3 +341,42 @@ class Client:
                     "values of %s have shape %s, declared %s" %
                     (tensor, np.shape(value), target.shape))
             target[...] = value
+
+
+def load_model(path):
+    """{name: float32 array} of the model file at `path`, in the order it
+    was saved. NotFoundError for a missing file; Error (DATA_LOSS) for a
+    damaged one."""
+    return dict(_native.read_model(str(path)))
+
+
+def save_model(path, tensors):
+    """Writes `tensors` ({name: array} or (name, array) pairs; converted to
+    float32) as a model file at `path`, atomically: the format of the C++
+    worker's --save_model, which its predict tool reads. Names are
+    printable ASCII without spaces, as in a declaration."""
+    items = tensors.items() if hasattr(tensors, "items") else tensors
+    pairs = []
+    for name, array in items:
+        values = np.asarray(array)
+        if not (np.issubdtype(values.dtype, np.floating) or
+                np.issubdtype(values.dtype, np.integer) or
+                values.dtype == np.bool_):
+            raise InvalidArgumentError("%s: cannot save dtype %s as float32"
+                                       % (name, values.dtype))
+        converted = values.astype(np.float32)
+        if not np.issubdtype(values.dtype, np.floating) and not np.array_equal(
+                converted.astype(values.dtype), values):
+            raise InvalidArgumentError("%s holds integers that float32 cannot "
+                                       "hold exactly" % name)
+        pairs.append((str(name), converted))
+    _native.save_model(str(path), pairs)
+
+
+def load_checkpoint(directory):
+    """({name: float32 array}, version) of the model in the servers'
+    checkpoints in `directory`: every shard's slices at the newest version
+    all shards wrote. NotFoundError without checkpoints;
+    FailedPreconditionError when the shards share no version."""
+    tensors, version = _native.read_checkpoint(str(directory))
+    return dict(tensors), version

@@ -17,31 +17,38 @@ A single-process script becomes a worker with a few lines::
 
 Where the optimizer runs (``placement``):
 
-- ``"server"`` (the classic parameter server; sync, ssp and async): each
-  gradient is pushed as soon as autograd has accumulated it (a hook on the
-  parameter's gradient accumulator, so sending overlaps the rest of
-  backward); ``step()`` sends what is left and writes the servers' updated
-  weights into the parameters. The servers run SGD (momentum, weight decay)
-  or Adam as their flags say; the declaration cannot carry the wrapped
-  optimizer's settings yet, so DistributedOptimizer compares them with the
-  servers' flags (see paramserver._server_config) and refuses any
-  difference, naming it. A learning-rate scheduler that changes
-  ``param_groups`` is refused at the next step() for the same reason; the
-  servers' own ``--lr_schedule=cosine`` decays over ``planned_steps``.
+- ``"server"`` (the default; the classic parameter server; sync, ssp and
+  async): each gradient is pushed as soon as autograd has accumulated it (a
+  hook on the parameter's gradient accumulator, so sending overlaps the
+  rest of backward); ``step()`` sends what is left and writes the servers'
+  updated weights into the parameters. The wrapped optimizer's kind and
+  hyper-parameters go to the servers with the declaration, and the servers
+  build that optimizer: ``torch.optim.SGD`` (momentum, weight decay;
+  neither dampening nor Nesterov) or ``torch.optim.Adam`` (L2 weight decay;
+  not amsgrad). Param groups may differ in weight decay only where it is 0
+  (biases, norms): the servers hold one optimizer, and a tensor opts out of
+  its weight decay. Every push carries the groups' current learning rate,
+  so a learning-rate scheduler that changes ``param_groups`` takes effect
+  on the servers at the next step. A server started with an optimizer flag
+  that says otherwise refuses the declaration; one started without takes
+  the declared optimizer. Any other optimizer is refused, naming
+  placement='worker'.
 - ``"worker"`` (sync only; any PyTorch optimizer): the servers only average
-  gradients, which needs them started as a summation service
-  (``--optimizer=sgd --learning_rate=1 --lr_schedule=constant
-  --server_flags=--momentum=0``); ``step()`` puts the average into
-  ``.grad`` and steps the wrapped optimizer locally.
-- ``"auto"`` (the default): "worker" if the servers are such a summation
-  service and the wrapped optimizer is not plain SGD at learning rate 1
-  (for which both are the same), else "server".
+  gradients (the declaration asks them for SGD at learning rate 1 without
+  momentum, which applies w - mean(pushes)); ``step()`` puts the average
+  into ``.grad`` and steps the wrapped optimizer locally.
+- ``"auto"``: "server" if the servers implement the wrapped optimizer with
+  its settings, else "worker".
 
 Parameters alias the client's weight buffers in "server" placement: each
 step's pull lands in them with no copy. Only float32 CPU parameters are
 supported. Only trainable parameters (requires_grad, in the optimizer) are
 pushed; other tensors given to broadcast_parameters before the optimizer
 is created (buffers, frozen parameters) get rank 0's values once.
+
+``save_model(path, module)`` writes a state_dict in the format of the
+servers' and the C++ worker's models; ``load_model(path)`` reads one, or
+the servers' checkpoints in a directory, as a state_dict.
 """
 
 import os
@@ -52,13 +59,11 @@ import numpy as np
 import torch
 
 import paramserver
-from paramserver import _server_config
-from paramserver._server_config import (SUMMATION_FLAGS, check_group,
-                                        describe, is_summation_service)
 
 __all__ = [
     "init", "is_initialized", "rank", "size", "local_rank", "local_size",
     "mode", "broadcast_parameters", "DistributedOptimizer", "shutdown",
+    "save_model", "load_model",
 ]
 
 
@@ -87,18 +92,20 @@ def _env_int(name, fallback, default):
 
 
 def init(servers=None, rank=None, job_id=None, connect_timeout=None,
-         retry_timeout=None):
+         retry_timeout=None, **auth):
     """Connects to the servers the launcher's environment names.
 
     The arguments override PS_SERVERS, PS_RANK and PS_JOB_ID (for running
-    without the launcher). Calling it again does nothing.
+    without the launcher); `auth` (tls_ca_file=..., see paramserver.Client)
+    the PS_TLS_* variables, which apply also when `servers` is given.
+    Calling it again does nothing.
     """
     global _state
     if _state is not None:
         return
     client = paramserver.Client(servers=servers, rank=rank, job_id=job_id,
                                 connect_timeout=connect_timeout,
-                                retry_timeout=retry_timeout)
+                                retry_timeout=retry_timeout, **auth)
     _state = _State(client)
 
 
@@ -195,20 +202,63 @@ def _server_kind(cls, param_groups):
     return None
 
 
-def _resolve_placement(placement, optimizer, config):
+# The servers' optimizer of worker placement: w - lr * mean(pushes) at
+# learning rate 1 is w - mean(pushes), which _send relies on.
+_SUMMATION_LR = 1.0
+
+
+def _summation_spec():
+    return paramserver.OptimizerSpec.sgd(_SUMMATION_LR, 0.0, 0.0)
+
+
+def _server_spec(cls, groups):
+    """The servers' OptimizerSpec equal to an optimizer of class `cls` with
+    `groups`, or (None, why not)."""
+    kind = _server_kind(cls, groups)
+    if kind is None:
+        return None, ("the servers implement SGD (momentum, weight decay) "
+                      "and Adam, not %s" % cls.__name__)
+    lacks = {"sgd": ("dampening", "nesterov"), "adam": ("amsgrad",)}[kind]
+    problems = []
+    for i, g in enumerate(groups):
+        for key in lacks + ("maximize",):
+            if g.get(key):
+                problems.append("param_groups[%d] sets %s=%r, which the "
+                                "servers lack" % (i, key, g[key]))
+    keys = ("lr", "momentum") if kind == "sgd" else ("lr", "betas", "eps")
+    for key in keys:
+        values = sorted({repr(g.get(key, 0)) for g in groups})
+        if len(values) > 1:
+            problems.append("the param_groups' %s differ (%s); the servers "
+                            "hold one optimizer" % (key, ", ".join(values)))
+    decays = sorted({float(g.get("weight_decay", 0)) for g in groups} - {0})
+    if len(decays) > 1:
+        problems.append("the param_groups' weight_decay differ (%s); the "
+                        "servers apply one, or none to a tensor" %
+                        ", ".join(map(repr, decays)))
+    if problems:
+        return None, "; ".join(problems)
+    g = groups[0]
+    wd = decays[0] if decays else 0.0
+    if kind == "sgd":
+        spec = paramserver.OptimizerSpec.sgd(
+            float(g["lr"]), float(g.get("momentum", 0)), wd)
+    else:
+        beta1, beta2 = g["betas"]
+        spec = paramserver.OptimizerSpec.adam(
+            float(g["lr"]), float(beta1), float(beta2), float(g["eps"]), wd)
+    return spec, None
+
+
+def _resolve_placement(placement, optimizer):
     """"server" or "worker" for `placement`; see the module's docstring."""
     if placement not in ("auto", "server", "worker"):
         raise ValueError("placement is 'auto', 'server' or 'worker', got %r"
                          % (placement,))
     if placement != "auto":
         return placement
-    if not is_summation_service(config):
-        return "server"
-    groups = optimizer.param_groups
-    if _server_kind(type(optimizer), groups) == "sgd" and not any(
-            check_group(g, config, "sgd") for g in groups):
-        return "server"  # SGD at learning rate 1: the same either way.
-    return "worker"
+    spec, _ = _server_spec(type(optimizer), optimizer.param_groups)
+    return "server" if spec is not None else "worker"
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -217,7 +267,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     as for the optimizer itself. See DistributedOptimizer()."""
 
     def __init__(self, params, named_parameters, placement, planned_steps,
-                 backward_passes_per_step, seed, config, config_source):
+                 backward_passes_per_step, seed):
         super(self.__class__, self).__init__(params)
         state = _require_init()
         if state.optimizer is not None:
@@ -230,11 +280,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError("backward_passes_per_step must be >= 1")
         self.num_examples = 1
         self._trainable = self._trainable_parameters(named_parameters)
-        wd_flags = self._check_config(config, config_source, planned_steps)
+        spec, wd_flags = self._optimizer_spec()
         self._hyper = self._hyperparameters()
 
         specs, self._extra = self._declaration(state.pending, wd_flags)
-        self._client.declare(specs, planned_steps or 0, seed)
+        self._client.declare(specs, planned_steps or 0, seed, spec)
         if placement == "worker" and self._client.mode != "sync":
             raise paramserver.FailedPreconditionError(
                 "placement='worker' averages gradients in sync mode only; "
@@ -296,53 +346,28 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 return group
         raise AssertionError("not in the optimizer")
 
-    def _check_config(self, config, source, planned_steps):
-        """Raises on any difference with the servers; returns each
-        trainable parameter's weight_decay flag."""
-        groups = [self._group_of(p) for _, p in self._trainable]
+    def _optimizer_spec(self):
+        """The servers' OptimizerSpec and each trainable parameter's weight
+        decay flag; raises if the servers cannot run the wrapped optimizer
+        here."""
         if self._placement == "worker":
-            if config is not None and not is_summation_service(config):
-                raise ValueError(
-                    "paramserver: placement='worker' needs the servers to "
-                    "average gradients (%s), but by %s they run %s" %
-                    (SUMMATION_FLAGS, source, describe(config)))
-            if config is None:
-                warnings.warn("paramserver: cannot check that the servers "
-                              "are a summation service: %s" % source)
-            return [False] * len(groups)
+            return _summation_spec(), [False] * len(self._trainable)
         wrapped = type(self).__mro__[1]
-        kind = _server_kind(wrapped, self.param_groups)
-        name = wrapped.__name__
-        if kind is None:
+        spec, why = _server_spec(wrapped, self.param_groups)
+        if spec is None:
             raise ValueError(
-                "paramserver: the servers implement SGD (momentum, weight "
-                "decay) and Adam, not %s; use placement='worker' (servers "
-                "started with %s) to step %s on the workers" %
-                (name, SUMMATION_FLAGS, name))
-        if config is None:
-            warnings.warn("paramserver: cannot check the servers' optimizer "
-                          "against the wrapped %s: %s" % (name, source))
-            return [g.get("weight_decay", 0) != 0 for g in groups]
-        problems = []
-        for i, group in enumerate(self.param_groups):
-            for problem in check_group(group, config, kind):
-                problems.append("param_groups[%d]: %s" % (i, problem))
-        if config["lr_schedule"] != "constant" and not planned_steps:
-            problems.append(
-                "the servers decay the learning rate (--lr_schedule=%s) over "
-                "planned steps: pass planned_steps=N, or start them with "
-                "--lr_schedule=constant" % config["lr_schedule"])
-        if problems:
-            raise ValueError(
-                "paramserver: the wrapped %s differs from the servers' "
-                "optimizer (read from %s): %s. Start the servers with the "
-                "optimizer's settings, or use placement='worker' (servers "
-                "started with %s)" % (name, source, "; ".join(problems),
-                                      SUMMATION_FLAGS))
-        return [g.get("weight_decay", 0) != 0 for g in groups]
+                "paramserver: %s, so placement='server' cannot run this %s; "
+                "use placement='worker' (sync mode: the servers average "
+                "gradients and %s steps on every worker)" %
+                (why, wrapped.__name__, wrapped.__name__))
+        groups = [self._group_of(p) for _, p in self._trainable]
+        return spec, [g.get("weight_decay", 0) != 0 for g in groups]
 
     def _hyperparameters(self):
-        keys = ("lr", "momentum", "betas", "eps", "weight_decay")
+        """What the declaration fixed: all but the learning rate, which
+        every push carries."""
+        keys = ("momentum", "betas", "eps", "weight_decay", "dampening",
+                "nesterov", "amsgrad", "maximize")
         return [{k: g[k] for k in keys if k in g} for g in self.param_groups]
 
     def _declaration(self, pending, wd_flags):
@@ -459,11 +484,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     # -- a step ------------------------------------------------------------
 
+    def _learning_rate(self):
+        """What this step's push asks the servers to apply."""
+        if self._placement == "worker":
+            return _SUMMATION_LR
+        rates = {float(g["lr"]) for g in self.param_groups}
+        if len(rates) > 1:
+            self._abort(
+                "paramserver: the param_groups' learning rates differ (%s); "
+                "the servers apply one per step: schedule every group alike, "
+                "or use placement='worker'" %
+                ", ".join(map(repr, sorted(rates))))
+        return rates.pop()
+
     def _start(self):
         if self._push is None:
+            self._push_lr = self._learning_rate()
             self._push = self._client.start_step(
                 self._step_number, pull_after=True,
-                num_examples=int(self.num_examples), epoch=self._epoch)
+                num_examples=int(self.num_examples), epoch=self._epoch,
+                learning_rate=self._push_lr)
         return self._push
 
     def _abort(self, message):
@@ -506,14 +546,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for gi, (before, after) in enumerate(zip(self._hyper, now)):
             for key in before:
                 if before[key] != after.get(key):
-                    raise paramserver.FailedPreconditionError(
+                    self._abort(
                         "paramserver: param_groups[%d]['%s'] changed from %r "
-                        "to %r (a learning-rate scheduler?), but the servers "
-                        "apply their own optimizer flags, which a worker "
-                        "cannot change yet; use the servers' "
-                        "--lr_schedule=cosine (with planned_steps) or "
-                        "placement='worker'" % (gi, key, before[key],
-                                                after.get(key)))
+                        "to %r, but the servers run the optimizer declared "
+                        "with %r; only the learning rate may change (each "
+                        "push carries it), or use placement='worker'" %
+                        (gi, key, before[key], after.get(key), before[key]))
 
     def step(self, closure=None):
         """Finishes the step: pushes what the hooks have not sent, then
@@ -526,6 +564,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 loss = closure()
         self._check_hyperparameters()
         push = self._start()
+        if self._push_lr != self._learning_rate():
+            self._abort("paramserver: the learning rate changed between "
+                        "backward() and step(); this step was cancelled")
         for i in range(len(self._client.weights)):
             if i in self._sent:
                 continue
@@ -578,25 +619,51 @@ def _check_tensor(name, p):
                                                       p.device))
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, placement="auto",
+def DistributedOptimizer(optimizer, named_parameters=None, placement="server",
                          planned_steps=None, backward_passes_per_step=1,
                          seed=1):
     """Wraps `optimizer` so that step() trains through the servers.
 
     Collective: every rank creates it; it declares the model (the
     optimizer's trainable parameters, named by `named_parameters`, plus
-    whatever broadcast_parameters was given before) and gives every rank
-    rank 0's values. `planned_steps` spans the servers' learning-rate
-    schedule (needed for --lr_schedule=cosine). Set ``opt.num_examples``
+    whatever broadcast_parameters was given before) with the servers'
+    optimizer, and gives every rank rank 0's values. `planned_steps`: the
+    steps this rank trains, recorded by the servers (their own
+    --lr_schedule only applies to pushes without a learning rate, which
+    this layer never sends). Set ``opt.num_examples``
     to weight this rank's gradient in a sync step by its batch (default:
     every rank alike). Returns an instance of a subclass of the
     optimizer's class.
     """
     _require_init()
-    config, source = _server_config.current()
-    placement = _resolve_placement(placement, optimizer, config)
+    placement = _resolve_placement(placement, optimizer)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     named = list(named_parameters) if named_parameters is not None else None
     return cls(optimizer.param_groups, named, placement, planned_steps,
-               backward_passes_per_step, seed, config, source)
+               backward_passes_per_step, seed)
+
+
+def save_model(path, state):
+    """Saves a module's state_dict (or `state`, a state_dict) as a model
+    file: every tensor as float32 (integer buffers such as BatchNorm's
+    counter included, if float32 holds them exactly), the format the
+    servers' and the C++ worker's models use. Call it on one rank."""
+    if isinstance(state, torch.nn.Module):
+        state = state.state_dict()
+    paramserver.save_model(path, [(name, t.detach().cpu().numpy())
+                                  for name, t in state.items()])
+
+
+def load_model(path):
+    """A state_dict of float32 tensors from a model file (save_model's, the
+    C++ worker's --save_model) or, for a directory, from the servers'
+    checkpoints in it (their --checkpoint_dir; the newest version every
+    shard wrote). ``module.load_state_dict(ps.load_model(p))`` converts to
+    the module's dtypes; names are those declared (DistributedOptimizer
+    declares named_parameters' names)."""
+    if os.path.isdir(path):
+        tensors, _ = paramserver.load_checkpoint(path)
+    else:
+        tensors = paramserver.load_model(path)
+    return {name: torch.from_numpy(array) for name, array in tensors.items()}

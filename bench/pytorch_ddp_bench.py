@@ -1,0 +1,230 @@
+"""Steps per second of paramserver.torch beside PyTorch's own
+DistributedDataParallel, and what our layer adds to a step.
+
+The same model (examples/pytorch_fashion_mnist.py's CNN), data
+(Fashion-MNIST), batch per worker and optimizer (Adam), one after the other
+on this machine, each process on one thread:
+
+  single  one process, a plain PyTorch loop: the per-step baseline
+  ddp     DistributedDataParallel, gloo backend, 2 processes, 127.0.0.1
+  ours    deploy/local/launch --num_servers=2 --num_workers=2 (sync),
+          paramserver.torch's DistributedOptimizer, Adam on the servers
+
+Each reports steps per second over --steps steps after --warmup; the bench
+prints every run, the medians over --repeats rounds, ours / ddp, and our
+per-step time minus single's. Run with Debian's interpreter after
+`bazel build //python:paramserver //deploy/local:launch //server`:
+
+    /usr/bin/python3 bench/pytorch_ddp_bench.py [--repeats=3 --steps=200]
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = "/usr/bin/python3"
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--role", default="bench",
+                   choices=["bench", "single", "ddp", "ours"])
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--batch_size", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--bazel_bin", default=os.path.join(ROOT, "bazel-bin"))
+    return p.parse_args()
+
+
+# -- the workers ------------------------------------------------------------
+
+def train(args, rank, world, step_fn, model):
+    """Runs warmup + steps batches of this rank's share; returns steps/s
+    over the timed steps."""
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import pytorch_fashion_mnist as example
+    x, y = example.load(args.data_dir, "train")
+    total = args.warmup + args.steps
+    start = None
+    for step in range(total):
+        if step == args.warmup:
+            start = time.perf_counter()
+        begin = ((step * world + rank) * args.batch_size) % (
+            len(x) - args.batch_size)
+        loss = F.cross_entropy(model(x[begin:begin + args.batch_size]),
+                               y[begin:begin + args.batch_size])
+        step_fn(loss)
+    return args.steps / (time.perf_counter() - start)
+
+
+def role_single(args):
+    import torch
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import pytorch_fashion_mnist as example
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    model = example.Net()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step(loss):
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    print("RESULT " + json.dumps(
+        {"steps_per_s": train(args, 0, 1, step, model)}), flush=True)
+
+
+def role_ddp(args):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import pytorch_fashion_mnist as example
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(1)
+    model = DistributedDataParallel(example.Net())
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step(loss):
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    rate = train(args, rank, world, step, model)
+    dist.barrier()
+    if rank == 0:
+        print("RESULT " + json.dumps({"steps_per_s": rate}), flush=True)
+    dist.destroy_process_group()
+
+
+def role_ours(args):
+    import torch
+    import paramserver.torch as ps
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import pytorch_fashion_mnist as example
+    torch.set_num_threads(1)
+    ps.init()
+    torch.manual_seed(1)
+    model = example.Net()
+    ps.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = ps.DistributedOptimizer(torch.optim.Adam(model.parameters(),
+                                                   lr=1e-3),
+                                  named_parameters=model.named_parameters())
+
+    def step(loss):
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    rate = train(args, ps.rank(), ps.size(), step, model)
+    if ps.rank() == 0:
+        print("RESULT " + json.dumps({"steps_per_s": rate}), flush=True)
+    ps.shutdown()
+
+
+# -- the bench --------------------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_argv(args, role):
+    return [PYTHON, os.path.abspath(__file__), "--role=" + role,
+            "--steps=%d" % args.steps, "--warmup=%d" % args.warmup,
+            "--batch_size=%d" % args.batch_size, "--data_dir=" + args.data_dir]
+
+
+def result_of(output, what):
+    for line in output.splitlines():
+        if "RESULT " in line:
+            return json.loads(line.split("RESULT ", 1)[1])["steps_per_s"]
+    raise RuntimeError("%s reported no result:\n%s" % (what, output))
+
+
+def run(argv, env, what):
+    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=1800, check=False)
+    output = proc.stdout.decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError("%s failed (exit %d):\n%s" % (
+            what, proc.returncode, output))
+    return output
+
+
+def environment(args):
+    # The example's module imports paramserver.torch, so every role needs it.
+    return dict(os.environ,
+                PYTHONPATH=os.path.join(args.bazel_bin, "python", "site"))
+
+
+def measure_single(args):
+    return result_of(run(worker_argv(args, "single"), environment(args),
+                         "single"), "single")
+
+
+def measure_ddp(args):
+    env = dict(environment(args), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()), WORLD_SIZE="2")
+    procs = [subprocess.Popen(worker_argv(args, "ddp"),
+                              env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for r in (0, 1)]
+    outputs = [p.communicate(timeout=1800)[0].decode(errors="replace")
+               for p in procs]
+    for p, output in zip(procs, outputs):
+        if p.returncode != 0:
+            raise RuntimeError("ddp failed:\n" + output)
+    return result_of(outputs[0], "ddp")
+
+
+def measure_ours(args):
+    env = environment(args)
+    argv = [os.path.join(args.bazel_bin, "deploy", "local", "launch"),
+            "--num_servers=2", "--num_workers=2", "--"] + worker_argv(
+                args, "ours")
+    return result_of(run(argv, env, "ours"), "ours")
+
+
+def bench(args):
+    runs = {"single": [], "ddp": [], "ours": []}
+    for i in range(args.repeats):
+        for name, measure in (("single", measure_single),
+                              ("ddp", measure_ddp), ("ours", measure_ours)):
+            runs[name].append(measure(args))
+        print("round %d: single %.1f, ddp %.1f, ours %.1f steps/s" % (
+            i + 1, runs["single"][-1], runs["ddp"][-1], runs["ours"][-1]),
+            flush=True)
+    median = {k: statistics.median(v) for k, v in runs.items()}
+    print("median steps/s over %d rounds (%d steps at batch %d per worker): "
+          "single %.1f, ddp %.1f, ours %.1f" % (
+              args.repeats, args.steps, args.batch_size, median["single"],
+              median["ddp"], median["ours"]))
+    print("ours / ddp: %.2fx" % (median["ours"] / median["ddp"]))
+    ms = {k: 1000 / v for k, v in median.items()}
+    print("per-step time: single %.2f ms, ddp %.2f ms, ours %.2f ms; ours "
+          "adds %.2f ms over single" % (ms["single"], ms["ddp"], ms["ours"],
+                                        ms["ours"] - ms["single"]))
+
+
+def main():
+    args = parse_args()
+    {"bench": bench, "single": role_single, "ddp": role_ddp,
+     "ours": role_ours}[args.role](args)
+
+
+if __name__ == "__main__":
+    main()
