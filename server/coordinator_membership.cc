@@ -41,19 +41,25 @@ std::vector<int> UpdateCoordinator::RanksBlocking(uint64_t clock) const {
   return policy_->RanksBlocking(ViewLocked(), clock);
 }
 
-void UpdateCoordinator::NoteClockLocked(int rank, uint64_t clock) {
+absl::Status UpdateCoordinator::NoteClockLocked(int rank, uint64_t clock) {
+  if (absl::Status s = CheckClockLocked(rank, "clock", clock); !s.ok()) {
+    return s;
+  }
   // The rank has done steps [0, clock), even if a restarted shard lost some
   // of its pushes.
   ranks_.RaiseClock(rank, clock);
   MaybeFastForwardLocked(clock);
   // Waiting for a push that will not come would wait for ever (the rank's
   // waiting pull and its heartbeats keep it alive).
-  if (!policy_->TakesPartWithoutPush(ViewLocked(), rank, clock)) return;
+  if (!policy_->TakesPartWithoutPush(ViewLocked(), rank, clock)) {
+    return absl::OkStatus();
+  }
   spdlog::warn(
       "worker {} is at clock {} without a push for step {} here; it takes "
       "part with weight 0",
       rank, clock, version_);
   has_part_[rank] = true;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::AwaitPull(
@@ -63,7 +69,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::AwaitPull(
   // A step that failed was logged; the wait below sees the version.
   (void)ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     admitted = AdmitLocked(rank, incarnation);
-    if (admitted.ok()) NoteClockLocked(rank, clock);
+    if (admitted.ok()) admitted = NoteClockLocked(rank, clock);
     return admitted;
   });
   if (!admitted.ok()) return admitted;
@@ -204,8 +210,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::Heartbeat(int rank,
                                                       uint64_t clock) {
   return ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (absl::Status s = AdmitLocked(rank, incarnation); !s.ok()) return s;
-    if (clock > 0) NoteClockLocked(rank, clock);
-    return absl::OkStatus();
+    return clock > 0 ? NoteClockLocked(rank, clock) : absl::OkStatus();
   });
 }
 

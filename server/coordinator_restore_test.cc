@@ -96,9 +96,8 @@ TEST(CoordinatorRestoreTest, ARestoredShardContinuesBitIdentically) {
   EXPECT_EQ(taken.version, 4u);
   EXPECT_EQ(taken.planned_steps, 10u);
   ASSERT_EQ(taken.ranks.size(), 2u);
-  EXPECT_EQ(taken.ranks[0], (RankRecord{IncarnationOf(0), 3, {0, 3000}, true}));
-  EXPECT_EQ(taken.ranks[1],
-            (RankRecord{IncarnationOf(1), 4, {0, 4000}, false}));
+  EXPECT_EQ(taken.ranks[0], (RankRecord{IncarnationOf(0), 3, {0, 9}, true}));
+  EXPECT_EQ(taken.ranks[1], (RankRecord{IncarnationOf(1), 4, {0, 16}, false}));
   EXPECT_EQ(taken.examples.at(0), (std::vector<uint64_t>{9, 16}));
   const std::string dir = TempDir("round_trip");
   ASSERT_TRUE(WriteCheckpoint(dir, taken).ok());

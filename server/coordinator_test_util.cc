@@ -69,7 +69,8 @@ StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
   p.base_version = base_version;
   p.num_examples = num_examples;
   p.epoch = 0;
-  p.examples_done = (step + 1) * 1000;
+  // A worker's cursor after `step + 1` batches of this size.
+  p.examples_done = (step + 1) * num_examples;
   for (const Slice& s : store.slices()) {
     p.gradients.push_back(
         SliceGradient::FromFloats(std::vector<float>(s.num_elements, value)));

@@ -41,8 +41,8 @@ std::unique_ptr<UpdateCoordinator> MakeCoordinator(ShardStore* store,
                                                    int staleness = 0);
 
 // A push whose every gradient element is `value`. Its data progress is
-// (epoch 0, examples_done (step + 1) * 1000): a new batch for every step
-// (1000 >= any num_examples the tests use).
+// (epoch 0, examples_done (step + 1) * num_examples): the cursor of a
+// worker that took every step before `step` with batches of this size.
 StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
                         float value, uint32_t num_examples = 1,
                         uint64_t base_version = 0);

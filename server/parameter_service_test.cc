@@ -735,16 +735,19 @@ TEST_F(ParameterServiceTest, PushPullStandsForThePullItsWorkerMadeBefore) {
   Start(ConsistencyMode::kSync);
   uint64_t pushed = 0;
   ASSERT_TRUE(Push(ValidPush(1, 0, 3.0f), &pushed).ok());
-  // A Push cannot say so: it is ahead.
-  EXPECT_EQ(Push(ValidPush(0, 1, 1.0f), &pushed).error_code(),
+  // A Push cannot say so: it is ahead. (Its cursor moves on from what this
+  // shard took: only a restored shard takes a cursor further ahead.)
+  EXPECT_EQ(Push(ValidPush(0, 1, 1.0f, /*batch=*/0), &pushed).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
   // A PushPull does: rank 0 takes part in step 0 with weight 0, then its
   // push for step 1 is taken and its pull waits for rank 1's.
   Weights weights;
   uint64_t version = 0;
   grpc::Status status;
-  std::thread rank0(
-      [&] { status = PushPull(ValidPush(0, 1, 1.0f), 0, &weights, &version); });
+  std::thread rank0([&] {
+    status =
+        PushPull(ValidPush(0, 1, 1.0f, /*batch=*/0), 0, &weights, &version);
+  });
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
   while (coordinator_->version() < 1 && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(5));

@@ -91,9 +91,35 @@ std::vector<int> RankRegistry::StillTraining(
   return training;
 }
 
+absl::Status RankRegistry::CheckProgress(int rank, const DataProgress& progress,
+                                         uint32_t num_examples) const {
+  const Rank& r = ranks_[rank];
+  if (!r.progress_continuous || progress.epoch < r.accepted.epoch) {
+    return absl::OkStatus();
+  }
+  if (progress.epoch > r.accepted.epoch + 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("epoch ", progress.epoch, " of worker ", rank,
+                     " skips epochs: its last accepted push was in epoch ",
+                     r.accepted.epoch));
+  }
+  const uint64_t done_before =
+      progress.epoch == r.accepted.epoch ? r.accepted.examples_done : 0;
+  if (progress.examples_done > done_before &&
+      progress.examples_done - done_before > num_examples) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "examples_done ", progress.examples_done, " of worker ", rank,
+        " in epoch ", progress.epoch, " is more than num_examples ",
+        num_examples, " past its last accepted position, ", done_before,
+        ": a push moves the cursor by its own batch"));
+  }
+  return absl::OkStatus();
+}
+
 void RankRegistry::RecordAccepted(int rank, uint64_t step,
                                   const DataProgress& progress) {
   Rank& r = ranks_[rank];
+  r.progress_continuous = true;
   r.clock = std::max(r.clock, step + 1);
   r.accepted = std::max(r.accepted, progress);
 }
@@ -153,6 +179,7 @@ absl::Status RankRegistry::Restore(const std::vector<RankRecord>& ranks,
     r.clock = r.applied_clock = ranks[i].clock;
     r.accepted = r.applied = ranks[i].progress;
     r.done = ranks[i].done;
+    r.progress_continuous = false;
     r.last_heard = now;
   }
   examples_ = examples;

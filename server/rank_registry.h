@@ -112,6 +112,16 @@ class RankRegistry {
   bool IsReplay(int rank, const DataProgress& progress) const {
     return !(ranks_[rank].accepted < progress);
   }
+  // OK when a push ending at `progress` with `num_examples` examples can
+  // follow the rank's accepted progress: a worker's cursor moves by its
+  // batch, within an epoch or into the next one (replays stay behind it).
+  // InvalidArgument naming the field otherwise, so that a peer cannot claim
+  // progress that would make the rank's real pushes replays. Unchecked
+  // until the rank's first push after a restore: its worker may be ahead of
+  // the restored record. (A restarted worker resumes from the smallest
+  // record over the shards, so registering changes nothing.)
+  absl::Status CheckProgress(int rank, const DataProgress& progress,
+                             uint32_t num_examples) const;
   // A push for `step` ending at `progress` was taken.
   void RecordAccepted(int rank, uint64_t step, const DataProgress& progress);
   // A push for `step` ending at `progress` reached the weights with
@@ -147,6 +157,8 @@ class RankRegistry {
     uint64_t applied_clock = 0;
     DataProgress accepted;
     DataProgress applied;
+    // `accepted` is where the rank's worker stands (see CheckProgress).
+    bool progress_continuous = true;
     bool done = false;
     bool finishing = false;
     bool dead = false;

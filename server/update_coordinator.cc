@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +89,25 @@ absl::StatusOr<uint64_t> UpdateCoordinator::Commit(StagedPush push) {
                                   : CommitAtOnce(std::move(push));
 }
 
+absl::Status UpdateCoordinator::CheckClockLocked(int rank,
+                                                 absl::string_view what,
+                                                 uint64_t clock) const {
+  // Each rank trains planned_steps_ batches, and a step (sync) or a rank's
+  // clock (ssp, async) moves only with one of them.
+  const uint64_t ranks = static_cast<uint64_t>(options_.num_workers);
+  if (planned_steps_ == 0 ||
+      planned_steps_ > std::numeric_limits<uint64_t>::max() / ranks) {
+    return absl::OkStatus();  // No plan to bound it by.
+  }
+  const uint64_t limit = planned_steps_ * ranks;
+  if (clock <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " ", clock, " of worker ", rank,
+                   " is beyond every step of this job (", options_.num_workers,
+                   " workers x ", planned_steps_,
+                   " planned steps): no worker of it gets there"));
+}
+
 StepView UpdateCoordinator::ViewLocked() const {
   return StepView{version_, applying_, has_part_, ranks_};
 }
@@ -103,6 +123,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitToStep(StagedPush push) {
       return absl::FailedPreconditionError(absl::StrCat(
           "worker ", r, " already said it is done; push for step ", step));
     }
+    if (absl::Status s = CheckClockLocked(r, "step", step); !s.ok()) return s;
     if (ranks_.IsReplay(r, progress)) {
       // The batch is already in; at most it counts as taking part.
       if (push.num_examples > 0) ++replays_;  // Not an empty share.
@@ -111,6 +132,10 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitToStep(StagedPush push) {
     }
     if (step > version_) MaybeFastForwardLocked(step);
     if (absl::Status s = policy_->AdmitPush(ViewLocked(), r, step); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ranks_.CheckProgress(r, progress, push.num_examples);
+        !s.ok()) {
       return s;
     }
     has_part_[r] = true;
@@ -251,12 +276,19 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAtOnce(StagedPush push) {
       return absl::FailedPreconditionError(absl::StrCat(
           "worker ", r, " already said it is done; push for step ", push.step));
     }
+    if (absl::Status s = CheckClockLocked(r, "step", push.step); !s.ok()) {
+      return s;
+    }
     if (ranks_.IsReplay(r, progress)) {
       if (push.num_examples > 0) ++replays_;  // Not an empty share.
       ranks_.RaiseClock(r, push.step + 1);
       return version_;
     }
     if (absl::Status s = policy_->AdmitPush(ViewLocked(), r, push.step);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ranks_.CheckProgress(r, progress, push.num_examples);
         !s.ok()) {
       return s;
     }

@@ -236,9 +236,18 @@ class UpdateCoordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `rank` has done steps [0, clock) (it pulls for `clock`, or said so in a
   // heartbeat): raises its clock and, if the policy says so, gives it a
-  // weight-0 part in a step it will not push here.
-  void NoteClockLocked(int rank, uint64_t clock)
+  // weight-0 part in a step it will not push here. InvalidArgument, with
+  // nothing changed, for a clock beyond the job's plan.
+  absl::Status NoteClockLocked(int rank, uint64_t clock)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // InvalidArgument naming `what` when `clock` lies beyond every step the
+  // job's workers can take (num_workers x planned steps), so that a peer
+  // cannot move a rank's clock (or a restored shard's version) where the
+  // real worker's requests would all be refused. OK while nothing is
+  // planned.
+  absl::Status CheckClockLocked(int rank, absl::string_view what,
+                                uint64_t clock) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // sync, after --restore: moves version_ forward to `clock` if allowed.
   void MaybeFastForwardLocked(uint64_t clock)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

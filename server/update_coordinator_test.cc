@@ -229,7 +229,9 @@ TEST(UpdateCoordinatorTest, AsyncAppliesEachPushAtOnceAndRecordsStaleness) {
   // Rank 1 computed from version 0 too: one update behind when applied.
   EXPECT_EQ(*coord->Commit(ConstantPush(*store, 1, 0, 2.0f, 1, 0)), 2u);
   ExpectShiftedBy(before, AllWeights(*store), 3.0f);
-  EXPECT_EQ(*coord->Commit(ConstantPush(*store, 0, 1, 0.5f, 1, 2)), 3u);
+  StagedPush third = ConstantPush(*store, 0, 1, 0.5f, 1, 2);
+  third.examples_done = 11;  // After its batch of 10 and this one.
+  EXPECT_EQ(*coord->Commit(std::move(third)), 3u);
   EXPECT_EQ(coord->staleness().count(), 3u);
   EXPECT_EQ(coord->staleness().CountInBucketOf(0), 2u);
   EXPECT_EQ(coord->staleness().CountInBucketOf(1), 1u);
@@ -240,11 +242,13 @@ TEST(UpdateCoordinatorTest, AsyncAppliesEachPushAtOnceAndRecordsStaleness) {
 TEST(UpdateCoordinatorTest, AsyncRefusesAStepTheRankAlreadyPushed) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = MakeCoordinator(store.get(), ConsistencyMode::kAsync, 2);
-  ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 3, 1.0f)).ok());
+  StagedPush first = ConstantPush(*store, 0, 3, 1.0f);
+  first.examples_done = 1;  // Its first batch (steps 0-2 went elsewhere).
+  ASSERT_TRUE(coord->Commit(std::move(first)).ok());
   const auto after_first = AllWeights(*store);
   for (uint64_t step : {0u, 3u}) {
     StagedPush again = ConstantPush(*store, 0, step, 1.0f);
-    again.examples_done = 9000;  // New data, so not a replay.
+    again.examples_done = 2;  // New data, so not a replay.
     EXPECT_EQ(coord->Commit(std::move(again)).status().code(),
               absl::StatusCode::kAlreadyExists);
   }
@@ -338,14 +342,15 @@ TEST(UpdateCoordinatorTest, SlowPullLogsWhichWorkersItWaitsFor) {
 TEST(UpdateCoordinatorTest, RegisterReportsTheRanksProgress) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = MakeCoordinator(store.get(), ConsistencyMode::kAsync, 2);
-  StagedPush p = ConstantPush(*store, 1, 6, 1.0f);
-  p.epoch = 2;
-  p.examples_done = 640;
+  // Its first batch of epoch 1 (epoch 0 went to the other shards).
+  StagedPush p = ConstantPush(*store, 1, 6, 1.0f, 64);
+  p.epoch = 1;
+  p.examples_done = 64;
   ASSERT_TRUE(coord->Commit(std::move(p)).ok());
   RankProgress progress = *coord->Register(1, 99, 0);
   EXPECT_EQ(progress.next_step, 7u);
-  EXPECT_EQ(progress.epoch, 2u);
-  EXPECT_EQ(progress.examples_done, 640u);
+  EXPECT_EQ(progress.epoch, 1u);
+  EXPECT_EQ(progress.examples_done, 64u);
   EXPECT_EQ(coord->Register(0, 5, 0)->next_step, 0u);
 }
 
@@ -392,7 +397,7 @@ TEST(UpdateCoordinatorTest, AReplayedPushIsAcknowledgedAndNotApplied) {
   // The same batch (same progress) again, even under a later step number.
   EXPECT_EQ(*coord->Commit(ConstantPush(*store, 0, 0, 5.0f, 10)), 1u);
   StagedPush later = ConstantPush(*store, 0, 4, 5.0f, 10);
-  later.examples_done = 1000;
+  later.examples_done = 10;
   EXPECT_EQ(*coord->Commit(std::move(later)), 1u);
   ExpectShiftedBy(before, AllWeights(*store), 1.0f);
   EXPECT_NE(coord->Report().find("examples per epoch: 0=10\n"),
@@ -434,7 +439,7 @@ TEST(UpdateCoordinatorTest, SyncReplayTakesPartInTheStepWithWeightZero) {
   // Rank 1 resumed from an earlier point and resends its step-0 batch as
   // step 1: it counts as taking part, so the step needs no one else.
   StagedPush replay = ConstantPush(*store, 1, 1, 9.0f, 4);
-  replay.examples_done = 1000;
+  replay.examples_done = 4;
   EXPECT_EQ(*coord->Commit(std::move(replay)), 1u);
   EXPECT_EQ(coord->RanksBlocking(2), std::vector<int>{0});
   EXPECT_EQ(*coord->Commit(ConstantPush(*store, 0, 1, 2.0f, 4)), 2u);
@@ -453,13 +458,15 @@ TEST(UpdateCoordinatorTest, SyncStepOfEmptySharesAdvancesWithoutAnUpdate) {
   EXPECT_EQ(AllWeights(*store), before);
   // An empty share next to a real one weighs nothing.
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 1, 8.0f, 0)).ok());
-  ASSERT_EQ(*coord->Commit(ConstantPush(*store, 1, 1, 2.0f, 3)), 2u);
+  StagedPush real = ConstantPush(*store, 1, 1, 2.0f, 3);
+  real.examples_done = 3;  // Its first batch.
+  ASSERT_EQ(*coord->Commit(std::move(real)), 2u);
   ExpectShiftedBy(before, AllWeights(*store), 2.0f);
   EXPECT_EQ(coord->staleness().count(), 1u);
   // Rank 0's share of the next step is empty too: its progress does not
   // move, which is no replay of a batch.
   StagedPush empty = ConstantPush(*store, 0, 2, 8.0f, 0);
-  empty.examples_done = 2000;
+  empty.examples_done = 0;
   ASSERT_TRUE(coord->Commit(std::move(empty)).ok());
   EXPECT_NE(
       coord->Report().find("replayed pushes acknowledged, not applied: 0"),

@@ -311,6 +311,59 @@ TEST_F(HostilePeerTest, LifecycleCallsAreCheckedAgainstTheRegistration) {
   EXPECT_EQ(after.version, before_.version + 1);
 }
 
+TEST_F(HostilePeerTest, ValuesNoWorkerSendsAreRefusedAndTheRankGoesOn) {
+  StartServer("async");
+  constexpr uint64_t kHuge = uint64_t{1} << 63;
+  struct Case {
+    std::string request;
+    PushFields fields;
+    std::string names;
+  };
+  PushFields far_step;
+  far_step.step = kHuge;
+  PushFields far_cursor;
+  far_cursor.examples_done = ~uint64_t{0};
+  PushFields far_epoch;
+  far_epoch.epoch = uint64_t{1} << 40;
+  for (const Case& c :
+       {Case{"push for step 2^63", far_step, "step 9223372036854775808"},
+        Case{"push with examples_done 2^64-1", far_cursor, "examples_done"},
+        Case{"push in epoch 2^40", far_epoch, "skips epochs"}}) {
+    ExpectRefusedRow("out of range", c.request,
+                     Push(c.fields, Gradients(0.01f)),
+                     {grpc::StatusCode::INVALID_ARGUMENT}, c.names);
+  }
+  {
+    proto::HeartbeatRequest request;
+    *request.mutable_header() = Header(1, kIncarnation);
+    request.set_incarnation(kIncarnation);
+    request.set_clock(kHuge);
+    proto::HeartbeatResponse response;
+    grpc::ClientContext context;
+    ExpectRefusedRow("out of range", "Heartbeat with clock 2^63",
+                     stub_->Heartbeat(&context, request, &response),
+                     {grpc::StatusCode::INVALID_ARGUMENT}, "clock");
+  }
+  {
+    proto::PullRequest request;
+    *request.mutable_header() = Header(1, kIncarnation);
+    request.set_clock(kHuge);
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<proto::PullResponse>> reader =
+        stub_->Pull(&context, request);
+    proto::PullResponse response;
+    while (reader->Read(&response)) {
+    }
+    ExpectRefusedRow("out of range", "pull for clock 2^63", reader->Finish(),
+                     {grpc::StatusCode::INVALID_ARGUMENT}, "clock");
+  }
+  // None of them moved rank 1: its real first push is taken and applied.
+  ASSERT_TRUE(Push(PushFields(), Gradients(0.01f)).ok());
+  Weights after;
+  ASSERT_TRUE(Snapshot(&after).ok());
+  EXPECT_EQ(after.version, before_.version + 1);
+}
+
 TEST_F(HostilePeerTest, MalformedRequestsAreRefusedNamingTheProblem) {
   StartServer("async");
   {
