@@ -92,7 +92,7 @@ TEST(LaunchConfigTest, ServerArgvCarriesClusterAndTrainingFlags) {
                   "--num_workers=2", "--port=0", "--host=127.0.0.1",
                   "--port_file=/tmp/d/server_1.port", "--mode=ssp",
                   "--staleness=2", "--optimizer=adam", "--learning_rate=0.01",
-                  "--lr_schedule=cosine", "--momentum=0.5"));
+                  "--lr_schedule=constant", "--momentum=0.5"));
 }
 
 TEST(LaunchConfigTest, CheckpointDirMakesServersRestoreOnEveryStart) {
@@ -146,7 +146,9 @@ TEST(LaunchConfigTest, ClusterSpecBuildsTheSameCommands) {
   EXPECT_EQ(spec.num_servers, 3);
   EXPECT_EQ(spec.kill_grace, absl::Seconds(7));
   EXPECT_EQ(spec.host, "127.0.0.1");
-  EXPECT_EQ(spec.server_command(2, "/p"), ServerArgv(config, 2, "/p"));
+  EXPECT_EQ(spec.server_command(2, 0, "/p"), ServerArgv(config, 2, "/p"));
+  EXPECT_EQ(spec.server_command(2, 7001, "/p"),
+            ServerArgv(config, 2, "/p", 7001));
   EXPECT_EQ(spec.worker_command(1, {"a:1"}), WorkerArgv(config, 1, {"a:1"}));
 }
 

@@ -59,7 +59,8 @@ ClusterSpec ShellCluster(int num_servers, std::vector<std::string> servers,
   ClusterSpec spec;
   spec.num_servers = num_servers;
   spec.num_workers = num_workers;
-  spec.server_command = [servers](int index, const std::string& port_file) {
+  spec.server_command = [servers](int index, int /*port*/,
+                                  const std::string& port_file) {
     const std::string& script =
         servers[std::min<size_t>(index, servers.size() - 1)];
     return std::vector<std::string>{"/bin/sh", "-c",      script,
@@ -94,7 +95,7 @@ class Output {
           lines_.emplace_back(line);
           if (on_line_) on_line_(line);
         }) {}
-  LineWriter* writer() { return &writer_; }
+  ClusterOutput* writer() { return &streamed_; }
   std::vector<std::string> lines() {
     absl::MutexLock lock(&mu_);
     return lines_;
@@ -109,6 +110,7 @@ class Output {
   std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
   std::function<void(absl::string_view)> on_line_ ABSL_GUARDED_BY(mu_);
   LineWriter writer_;
+  StreamedOutput streamed_{&writer_};
 };
 
 const ProcessOutcome& Find(const ClusterResult& result,
@@ -260,7 +262,7 @@ TEST(LocalClusterTest, RejectsMalformedPortFile) {
 TEST(LocalClusterTest, NamesTheProcessThatCannotStart) {
   Output output;
   ClusterSpec spec = ShellCluster(1, {"true"}, 1, {"true"});
-  spec.server_command = [](int, const std::string&) {
+  spec.server_command = [](int, int, const std::string&) {
     return std::vector<std::string>{"/nonexistent/server"};
   };
   LocalCluster cluster(std::move(spec), output.writer());
