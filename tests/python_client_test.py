@@ -135,7 +135,7 @@ def test_server_config_from_the_launchers_flags():
     assert config["learning_rate"] == 0.1
     assert config["momentum"] == 0.5
     assert config["weight_decay"] == 1e-4
-    assert config["lr_schedule"] == "cosine"  # The launcher's default.
+    assert config["lr_schedule"] == "constant"  # The launcher's default.
     defaults = _server_config.from_launcher_command(["launch", "--", "x"])
     assert defaults["optimizer"] == "adam"
     assert defaults["learning_rate"] == 0.001  # --learning_rate=0: servers'.

@@ -41,6 +41,11 @@ TEST(LaunchConfigTest, RejectsBadValuesNamingTheFlag) {
        "--mode must be one of sync|ssp|async, got 'bsp'"},
       {[](LaunchConfig* c) { c->staleness = 3; },
        "--staleness applies only to --mode=ssp"},
+      {[](LaunchConfig* c) { c->mode = "ssp"; },
+       "--mode=ssp needs --staleness=N"},
+      {[](LaunchConfig* c) { c->metrics_port_base = 65534; },
+       "--metrics_port_base must be in [1, 65532]"},
+      {[](LaunchConfig* c) { c->max_restarts = -1; }, "--max_restarts"},
       {[](LaunchConfig* c) {
          c->mode = "ssp";
          c->staleness = -1;
@@ -290,6 +295,43 @@ TEST(ExtraFlagsTest, AuthenticationFlagsAreTheLaunchersUnderAuth) {
   EXPECT_FALSE(ParseExtraFlags("worker_flags", "--token_file=/t",
                                ReservedWorkerFlags(/*auth=*/true))
                    .ok());
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST(LaunchConfigTest, WorkerFlagsAndMetricsPortsAreForwarded) {
+  LaunchConfig config = ValidConfig();
+  config.log_every = 10;
+  config.max_steps = 50;
+  config.retry_timeout = absl::Seconds(30);
+  config.metrics_port_base = 9100;
+  const std::vector<std::string> worker = WorkerArgv(config, 1, {"h:1"});
+  EXPECT_THAT(worker, ::testing::IsSupersetOf(
+                          {"--log_every=10", "--max_steps=50",
+                           "--retry_timeout=30s", "--metrics_port=9103"}));
+  EXPECT_THAT(worker, ::testing::Not(::testing::Contains(
+                          ::testing::HasSubstr("--eval_every"))));
+  EXPECT_THAT(ServerArgv(config, 1, "/p"),
+              ::testing::Contains("--metrics_port=9101"));
+  config.metrics_port_base = 0;
+  EXPECT_THAT(ServerArgv(config, 1, "/p"),
+              ::testing::Not(
+                  ::testing::Contains(::testing::HasSubstr("--metrics_port"))));
+}
+
+TEST(LaunchConfigTest, WarnsOfABatchLargerThanAWorkersShare) {
+  LaunchConfig config = ValidConfig();
+  config.num_workers = 4;
+  config.batch_size = 20000;
+  ASSERT_EQ(LaunchConfigWarnings(config).size(), 1u);
+  EXPECT_THAT(LaunchConfigWarnings(config)[0],
+              ::testing::HasSubstr("larger than a worker's share"));
+  config.batch_size = 64;
+  EXPECT_TRUE(LaunchConfigWarnings(config).empty());
 }
 
 }  // namespace

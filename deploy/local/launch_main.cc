@@ -559,7 +559,7 @@ int Main(int argc, char** argv) {
                    program.empty() ? absl::StrCat(", ", config->epochs,
                                                   " epochs of ", config->model)
                                    : "",
-                   "; every process's log in ", shown_dir, "/logs/"));
+                   " (logs in ", shown_dir, "/logs/)"));
   if (config->metrics_port_base != 0) {
     const int base = config->metrics_port_base;
     out->LauncherLine(

@@ -359,3 +359,67 @@ TEST(LocalClusterTest, IgnoredStopSignalIsFollowedBySigkill) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST(LocalClusterTest, FailedWorkerIsRestartedAndServerGetsItsPortBack) {
+  Output output;
+  const std::string done = DoneDir("restart_done");
+  // Worker 1 dies by SIGKILL on its first start only; server 0 dies once,
+  // and its restart must be given its port.
+  const std::string marker =
+      absl::StrCat(done, "/../restart_marker.", getpid());
+  const std::string server_marker = marker + ".server";
+  ClusterSpec spec = ShellCluster(
+      1,
+      {ServerScript(absl::StrCat(
+          // Dies once, while the workers run (worker 1 made its marker).
+          "until [ -e ", marker, " ]; do sleep 0.02; done; if [ ! -e ",
+          server_marker, " ]; then touch ", server_marker,
+          "; kill -9 $$; fi; echo \"port $3\"; while [ $(ls ", done,
+          " | wc -l) -lt 2 ]; do sleep 0.02; done"))},
+      2,
+      {WorkerThenDone(done, "true"),
+       WorkerThenDone(
+           done, absl::StrCat("if [ ! -e ", marker, " ]; then touch ", marker,
+                              "; kill -9 $$; fi"))});
+  // The stand-in server prints the port it was given ($3).
+  spec.server_command = [inner = spec.server_command](
+                            int index, int port, const std::string& port_file) {
+    std::vector<std::string> argv = inner(index, port, port_file);
+    argv.push_back(absl::StrCat(port));
+    return argv;
+  };
+  spec.max_restarts = 2;
+  spec.restart_backoff = absl::Milliseconds(10);
+  spec.restart_servers = true;
+  LocalCluster cluster(std::move(spec), output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_TRUE(result.status.ok()) << result.status;
+  ASSERT_EQ(result.restarts.size(), 2u);
+  std::vector<std::string> names = {result.restarts[0].name,
+                                    result.restarts[1].name};
+  std::sort(names.begin(), names.end());
+  EXPECT_THAT(names, ::testing::ElementsAre("server 0", "worker 1"));
+  for (const RestartRecord& restart : result.restarts) {
+    EXPECT_THAT(restart.reason, HasSubstr("killed by signal 9"));
+  }
+  EXPECT_THAT(output.lines(), Contains("[server 0] port 4000"));
+}
+
+TEST(LocalClusterTest, BadConfigurationIsNotRestarted) {
+  Output output;
+  ClusterSpec spec = ShellCluster(1, {ServerScript("exec sleep 1000")}, 1,
+                                  {"echo 'bad flag'; exit 2"});
+  spec.max_restarts = 3;
+  LocalCluster cluster(std::move(spec), output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_TRUE(result.restarts.empty());
+  EXPECT_THAT(result.status.message(),
+              HasSubstr("worker 0 exited with code 2: bad flag (exit code 2: "
+                        "bad configuration, not restarted)"));
+}
+
+}  // namespace
+}  // namespace ps

@@ -17,6 +17,13 @@ constexpr int kBarWidth = 20;
 // Redraws at most this often: progress lines of several workers arrive at
 // once.
 constexpr absl::Duration kMinRedraw = absl::Milliseconds(200);
+constexpr absl::Duration kWarningQuiet = absl::Seconds(5);
+
+// Warnings of a normal start: workers other than rank 0 retry until it has
+// declared the model.
+bool Expected(absl::string_view line) {
+  return absl::StrContains(line, "rank 0 has not declared the model yet");
+}
 
 int TerminalColumns(std::FILE* out) {
   winsize size = {};
@@ -104,9 +111,15 @@ void ProgressOutput::ProcessLine(const ProcessId& who, absl::string_view line) {
       if (s.last_eval_at_epoch_end &&
           s.last_eval_epoch > last_reported_epoch_) {
         last_reported_epoch_ = s.last_eval_epoch;
+        double loss = s.loss;
+        for (const EpochRecord& record : progress_->History()) {
+          if (record.epoch == s.last_eval_epoch && record.train_loss) {
+            loss = *record.train_loss;
+          }
+        }
         PrintLocked(absl::StrFormat(
             "[progress] epoch %d/%d done: loss %.4f, test accuracy %.4f",
-            s.last_eval_epoch, s.epochs, s.loss,
+            s.last_eval_epoch, s.epochs, loss,
             s.last_test_accuracy.value_or(0)));
       } else if (tty_) {
         DrawBarLocked();
@@ -125,11 +138,27 @@ void ProgressOutput::ProcessLine(const ProcessId& who, absl::string_view line) {
     case TrainingProgress::LineKind::kOther:
       break;
   }
-  if (SeverityOf(line) == LineSeverity::kInfo) return;
+  const LineSeverity severity = SeverityOf(line);
+  if (severity == LineSeverity::kInfo || Expected(line)) return;
+  std::string suffix;
+  if (severity == LineSeverity::kWarning) {
+    WarningState& state = warnings_[who.Name()];
+    const absl::Time now = absl::Now();
+    if (now - state.shown < kWarningQuiet) {
+      ++state.held_back;
+      return;
+    }
+    if (state.held_back > 0) {
+      suffix = absl::StrCat(" (and ", state.held_back,
+                            " more warnings before, in its log)");
+    }
+    state = WarningState{now, 0};
+  }
   const std::string prefix = absl::StrCat("[", who.Name(), "] ");
-  PrintLocked(absl::StrContains(line.substr(0, 40), prefix)
-                  ? std::string(line)
-                  : absl::StrCat(prefix, line));
+  PrintLocked(absl::StrCat(absl::StrContains(line.substr(0, 40), prefix)
+                               ? std::string(line)
+                               : absl::StrCat(prefix, line),
+                           suffix));
 }
 
 void ProgressOutput::LauncherLine(LaunchLevel level, absl::string_view text) {

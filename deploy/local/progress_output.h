@@ -2,6 +2,7 @@
 #define PS_DEPLOY_LOCAL_PROGRESS_OUTPUT_H_
 
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,14 @@ class ProgressOutput : public ClusterOutput {
   absl::Time last_plain_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time last_draw_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int last_reported_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Warnings of one process come in bursts (a worker retrying a restarting
+  // server logs each retry): after one is shown, the next ones within
+  // kWarningQuiet are only counted, and said with the next one shown.
+  struct WarningState {
+    absl::Time shown = absl::InfinitePast();
+    int held_back = 0;
+  };
+  std::map<std::string, WarningState> warnings_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps

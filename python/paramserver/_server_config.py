@@ -39,7 +39,7 @@ SERVER_DEFAULTS = {
 
 # deploy/local/launch_main.cc's, where they differ from the servers'; its
 # --learning_rate=0 means "the servers' default" and is not passed on.
-LAUNCHER_DEFAULTS = {"lr_schedule": "cosine"}
+LAUNCHER_DEFAULTS = {}
 
 _STRING_FLAGS = ("optimizer", "lr_schedule")
 _ENVIRONMENT = {"PS_" + name.upper(): name for name in SERVER_DEFAULTS}
