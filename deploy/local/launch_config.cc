@@ -204,8 +204,10 @@ absl::StatusOr<std::vector<std::string>> ParseExtraFlags(
           "--", flag_name, ": '", flag, "' is not a --name[=value] flag"));
     }
     if (std::find(reserved.begin(), reserved.end(), name) != reserved.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--", flag_name, " must not set --", name, ": the launcher sets it"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag_name, " must not set --", name,
+                       ": the launcher sets it (from its own --", name,
+                       " where it has one; see --help)"));
     }
   }
   return flags;

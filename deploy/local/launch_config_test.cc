@@ -280,7 +280,8 @@ TEST(ExtraFlagsTest, RejectsNonFlagsAndFlagsTheLauncherSets) {
   absl::StatusOr<std::vector<std::string>> flags =
       ParseExtraFlags("server_flags", "--port=5", ReservedServerFlags());
   EXPECT_EQ(flags.status().message(),
-            "--server_flags must not set --port: the launcher sets it");
+            "--server_flags must not set --port: the launcher sets it (see "
+            "its --help)");
   EXPECT_FALSE(
       ParseExtraFlags("worker_flags", "--servers", ReservedWorkerFlags()).ok());
 }

@@ -23,8 +23,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -612,8 +614,19 @@ int Main(int argc, char** argv) {
   lines.push_back(absl::StrCat(
       "run directory: ", shown_dir, " (logs/",
       config->checkpoint_dir.empty() ? "" : ", checkpoints/", ")"));
-  if (const std::vector<EpochRecord> history = progress.History();
-      !history.empty()) {
+  std::vector<EpochRecord> history = progress.History();
+  if (resuming && !history.empty()) {
+    // Epochs trained before the resume are in the last session's CSV.
+    std::ifstream in(run->File("curves.csv"));
+    std::stringstream earlier;
+    earlier << in.rdbuf();
+    if (absl::StatusOr<std::vector<EpochRecord>> parsed =
+            ParseHistoryCsv(earlier.str());
+        parsed.ok()) {
+      history = MergeHistory(*parsed, history);
+    }
+  }
+  if (!history.empty()) {
     absl::StatusOr<CurveFiles> curves = WriteCurves(
         run_path, history,
         absl::StrCat(shown_dir, ": ", config->model, ", ", config->mode, ", ",

@@ -103,7 +103,14 @@ void LocalCluster::AwaitEvent(int64_t seen, absl::Time deadline) {
 
 void LocalCluster::OnExit(int child, int generation, const std::string& name,
                           const ExitStatus& status) {
-  Log(status.success() ? LaunchLevel::kDetail : LaunchLevel::kWarning,
+  bool stopping = false;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping = stop_signal_ != 0 || stopping_all_;
+  }
+  // Exits the launcher asked for are no news.
+  Log(status.success() || stopping ? LaunchLevel::kDetail
+                                   : LaunchLevel::kWarning,
       absl::StrCat(name, " ", status.ToString()));
   absl::MutexLock lock(&mu_);
   exits_.emplace_back(child, generation);
@@ -402,6 +409,7 @@ void LocalCluster::StopAll() {
   {
     absl::MutexLock lock(&mu_);
     if (stop_signal_ != 0) signal = stop_signal_;
+    stopping_all_ = true;
   }
   bool any_running = false;
   for (Child& child : children_) {

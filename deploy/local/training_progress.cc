@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdio>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 
 namespace ps {
 namespace {
@@ -122,6 +124,44 @@ std::string HistoryCsv(const std::vector<EpochRecord>& history) {
         "\n");
   }
   return csv;
+}
+
+absl::StatusOr<std::vector<EpochRecord>> ParseHistoryCsv(
+    absl::string_view csv) {
+  std::vector<EpochRecord> history;
+  int number = 0;
+  for (absl::string_view line : absl::StrSplit(csv, '\n', absl::SkipEmpty())) {
+    if (++number == 1) continue;  // The header.
+    const std::vector<absl::string_view> fields = absl::StrSplit(line, ',');
+    EpochRecord record;
+    double loss = 0, accuracy = 0;
+    if (fields.size() != 3 || !absl::SimpleAtoi(fields[0], &record.epoch) ||
+        record.epoch < 1 ||
+        (!fields[1].empty() && !absl::SimpleAtod(fields[1], &loss)) ||
+        (!fields[2].empty() && !absl::SimpleAtod(fields[2], &accuracy))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", number, " is not epoch,loss,accuracy: ", line));
+    }
+    if (!fields[1].empty()) record.train_loss = loss;
+    if (!fields[2].empty()) record.test_accuracy = accuracy;
+    history.push_back(record);
+  }
+  return history;
+}
+
+std::vector<EpochRecord> MergeHistory(const std::vector<EpochRecord>& earlier,
+                                      const std::vector<EpochRecord>& later) {
+  std::map<int, EpochRecord> merged;
+  for (const EpochRecord& r : earlier) merged[r.epoch] = r;
+  for (const EpochRecord& r : later) {
+    EpochRecord& m = merged[r.epoch];
+    m.epoch = r.epoch;
+    if (r.train_loss.has_value()) m.train_loss = r.train_loss;
+    if (r.test_accuracy.has_value()) m.test_accuracy = r.test_accuracy;
+  }
+  std::vector<EpochRecord> history;
+  for (const auto& [epoch, record] : merged) history.push_back(record);
+  return history;
 }
 
 }  // namespace ps

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 
@@ -81,6 +82,12 @@ class TrainingProgress {
 // The history as CSV: "epoch,train_loss,test_accuracy", one row an epoch,
 // empty fields where nothing was logged.
 std::string HistoryCsv(const std::vector<EpochRecord>& history);
+// Reads what HistoryCsv wrote.
+absl::StatusOr<std::vector<EpochRecord>> ParseHistoryCsv(absl::string_view csv);
+// A resumed run's history: `later`'s values, and `earlier`'s where `later`
+// has none (epochs done before the resume). Ordered by epoch.
+std::vector<EpochRecord> MergeHistory(const std::vector<EpochRecord>& earlier,
+                                      const std::vector<EpochRecord>& later);
 
 }  // namespace ps
 

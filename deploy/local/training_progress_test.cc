@@ -78,5 +78,22 @@ TEST(TrainingProgressTest, RefusesImpossibleValues) {
   EXPECT_EQ(HistoryCsv(progress.History()), "epoch,train_loss,test_accuracy\n");
 }
 
+TEST(TrainingProgressTest, HistoryCsvRoundTripsAndMergesAfterAResume) {
+  std::vector<EpochRecord> earlier(2);
+  earlier[0] = {1, 0.5, 0.8};
+  earlier[1] = {2, 0.4, std::nullopt};  // Stopped mid-epoch.
+  absl::StatusOr<std::vector<EpochRecord>> parsed =
+      ParseHistoryCsv(HistoryCsv(earlier));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(HistoryCsv(*parsed), HistoryCsv(earlier));
+  std::vector<EpochRecord> later(2);
+  later[0] = {2, 0.3, 0.85};
+  later[1] = {3, 0.2, 0.86};
+  EXPECT_EQ(HistoryCsv(MergeHistory(*parsed, later)),
+            "epoch,train_loss,test_accuracy\n1,0.500000,0.8000\n"
+            "2,0.300000,0.8500\n3,0.200000,0.8600\n");
+  EXPECT_FALSE(ParseHistoryCsv("epoch,train_loss,test_accuracy\nx,1,2\n").ok());
+}
+
 }  // namespace
 }  // namespace ps
