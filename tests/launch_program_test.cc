@@ -104,6 +104,30 @@ TEST(LaunchProgramTest, RefusesFlagsOfOurWorkerAndAMissingProgram) {
   }
 }
 
+TEST(LaunchProgramTest, HelpExitsZeroAndBadFlagsExitTwo) {
+  for (const char* help : {"--help", "--helpfull"}) {
+    const Launch launch = RunLauncher({help});
+    EXPECT_EQ(launch.exit.exit_code(), 0) << help;
+    EXPECT_THAT(LineWith(launch.lines, "--max_restarts"),
+                HasSubstr("Restarts, in all"))
+        << help;
+  }
+  struct Case {
+    std::vector<std::string> args;
+    std::string error;
+  };
+  for (const Case& c : {
+           Case{{"--no_such_flag=1"}, "unknown flag --no_such_flag"},
+           Case{{"--num_workers=two"}, "--num_workers=two"},
+           Case{{"--mode=ssp", "--", "/bin/true"}, "--mode=ssp needs"},
+           Case{{"--output=fancy", "--", "/bin/true"}, "--output must be"},
+       }) {
+    const Launch launch = RunLauncher(c.args);
+    EXPECT_EQ(launch.exit.exit_code(), 2) << c.error;
+    EXPECT_THAT(LineWith(launch.lines, c.error), HasSubstr(c.error));
+  }
+}
+
 // The servers hold what a program declares, in every mode.
 class DeclaredModelTest
     : public ::testing::TestWithParam<std::vector<std::string>> {};
