@@ -3,8 +3,10 @@
 #include <fstream>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "common/subprocess.h"
@@ -23,23 +25,39 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
+// A gnuplot string literal.
+std::string Quoted(absl::string_view text) {
+  return absl::StrCat(
+      "\"", absl::StrReplaceAll(text, {{"\\", "\\\\"}, {"\"", "\\\""}}), "\"");
+}
+
 // Loss on the left axis, accuracy on the right; empty CSV fields are
-// skipped ("set datafile missing").
+// skipped ("set datafile missing"), and a curve with no value at all is left
+// out (gnuplot refuses to plot one).
 std::string GnuplotScript(const std::string& csv, const std::string& png,
-                          const std::string& title) {
-  const std::string quoted_title =
-      absl::StrReplaceAll(title, {{"\\", "\\\\"}, {"\"", "\\\""}});
+                          const std::string& title, bool any_loss,
+                          bool any_accuracy) {
+  std::vector<std::string> curves;
+  if (any_loss) {
+    curves.push_back(absl::StrCat(Quoted(csv),
+                                  " using 1:2 with linespoints lw 2 title "
+                                  "\"training loss\" axes x1y1"));
+  }
+  if (any_accuracy) {
+    curves.push_back(absl::StrCat(Quoted(csv),
+                                  " using 1:3 with linespoints lw 2 title "
+                                  "\"test accuracy\" axes x1y2"));
+  }
   return absl::StrCat(
       "set terminal png size 900,540\n"
-      "set output \"",
-      png,
-      "\"\n"
+      "set output ",
+      Quoted(png),
+      "\n"
       "set datafile separator \",\"\n"
       "set datafile missing \"\"\n"
-      "set key autotitle columnhead\n"
-      "set title \"",
-      quoted_title,
-      "\" noenhanced\n"
+      "set title ",
+      Quoted(title),
+      " noenhanced\n"
       "set xlabel \"epoch\"\n"
       "set ylabel \"training loss\"\n"
       "set y2label \"test accuracy\"\n"
@@ -48,14 +66,8 @@ std::string GnuplotScript(const std::string& csv, const std::string& png,
       "set grid\n"
       "set key center right\n"
       "set xtics 1\n"
-      "plot \"",
-      csv,
-      "\" using 1:2 with linespoints lw 2 title "
-      "\"training loss\" axes x1y1, \\\n"
-      "     \"",
-      csv,
-      "\" using 1:3 with linespoints lw 2 title "
-      "\"test accuracy\" axes x1y2\n");
+      "plot ",
+      absl::StrJoin(curves, ", \\\n     "), "\n");
 }
 
 }  // namespace
@@ -74,7 +86,13 @@ absl::StatusOr<CurveFiles> WriteCurves(const std::string& dir,
   }
   const std::string png = absl::StrCat(dir, "/curves.png");
   const std::string script = absl::StrCat(dir, "/curves.gp");
-  if (absl::Status s = WriteFile(script, GnuplotScript(files.csv, png, title));
+  bool any_loss = false, any_accuracy = false;
+  for (const EpochRecord& r : history) {
+    any_loss |= r.train_loss.has_value();
+    any_accuracy |= r.test_accuracy.has_value();
+  }
+  if (absl::Status s = WriteFile(
+          script, GnuplotScript(files.csv, png, title, any_loss, any_accuracy));
       !s.ok()) {
     files.png_problem = std::string(s.message());
     return files;

@@ -206,8 +206,7 @@ absl::StatusOr<std::vector<std::string>> ParseExtraFlags(
     if (std::find(reserved.begin(), reserved.end(), name) != reserved.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag_name, " must not set --", name,
-                       ": the launcher sets it (from its own --", name,
-                       " where it has one; see --help)"));
+                       ": the launcher sets it (see its --help)"));
     }
   }
   return flags;

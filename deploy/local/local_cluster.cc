@@ -57,6 +57,10 @@ class TempDir {
   const std::string path_;
 };
 
+// A failed process's last line is quoted up to this long; its log has it
+// whole.
+constexpr size_t kMaxQuotedLine = 200;
+
 // A wait longer than this says what it waits for.
 constexpr absl::Duration kQuietWait = absl::Seconds(5);
 
@@ -189,7 +193,10 @@ absl::Status LocalCluster::HandleExits(Phase phase) {
       child.exited = true;
       continue;
     }
-    const std::string last_line = child.process->LastLines(1);
+    std::string last_line = child.process->LastLines(1);
+    if (last_line.size() > kMaxQuotedLine) {
+      last_line = absl::StrCat(last_line.substr(0, kMaxQuotedLine), "...");
+    }
     const std::string how = absl::StrCat(
         status.ToString(),
         last_line.empty() ? " (no output)" : absl::StrCat(": ", last_line));
