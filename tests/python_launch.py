@@ -60,6 +60,9 @@ def run(program, args=(), flags=(), expect_success=True):
     argv = [runfile("deploy/local/launch"),
             "--server_binary=" + runfile("server/server")]
     argv += list(flags)
+    if not expect_success:
+        # The failure under test is final: restarts would only repeat it.
+        argv.append("--max_restarts=0")
     argv += ["--", PYTHON, runfile(program)] + [str(a) for a in args]
     env = dict(os.environ)
     env["PYTHONPATH"] = runfile("python/site")

@@ -167,6 +167,24 @@ int WorkerMetricsPort(const LaunchConfig& config, int rank) {
              : config.metrics_port_base + config.num_servers + rank;
 }
 
+std::string MetricsPortsLine(const LaunchConfig& config) {
+  auto range = [](int first, int last) {
+    return first == last ? absl::StrCat(first) : absl::StrCat(first, "-", last);
+  };
+  std::string line =
+      absl::StrCat("metrics at http://127.0.0.1:PORT/metrics: servers on ",
+                   range(ServerMetricsPort(config, 0),
+                         ServerMetricsPort(config, config.num_servers - 1)));
+  if (config.program.empty()) {
+    absl::StrAppend(&line, ", workers on ",
+                    range(WorkerMetricsPort(config, 0),
+                          WorkerMetricsPort(config, config.num_workers - 1)));
+  } else {
+    absl::StrAppend(&line, " (a program's workers serve none)");
+  }
+  return line;
+}
+
 std::vector<std::string> ReservedServerFlags(bool auth) {
   std::vector<std::string> flags = {
       "server_index", "num_servers", "num_workers", "port",

@@ -92,6 +92,9 @@ std::vector<std::string> LaunchConfigWarnings(const LaunchConfig& config);
 // Where server `index` / worker `rank` serves its metrics; 0 when off.
 int ServerMetricsPort(const LaunchConfig& config, int index);
 int WorkerMetricsPort(const LaunchConfig& config, int rank);
+// Says where the metrics are, e.g. "metrics at
+// http://127.0.0.1:PORT/metrics: servers on 9100-9101, workers on 9102-9103".
+std::string MetricsPortsLine(const LaunchConfig& config);
 
 // Splits "--a=1 --b=2" into flags; each must look like --name[=value] and
 // must not set one the launcher sets itself (`reserved`, names without "--").

@@ -318,6 +318,9 @@ TEST(LaunchConfigTest, WorkerFlagsAndMetricsPortsAreForwarded) {
                           ::testing::HasSubstr("--eval_every"))));
   EXPECT_THAT(ServerArgv(config, 1, "/p"),
               ::testing::Contains("--metrics_port=9101"));
+  EXPECT_EQ(MetricsPortsLine(config),
+            "metrics at http://127.0.0.1:PORT/metrics: servers on 9100-9101, "
+            "workers on 9102-9103");
   config.metrics_port_base = 0;
   EXPECT_THAT(ServerArgv(config, 1, "/p"),
               ::testing::Not(

@@ -23,10 +23,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <set>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -47,7 +45,6 @@
 #include "absl/time/time.h"
 #include "deploy/local/binary_locator.h"
 #include "deploy/local/cluster_output.h"
-#include "deploy/local/curves.h"
 #include "deploy/local/generated_auth.h"
 #include "deploy/local/launch_config.h"
 #include "deploy/local/line_writer.h"
@@ -55,7 +52,7 @@
 #include "deploy/local/progress_output.h"
 #include "deploy/local/run_directory.h"
 #include "deploy/local/run_flags.h"
-#include "deploy/local/summary.h"
+#include "deploy/local/run_report.h"
 #include "deploy/local/training_progress.h"
 #include "server/process_control.h"
 
@@ -182,12 +179,6 @@ std::string UserDirectory() {
     cwd = std::filesystem::current_path(ec).string();
   }
   return cwd;
-}
-
-// `path` relative to `cwd` when it lies under it, for messages.
-std::string Shown(const std::string& path, const std::string& cwd) {
-  const std::string prefix = absl::StrCat(cwd, "/");
-  return absl::StartsWith(path, prefix) ? path.substr(prefix.size()) : path;
 }
 
 // Resolves a binary flag: the user's path, or the sibling build output.
@@ -331,28 +322,6 @@ absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0,
   return config;
 }
 
-// In --output=stream, still reads the workers' progress, for the curves.
-class ProgressTap : public ClusterOutput {
- public:
-  ProgressTap(TrainingProgress* progress, ClusterOutput* next)
-      : progress_(progress), next_(next) {}
-  void ProcessStarted(const ProcessId& who, int pid,
-                      const std::vector<std::string>& argv) override {
-    next_->ProcessStarted(who, pid, argv);
-  }
-  void ProcessLine(const ProcessId& who, absl::string_view line) override {
-    if (!who.is_server) progress_->Feed(who.index, line);
-    next_->ProcessLine(who, line);
-  }
-  void LauncherLine(LaunchLevel level, absl::string_view text) override {
-    next_->LauncherLine(level, text);
-  }
-
- private:
-  TrainingProgress* const progress_;
-  ClusterOutput* const next_;
-};
-
 // Turns SIGINT/SIGTERM/SIGHUP into RequestStop calls on a plain thread, so
 // nothing runs inside a signal handler. The signals must be blocked in every
 // thread (main blocks them before any thread starts).
@@ -386,31 +355,6 @@ class SignalForwarder {
 int BadFlags(absl::string_view message) {
   std::fprintf(stderr, "launch: %s\n", std::string(message).c_str());
   return 2;
-}
-
-// What the user can do next with a run that did not finish.
-std::vector<std::string> NextSteps(const ClusterResult& result,
-                                   const LaunchConfig& config,
-                                   const std::string& shown_dir) {
-  if (result.status.ok()) return {};
-  if (config.checkpoint_dir.empty()) {
-    if (result.stop_signal == 0) return {};
-    return {
-        "this run kept no checkpoints (--nocheckpoints), so its training is "
-        "lost; runs checkpoint by default and go on with --resume=DIR"};
-  }
-  return {absl::StrCat("go on from the servers' last checkpoints: --resume=",
-                       shown_dir)};
-}
-
-std::string OutcomeLine(const ClusterResult& result) {
-  if (result.status.ok()) {
-    return result.final_test_accuracy.has_value()
-               ? absl::StrFormat("final test accuracy %.4f",
-                                 *result.final_test_accuracy)
-               : "success";
-  }
-  return std::string(result.status.message());
 }
 
 int Main(int argc, char** argv) {
@@ -482,7 +426,7 @@ int Main(int argc, char** argv) {
     record = *std::move(read);
     if (record.state == "finished") {
       return BadFlags(absl::StrCat(
-          "the run in ", Shown(run_path, cwd), " already finished (",
+          "the run in ", ShownPath(run_path, cwd), " already finished (",
           record.outcome,
           "): nothing to resume. Its servers' checkpoints are of a finished "
           "run, which they will not train further; start a new run for more "
@@ -552,7 +496,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   ClusterOutput* out = logs->get();
-  const std::string shown_dir = Shown(run_path, cwd);
+  const std::string shown_dir = ShownPath(run_path, cwd);
   out->LauncherLine(
       LaunchLevel::kNotice,
       absl::StrCat(resuming ? "resuming run " : "run ", shown_dir, ": ",
@@ -563,23 +507,7 @@ int Main(int argc, char** argv) {
                                    : "",
                    " (logs in ", shown_dir, "/logs/)"));
   if (config->metrics_port_base != 0) {
-    const int base = config->metrics_port_base;
-    out->LauncherLine(
-        LaunchLevel::kNotice,
-        absl::StrCat(
-            "metrics: servers on http://127.0.0.1:", base, "/metrics",
-            config->num_servers > 1
-                ? absl::StrCat(" to :", base + config->num_servers - 1)
-                : "",
-            program.empty()
-                ? absl::StrCat(
-                      ", workers on :", WorkerMetricsPort(*config, 0),
-                      config->num_workers > 1
-                          ? absl::StrCat(" to :",
-                                         WorkerMetricsPort(
-                                             *config, config->num_workers - 1))
-                          : "")
-                : " (a program's workers serve none)"));
+    out->LauncherLine(LaunchLevel::kNotice, MetricsPortsLine(*config));
   }
   // Made after the flags are checked; removed when Main returns, after
   // every process has stopped.
@@ -610,49 +538,9 @@ int Main(int argc, char** argv) {
   }
   progress_line.Finish();
 
-  std::vector<std::string> lines = SummaryLines(result);
-  lines.push_back(absl::StrCat(
-      "run directory: ", shown_dir, " (logs/",
-      config->checkpoint_dir.empty() ? "" : ", checkpoints/", ")"));
-  std::vector<EpochRecord> history = progress.History();
-  if (resuming && !history.empty()) {
-    // Epochs trained before the resume are in the last session's CSV.
-    std::ifstream in(run->File("curves.csv"));
-    std::stringstream earlier;
-    earlier << in.rdbuf();
-    if (absl::StatusOr<std::vector<EpochRecord>> parsed =
-            ParseHistoryCsv(earlier.str());
-        parsed.ok()) {
-      history = MergeHistory(*parsed, history);
-    }
-  }
-  if (!history.empty()) {
-    absl::StatusOr<CurveFiles> curves = WriteCurves(
-        run_path, history,
-        absl::StrCat(shown_dir, ": ", config->model, ", ", config->mode, ", ",
-                     config->num_servers, "x", config->num_workers));
-    if (!curves.ok()) {
-      lines.push_back(absl::StrCat("curves: ", curves.status().message()));
-    } else if (curves->png.empty()) {
-      lines.push_back(absl::StrCat("curves: ", Shown(curves->csv, cwd),
-                                   " (no picture: ", curves->png_problem, ")"));
-    } else {
-      lines.push_back(absl::StrCat("curves: ", Shown(curves->png, cwd), " (",
-                                   Shown(curves->csv, cwd), ")"));
-    }
-  }
-  for (const std::string& step : NextSteps(result, *config, shown_dir)) {
-    lines.push_back(absl::StrCat("next: ", step));
-  }
-  for (const std::string& line : lines) {
+  for (const std::string& line : FinishRun(result, *config, progress.History(),
+                                           resuming, cwd, *run, &record)) {
     out->LauncherLine(LaunchLevel::kNotice, line);
-  }
-  record.state = result.status.ok()        ? "finished"
-                 : result.stop_signal != 0 ? "stopped"
-                                           : "failed";
-  record.outcome = OutcomeLine(result);
-  if (absl::Status s = run->Write(record); !s.ok()) {
-    std::fprintf(stderr, "launch: %s\n", std::string(s.message()).c_str());
   }
   return result.ExitCode();
 }

@@ -57,8 +57,8 @@ class TempDir {
   const std::string path_;
 };
 
-// A failed process's last line is quoted up to this long; its log has it
-// whole.
+// A restarted process's last line is quoted up to this long; its log has
+// it whole.
 constexpr size_t kMaxQuotedLine = 200;
 
 // A wait longer than this says what it waits for.
@@ -193,13 +193,15 @@ absl::Status LocalCluster::HandleExits(Phase phase) {
       child.exited = true;
       continue;
     }
-    std::string last_line = child.process->LastLines(1);
-    if (last_line.size() > kMaxQuotedLine) {
-      last_line = absl::StrCat(last_line.substr(0, kMaxQuotedLine), "...");
-    }
+    const std::string last_line = child.process->LastLines(1);
+    // A restart is reported with the line cut; a final failure whole.
+    const std::string quoted =
+        last_line.size() > kMaxQuotedLine
+            ? absl::StrCat(last_line.substr(0, kMaxQuotedLine), "...")
+            : last_line;
     const std::string how = absl::StrCat(
         status.ToString(),
-        last_line.empty() ? " (no output)" : absl::StrCat(": ", last_line));
+        quoted.empty() ? " (no output)" : absl::StrCat(": ", quoted));
     const bool bad_config = status.exited() && status.exit_code() == 2;
     std::string context;  // Goes before the last line, as it always did.
     std::string why_not;  // Why it was not restarted; after the last line.

@@ -61,6 +61,30 @@ class ProgressOutput : public ClusterOutput {
   std::map<std::string, WarningState> warnings_ ABSL_GUARDED_BY(mu_);
 };
 
+// Feeds the workers' lines to `progress` (for the curves) and passes
+// everything on to `next`: what --output=stream uses. Thread-safety: as
+// ClusterOutput; neither pointer is owned, both must outlive this.
+class ProgressTap : public ClusterOutput {
+ public:
+  ProgressTap(TrainingProgress* progress, ClusterOutput* next)
+      : progress_(progress), next_(next) {}
+  void ProcessStarted(const ProcessId& who, int pid,
+                      const std::vector<std::string>& argv) override {
+    next_->ProcessStarted(who, pid, argv);
+  }
+  void ProcessLine(const ProcessId& who, absl::string_view line) override {
+    if (!who.is_server) progress_->Feed(who.index, line);
+    next_->ProcessLine(who, line);
+  }
+  void LauncherLine(LaunchLevel level, absl::string_view text) override {
+    next_->LauncherLine(level, text);
+  }
+
+ private:
+  TrainingProgress* const progress_;
+  ClusterOutput* const next_;
+};
+
 }  // namespace ps
 
 #endif  // PS_DEPLOY_LOCAL_PROGRESS_OUTPUT_H_
