@@ -65,7 +65,7 @@ constexpr size_t kMaxQuotedLine = 200;
 constexpr absl::Duration kQuietWait = absl::Seconds(5);
 
 std::string Seconds(absl::Duration d) {
-  return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(100)));
+  return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
 }
 
 }  // namespace
@@ -107,15 +107,8 @@ void LocalCluster::AwaitEvent(int64_t seen, absl::Time deadline) {
 
 void LocalCluster::OnExit(int child, int generation, const std::string& name,
                           const ExitStatus& status) {
-  bool stopping = false;
-  {
-    absl::MutexLock lock(&mu_);
-    stopping = stop_signal_ != 0 || stopping_all_;
-  }
-  // Exits the launcher asked for are no news.
-  Log(status.success() || stopping ? LaunchLevel::kDetail
-                                   : LaunchLevel::kWarning,
-      absl::StrCat(name, " ", status.ToString()));
+  // A detail: HandleExits says what a failure means (a restart, or the end).
+  Log(LaunchLevel::kDetail, absl::StrCat(name, " ", status.ToString()));
   absl::MutexLock lock(&mu_);
   exits_.emplace_back(child, generation);
   ++events_;
@@ -418,7 +411,6 @@ void LocalCluster::StopAll() {
   {
     absl::MutexLock lock(&mu_);
     if (stop_signal_ != 0) signal = stop_signal_;
-    stopping_all_ = true;
   }
   bool any_running = false;
   for (Child& child : children_) {

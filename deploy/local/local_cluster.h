@@ -181,7 +181,6 @@ class LocalCluster {
   std::vector<std::pair<int, int>> exits_ ABSL_GUARDED_BY(mu_);
   int stop_signal_ ABSL_GUARDED_BY(mu_) = 0;
   bool kill_now_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_all_ ABSL_GUARDED_BY(mu_) = false;  // In StopAll().
   std::optional<double> final_test_accuracy_ ABSL_GUARDED_BY(mu_);
 };
 

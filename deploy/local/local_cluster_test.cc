@@ -374,16 +374,21 @@ TEST(LocalClusterTest, FailedWorkerIsRestartedAndServerGetsItsPortBack) {
   ClusterSpec spec = ShellCluster(
       1,
       {ServerScript(absl::StrCat(
-          // Dies once, while the workers run (worker 1 made its marker).
+          // Dies once, while the workers run (worker 1 made its marker);
+          // back, it says so, and which port it was given.
           "until [ -e ", marker, " ]; do sleep 0.02; done; if [ ! -e ",
           server_marker, " ]; then touch ", server_marker,
-          "; kill -9 $$; fi; echo \"port $3\"; while [ $(ls ", done,
+          "; kill -9 $$; fi; echo \"port $3\"; touch ", server_marker,
+          ".back; while [ $(ls ", done,
           " | wc -l) -lt 2 ]; do sleep 0.02; done"))},
       2,
       {WorkerThenDone(done, "true"),
+       // Dies on its first start; restarted, waits for the server's restart.
        WorkerThenDone(
            done, absl::StrCat("if [ ! -e ", marker, " ]; then touch ", marker,
-                              "; kill -9 $$; fi"))});
+                              "; kill -9 $$; fi; until [ -e ", server_marker,
+                              ".back ]; do sleep "
+                              "0.02; done"))});
   // The stand-in server prints the port it was given ($3).
   spec.server_command = [inner = spec.server_command](
                             int index, int port, const std::string& port_file) {
