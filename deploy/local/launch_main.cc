@@ -499,13 +499,16 @@ int Main(int argc, char** argv) {
   const std::string shown_dir = ShownPath(run_path, cwd);
   out->LauncherLine(
       LaunchLevel::kNotice,
-      absl::StrCat(resuming ? "resuming run " : "run ", shown_dir, ": ",
-                   config->num_servers, " servers, ", config->num_workers,
-                   " workers, ", config->mode,
-                   program.empty() ? absl::StrCat(", ", config->epochs,
-                                                  " epochs of ", config->model)
-                                   : "",
-                   " (logs in ", shown_dir, "/logs/)"));
+      absl::StrCat(
+          resuming ? "resuming run " : "run ", shown_dir, ": ",
+          config->num_servers, " servers, ", config->num_workers, " workers, ",
+          config->mode,
+          program.empty()
+              ? absl::StrCat(", ", config->epochs,
+                             config->epochs == 1 ? " epoch of " : " epochs of ",
+                             config->model)
+              : "",
+          " (logs in ", shown_dir, "/logs/)"));
   if (config->metrics_port_base != 0) {
     out->LauncherLine(LaunchLevel::kNotice, MetricsPortsLine(*config));
   }

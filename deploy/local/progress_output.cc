@@ -104,6 +104,18 @@ void ProgressOutput::ProcessLine(const ProcessId& who, absl::string_view line) {
       }
       return;
     }
+    case TrainingProgress::LineKind::kStart: {
+      // The first step line may be a while away (a slow model, a large
+      // --log_every): say what comes.
+      const ProgressSnapshot s = progress_->Snapshot();
+      if (!s.started) {
+        PrintLocked(absl::StrFormat(
+            "[progress] training %d epoch%s of %d steps; progress every "
+            "--log_every steps",
+            s.epochs, s.epochs == 1 ? "" : "s", s.steps_per_epoch));
+      }
+      return;
+    }
     case TrainingProgress::LineKind::kTestAccuracy: {
       const ProgressSnapshot s = progress_->Snapshot();
       // One line an epoch: evaluations within it (--eval_every) only update

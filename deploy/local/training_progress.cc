@@ -70,6 +70,16 @@ TrainingProgress::LineKind TrainingProgress::Feed(int rank,
     return LineKind::kStep;
   }
   if (rank != 0) return LineKind::kOther;
+  int64_t planned = 0;
+  if (std::sscanf(message.c_str(),
+                  "training %" SCNd64 " steps: %d epochs of %" SCNd64 " steps",
+                  &planned, &epochs, &steps) == 3 &&
+      planned > 0 && epochs > 0 && steps > 0) {
+    absl::MutexLock lock(&mu_);
+    latest_.epochs = epochs;
+    latest_.steps_per_epoch = steps;
+    return LineKind::kStart;
+  }
   if (std::sscanf(message.c_str(),
                   "epoch %d/%d step %" SCNd64 " test accuracy %lf after %lfs",
                   &epoch, &epochs, &step, &accuracy, &seconds) == 5 &&

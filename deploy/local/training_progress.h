@@ -51,7 +51,13 @@ struct ProgressSnapshot {
 // Thread-safety: every method may be called from any thread.
 class TrainingProgress {
  public:
-  enum class LineKind { kOther, kStep, kTestAccuracy, kFinalAccuracy };
+  enum class LineKind {
+    kOther,
+    kStart,  // Rank 0's "training N steps: E epochs of S steps, ...".
+    kStep,
+    kTestAccuracy,
+    kFinalAccuracy
+  };
 
   // Takes one line of worker `rank`; says what it was.
   LineKind Feed(int rank, absl::string_view line);

@@ -39,6 +39,11 @@ TEST(TrainingProgressTest, ReadsOurWorkersLinesOnly) {
 
 TEST(TrainingProgressTest, KeepsEachEpochsLossAndAccuracy) {
   TrainingProgress progress;
+  EXPECT_EQ(progress.Feed(0,
+                          "t [worker 0] info: training 400 steps: 2 "
+                          "epochs of 200 steps, batch 64 per worker"),
+            Kind::kStart);
+  EXPECT_EQ(progress.Snapshot().steps_per_epoch, 200);
   progress.Feed(0,
                 "t [worker 0] info: epoch 1/2 step 100/200 loss 0.6000 "
                 "samples/s 1 eta 0:01");
