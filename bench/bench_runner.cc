@@ -96,20 +96,29 @@ std::string FormatSize(uint64_t bytes) {
   return absl::StrCat(bytes, " B");
 }
 
+// Microseconds a round of 2 x `size` bytes takes at `gbps`.
+double RoundMicros(uint64_t size, double gbps) {
+  return gbps > 0 ? 2.0 * static_cast<double>(size) / (gbps * 1e3) : 0.0;
+}
+
 std::string TableHeader() {
   return absl::StrFormat(
-      "%-8s %7s | %8s | %8s %6s | %8s %6s | %8s %6s | %8s %8s %8s | %6s %6s "
-      "%6s",
-      "size", "servers", "ours", "TCP", "o/TCP", "memcpy", "o/mem", "echo",
-      "o/echo", "2 calls", "push", "pull", "cpu:o", "echo", "TCP");
+      "%-8s %7s | %8s | %8s %6s | %8s %8s %6s | %8s %6s | %8s %6s | %8s %8s "
+      "%8s | %6s %6s %6s",
+      "size", "servers", "ours", "TCP", "o/TCP", "us:ours", "us:TCPrr", "o/rr",
+      "memcpy", "o/mem", "echo", "o/echo", "2 calls", "push", "pull", "cpu:o",
+      "echo", "TCP");
 }
 
 std::string TableRow(const BenchRow& row) {
   return absl::StrFormat(
-      "%-8s %7d | %8.4f | %8.4f %6.2f | %8.4f %6.2f | %8.4f %6.2f | %8.4f "
-      "%8.4f %8.4f | %6.2f %6.2f %6.2f",
+      "%-8s %7d | %8.4f | %8.4f %6.2f | %8.1f %8.1f %6.2f | %8.4f %6.2f | "
+      "%8.4f %6.2f | %8.4f %8.4f %8.4f | %6.2f %6.2f %6.2f",
       FormatSize(row.size_bytes), row.servers, row.ours_gbps, row.tcp_gbps,
-      Ratio(row.ours_gbps, row.tcp_gbps), row.memcpy_gbps,
+      Ratio(row.ours_gbps, row.tcp_gbps),
+      RoundMicros(row.size_bytes, row.ours_gbps),
+      RoundMicros(row.size_bytes, row.tcp_rr_gbps),
+      Ratio(row.tcp_rr_gbps, row.ours_gbps), row.memcpy_gbps,
       Ratio(row.ours_gbps, row.memcpy_gbps), row.echo_gbps,
       Ratio(row.ours_gbps, row.echo_gbps), row.two_calls_gbps, row.push_gbps,
       row.pull_gbps, row.ours_cpu_ns_per_byte, row.echo_cpu_ns_per_byte,
@@ -186,6 +195,10 @@ absl::Status RunBench(const BenchConfig& config,
         if (!tcp.ok()) return tcp.status();
         row.tcp_gbps = tcp->gbps();
         row.tcp_cpu_ns_per_byte = tcp->cpu_ns_per_byte();
+        absl::StatusOr<Measurement> rr = MeasureTcpRequestResponse(
+            config.measure, size, config.push_pull.server_cpus);
+        if (!rr.ok()) return rr.status();
+        row.tcp_rr_gbps = rr->gbps();
       }
       row.ours_gbps = ours->round_trip.gbps();
       row.two_calls_gbps = ours->two_calls.gbps();

@@ -47,6 +47,9 @@ struct BenchRow {
   double push_gbps = 0;
   double pull_gbps = 0;
   double tcp_gbps = 0;
+  // A request and a response of the size over TCP (2 x size a round, as
+  // ours): the latency a small round is compared with.
+  double tcp_rr_gbps = 0;
   double memcpy_gbps = 0;
   double echo_gbps = 0;
   // CPU nanoseconds per byte moved (all threads of the worker and the

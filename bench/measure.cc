@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -176,6 +177,50 @@ absl::Status WriteAll(int fd, const char* data, size_t size) {
   return absl::OkStatus();
 }
 
+absl::Status ReadAll(int fd, char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = read(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("read");
+    if (n == 0) return absl::DataLossError("TCP stream ended early");
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+// Answers every `size` bytes it reads with `size` bytes, on a thread of its
+// own, until the stream ends.
+class EchoPeer {
+ public:
+  EchoPeer(int fd, uint64_t size, std::vector<int> cpus)
+      : thread_([this, fd, size, cpus = std::move(cpus)] {
+          status_ = Run(fd, size, cpus);
+        }) {}
+  // The peer's error, once the stream has ended.
+  absl::Status Join() {
+    thread_.join();
+    return status_;
+  }
+
+ private:
+  static absl::Status Run(int fd, uint64_t size, const std::vector<int>& cpus) {
+    if (!cpus.empty()) {
+      if (absl::Status s = RestrictThreadToCpus(cpus); !s.ok()) return s;
+    }
+    std::vector<char> buffer(size);
+    while (true) {
+      absl::Status s = ReadAll(fd, buffer.data(), size);
+      if (absl::IsDataLoss(s)) return absl::OkStatus();  // The end.
+      if (!s.ok()) return s;
+      if (s = WriteAll(fd, buffer.data(), size); !s.ok()) return s;
+    }
+  }
+
+  absl::Status status_;  // Written by the thread, read after Join.
+  std::thread thread_;
+};
+
 }  // namespace
 
 absl::Status ValidateMeasureOptions(const MeasureOptions& options) {
@@ -319,6 +364,34 @@ absl::StatusOr<Measurement> MeasureTcpStream(
   // End of stream stops the reader; join it before its socket closes.
   shutdown(writer.get(), SHUT_WR);
   reader.Join();
+  return m;
+}
+
+absl::StatusOr<Measurement> MeasureTcpRequestResponse(
+    const MeasureOptions& options, uint64_t size,
+    absl::Span<const int> peer_cpus) {
+  if (size == 0) return absl::InvalidArgumentError("size must be positive");
+  UniqueFd client;
+  UniqueFd peer_fd;
+  if (absl::Status s = ConnectLoopback(&client, &peer_fd); !s.ok()) return s;
+  // Small requests go out at once, as gRPC sends them.
+  const int one = 1;
+  setsockopt(client.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(peer_fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  std::vector<char> request(size, 7);
+  std::vector<char> response(size);
+  EchoPeer peer(peer_fd.get(), size,
+                std::vector<int>(peer_cpus.begin(), peer_cpus.end()));
+  absl::StatusOr<Measurement> m = MeasureRounds(options, 2 * size, [&] {
+    if (absl::Status s = WriteAll(client.get(), request.data(), size);
+        !s.ok()) {
+      return s;
+    }
+    return ReadAll(client.get(), response.data(), size);
+  });
+  shutdown(client.get(), SHUT_WR);
+  absl::Status peer_status = peer.Join();
+  if (m.ok() && !peer_status.ok()) return peer_status;
   return m;
 }
 

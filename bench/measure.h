@@ -82,6 +82,14 @@ absl::StatusOr<Measurement> MeasureTcpStream(
     const MeasureOptions& options, uint64_t size,
     absl::Span<const int> reader_cpus = {});
 
+// One request of `size` bytes and its response of `size` bytes a round,
+// over one TCP connection on 127.0.0.1 (TCP_NODELAY) to a peer thread (on
+// `peer_cpus`, empty: any) that echoes them: the kernel's latency for the
+// exchange a small push+pull makes, without gRPC. 2 x size a round.
+absl::StatusOr<Measurement> MeasureTcpRequestResponse(
+    const MeasureOptions& options, uint64_t size,
+    absl::Span<const int> peer_cpus = {});
+
 }  // namespace ps::bench
 
 #endif  // PS_BENCH_MEASURE_H_

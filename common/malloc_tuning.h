@@ -1,6 +1,13 @@
 #ifndef PS_COMMON_MALLOC_TUNING_H_
 #define PS_COMMON_MALLOC_TUNING_H_
 
+#include <cstddef>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
 namespace ps {
 
 // gRPC allocates a buffer of about a message (1 MiB) for every message
@@ -10,6 +17,31 @@ namespace ps {
 // of a shard's CPU at 64 MiB pushes. Keeps freed memory instead, at most a
 // few transfers' worth. Called first thing in main, by servers and workers.
 void KeepFreedMemory();
+
+// Gives freed memory back to the kernel once the process stops reusing it.
+// With KeepFreedMemory, a burst (a flood of calls a server refused, a job's
+// last transfers) would otherwise stay resident for good. Every `period`,
+// trims malloc's arenas if more than `max_free_bytes` lie free in them: in
+// steady training that costs one transfer's page faults per period at most.
+//
+// Owns a thread, stopped and joined by the destructor.
+class FreedMemoryTrimmer {
+ public:
+  FreedMemoryTrimmer(absl::Duration period, size_t max_free_bytes);
+  ~FreedMemoryTrimmer();
+  FreedMemoryTrimmer(const FreedMemoryTrimmer&) = delete;
+  FreedMemoryTrimmer& operator=(const FreedMemoryTrimmer&) = delete;
+
+  // Bytes free in malloc's arenas now.
+  static size_t FreeBytes();
+
+ private:
+  void Run(absl::Duration period, size_t max_free_bytes);
+
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
 
 }  // namespace ps
 

@@ -18,6 +18,10 @@ PACKAGES=(
   # The Python module and its PyTorch layer (python/): Debian's interpreter
   # (/usr/bin/python3), never pip, since no other registry is reachable.
   python3-dev pybind11-dev python3-numpy python3-pytest python3-torch
+  # Metrics: the /metrics endpoints (prometheus-cpp) and the real Prometheus
+  # server tests/prometheus_metrics_test scrapes them with (the test starts
+  # its own; where systemd runs, the package's service also starts on :9090).
+  prometheus-cpp-dev prometheus
 )
 # The Kubernetes manifest checker (deploy/validate) is a Go program built
 # against Debian's Kubernetes API packages, and Debian's kustomize renders the

@@ -57,6 +57,7 @@ absl::StatusOr<std::string> Checkpointer::WriteLocked() {
                checkpoint.version,
                static_cast<double>(floats * sizeof(float)) / (1 << 20),
                absl::ToInt64Milliseconds(absl::Now() - start));
+  if (policy_.on_written) policy_.on_written(checkpoint.version);
   return path;
 }
 

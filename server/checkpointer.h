@@ -27,6 +27,9 @@ struct CheckpointPolicy {
   // How often the version is looked at: often enough that every_updates
   // holds at a few hundred updates a second (a small model's pace here).
   absl::Duration poll = absl::Milliseconds(10);
+  // Called after each checkpoint written, with its version (e.g. for
+  // metrics); on the writing thread, under no shard lock.
+  std::function<void(uint64_t version)> on_written;
 };
 
 // Writes a shard's checkpoints (WriteCheckpoint) in the background when the

@@ -97,6 +97,26 @@ TEST_F(CheckpointerTest, WriteNowWritesWhateverTheTriggers) {
   EXPECT_EQ(Files(), std::vector<std::string>{Path(9)});
 }
 
+TEST_F(CheckpointerTest, TellsOfEachCheckpointWrittenAndNotOfFailures) {
+  policy_.every_updates = 0;
+  policy_.every = absl::ZeroDuration();
+  std::vector<uint64_t> written;
+  policy_.on_written = [&written](uint64_t version) {
+    written.push_back(version);
+  };
+  version_ = 9;
+  auto checkpointer = Start();
+  ASSERT_TRUE(checkpointer->WriteNow().ok());
+  version_ = 10;
+  ASSERT_TRUE(checkpointer->WriteNow().ok());
+  std::filesystem::remove_all(policy_.dir);
+  std::ofstream(policy_.dir) << "a file where the directory should be";
+  version_ = 11;
+  EXPECT_FALSE(checkpointer->WriteNow().ok());
+  checkpointer.reset();
+  EXPECT_EQ(written, (std::vector<uint64_t>{9, 10}));
+}
+
 TEST_F(CheckpointerTest, AFailedWriteIsReportedAndNothingStops) {
   std::ofstream(policy_.dir) << "a file where the directory should be";
   policy_.every_updates = 1;

@@ -36,119 +36,63 @@ absl::Status UpdateCoordinator::AdmitLocked(int rank, uint64_t incarnation) {
   return absl::OkStatus();
 }
 
-bool UpdateCoordinator::PullReadyLocked(uint64_t clock) const {
-  switch (options_.mode) {
-    case ConsistencyMode::kAsync:
-      return true;
-    case ConsistencyMode::kSync:
-      return version_ >= clock;
-    case ConsistencyMode::kSsp:
-      return RanksBlockingLocked(clock).empty();
-  }
-  return true;
-}
-
-std::vector<int> UpdateCoordinator::RanksBlockingLocked(uint64_t clock) const {
-  const uint64_t s = static_cast<uint64_t>(options_.staleness);
-  switch (options_.mode) {
-    case ConsistencyMode::kAsync:
-      return {};
-    case ConsistencyMode::kSync: {
-      std::vector<int> blocking;
-      if (version_ >= clock) return blocking;
-      // Live ranks whose push for the step being collected is missing.
-      for (int r = 0; r < options_.num_workers; ++r) {
-        if (!sync_[r].pushed && ranks_.active(r)) blocking.push_back(r);
-      }
-      return blocking;
-    }
-    case ConsistencyMode::kSsp:
-      if (clock <= s) return {};
-      return ranks_.ActiveBelowClock(clock - s);
-  }
-  return {};
-}
-
 std::vector<int> UpdateCoordinator::RanksBlocking(uint64_t clock) const {
   absl::MutexLock lock(&mu_);
-  return RanksBlockingLocked(clock);
+  return policy_->RanksBlocking(ViewLocked(), clock);
 }
 
-std::optional<UpdateCoordinator::ReadyStep> UpdateCoordinator::NoteClockLocked(
-    int rank, uint64_t clock) {
+void UpdateCoordinator::NoteClockLocked(int rank, uint64_t clock) {
   // The rank has done steps [0, clock), even if a restarted shard lost some
   // of its pushes.
   ranks_.RaiseClock(rank, clock);
-  if (options_.mode != ConsistencyMode::kSync) return std::nullopt;
   MaybeFastForwardLocked(clock);
-  if (clock != version_ + 1 || sync_[rank].pushed || applying_) {
-    return std::nullopt;
-  }
-  // The rank is done with step version_ and will not push it here: its push
-  // was lost in a restart of this shard, or the step went on without it on
-  // another shard and it moved on. Waiting for it would wait for ever (its
+  // Waiting for a push that will not come would wait for ever (the rank's
   // waiting pull and its heartbeats keep it alive).
+  if (!policy_->TakesPartWithoutPush(ViewLocked(), rank, clock)) return;
   spdlog::warn(
       "worker {} is at clock {} without a push for step {} here; it takes "
       "part with weight 0",
       rank, clock, version_);
-  sync_[rank].pushed = true;
-  return TakeReadyStepLocked();
+  has_part_[rank] = true;
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::AwaitPull(
     int rank, uint64_t incarnation, uint64_t clock,
     absl::FunctionRef<bool()> cancelled) {
-  std::optional<ReadyStep> ready;
-  {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s = AdmitLocked(rank, incarnation); !s.ok()) return s;
-    ready = NoteClockLocked(rank, clock);
-  }
-  if (ready.has_value()) {
-    // Errors are logged by ApplyStep; the wait below sees the version.
-    absl::StatusOr<uint64_t> applied = ApplyStep(*std::move(ready));
-    (void)applied;
-  }
-
-  const bool sync = options_.mode == ConsistencyMode::kSync;
+  absl::Status admitted;
+  // A step that failed was logged; the wait below sees the version.
+  (void)ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    admitted = AdmitLocked(rank, incarnation);
+    if (admitted.ok()) NoteClockLocked(rank, clock);
+    return admitted;
+  });
+  if (!admitted.ok()) return admitted;
   return WaitAsRank(
       rank, incarnation,
-      [this, clock]()
-          ABSL_SHARED_LOCKS_REQUIRED(mu_) { return PullReadyLocked(clock); },
       [this, clock]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return RanksBlockingLocked(clock);
+        return policy_->PullReady(ViewLocked(), clock);
+      },
+      [this, clock]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return policy_->RanksBlocking(ViewLocked(), clock);
       },
       [&](const std::string& waiting_on, double waited, uint64_t version) {
-        if (sync) {
-          spdlog::warn(
-              "step {} waiting on workers [{}] for {:.0f} s (pull for clock "
-              "{} from worker {}, version {})",
-              clock - 1, waiting_on, waited, clock, rank, version);
-        } else {
-          spdlog::warn(
-              "pull for clock {} from worker {} waiting on workers [{}] for "
-              "{:.0f} s (ssp staleness {}, version {})",
-              clock, rank, waiting_on, waited, options_.staleness, version);
-        }
+        spdlog::warn("{}", policy_->SlowPullMessage(rank, clock, waiting_on,
+                                                    waited, version));
       },
       cancelled, absl::StrCat("pull for clock ", clock));
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::AwaitOthersFinished(
     int rank, uint64_t incarnation, absl::FunctionRef<bool()> cancelled) {
-  std::optional<ReadyStep> ready;
-  {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s = AdmitLocked(rank, incarnation); !s.ok()) return s;
-    ranks_.MarkFinishing(rank);
-    // Steps go on without it: one may have been waiting only for it.
-    ready = TakeReadyStepLocked();
-  }
-  if (ready.has_value()) {
-    absl::StatusOr<uint64_t> applied = ApplyStep(*std::move(ready));
-    (void)applied;  // Logged by ApplyStep.
-  }
+  absl::Status admitted;
+  // Steps go on without it: one may have been waiting only for it. A step
+  // that failed was logged.
+  (void)ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    admitted = AdmitLocked(rank, incarnation);
+    if (admitted.ok()) ranks_.MarkFinishing(rank);
+    return admitted;
+  });
+  if (!admitted.ok()) return admitted;
   return WaitAsRank(
       rank, incarnation,
       [this, rank]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -243,9 +187,8 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
   const uint64_t previous = ranks_.SetIncarnation(rank, incarnation);
   ranks_.Touch(rank, absl::Now());
   const DataProgress& progress = ranks_.accepted(rank);
-  const RankProgress result{
-      options_.mode == ConsistencyMode::kSync ? version_ : ranks_.clock(rank),
-      progress.epoch, progress.examples_done};
+  const RankProgress result{policy_->ResumeStep(ViewLocked(), rank),
+                            progress.epoch, progress.examples_done};
   if (previous != 0 && previous != incarnation) {
     spdlog::warn(
         "worker {} rejoined: incarnation {} replaces {}; it resumes at step "
@@ -259,14 +202,11 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
 absl::StatusOr<uint64_t> UpdateCoordinator::Heartbeat(int rank,
                                                       uint64_t incarnation,
                                                       uint64_t clock) {
-  std::optional<ReadyStep> ready;
-  {
-    absl::MutexLock lock(&mu_);
+  return ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (absl::Status s = AdmitLocked(rank, incarnation); !s.ok()) return s;
-    if (clock > 0) ready = NoteClockLocked(rank, clock);
-    if (!ready.has_value()) return version_;
-  }
-  return ApplyStep(*std::move(ready));
+    if (clock > 0) NoteClockLocked(rank, clock);
+    return absl::OkStatus();
+  });
 }
 
 absl::Status UpdateCoordinator::CheckRegistered(int rank,
@@ -286,17 +226,12 @@ absl::Status UpdateCoordinator::CheckRegistered(int rank,
 }
 
 bool UpdateCoordinator::MarkDone(int rank) {
-  std::optional<ReadyStep> ready;
-  {
-    absl::MutexLock lock(&mu_);
+  // The step may have been waiting only for this rank. A step that failed
+  // was logged.
+  (void)ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ranks_.MarkDone(rank);
-    // The step may have been waiting only for this rank.
-    ready = TakeReadyStepLocked();
-  }
-  if (ready.has_value()) {
-    absl::StatusOr<uint64_t> applied = ApplyStep(*std::move(ready));
-    (void)applied;  // Logged by ApplyStep.
-  }
+    return absl::OkStatus();
+  });
   MaybeFinish();
   absl::MutexLock lock(&mu_);
   return finished_;
@@ -304,26 +239,25 @@ bool UpdateCoordinator::MarkDone(int rank) {
 
 void UpdateCoordinator::CheckLeases() {
   std::vector<int> dead;
-  std::optional<ReadyStep> ready;
-  absl::Status failed;
-  {
-    absl::MutexLock lock(&mu_);
-    if (shutdown_ || !failure_.ok()) return;
+  auto expire = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (shutdown_ || !failure_.ok()) return absl::OkStatus();
     dead = ranks_.ExpireLeases(absl::Now());
-    if (dead.empty()) return;
-    if (options_.on_worker_failure == FailurePolicy::kFail) {
-      // Not Aborted: a worker retries a step refused with that (stale), and
-      // this ends the job.
-      failure_ = absl::FailedPreconditionError(absl::StrCat(
-          Workers(dead), dead.size() == 1 ? " is" : " are",
-          " dead (no heartbeat for ", absl::FormatDuration(ranks_.lease()),
-          "); --on_worker_failure=fail stops the job"));
-      failed = failure_;
-    } else {
-      ready = TakeReadyStepLocked();
+    if (dead.empty() || options_.on_worker_failure != FailurePolicy::kFail) {
+      return absl::OkStatus();
     }
-  }
-  if (!failed.ok()) {
+    // Not Aborted: a worker retries a step refused with that (stale), and
+    // this ends the job.
+    failure_ = absl::FailedPreconditionError(absl::StrCat(
+        Workers(dead), dead.size() == 1 ? " is" : " are",
+        " dead (no heartbeat for ", absl::FormatDuration(ranks_.lease()),
+        "); --on_worker_failure=fail stops the job"));
+    return failure_;
+  };
+  // Under kElastic a step may go on without the dead (one that failed was
+  // logged); under kFail the job fails instead and no step is taken.
+  const absl::Status failed = ApplyIfReadyAfter(expire).status();
+  if (dead.empty()) return;
+  if (options_.on_worker_failure == FailurePolicy::kFail) {
     spdlog::error("{}", std::string(failed.message()));
   } else {
     spdlog::warn(
@@ -332,10 +266,6 @@ void UpdateCoordinator::CheckLeases() {
         Workers(dead), dead.size() == 1 ? "is" : "are",
         absl::FormatDuration(options_.worker_timeout),
         dead.size() == 1 ? "it" : "them");
-  }
-  if (ready.has_value()) {
-    absl::StatusOr<uint64_t> applied = ApplyStep(*std::move(ready));
-    (void)applied;  // Logged by ApplyStep.
   }
   MaybeFinish();
 }

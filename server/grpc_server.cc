@@ -45,6 +45,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
       &server->port_);
   builder.RegisterService(service);
   builder.RegisterService(server->health_.get());
+  if (options.stream_service != nullptr) {
+    options.stream_service->AddTo(builder);
+  }
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   if (options.max_threads > 0) {
@@ -53,6 +56,10 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
     builder.SetResourceQuota(quota);
   }
   server->server_ = builder.BuildAndStart();
+  if (server->server_ != nullptr && options.stream_service != nullptr) {
+    server->stream_service_ = options.stream_service;
+    server->stream_service_->Start();
+  }
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", address, " (address in use or not local?",
@@ -94,6 +101,7 @@ void GrpcServer::Shutdown(absl::Time deadline) {
   health_->Shutdown();
   server_->Shutdown(absl::ToChronoTime(deadline));
   server_->Wait();
+  if (stream_service_ != nullptr) stream_service_->Shutdown();
   if (health_server_ != nullptr) {
     health_server_->Shutdown(absl::ToChronoTime(deadline));
     health_server_->Wait();

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "server/blocking_stream_service.h"
 #include "server/health_service.h"
 
 namespace ps::server {
@@ -14,11 +15,16 @@ namespace ps::server {
 struct GrpcServerOptions {
   // Receive and send limit of every message.
   int max_message_bytes = 4 << 20;
-  // Each call in progress holds one of at most `max_threads` threads (0: no
-  // bound); a call beyond them is refused with RESOURCE_EXHAUSTED, so that
-  // clients that open calls and leave them hanging cannot make the server
-  // hold without bound.
+  // Each call of the service in progress holds one of at most `max_threads`
+  // threads (0: no bound); a call beyond them is refused with
+  // RESOURCE_EXHAUSTED, so that clients that open calls and leave them
+  // hanging cannot make the server hold without bound. stream_service
+  // bounds its own calls.
   int max_threads = 0;
+  // Served beside the service (the methods it marks generic); null: none.
+  // Not owned; it must outlive the server. The server starts it and shuts
+  // it down.
+  BlockingStreamService* stream_service = nullptr;
   // Null: plaintext. See server/auth.h.
   std::shared_ptr<grpc::ServerCredentials> credentials;
   // -1: none. Else the health service alone is also served on this port of
@@ -65,6 +71,7 @@ class GrpcServer {
   std::unique_ptr<grpc::Server> server_;
   // Null without a health port.
   std::unique_ptr<grpc::Server> health_server_;
+  BlockingStreamService* stream_service_ = nullptr;
   int port_ = 0;
   int health_port_ = 0;
 };

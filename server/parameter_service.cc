@@ -24,11 +24,11 @@ static_assert(kProtocolVersionCurrent == proto::PROTOCOL_VERSION_CURRENT,
 static_assert(kDTypeFloat32 == proto::DTYPE_FLOAT32,
               "request_header.h must mirror the proto");
 
-// Positions of Pull and Push in the service definition, which is the order
-// the generated Service registers its methods in.
-constexpr int kPullMethodIndex = 1;
-constexpr int kPushMethodIndex = 2;
-constexpr int kPushPullMethodIndex = 6;
+// "/ps.proto.ParameterServer/Pull": how gRPC names a method on the wire.
+std::string MethodPath(absl::string_view method) {
+  return absl::StrCat("/", proto::ParameterServer::service_full_name(), "/",
+                      method);
+}
 
 // Copies rank 0's values into the slices awaiting them; the first upload
 // wins (a restarted rank 0 cannot change what other ranks may have pulled).
@@ -54,19 +54,15 @@ ParameterService::ParameterService(ShardHost* host,
                                    const ServiceOptions& options)
     : host_(host),
       options_(options),
-      calls_(options.num_workers, options.max_calls_per_rank) {
-  // How generated code swaps a method's handler (WithSplitStreamingMethod_
-  // and the like); the server then treats the call as a bidirectional
-  // stream, which a client-streaming or server-streaming peer cannot tell.
-  using ByteHandler =
-      grpc::internal::BidiStreamingHandler<ParameterService, grpc::ByteBuffer,
-                                           grpc::ByteBuffer>;
-  MarkMethodStreamed(kPullMethodIndex,
-                     new ByteHandler(&ParameterService::PullBytes, this));
-  MarkMethodStreamed(kPushMethodIndex,
-                     new ByteHandler(&ParameterService::PushBytes, this));
-  MarkMethodStreamed(kPushPullMethodIndex,
-                     new ByteHandler(&ParameterService::PushPullBytes, this));
+      stats_(options.metrics),
+      calls_(options.num_workers, options.max_calls_per_rank),
+      streams_(options.max_threads) {
+  streams_.Handle(MethodPath("Pull"),
+                  [this](ByteStream& stream) { return PullBytes(stream); });
+  streams_.Handle(MethodPath("Push"),
+                  [this](ByteStream& stream) { return PushBytes(stream); });
+  streams_.Handle(MethodPath("PushPull"),
+                  [this](ByteStream& stream) { return PushPullBytes(stream); });
 }
 
 grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
@@ -110,6 +106,7 @@ grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
                  request->incarnation(), registered.status().ToString());
     return ToGrpcStatus(Prefixed("register refused", registered.status()));
   }
+  stats_.RecordRegistration(rank, request->incarnation());
   const RankProgress& progress = *registered;
   response->set_mode(ConsistencyModeToProto(coordinator.options().mode));
   response->set_num_workers(coordinator.options().num_workers);
@@ -138,8 +135,8 @@ absl::StatusOr<DeclaredShard*> ParameterService::Admit(
 }
 
 absl::StatusOr<uint64_t> ParameterService::ServePull(
-    grpc::ServerContext* context, const proto::PullRequest& request,
-    ByteStream* stream, absl::Duration* wait, uint64_t* bytes) {
+    const proto::PullRequest& request, ByteStream& stream, absl::Duration* wait,
+    uint64_t* bytes) {
   absl::StatusOr<DeclaredShard*> shard = Admit(request.header(), "a pull");
   if (!shard.ok()) return shard.status();
   const ShardStore& store = *(*shard)->store;
@@ -163,10 +160,14 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
           ? options_.default_chunk_elements
           : std::min(request.max_chunk_elements(), options_.max_chunk_elements);
   const absl::Time start = absl::Now();
-  auto cancelled = [context] { return context->IsCancelled(); };
+  auto cancelled = [&stream] { return stream.IsCancelled(); };
+  const std::vector<int> blocking =
+      stats_.exports_metrics() ? coordinator.RanksBlocking(request.clock())
+                               : std::vector<int>();
   absl::StatusOr<uint64_t> version = coordinator.AwaitPull(
       request.header().worker_rank(), request.header().incarnation(),
       request.clock(), cancelled);
+  stats_.RecordWaitFor(blocking, absl::Now() - start);
   if (version.ok() && request.after_others_finish()) {
     version = coordinator.AwaitOthersFinished(request.header().worker_rank(),
                                               request.header().incarnation(),
@@ -197,7 +198,7 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
           response, chunk, kPullResponseChunk,
           SharedFloatsSlice(weights,
                             absl::MakeConstSpan(*weights).subspan(begin, n)));
-      if (!stream->Write(message)) {
+      if (!stream.Write(message)) {
         return absl::CancelledError("pull stream closed by the client");
       }
     }
@@ -205,30 +206,27 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
   return *version;
 }
 
-grpc::Status ParameterService::PullBytes(grpc::ServerContext* context,
-                                         ByteStream* stream) {
+grpc::Status ParameterService::PullBytes(ByteStream& stream) {
   const absl::Time start = absl::Now();
   grpc::ByteBuffer message;
   proto::PullRequest request;
-  if (!stream->Read(&message)) {
+  if (!stream.Read(&message)) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         "pull refused: the call carried no PullRequest"));
   }
   if (absl::Status s = ParseMessage(message, &request); !s.ok()) {
     return ToGrpcStatus(Prefixed("pull refused", s));
   }
-  return AnswerPull(context, request, stream, start);
+  return AnswerPull(request, stream, start);
 }
 
-grpc::Status ParameterService::AnswerPull(grpc::ServerContext* context,
-                                          const proto::PullRequest& request,
-                                          ByteStream* stream,
+grpc::Status ParameterService::AnswerPull(const proto::PullRequest& request,
+                                          ByteStream& stream,
                                           absl::Time start) {
   absl::Duration wait;
   uint64_t bytes = 0;
-  absl::StatusOr<uint64_t> version =
-      ServePull(context, request, stream, &wait, &bytes);
-  stats_.RecordPull(version.ok(), bytes, wait, absl::Now() - start);
+  absl::StatusOr<uint64_t> version = ServePull(request, stream, &wait, &bytes);
+  stats_.RecordPull(version.status(), bytes, wait, absl::Now() - start);
   if (!version.ok()) {
     spdlog::warn("pull for clock {} from worker {} failed: {}", request.clock(),
                  request.header().worker_rank(), version.status().ToString());
@@ -238,14 +236,13 @@ grpc::Status ParameterService::AnswerPull(grpc::ServerContext* context,
 }
 
 absl::StatusOr<uint64_t> ParameterService::ReceivePush(
-    grpc::ServerContext* context, ByteStream* stream, PushCall call,
-    proto::PushRequest* first) {
+    ByteStream& stream, PushCall call, proto::PushRequest* first) {
   const absl::Time start = absl::Now();
   uint64_t bytes = 0;
   absl::Duration commit;
   absl::StatusOr<uint64_t> version =
-      StageAndCommit(context, stream, call, first, &bytes, &commit);
-  stats_.RecordPush(version.ok(), bytes, commit, absl::Now() - start);
+      StageAndCommit(stream, call, first, &bytes, &commit);
+  stats_.RecordPush(version.status(), bytes, commit, absl::Now() - start);
   if (!version.ok()) {
     spdlog::warn("push refused: {}", version.status().ToString());
     return Prefixed("push refused", version.status());
@@ -254,8 +251,8 @@ absl::StatusOr<uint64_t> ParameterService::ReceivePush(
 }
 
 absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
-    grpc::ServerContext* context, ByteStream* stream, PushCall call,
-    proto::PushRequest* first, uint64_t* bytes, absl::Duration* commit) {
+    ByteStream& stream, PushCall call, proto::PushRequest* first,
+    uint64_t* bytes, absl::Duration* commit) {
   absl::StatusOr<DeclaredShard*> shard = host_->Require("a push");
   if (!shard.ok()) return shard.status();
   ShardStore& store = *(*shard)->store;
@@ -268,7 +265,7 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
   grpc::ByteBuffer message;
   proto::PushRequest request;
   absl::Cord data;
-  while (stream->Read(&message)) {
+  while (stream.Read(&message)) {
     if (absl::Status s =
             ParseChunkMessage(message, kPushRequestChunk, &request, &data);
         !s.ok()) {
@@ -315,7 +312,7 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
     // pull did, for its step to be the one collected.
     absl::StatusOr<uint64_t> clock_reached =
         coordinator.AwaitPull(staged->rank, staged->incarnation, staged->step,
-                              [context] { return context->IsCancelled(); });
+                              [&stream] { return stream.IsCancelled(); });
     if (!clock_reached.ok()) return clock_reached.status();
   }
   const absl::Time received = absl::Now();
@@ -324,23 +321,21 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
   return version;
 }
 
-grpc::Status ParameterService::PushBytes(grpc::ServerContext* context,
-                                         ByteStream* stream) {
+grpc::Status ParameterService::PushBytes(ByteStream& stream) {
   proto::PushRequest first;
   absl::StatusOr<uint64_t> version =
-      ReceivePush(context, stream, PushCall::kPush, &first);
+      ReceivePush(stream, PushCall::kPush, &first);
   if (!version.ok()) return ToGrpcStatus(version.status());
   proto::PushResponse response;
   response.set_version(*version);
-  stream->Write(SerializeMessage(response));
+  stream.Write(SerializeMessage(response));
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterService::PushPullBytes(grpc::ServerContext* context,
-                                             ByteStream* stream) {
+grpc::Status ParameterService::PushPullBytes(ByteStream& stream) {
   proto::PushRequest first;
   absl::StatusOr<uint64_t> pushed =
-      ReceivePush(context, stream, PushCall::kPushPull, &first);
+      ReceivePush(stream, PushCall::kPushPull, &first);
   if (!pushed.ok()) return ToGrpcStatus(pushed.status());
   // The worker has now done step `step`: what it pulls next is clock
   // step + 1, answered as a Pull of its own would be.
@@ -348,7 +343,7 @@ grpc::Status ParameterService::PushPullBytes(grpc::ServerContext* context,
   *pull.mutable_header() = first.header();
   pull.set_clock(first.step() + 1);
   pull.set_max_chunk_elements(first.max_pull_chunk_elements());
-  return AnswerPull(context, pull, stream, absl::Now());
+  return AnswerPull(pull, stream, absl::Now());
 }
 
 grpc::Status ParameterService::Heartbeat(grpc::ServerContext* /*context*/,

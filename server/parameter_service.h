@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "server/blocking_stream_service.h"
 #include "server/rank_call_limiter.h"
 #include "server/request_header.h"
 #include "server/server_stats.h"
@@ -36,10 +37,16 @@ struct ServiceOptions {
   // Pulls and pushes one rank may have open at once (0: no bound): a
   // worker holds a push-and-pull stream and at times a pull.
   int max_calls_per_rank = 8;
+  // Pulls and pushes served at once, each on a thread of the service (0: no
+  // bound); a call beyond gets RESOURCE_EXHAUSTED.
+  int max_threads = 0;
   // --non_finite_gradients=refuse: a push holding a NaN or an infinity is
   // refused whole (one more read of every pushed byte). Else it is taken,
   // and the update leaves those elements as they were.
   bool refuse_non_finite = true;
+  // Where the calls are also counted for Prometheus; null: nowhere. Not
+  // owned; must outlive the service.
+  ServerMetrics* metrics = nullptr;
 };
 
 // The gRPC face of one shard (ps.proto.ParameterServer): converts messages
@@ -52,14 +59,30 @@ struct ServiceOptions {
 // UNAVAILABLE, which they retry. Likewise while rank 0's initial values of
 // kFromRank0 tensors are missing: rank 0 may then only push them.
 //
+// Pull, Push and PushPull carry tensor bytes, so they are served by
+// stream_service() (register it beside this service) as streams of raw
+// messages, serialized and parsed with common/chunk_wire.h: a push's bytes
+// stay in the received buffers, where the update reads them
+// (SliceGradient), a pull's are sent from a shared version of the weights.
+// On the wire they are the proto's methods.
+//
 // Thread-safe: gRPC calls the handlers from many threads; the service keeps
 // only thread-safe members. No lock is held while a stream is read or
 // written. Does not own the host (it must outlive the service). The end of
 // the job (every worker done, or one dead under --on_worker_failure=fail)
-// is signalled by the coordinator's on_finished.
-class ParameterService final : public proto::ParameterServer::Service {
+// is signalled by the coordinator's on_finished. Destroy it after the
+// server shut down.
+class ParameterService final
+    : public proto::ParameterServer::WithGenericMethod_Pull<
+          proto::ParameterServer::WithGenericMethod_Push<
+              proto::ParameterServer::WithGenericMethod_PushPull<
+                  proto::ParameterServer::Service>>> {
  public:
   ParameterService(ShardHost* host, const ServiceOptions& options);
+
+  // Serves Pull, Push and PushPull; the server must serve it too
+  // (GrpcServerOptions::stream_service).
+  BlockingStreamService* stream_service() { return &streams_; }
 
   grpc::Status Register(grpc::ServerContext* context,
                         const proto::RegisterRequest* request,
@@ -89,16 +112,9 @@ class ParameterService final : public proto::ParameterServer::Service {
   std::string Report() const;
 
  private:
-  // Pull, Push and PushPull carry tensor bytes, so their handlers take the
-  // raw messages and serialize or parse them with common/chunk_wire.h: a
-  // push's bytes stay in the received buffers, where the update reads them
-  // (SliceGradient), a pull's are sent from a shared version of the
-  // weights. On the wire they are the proto's methods.
-  using ByteStream =
-      grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
-  grpc::Status PullBytes(grpc::ServerContext* context, ByteStream* stream);
-  grpc::Status PushBytes(grpc::ServerContext* context, ByteStream* stream);
-  grpc::Status PushPullBytes(grpc::ServerContext* context, ByteStream* stream);
+  grpc::Status PullBytes(ByteStream& stream);
+  grpc::Status PushBytes(ByteStream& stream);
+  grpc::Status PushPullBytes(ByteStream& stream);
 
   // Validates `header` against the declared shard (FailedPrecondition
   // before the model is declared) and returns the shard.
@@ -107,12 +123,10 @@ class ParameterService final : public proto::ParameterServer::Service {
 
   // Waits as the mode says, streams the weights and records the pull;
   // `start` is when the pull's latency began.
-  grpc::Status AnswerPull(grpc::ServerContext* context,
-                          const proto::PullRequest& request, ByteStream* stream,
+  grpc::Status AnswerPull(const proto::PullRequest& request, ByteStream& stream,
                           absl::Time start);
-  absl::StatusOr<uint64_t> ServePull(grpc::ServerContext* context,
-                                     const proto::PullRequest& request,
-                                     ByteStream* stream, absl::Duration* wait,
+  absl::StatusOr<uint64_t> ServePull(const proto::PullRequest& request,
+                                     ByteStream& stream, absl::Duration* wait,
                                      uint64_t* bytes);
   // Which call a push stream came on: Push, or the push half of PushPull
   // (whose worker took the weights it computed on with its previous call).
@@ -120,13 +134,11 @@ class ParameterService final : public proto::ParameterServer::Service {
   // Takes a push stream and records it; on success `first` holds its
   // metadata (the first message without its chunk), on failure the status
   // says "push refused: ...".
-  absl::StatusOr<uint64_t> ReceivePush(grpc::ServerContext* context,
-                                       ByteStream* stream, PushCall call,
+  absl::StatusOr<uint64_t> ReceivePush(ByteStream& stream, PushCall call,
                                        proto::PushRequest* first);
   // Stages the stream, then commits it; `commit` is the time the commit
   // took.
-  absl::StatusOr<uint64_t> StageAndCommit(grpc::ServerContext* context,
-                                          ByteStream* stream, PushCall call,
+  absl::StatusOr<uint64_t> StageAndCommit(ByteStream& stream, PushCall call,
                                           proto::PushRequest* first,
                                           uint64_t* bytes,
                                           absl::Duration* commit);
@@ -135,6 +147,8 @@ class ParameterService final : public proto::ParameterServer::Service {
   const ServiceOptions options_;
   ServerStats stats_;
   RankCallLimiter calls_;
+  // Last: destroyed first, it waits for handlers that use the members above.
+  BlockingStreamService streams_;
 };
 
 }  // namespace ps::server

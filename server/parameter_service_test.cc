@@ -124,10 +124,15 @@ class ParameterServiceTest : public ::testing::Test {
     service_options.min_chunk_elements = min_chunk_elements_;
     service_options.job_id = job_id_;
     service_options.max_calls_per_rank = max_calls_per_rank_;
+    service_options.max_threads = max_threads_;
     service_ = std::make_unique<ParameterService>(host_.get(), service_options);
+    GrpcServerOptions server_options;
+    server_options.max_message_bytes = 1 << 20;
+    server_options.max_threads = max_threads_;
+    server_options.stream_service = service_->stream_service();
     server_ = *GrpcServer::Start("127.0.0.1:0", service_.get(),
                                  proto::ParameterServer::service_full_name(),
-                                 1 << 20, max_threads_);
+                                 server_options);
     channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
                                    grpc::InsecureChannelCredentials());
     stub_ = proto::ParameterServer::NewStub(channel_);

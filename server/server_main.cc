@@ -1,6 +1,7 @@
 // The parameter-server shard binary. See --help; launchers pass the flags
 // below and read --port_file to learn the bound port.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "common/cpu_affinity.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
+#include "common/metrics_http.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
 #include "server/auth.h"
@@ -37,6 +39,7 @@
 #include "server/optimizer.h"
 #include "server/parameter_service.h"
 #include "server/process_control.h"
+#include "server/server_metrics.h"
 #include "server/shard_host.h"
 #include "server/shard_store.h"
 #include "server/update_coordinator.h"
@@ -114,10 +117,11 @@ ABSL_FLAG(std::string, non_finite_gradients, "refuse",
           "leave their weights as they were. Either way no update makes a "
           "weight non-finite.");
 ABSL_FLAG(int, max_threads, 0,
-          "Most threads serving calls at once; each call in progress holds "
-          "one, and calls beyond get RESOURCE_EXHAUSTED, so clients that "
-          "leave calls hanging cannot make the server grow without bound. "
-          "0: 64 plus 4 per worker.");
+          "Most threads serving pulls and pushes at once, and as many for "
+          "the other calls; each call in progress holds one, and calls "
+          "beyond get RESOURCE_EXHAUSTED, so clients that leave calls hanging "
+          "cannot make the server grow without bound. 0: 64 plus 4 per "
+          "worker.");
 ABSL_FLAG(int, max_calls_per_rank, 8,
           "Most pulls and pushes one worker rank may have open at once "
           "(a worker holds a push-and-pull stream and at times a pull); "
@@ -143,6 +147,13 @@ ABSL_FLAG(int, health_port, -1,
           "If >= 0, also serve the health service alone on this port (0: a "
           "free one), in plaintext and without token, for probes that speak "
           "neither (Kubernetes' gRPC probes) when --tls_cert is set.");
+ABSL_FLAG(int, metrics_port, 0,
+          "If not 0, serve Prometheus metrics (push/pull counts, bytes and "
+          "latency, waits, staleness, refusals, checkpoints) at "
+          "http://<--metrics_host>:<port>/metrics.");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "IPv4 address the metrics endpoint listens on; 0.0.0.0 for every "
+          "interface (a Kubernetes pod scraped from outside).");
 ABSL_FLAG(bool, restore, false,
           "Resume from the newest readable checkpoint in --checkpoint_dir "
           "(start fresh if there is none); sync shards then catch up with "
@@ -182,6 +193,8 @@ struct ServerConfig {
   int signal_exit_code = 0;
   ServerAuth auth;
   int health_port = -1;  // -1: none.
+  std::string metrics_host;
+  int metrics_port = 0;  // 0: no metrics.
 };
 
 // This machine's memory; 1 GiB if the system does not say.
@@ -377,6 +390,19 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--health_port must differ from --port (both ", c.health_port, ")"));
   }
+  c.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (absl::Status s = ValidateMetricsFlags(c.metrics_host, c.metrics_port);
+      !s.ok()) {
+    return s;
+  }
+  if (c.metrics_port > 0 && (c.metrics_port == absl::GetFlag(FLAGS_port) ||
+                             c.metrics_port == c.health_port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_port must differ from --port and "
+                     "--health_port (",
+                     c.metrics_port, ")"));
+  }
   return c;
 }
 
@@ -449,12 +475,21 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> FindCheckpoint(
   return loaded;
 }
 
+// When `path` was last written; now if the system cannot say.
+absl::Time ModificationTime(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return absl::Now();
+  return absl::TimeFromTimespec(st.st_mtim);
+}
+
 // Builds the shard of `model`: its slices, their coordinator and, with
 // --checkpoint_dir, their checkpointer; restored from `checkpoint` if
-// given. The coordinator ends the job through `shutdown`.
+// given. The coordinator ends the job through `shutdown`; checkpoints are
+// counted in `metrics` if not null.
 absl::StatusOr<std::unique_ptr<DeclaredShard>> BuildShard(
     const ServerConfig& config, const ModelSpec& model,
-    const LoadedCheckpoint* checkpoint, ShutdownRequest* shutdown) {
+    const LoadedCheckpoint* checkpoint, ShutdownRequest* shutdown,
+    ServerMetrics* metrics) {
   absl::StatusOr<Partition> partition =
       Partition::Create(model, config.num_servers);
   if (!partition.ok()) return partition.status();
@@ -483,13 +518,24 @@ absl::StatusOr<std::unique_ptr<DeclaredShard>> BuildShard(
           absl::StrCat("cannot restore ", checkpoint->path, ": ", s.message()));
     }
     shard->declared_by = absl::StrCat("the checkpoint ", checkpoint->path);
+    if (metrics != nullptr) {
+      metrics->RecordRestored();
+      metrics->RecordCheckpoint(checkpoint->checkpoint.version,
+                                ModificationTime(checkpoint->path));
+    }
     spdlog::info("restored {}: version {}, {} tensors", checkpoint->path,
                  checkpoint->checkpoint.version, model.tensors.size());
   }
   if (config.checkpoints.has_value()) {
     UpdateCoordinator* c = shard->coordinator.get();
+    CheckpointPolicy policy = *config.checkpoints;
+    if (metrics != nullptr) {
+      policy.on_written = [metrics](uint64_t version) {
+        metrics->RecordCheckpoint(version, absl::Now());
+      };
+    }
     shard->checkpointer = std::make_unique<Checkpointer>(
-        *config.checkpoints, [c] { return c->Snapshot(); },
+        std::move(policy), [c] { return c->Snapshot(); },
         [c] { return c->version(); }, c->version());
   }
   shard->identity = {partition->fingerprint(), config.server_index,
@@ -503,12 +549,37 @@ absl::StatusOr<std::unique_ptr<DeclaredShard>> BuildShard(
 
 // `signals` are blocked in every thread (main does it first).
 int Run(const ServerConfig& config, const sigset_t& signals) {
+  // What a flood of refused calls made malloc keep goes back to the kernel.
+  FreedMemoryTrimmer trimmer(absl::Seconds(2), size_t{16} << 20);
   ShutdownRequest shutdown;
+  std::unique_ptr<ServerMetrics> metrics;  // Null: no metrics.
   ShardHost host(
-      [&config, &shutdown](const ModelSpec& model) {
-        return BuildShard(config, model, nullptr, &shutdown);
+      [&config, &shutdown, &metrics](const ModelSpec& model) {
+        return BuildShard(config, model, nullptr, &shutdown, metrics.get());
       },
       config.limits);
+  // After `host`, which its scrapes read: stops before it is destroyed.
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  if (config.metrics_port > 0) {
+    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> started =
+        MetricsEndpoint::Start(config.metrics_host, config.metrics_port);
+    if (!started.ok()) {
+      spdlog::error("--metrics_port: {}", started.status().message());
+      return kExitFailed;
+    }
+    endpoint = *std::move(started);
+    metrics = std::make_unique<ServerMetrics>(endpoint->registry(),
+                                              config.server_index);
+    endpoint->Add(ServerMetrics::ShardStateCollector(
+        metrics.get(), [&host]() -> std::optional<ServerMetrics::ShardState> {
+          const DeclaredShard* shard = host.get();
+          if (shard == nullptr) return std::nullopt;
+          return ServerMetrics::ShardState{
+              shard->coordinator->version(),
+              shard->coordinator->staleness().state()};
+        }));
+    spdlog::info("serving metrics on {}", endpoint->url());
+  }
   if (config.checkpoints.has_value()) {
     absl::Status s = CheckCheckpointDir(config);
     absl::StatusOr<std::optional<LoadedCheckpoint>> found =
@@ -519,7 +590,8 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
     }
     if (s.ok() && found->has_value()) {
       absl::StatusOr<std::unique_ptr<DeclaredShard>> restored =
-          BuildShard(config, (**found).checkpoint.model, &**found, &shutdown);
+          BuildShard(config, (**found).checkpoint.model, &**found, &shutdown,
+                     metrics.get());
       if (restored.ok()) host.Install(*std::move(restored));
       s = restored.status();
     }
@@ -540,6 +612,8 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   service_options.job_id = config.job_id;
   service_options.refuse_non_finite = config.refuse_non_finite;
   service_options.max_calls_per_rank = config.max_calls_per_rank;
+  service_options.metrics = metrics.get();
+  service_options.max_threads = config.max_threads;
   // Leave room for the message's other fields.
   service_options.max_chunk_elements =
       static_cast<uint64_t>(config.max_message_bytes - (64 << 10)) / 4;
@@ -550,6 +624,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   GrpcServerOptions server_options;
   server_options.max_message_bytes = config.max_message_bytes;
   server_options.max_threads = config.max_threads;
+  server_options.stream_service = service.stream_service();
   if (config.auth.tls()) {
     server_options.credentials = MakeServerCredentials(config.auth);
   }

@@ -6,6 +6,7 @@
 #include "absl/numeric/bits.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/server_metrics.h"
 
 namespace ps::server {
 
@@ -90,18 +91,29 @@ void ServerStats::Record(Counter& c, bool ok, uint64_t bytes,
   c.max_latency = std::max(c.max_latency, latency);
 }
 
-void ServerStats::RecordPush(bool accepted, uint64_t bytes,
+void ServerStats::RecordPush(const absl::Status& outcome, uint64_t bytes,
                              absl::Duration commit, absl::Duration latency) {
+  if (metrics_ != nullptr) metrics_->RecordPush(outcome, bytes, latency);
   absl::MutexLock lock(&mu_);
-  Record(push_, accepted, bytes, latency);
+  Record(push_, outcome.ok(), bytes, latency);
   push_.total_part += commit;
 }
 
-void ServerStats::RecordPull(bool served, uint64_t bytes, absl::Duration wait,
-                             absl::Duration latency) {
+void ServerStats::RecordPull(const absl::Status& outcome, uint64_t bytes,
+                             absl::Duration wait, absl::Duration latency) {
+  if (metrics_ != nullptr) metrics_->RecordPull(outcome, bytes, wait, latency);
   absl::MutexLock lock(&mu_);
-  Record(pull_, served, bytes, latency);
+  Record(pull_, outcome.ok(), bytes, latency);
   pull_.total_part += wait;
+}
+
+void ServerStats::RecordWaitFor(absl::Span<const int> blocking,
+                                absl::Duration wait) {
+  if (metrics_ != nullptr) metrics_->RecordWaitFor(blocking, wait);
+}
+
+void ServerStats::RecordRegistration(int rank, uint64_t incarnation) {
+  if (metrics_ != nullptr) metrics_->RecordRegistration(rank, incarnation);
 }
 
 uint64_t ServerStats::pushes_accepted() const {

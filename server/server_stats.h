@@ -6,10 +6,14 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace ps::server {
+
+class ServerMetrics;
 
 // How stale the gradients applied by a shard were: for each update, the
 // shard's version when it was applied minus the version the gradient was
@@ -57,20 +61,35 @@ class StalenessHistogram {
 
 // Request counters of one shard for the Stats RPC and the exit report:
 // pushes and pulls (served and refused), bytes each way and latency, with
-// the part of it that was not transfer.
+// the part of it that was not transfer. With `metrics`, every record also
+// feeds the shard's Prometheus metrics.
 //
-// Thread-safe; each Record is one brief critical section.
+// Thread-safe; each Record is one brief critical section. Does not own
+// `metrics`, which must outlive it.
 class ServerStats {
  public:
-  // `commit` is the part of `latency` after the stream was received:
-  // taking part in the step and, for the push that completes it (every
-  // push outside sync mode), applying the update while the worker waits.
-  void RecordPush(bool accepted, uint64_t bytes, absl::Duration commit,
-                  absl::Duration latency);
+  explicit ServerStats(ServerMetrics* metrics = nullptr) : metrics_(metrics) {}
+
+  // `outcome` is the call's: OK counts it as accepted, an error as refused
+  // (for the metrics, by its code). `commit` is the part of `latency` after
+  // the stream was received: taking part in the step and, for the push that
+  // completes it (every push outside sync mode), applying the update while
+  // the worker waits.
+  void RecordPush(const absl::Status& outcome, uint64_t bytes,
+                  absl::Duration commit, absl::Duration latency);
   // `wait` is the part of `latency` spent waiting for the consistency model
   // (other workers' pushes), reported apart from the transfer.
-  void RecordPull(bool served, uint64_t bytes, absl::Duration wait,
-                  absl::Duration latency);
+  void RecordPull(const absl::Status& outcome, uint64_t bytes,
+                  absl::Duration wait, absl::Duration latency);
+
+  // Whether RecordWaitFor and RecordRegistration are used: only the metrics
+  // keep them, so callers may skip finding out what to pass.
+  bool exports_metrics() const { return metrics_ != nullptr; }
+  // A pull waited `wait` for `blocking` (the ranks it waited for when it
+  // began).
+  void RecordWaitFor(absl::Span<const int> blocking, absl::Duration wait);
+  // `rank` registered as `incarnation` (a new one: the worker restarted).
+  void RecordRegistration(int rank, uint64_t incarnation);
 
   uint64_t pushes_accepted() const;
   uint64_t pushes_refused() const;
@@ -95,6 +114,7 @@ class ServerStats {
   static std::string Format(const char* name, const char* bytes_verb,
                             const char* part_name, const Counter& c);
 
+  ServerMetrics* const metrics_;
   mutable absl::Mutex mu_;
   Counter push_ ABSL_GUARDED_BY(mu_);
   Counter pull_ ABSL_GUARDED_BY(mu_);

@@ -60,9 +60,12 @@ TEST(StalenessHistogramTest, CountsEveryAddFromManyThreads) {
 
 TEST(ServerStatsTest, ReportsCountsBytesAndLatency) {
   ServerStats stats;
-  stats.RecordPush(true, 1 << 20, absl::Milliseconds(3), absl::Milliseconds(4));
-  stats.RecordPush(false, 1 << 20, absl::ZeroDuration(), absl::Milliseconds(2));
-  stats.RecordPull(true, 3 << 20, absl::Milliseconds(1), absl::Milliseconds(5));
+  stats.RecordPush(absl::OkStatus(), 1 << 20, absl::Milliseconds(3),
+                   absl::Milliseconds(4));
+  stats.RecordPush(absl::AbortedError("stale"), 1 << 20, absl::ZeroDuration(),
+                   absl::Milliseconds(2));
+  stats.RecordPull(absl::OkStatus(), 3 << 20, absl::Milliseconds(1),
+                   absl::Milliseconds(5));
   EXPECT_EQ(stats.pushes_accepted(), 1u);
   EXPECT_EQ(stats.pushes_refused(), 1u);
   EXPECT_EQ(stats.pulls_served(), 1u);

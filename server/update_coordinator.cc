@@ -26,12 +26,14 @@ UpdateCoordinator::UpdateCoordinator(ShardStore* store,
                                      CoordinatorOptions options)
     : store_(store),
       options_(std::move(options)),
+      policy_(ConsistencyPolicy::Create(options_.mode, options_.staleness)),
       ranks_(options_.num_workers, options_.worker_timeout, absl::Now()) {
   absl::MutexLock lock(&mu_);
-  sync_.resize(options_.num_workers);
+  has_part_.resize(options_.num_workers, false);
+  pending_.resize(options_.num_workers);
   barriers_.resize(options_.num_workers, 0);
   recovering_ = options_.fast_forward_after_restart &&
-                options_.mode == ConsistencyMode::kSync;
+                policy_->FastForwardsAfterRestore();
 }
 
 absl::StatusOr<std::unique_ptr<UpdateCoordinator>> UpdateCoordinator::Create(
@@ -82,90 +84,75 @@ absl::StatusOr<uint64_t> UpdateCoordinator::Commit(StagedPush push) {
     return absl::InvalidArgumentError(
         "push does not cover this shard's slices");
   }
-  return options_.mode == ConsistencyMode::kSync ? CommitSync(std::move(push))
-                                                 : CommitAsync(std::move(push));
+  return policy_->CollectsSteps() ? CommitToStep(std::move(push))
+                                  : CommitAtOnce(std::move(push));
 }
 
-absl::StatusOr<uint64_t> UpdateCoordinator::CommitSync(StagedPush push) {
+StepView UpdateCoordinator::ViewLocked() const {
+  return StepView{version_, applying_, has_part_, ranks_};
+}
+
+absl::StatusOr<uint64_t> UpdateCoordinator::CommitToStep(StagedPush push) {
   const int r = push.rank;
   const uint64_t step = push.step;
   const DataProgress progress{push.epoch, push.examples_done};
-  std::optional<ReadyStep> ready;
-  {
-    absl::MutexLock lock(&mu_);
+  // The push that completes the step applies it, on this thread.
+  return ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (absl::Status s = AdmitLocked(r, push.incarnation); !s.ok()) return s;
     if (ranks_.done(r)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "worker ", r, " already said it is done; push for step ", step));
     }
-    SyncSlot& slot = sync_[r];
     if (ranks_.IsReplay(r, progress)) {
       // The batch is already in; at most it counts as taking part.
       if (push.num_examples > 0) ++replays_;  // Not an empty share.
-      if (step != version_ || slot.pushed || applying_) return version_;
-      slot.pushed = true;
-    } else {
-      if (step > version_) MaybeFastForwardLocked(step);
-      if (step < version_ || (step == version_ && applying_ && !slot.pushed)) {
-        return absl::AbortedError(absl::StrCat(
-            "stale step ", step, " from worker ", r, ": shard is at version ",
-            version_, applying_ ? " and applies it" : "",
-            " (the step completed without this worker); pull again"));
-      }
-      if (step > version_) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "step ", step, " from worker ", r,
-            " is ahead: shard is at version ", version_, " and collects step ",
-            version_, "; pull with clock ", step, " before pushing it"));
-      }
-      if (slot.pushed) {
-        return absl::AlreadyExistsError(
-            absl::StrCat("worker ", r, " already pushed step ", step));
-      }
-      slot.pushed = true;
-      ranks_.RecordAccepted(r, step, progress);
-      slot.pending = std::move(push);
+      if (policy_->ReplayTakesPart(ViewLocked(), r, step)) has_part_[r] = true;
+      return absl::OkStatus();
     }
+    if (step > version_) MaybeFastForwardLocked(step);
+    if (absl::Status s = policy_->AdmitPush(ViewLocked(), r, step); !s.ok()) {
+      return s;
+    }
+    has_part_[r] = true;
+    ranks_.RecordAccepted(r, step, progress);
+    pending_[r] = std::move(push);
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<uint64_t> UpdateCoordinator::ApplyIfReadyAfter(
+    absl::FunctionRef<absl::Status()> event) {
+  std::optional<ReadyStep> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = event(); !s.ok()) return s;
     ready = TakeReadyStepLocked();
     if (!ready.has_value()) return version_;
   }
-  // The push that completed the step: this thread applies it.
   return ApplyStep(*std::move(ready));
 }
 
 std::optional<UpdateCoordinator::ReadyStep>
 UpdateCoordinator::TakeReadyStepLocked() {
-  if (options_.mode != ConsistencyMode::kSync || applying_) return std::nullopt;
-  bool any = false;
-  std::vector<int> missing;
-  for (int r = 0; r < options_.num_workers; ++r) {
-    if (sync_[r].pushed) {
-      any = true;
-    } else if (ranks_.active(r)) {
-      return std::nullopt;
-    } else if (!ranks_.done(r)) {
-      missing.push_back(r);
-    }
-  }
-  if (!any) return std::nullopt;
+  std::optional<std::vector<int>> missing = policy_->StepReady(ViewLocked());
+  if (!missing.has_value()) return std::nullopt;
   ReadyStep ready;
   ready.step = version_;
   ready.learning_rate = LearningRateLocked(version_);
-  for (SyncSlot& slot : sync_) {
-    if (slot.pending.has_value())
-      ready.pushes.push_back(*std::move(slot.pending));
-    slot.pending.reset();
+  for (std::optional<StagedPush>& pending : pending_) {
+    if (pending.has_value()) ready.pushes.push_back(*std::move(pending));
+    pending.reset();
   }
-  // Slots stay marked until version_ moves, so repeats are refused meanwhile.
+  // Parts stay marked until version_ moves, so repeats are refused meanwhile.
   applying_ = true;
-  if (missing != last_missing_) {
-    if (!missing.empty()) {
+  if (*missing != last_missing_) {
+    if (!missing->empty()) {
       spdlog::warn("step {} goes on without dead {}", version_,
-                   Workers(missing));
+                   Workers(*missing));
     } else {
       spdlog::info("step {}: every live worker takes part again", version_);
     }
-    last_missing_ = missing;
+    last_missing_ = *std::move(missing);
   }
   return ready;
 }
@@ -183,7 +170,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ApplyStep(ReadyStep ready) {
     ranks_.RecordApplied(p.rank, ready.step, {p.epoch, p.examples_done},
                          applied.ok() ? p.num_examples : 0);
   }
-  for (SyncSlot& s : sync_) s.pushed = false;
+  std::fill(has_part_.begin(), has_part_.end(), false);
   version_ = ready.step + 1;
   applying_ = false;
   recovering_ = false;
@@ -242,7 +229,7 @@ void UpdateCoordinator::WarnOfIncompleteUpdate(absl::string_view what) {
   incomplete_updates_seen_ = incomplete;
 }
 
-absl::StatusOr<uint64_t> UpdateCoordinator::CommitAsync(StagedPush push) {
+absl::StatusOr<uint64_t> UpdateCoordinator::CommitAtOnce(StagedPush push) {
   const int r = push.rank;
   const DataProgress progress{push.epoch, push.examples_done};
   // One update at a time, so each sees a definite version and none
@@ -262,10 +249,9 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAsync(StagedPush push) {
       ranks_.RaiseClock(r, push.step + 1);
       return version_;
     }
-    if (push.step < ranks_.clock(r)) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "worker ", r, " already pushed step ", ranks_.clock(r) - 1,
-          "; got step ", push.step, " again"));
+    if (absl::Status s = policy_->AdmitPush(ViewLocked(), r, push.step);
+        !s.ok()) {
+      return s;
     }
     if (push.num_examples == 0) {
       // Takes its step, changes no weight.
@@ -302,8 +288,9 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAsync(StagedPush push) {
 
 void UpdateCoordinator::MaybeFastForwardLocked(uint64_t clock) {
   if (!recovering_ || clock <= version_ || applying_) return;
-  for (const SyncSlot& s : sync_) {
-    if (s.pushed) return;  // Step version_ is under way: it is current.
+  // Step version_ is under way: it is current.
+  if (std::find(has_part_.begin(), has_part_.end(), true) != has_part_.end()) {
+    return;
   }
   spdlog::warn(
       "fast-forwarded from version {} to {} after restore: {} updates of this "
@@ -316,11 +303,8 @@ void UpdateCoordinator::MaybeFastForwardLocked(uint64_t clock) {
 std::optional<float> UpdateCoordinator::LearningRateLocked(
     uint64_t update) const {
   if (!options_.lr_schedule.has_value()) return std::nullopt;
-  const uint64_t horizon =
-      options_.mode == ConsistencyMode::kSync
-          ? planned_steps_
-          : planned_steps_ * static_cast<uint64_t>(options_.num_workers);
-  return options_.lr_schedule->At(update, horizon);
+  return options_.lr_schedule->At(
+      update, policy_->PlannedUpdates(planned_steps_, options_.num_workers));
 }
 
 uint64_t UpdateCoordinator::version() const {
@@ -390,7 +374,8 @@ absl::Status UpdateCoordinator::Restore(const ShardCheckpoint& checkpoint) {
   version_ = checkpoint.version;
   planned_steps_ = checkpoint.planned_steps;
   ranks_ = std::move(ranks);
-  for (SyncSlot& slot : sync_) slot = SyncSlot();
+  std::fill(has_part_.begin(), has_part_.end(), false);
+  for (std::optional<StagedPush>& pending : pending_) pending.reset();
   return absl::OkStatus();
 }
 

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "common/consistency_mode.h"
 #include "server/checkpoint.h"
+#include "server/consistency_policy.h"
 #include "server/failure_policy.h"
 #include "server/lr_schedule.h"
 #include "server/push_stager.h"
@@ -65,22 +66,20 @@ struct RankProgress {
 };
 
 // Decides when validated pushes reach the shard's weights and when pulls may
-// be answered, per consistency mode, tracking the workers' liveness and data
-// progress. `version` counts updates applied.
+// be answered, tracking the workers' liveness and data progress. `version`
+// counts updates applied. The rules of each consistency mode are its
+// ConsistencyPolicy's (server/consistency_policy.h); here:
 //
-// - sync: a push for step t is taken while version == t (older: Aborted
-//   "stale step", newer: FailedPrecondition, a second one: AlreadyExists).
-//   Step t completes once every live rank that is not done has pushed it;
-//   the pushes are combined in rank order, weighted by num_examples, so the
-//   result is bit-identical whatever the arrival order; version = t + 1. A
-//   pull for clock c waits until version >= c. A pull for version + 1 from a
-//   rank that did not push step `version` here takes part in it with weight
-//   0: the rank has moved on (its push was lost in a restart of this shard,
-//   or the step went on without it elsewhere) and will not push it.
-// - async: each push is applied as it comes. A pull never waits.
-// - ssp(s): applied as in async; a pull for clock c waits until every live
-//   rank that is not done has clock >= c - s.
-// In ssp and async a rank's step must not go back (AlreadyExists).
+// - sync: step t's pushes are combined in rank order, weighted by
+//   num_examples, so the result is bit-identical whatever the arrival
+//   order; version = t + 1. A pull for version + 1 from a rank that did not
+//   push step `version` here takes part in it with weight 0: the rank has
+//   moved on (its push was lost in a restart of this shard, or the step went
+//   on without it elsewhere) and will not push it. Every event that may
+//   complete a step (a push, a pull or heartbeat with a clock, a final pull,
+//   Done, a lease running out) goes through ApplyIfReadyAfter, the one place
+//   a step is taken and applied.
+// - ssp and async: each push is applied as it comes.
 //
 // Liveness: every request renews the rank's lease (a waiting pull too);
 // a rank not heard from within worker_timeout is declared dead by a checker
@@ -193,12 +192,7 @@ class UpdateCoordinator {
   const StalenessHistogram& staleness() const { return staleness_; }
 
  private:
-  // sync: a rank's part in the step being collected.
-  struct SyncSlot {
-    bool pushed = false;
-    std::optional<StagedPush> pending;  // None for a weight-0 participation.
-  };
-  // A sync step ready to be applied, taken out of the slots.
+  // A sync step ready to be applied, taken out of the parts.
   struct ReadyStep {
     uint64_t step = 0;
     std::optional<float> learning_rate;
@@ -207,10 +201,21 @@ class UpdateCoordinator {
 
   UpdateCoordinator(ShardStore* store, CoordinatorOptions options);
 
-  absl::StatusOr<uint64_t> CommitSync(StagedPush push);
-  absl::StatusOr<uint64_t> CommitAsync(StagedPush push);
+  // A push into the step being collected (the policy collects steps).
+  absl::StatusOr<uint64_t> CommitToStep(StagedPush push);
+  // A push applied as it comes (the policy does not collect steps).
+  absl::StatusOr<uint64_t> CommitAtOnce(StagedPush push);
+  // The one path by which a step is applied: runs `event` under mu_ (it may
+  // give a rank its part in the step being collected, or let the step go on
+  // without one); then, if the step is ready, takes it and applies it on
+  // this thread, without mu_. Returns the event's error, else the version
+  // after the event (and the step); a step that failed is logged, and its
+  // error (Internal) returned.
+  absl::StatusOr<uint64_t> ApplyIfReadyAfter(
+      absl::FunctionRef<absl::Status()> event) ABSL_LOCKS_EXCLUDED(mu_);
   // Applies a step taken by TakeReadyStepLocked; returns the new version.
-  absl::StatusOr<uint64_t> ApplyStep(ReadyStep step);
+  absl::StatusOr<uint64_t> ApplyStep(ReadyStep step)
+      ABSL_LOCKS_EXCLUDED(mu_, apply_mu_);
   // Combines the pushes into one gradient per slice and applies it.
   absl::Status ApplyAggregate(ReadyStep& step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
@@ -223,21 +228,22 @@ class UpdateCoordinator {
   // incarnation; otherwise renews the rank's lease.
   absl::Status AdmitLocked(int rank, uint64_t incarnation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // sync: if step version_ may complete, takes it out of the slots.
+  // What the policy decides on; valid while mu_ is held.
+  StepView ViewLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // If the policy says step version_ may be applied, takes it out of the
+  // parts. Only ApplyIfReadyAfter calls it.
   std::optional<ReadyStep> TakeReadyStepLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `rank` has done steps [0, clock) (it pulls for `clock`, or said so in a
-  // heartbeat): raises its clock and, in sync, makes it take part with
-  // weight 0 in a step it will not push here; returns a step that became
-  // ready.
-  std::optional<ReadyStep> NoteClockLocked(int rank, uint64_t clock)
+  // heartbeat): raises its clock and, if the policy says so, gives it a
+  // weight-0 part in a step it will not push here.
+  void NoteClockLocked(int rank, uint64_t clock)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // sync, after --restore: moves version_ forward to `clock` if allowed.
   void MaybeFastForwardLocked(uint64_t clock)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::optional<float> LearningRateLocked(uint64_t update) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  bool PullReadyLocked(uint64_t clock) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Waits, as `rank` (kept alive, and stopped if a new incarnation replaced
   // it), until `ready()` (called under mu_), shutdown or failure; returns
   // the version then. Every slow_wait_log it calls `log_slow` (without the
@@ -248,14 +254,13 @@ class UpdateCoordinator {
       absl::FunctionRef<std::vector<int>()> blocking,
       absl::FunctionRef<void(const std::string&, double, uint64_t)> log_slow,
       absl::FunctionRef<bool()> cancelled, absl::string_view what);
-  std::vector<int> RanksBlockingLocked(uint64_t clock) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Calls on_finished once the job is over.
   void MaybeFinish();
   void CheckerLoop();
 
   ShardStore* const store_;
   const CoordinatorOptions options_;
+  const std::unique_ptr<const ConsistencyPolicy> policy_;
   StalenessHistogram staleness_;
 
   // Held for the whole of one update's application.
@@ -266,7 +271,10 @@ class UpdateCoordinator {
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   RankRegistry ranks_ ABSL_GUARDED_BY(mu_);
   uint64_t planned_steps_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<SyncSlot> sync_ ABSL_GUARDED_BY(mu_);
+  // sync, per rank: its part in step version_ (StepView::has_part), and its
+  // push for it (none for a weight-0 part).
+  std::vector<bool> has_part_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::optional<StagedPush>> pending_ ABSL_GUARDED_BY(mu_);
   // Per rank: the highest barrier generation it has reached.
   std::vector<uint64_t> barriers_ ABSL_GUARDED_BY(mu_);
   // sync: step version_ was taken and is being applied.

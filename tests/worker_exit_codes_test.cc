@@ -78,6 +78,18 @@ TEST(WorkerExitCodesTest, BadFlagsExitWithTwo) {
   EXPECT_NE(bad.output.find("--batch_size"), std::string::npos) << bad.output;
 }
 
+TEST(WorkerExitCodesTest, BadMetricsFlagsExitWithTwo) {
+  for (const auto& [flag, name] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"--metrics_port=65536", "--metrics_port"},
+           {"--metrics_host=localhost", "--metrics_host"}}) {
+    const Outcome bad = RunWorker(
+        {"--rank=0", "--servers=127.0.0.1:1", "--metrics_port=9100", flag});
+    EXPECT_EQ(bad.status, ExitStatus::Exited(2)) << bad.output;
+    EXPECT_NE(bad.output.find(name), std::string::npos) << bad.output;
+  }
+}
+
 TEST(WorkerExitCodesTest, UnwritableModelStoreExitsWithTwoAtStart) {
   // Nothing can be created under /proc, not even by root.
   const Outcome unwritable =

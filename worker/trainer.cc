@@ -20,7 +20,7 @@ std::string FormatEta(absl::Duration eta) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
-    const TrainerOptions& options, ParameterClient* client, nn::Model* model,
+    const TrainerOptions& options, WeightExchange* weights, nn::Model* model,
     const LabeledImages* train, const LabeledImages* test) {
   absl::StatusOr<EpochSharder> sharder =
       EpochSharder::Create(train->num_examples, options.num_workers,
@@ -42,14 +42,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     }
   }
   return absl::WrapUnique(
-      new Trainer(options, client, model, train, test, *std::move(sharder)));
+      new Trainer(options, weights, model, train, test, *std::move(sharder)));
 }
 
-Trainer::Trainer(const TrainerOptions& options, ParameterClient* client,
+Trainer::Trainer(const TrainerOptions& options, WeightExchange* weights,
                  nn::Model* model, const LabeledImages* train,
                  const LabeledImages* test, EpochSharder sharder)
     : options_(options),
-      client_(client),
+      exchange_(weights),
       model_(model),
       train_(train),
       test_(test),
@@ -65,7 +65,7 @@ absl::Status Trainer::LoadWeights(uint64_t clock, uint64_t* version) {
     *version = pulled_->version;
   } else {
     pulled_.reset();
-    absl::StatusOr<uint64_t> pulled = client_->Pull(clock, weights_);
+    absl::StatusOr<uint64_t> pulled = exchange_->Pull(clock, weights_);
     if (!pulled.ok()) return pulled.status();
     *version = *pulled;
   }
@@ -84,14 +84,23 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
                                                   uint64_t epoch,
                                                   uint64_t step_in_epoch,
                                                   uint64_t clock, bool sync) {
+  StepResult result;
+  absl::Time mark = absl::Now();
+  // Adds the time since `mark` to `phase`.
+  auto lap = [&mark](absl::Duration& phase) {
+    const absl::Time now = absl::Now();
+    phase += now - mark;
+    mark = now;
+  };
   // Outside the push, so that killing a slowed worker never cuts a push.
   if (options_.slowdown > absl::ZeroDuration()) {
     absl::SleepFor(options_.slowdown);
+    lap(result.timing.waiting);
   }
   uint64_t version = 0;
   absl::Status status = LoadWeights(clock, &version);
   if (!status.ok()) return status;
-  StepResult result;
+  lap(result.timing.communication);
   result.clock = sync ? std::max(clock, version) : clock;
 
   absl::StatusOr<absl::Span<const uint32_t>> indices =
@@ -113,7 +122,8 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
   // (the meaning of --slowdown_ms), so it pulls after the sleep.
   const bool pull_with_push = options_.slowdown == absl::ZeroDuration();
   pulled_.reset();
-  std::unique_ptr<StepPush> push = client_->StartStep(info, pull_with_push);
+  std::unique_ptr<GradientPush> push =
+      exchange_->StartStep(info, pull_with_push);
 
   if (batch_.size > 0) {
     // This rank's examples follow the lower ranks' in the step's global
@@ -142,6 +152,7 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
       if (!status.ok()) return status;
     }
   }
+  lap(result.timing.compute);
   if (pull_with_push) {
     absl::StatusOr<uint64_t> next_version = push->FinishWithPull(weights_);
     status = next_version.status();
@@ -151,6 +162,7 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
   } else {
     status = push->Finish();
   }
+  lap(result.timing.communication);
   if (status.code() == absl::StatusCode::kAborted) {
     spdlog::warn("step {} refused, will retry the batch: {}", result.clock,
                  status.message());
@@ -165,11 +177,14 @@ absl::StatusOr<double> Trainer::TestAccuracy() {
   absl::StatusOr<int64_t> correct = model_->Evaluate(
       test_->images, test_->labels, static_cast<int64_t>(test_->num_examples));
   if (!correct.ok()) return correct.status();
-  return static_cast<double>(*correct) / test_->num_examples;
+  const double accuracy = static_cast<double>(*correct) / test_->num_examples;
+  if (options_.metrics != nullptr)
+    options_.metrics->RecordTestAccuracy(accuracy);
+  return accuracy;
 }
 
 absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
-  const ModelSpec& spec = client_->model();
+  const ModelSpec& spec = exchange_->model();
   zero_gradients_.resize(spec.tensors.size());
   for (size_t t = 0; t < spec.tensors.size(); ++t) {
     zero_gradients_[t].assign(spec.tensors[t].num_elements(), 0.0f);
@@ -185,6 +200,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
   uint64_t position = resume.cursor.epoch * steps_per_epoch + *resume_step;
   uint64_t clock = resume.next_step;
   if (position > 0 || clock > 0) {
+    if (options_.metrics != nullptr) options_.metrics->RecordResumed();
     spdlog::info("resuming at epoch {} step {} (clock {})",
                  position / steps_per_epoch + 1, position % steps_per_epoch + 1,
                  clock);
@@ -230,6 +246,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
     ++position;
     summary.examples += batch_.size;
     summary.final_loss = result->loss;
+    if (options_.metrics != nullptr) {
+      options_.metrics->RecordStep(result->timing, batch_.size, result->loss,
+                                   epoch, absl::Now());
+    }
     interval_loss += result->loss;
     ++interval_steps;
     if (position % options_.log_every == 0) {
@@ -273,7 +293,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
     // What every worker trained, not only this one: in ssp and async the
     // others (a restarted one above all) may still be training.
     pulled_.reset();
-    absl::StatusOr<uint64_t> version = client_->PullFinal(clock, weights_);
+    absl::StatusOr<uint64_t> version = exchange_->PullFinal(clock, weights_);
     if (!version.ok()) return version.status();
     spdlog::info("final weights: version {}, with every worker's last update",
                  *version);
@@ -285,7 +305,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
       summary.test_accuracy = *accuracy;
     }
     if (!options_.save_model_path.empty()) {
-      status = SaveModel(options_.save_model_path, client_->model(), weights_);
+      status =
+          SaveModel(options_.save_model_path, exchange_->model(), weights_);
       if (!status.ok()) return status;
       spdlog::info("saved model (version {}) to {}", *version,
                    options_.save_model_path);

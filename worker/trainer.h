@@ -14,6 +14,8 @@
 #include "worker/dataset.h"
 #include "worker/idx_reader.h"
 #include "worker/nn/model.h"
+#include "worker/weight_exchange.h"
+#include "worker/worker_metrics.h"
 
 namespace ps::worker {
 
@@ -39,6 +41,9 @@ struct TrainerOptions {
   // one worker on purpose (experiments). Such a worker pulls with a call of
   // its own after the sleep instead of taking weights with its push.
   absl::Duration slowdown = absl::ZeroDuration();
+  // Where steps, loss and accuracy are also counted for Prometheus; null:
+  // nowhere. Not owned.
+  WorkerMetrics* metrics = nullptr;
 };
 
 struct TrainingSummary {
@@ -64,15 +69,16 @@ class Trainer {
  public:
   // Fails if the options do not fit the data (e.g. batch size, workers).
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
-      const TrainerOptions& options, ParameterClient* client, nn::Model* model,
+      const TrainerOptions& options, WeightExchange* weights, nn::Model* model,
       const LabeledImages* train, const LabeledImages* test);
 
   // Batches this worker trains in all; every rank plans the same number.
   uint64_t planned_steps() const { return planned_steps_; }
 
   // Trains from where `resume` says this rank stands (a new job starts at
-  // clock 0, epoch 0, no examples done) to the end of the last epoch. The
-  // client's model must be declared (`resume` is what Declare returned).
+  // clock 0, epoch 0, no examples done) to the end of the last epoch. With
+  // servers, their client's model must be declared (`resume` is what
+  // Declare returned).
   absl::StatusOr<TrainingSummary> Run(const Registration& resume);
 
  private:
@@ -83,9 +89,10 @@ class Trainer {
     // The shards refused the push as stale: the step completed without
     // this worker, and the batch is still to be trained.
     bool stale = false;
+    StepTiming timing;
   };
 
-  Trainer(const TrainerOptions& options, ParameterClient* client,
+  Trainer(const TrainerOptions& options, WeightExchange* weights,
           nn::Model* model, const LabeledImages* train,
           const LabeledImages* test, EpochSharder sharder);
 
@@ -104,7 +111,7 @@ class Trainer {
   absl::StatusOr<double> TestAccuracy();
 
   const TrainerOptions options_;
-  ParameterClient* const client_;
+  WeightExchange* const exchange_;
   nn::Model* const model_;
   const LabeledImages* const train_;
   const LabeledImages* const test_;

@@ -31,13 +31,19 @@
 #include "common/cpu_affinity.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
+#include "common/metrics_http.h"
 #include "common/model_spec.h"
 #include "kernels/device.h"
+#include "server/lr_schedule.h"
+#include "server/optimizer.h"
 #include "spdlog/spdlog.h"
 #include "worker/idx_reader.h"
+#include "worker/local_exchange.h"
 #include "worker/nn/model.h"
 #include "worker/nn/model_description.h"
 #include "worker/trainer.h"
+#include "worker/weight_exchange.h"
+#include "worker/worker_metrics.h"
 
 ABSL_FLAG(int, rank, 0,
           "This worker's rank in [0, num_workers); -1 reads it from "
@@ -103,11 +109,41 @@ ABSL_FLAG(std::string, tls_server_name, "",
 ABSL_FLAG(std::string, token_file, "",
           "File holding the job token (the servers' --token_file), sent with "
           "every call. Needs --tls_ca.");
+ABSL_FLAG(bool, local, false,
+          "Train in this process alone, without servers (one worker): the "
+          "weights are initialised and updated by the servers' own code with "
+          "the optimizer flags below, as one sync server would; the baseline "
+          "training through servers is measured against");
+ABSL_FLAG(std::string, optimizer,
+          std::string(ps::server::OptimizerKindName(
+              ps::server::OptimizerConfig().kind)),
+          "With --local: adam or sgd, as the servers' flag");
+ABSL_FLAG(float, learning_rate, ps::server::OptimizerConfig().learning_rate,
+          "With --local: as the servers' flag");
+ABSL_FLAG(float, momentum, ps::server::OptimizerConfig().momentum,
+          "With --local: as the servers' flag");
+ABSL_FLAG(float, weight_decay, ps::server::OptimizerConfig().weight_decay,
+          "With --local: as the servers' flag");
+ABSL_FLAG(float, beta1, ps::server::OptimizerConfig().beta1,
+          "With --local: as the servers' flag");
+ABSL_FLAG(float, beta2, ps::server::OptimizerConfig().beta2,
+          "With --local: as the servers' flag");
+ABSL_FLAG(float, epsilon, ps::server::OptimizerConfig().epsilon,
+          "With --local: as the servers' flag");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "With --local: constant or cosine, as the servers' flag");
+ABSL_FLAG(float, min_learning_rate, 0.0f, "With --local: as the servers' flag");
 ABSL_FLAG(std::string, cpus, "",
           "CPUs this worker may run on, in the kernel's list format "
           "(\"0-3,8\"); empty: any. On a host shared with servers, separate "
           "cores for workers and servers keep the scheduler from moving them "
           "onto each other's.");
+ABSL_FLAG(int, metrics_port, 0,
+          "If not 0, serve Prometheus metrics (steps, step time by phase, "
+          "examples/s, loss) at http://<--metrics_host>:<port>/metrics.");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "IPv4 address the metrics endpoint listens on; 0.0.0.0 for every "
+          "interface (a Kubernetes pod scraped from outside).");
 
 namespace ps::worker {
 namespace {
@@ -314,7 +350,37 @@ absl::Status CheckFlags(int rank, int num_workers) {
   if (absl::Status s = ValidateJobId(absl::GetFlag(FLAGS_job_id)); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
   }
+  if (absl::Status s = ValidateMetricsFlags(absl::GetFlag(FLAGS_metrics_host),
+                                            absl::GetFlag(FLAGS_metrics_port));
+      !s.ok()) {
+    return s;
+  }
   return CheckAuthFlags();
+}
+
+// The weights of --local, updated as the optimizer flags say.
+absl::StatusOr<std::unique_ptr<LocalExchange>> LocalFromFlags(
+    const ModelSpec& model) {
+  absl::StatusOr<server::OptimizerKind> kind =
+      server::ParseOptimizerKind(absl::GetFlag(FLAGS_optimizer));
+  if (!kind.ok()) return kind.status();
+  server::OptimizerConfig optimizer;
+  optimizer.kind = *kind;
+  optimizer.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  optimizer.momentum = absl::GetFlag(FLAGS_momentum);
+  optimizer.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  optimizer.beta1 = absl::GetFlag(FLAGS_beta1);
+  optimizer.beta2 = absl::GetFlag(FLAGS_beta2);
+  optimizer.epsilon = absl::GetFlag(FLAGS_epsilon);
+  absl::StatusOr<server::LrScheduleKind> schedule_kind =
+      server::ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule));
+  if (!schedule_kind.ok()) return schedule_kind.status();
+  absl::StatusOr<server::LearningRateSchedule> schedule =
+      server::LearningRateSchedule::Create(
+          *schedule_kind, optimizer.learning_rate,
+          absl::GetFlag(FLAGS_min_learning_rate));
+  if (!schedule.ok()) return schedule.status();
+  return LocalExchange::Create(model, optimizer, *schedule);
 }
 
 // Returns the process exit code.
@@ -338,7 +404,13 @@ int Run() {
   const int num_workers = absl::GetFlag(FLAGS_num_workers);
   absl::StatusOr<nn::ModelDescription> description =
       nn::ModelDescription::FromFlag(absl::GetFlag(FLAGS_model));
-  absl::StatusOr<std::vector<std::string>> servers = ResolveServers();
+  const bool local = absl::GetFlag(FLAGS_local);
+  absl::StatusOr<std::vector<std::string>> servers =
+      local ? std::vector<std::string>() : ResolveServers();
+  if (local && (*rank != 0 || num_workers != 1)) {
+    servers = absl::InvalidArgumentError(
+        "--local trains alone: --rank=0 and --num_workers=1");
+  }
   absl::Status flags = CheckFlags(*rank, num_workers);
   absl::StatusOr<std::vector<int>> cpus =
       CpusFromFlag("cpus", absl::GetFlag(FLAGS_cpus));
@@ -355,6 +427,19 @@ int Run() {
       return kExitBadConfig;
     }
     spdlog::info("running on CPUs {}", FormatCpuList(*cpus));
+  }
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  std::unique_ptr<WorkerMetrics> metrics;
+  if (const int port = absl::GetFlag(FLAGS_metrics_port); port > 0) {
+    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> started =
+        MetricsEndpoint::Start(absl::GetFlag(FLAGS_metrics_host), port);
+    if (!started.ok()) {
+      spdlog::error("--metrics_port: {}", started.status().message());
+      return kExitFailed;
+    }
+    endpoint = *std::move(started);
+    metrics = std::make_unique<WorkerMetrics>(endpoint->registry(), *rank);
+    spdlog::info("serving metrics on {}", endpoint->url());
   }
 
   const ModelSpec model_spec = description->Spec(absl::GetFlag(FLAGS_seed));
@@ -408,25 +493,37 @@ int Run() {
       nn::CreateModel(*description, model_options, backend->get());
   if (!model.ok()) return fail(model.status(), kExitFailed);
 
-  ClientOptions client_options;
-  client_options.servers = *servers;
-  client_options.rank = *rank;
-  client_options.job_id = absl::GetFlag(FLAGS_job_id);
-  client_options.heartbeat_period = absl::GetFlag(FLAGS_heartbeat_period);
-  client_options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
-  client_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
-  client_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
-  client_options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
-  client_options.token_file = absl::GetFlag(FLAGS_token_file);
-  client_options.chunk_elements =
-      uint64_t{1024} * absl::GetFlag(FLAGS_chunk_kb) / sizeof(float);
-  client_options.retry_timeout = absl::GetFlag(FLAGS_retry_timeout);
-  // Servers may come up after the workers (pods start in any order).
-  client_options.connect_timeout = client_options.retry_timeout;
-  absl::StatusOr<std::unique_ptr<ParameterClient>> client =
-      ParameterClient::Connect(client_options);
-  if (!client.ok()) {
-    return fail(client.status(), ServerCallExitCode(client.status()));
+  std::unique_ptr<ParameterClient> client;
+  std::unique_ptr<LocalExchange> local_weights;
+  std::unique_ptr<WeightExchange> server_weights;
+  if (local) {
+    absl::StatusOr<std::unique_ptr<LocalExchange>> made =
+        LocalFromFlags(model_spec);
+    if (!made.ok()) return fail(made.status(), kExitBadConfig);
+    local_weights = *std::move(made);
+  } else {
+    ClientOptions client_options;
+    client_options.servers = *servers;
+    client_options.rank = *rank;
+    client_options.job_id = absl::GetFlag(FLAGS_job_id);
+    client_options.heartbeat_period = absl::GetFlag(FLAGS_heartbeat_period);
+    client_options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
+    client_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+    client_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+    client_options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+    client_options.token_file = absl::GetFlag(FLAGS_token_file);
+    client_options.chunk_elements =
+        uint64_t{1024} * absl::GetFlag(FLAGS_chunk_kb) / sizeof(float);
+    client_options.retry_timeout = absl::GetFlag(FLAGS_retry_timeout);
+    // Servers may come up after the workers (pods start in any order).
+    client_options.connect_timeout = client_options.retry_timeout;
+    absl::StatusOr<std::unique_ptr<ParameterClient>> connected =
+        ParameterClient::Connect(client_options);
+    if (!connected.ok()) {
+      return fail(connected.status(), ServerCallExitCode(connected.status()));
+    }
+    client = *std::move(connected);
+    server_weights = ServerExchange(client.get());
   }
   TrainerOptions options;
   options.rank = *rank;
@@ -440,13 +537,15 @@ int Run() {
   options.eval_every = absl::GetFlag(FLAGS_eval_every);
   options.save_model_path = *rank == 0 ? save_model : "";
   options.slowdown = absl::Milliseconds(absl::GetFlag(FLAGS_slowdown_ms));
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(options, client->get(), model->get(), &*train,
-                      *rank == 0 ? &*test : nullptr);
+  options.metrics = metrics.get();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
+      options, local ? local_weights.get() : server_weights.get(), model->get(),
+      &*train, *rank == 0 ? &*test : nullptr);
   if (!trainer.ok()) return fail(trainer.status(), kExitBadConfig);
 
   absl::StatusOr<Registration> info =
-      (*client)->Declare(model_spec, (*trainer)->planned_steps());
+      local ? local_weights->Declare((*trainer)->planned_steps())
+            : client->Declare(model_spec, (*trainer)->planned_steps());
   if (!info.ok()) return fail(info.status(), ServerCallExitCode(info.status()));
   const std::string expected_mode = absl::GetFlag(FLAGS_mode);
   if (!expected_mode.empty() &&
@@ -462,17 +561,24 @@ int Run() {
                     info->num_workers)),
                 kExitBadConfig);
   }
-  spdlog::info("registered with {} servers: mode {}, {} workers, device {}",
-               servers->size(), ConsistencyModeName(info->mode), num_workers,
-               (*backend)->name());
+  if (local) {
+    spdlog::info("training locally, without servers: device {}",
+                 (*backend)->name());
+  } else {
+    spdlog::info("registered with {} servers: mode {}, {} workers, device {}",
+                 servers->size(), ConsistencyModeName(info->mode), num_workers,
+                 (*backend)->name());
+  }
 
   absl::StatusOr<TrainingSummary> summary = (*trainer)->Run(*info);
   if (!summary.ok()) {
     return fail(summary.status(), ServerCallExitCode(summary.status()));
   }
 
-  absl::Status done = (*client)->Finish();
-  if (!done.ok()) return fail(done, ServerCallExitCode(done));
+  if (client != nullptr) {
+    absl::Status done = client->Finish();
+    if (!done.ok()) return fail(done, ServerCallExitCode(done));
+  }
   spdlog::info("trained {} steps on {} examples in {}, last loss {:.4f}",
                summary->steps, summary->examples,
                absl::FormatDuration(summary->wall_time), summary->final_loss);

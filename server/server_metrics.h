@@ -1,0 +1,127 @@
+#ifndef PS_SERVER_SERVER_METRICS_H_
+#define PS_SERVER_SERVER_METRICS_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "server/server_stats.h"
+
+namespace ps::server {
+
+// The Prometheus metrics of one shard, every series labelled
+// shard="<index>":
+//   ps_server_push_total, ps_server_pull_total        accepted / served calls
+//   ps_server_push_bytes_total, ps_server_pull_bytes_total
+//   ps_server_push_duration_seconds, ps_server_pull_duration_seconds
+//                                   histograms of accepted / served calls
+//   ps_server_pull_wait_seconds     histogram: the part of a served pull
+//                                   spent waiting for the consistency model
+//   ps_server_wait_for_rank_seconds_total{rank}
+//                                   pull waiting while `rank` held it up
+//   ps_server_refused_total{call, reason}
+//                                   refused pushes and pulls, by status code
+//   ps_server_worker_restarts_total{rank}
+//                                   a rank registering with a new process
+//   ps_server_checkpoint_timestamp_seconds, ps_server_checkpoint_version
+//   ps_server_start_time_seconds, ps_server_restored (1: from a checkpoint)
+// and, read from the shard at each scrape (ShardStateCollector):
+//   ps_server_version, ps_server_staleness_updates (histogram),
+//   ps_server_checkpoint_age_seconds.
+//
+// Thread-safe: series are resolved once, so a Record is a few atomic
+// increments and, for histograms, prometheus-cpp's brief lock. Shares the
+// registry.
+class ServerMetrics {
+ public:
+  ServerMetrics(std::shared_ptr<prometheus::Registry> registry, int shard);
+
+  ServerMetrics(const ServerMetrics&) = delete;
+  ServerMetrics& operator=(const ServerMetrics&) = delete;
+
+  // As ServerStats::RecordPush/RecordPull; a refused call counts only in
+  // ps_server_refused_total.
+  void RecordPush(const absl::Status& outcome, uint64_t bytes,
+                  absl::Duration latency);
+  void RecordPull(const absl::Status& outcome, uint64_t bytes,
+                  absl::Duration wait, absl::Duration latency);
+  // A pull waited `wait` while `blocking` (the ranks it waited for when it
+  // began) had not done what it needed.
+  void RecordWaitFor(absl::Span<const int> blocking, absl::Duration wait);
+  // `rank` registered as `incarnation`; a change from the one it had here
+  // is a restart of that worker.
+  void RecordRegistration(int rank, uint64_t incarnation);
+  // A checkpoint of `version` was written at `when`.
+  void RecordCheckpoint(uint64_t version, absl::Time when);
+  // This shard started from a checkpoint.
+  void RecordRestored();
+
+  // When the last checkpoint was written; nullopt before the first.
+  std::optional<absl::Time> last_checkpoint() const;
+
+  // What a scrape reads from the shard; nullopt until the model is declared.
+  struct ShardState {
+    uint64_t version = 0;
+    StalenessHistogram::State staleness;
+  };
+  // Collects ps_server_version, ps_server_staleness_updates and
+  // ps_server_checkpoint_age_seconds from `read` (called at each scrape, on
+  // the HTTP server's thread) and from `metrics`, which must outlive it.
+  static std::shared_ptr<prometheus::Collectable> ShardStateCollector(
+      const ServerMetrics* metrics,
+      std::function<std::optional<ShardState>()> read);
+
+  int shard() const { return shard_; }
+
+ private:
+  // Indexed by absl::StatusCode (0..16).
+  using ByCode = std::array<prometheus::Counter*, 17>;
+  ByCode RefusedFamily(const char* call);
+  static prometheus::Counter& RefusedSeries(const ByCode& series,
+                                            absl::StatusCode code);
+
+  const std::shared_ptr<prometheus::Registry> registry_;
+  const int shard_;
+  prometheus::Counter& pushes_;
+  prometheus::Counter& pulls_;
+  prometheus::Counter& push_bytes_;
+  prometheus::Counter& pull_bytes_;
+  prometheus::Histogram& push_seconds_;
+  prometheus::Histogram& pull_seconds_;
+  prometheus::Histogram& pull_wait_seconds_;
+  prometheus::Family<prometheus::Counter>& refused_family_;
+  const ByCode push_refused_;
+  const ByCode pull_refused_;
+  prometheus::Family<prometheus::Counter>& wait_for_rank_;
+  prometheus::Family<prometheus::Counter>& worker_restarts_;
+  prometheus::Gauge& checkpoint_timestamp_;
+  prometheus::Gauge& checkpoint_version_;
+  prometheus::Gauge& restored_;
+
+  mutable absl::Mutex mu_;
+  // Series of ranks seen so far, made on first use (rare: a pull that
+  // waited, a registration); then found without allocating.
+  absl::flat_hash_map<int, prometheus::Counter*> wait_for_rank_series_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Time> last_checkpoint_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_SERVER_METRICS_H_
