@@ -37,8 +37,9 @@ constexpr float kTrueBias = 0.2f;
 constexpr float kNoise = 0.01f;
 
 constexpr int kBatch = 32;
-// Enough for the launcher's defaults (Adam, learning rate 0.001, cosine
-// decay over these steps) to end within kTolerance, with a margin.
+// Enough for the launcher's defaults (Adam, learning rate 0.001, constant;
+// or decayed by --lr_schedule=cosine over these steps) to end within
+// kTolerance, with a margin.
 constexpr uint64_t kDefaultSteps = 3000;
 constexpr float kTolerance = 0.02f;
 

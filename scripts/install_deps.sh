@@ -11,6 +11,8 @@ PACKAGES=(
   dataset-fashion-mnist
   # The launcher's --auth=tls|mtls and tests/tls_test make certificates with it.
   openssl
+  # The launcher plots each run's loss and test accuracy (curves.png) with it.
+  gnuplot-nox
   # The fuzz targets (fuzz/): clang and its libFuzzer and sanitizer runtimes.
   clang-14 libclang-rt-14-dev
   # The Python module and its PyTorch layer (python/): Debian's interpreter

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "deploy/local/cluster_output.h"
 #include "deploy/local/line_writer.h"
 
 namespace ps::testing {
@@ -42,7 +43,8 @@ LaunchConfig SmallJob() {
 }
 
 ClusterResult RunCluster(LaunchConfig config) {
-  LineWriter out(LineWriter::FileSink(stderr));
+  LineWriter writer(LineWriter::FileSink(stderr));
+  StreamedOutput out(&writer);
   ClusterSpec spec = MakeClusterSpec(config);
   spec.temp_root = EnvOr("TEST_TMPDIR", "/tmp");
   LocalCluster cluster(std::move(spec), &out);

@@ -79,12 +79,16 @@ TEST(LaunchProgramTest, EachRankSeesItsEnvironmentAndTheServersStop) {
   EXPECT_THAT(launch.lines, Contains("[launch] result: success"));
 }
 
+// After --max_restarts restarts (3 by default), each failing the same way.
 TEST(LaunchProgramTest, AFailingProgramFailsTheJobNamingIt) {
   const Launch launch = RunLauncher({"--num_workers=1", "--", "/bin/sh", "-c",
                                      "echo 'cannot open data'; exit 3"});
   EXPECT_EQ(launch.exit.exit_code(), 1) << launch.exit.ToString();
   EXPECT_THAT(LineWith(launch.lines, "result: FAILED"),
-              HasSubstr("worker 0 exited with code 3: cannot open data"));
+              HasSubstr("worker 0 exited with code 3: cannot open data (not "
+                        "restarted: --max_restarts=3 used up)"));
+  EXPECT_THAT(launch.lines,
+              Contains("[launch] restarts: 3 of --max_restarts=3"));
 }
 
 TEST(LaunchProgramTest, RefusesFlagsOfOurWorkerAndAMissingProgram) {
@@ -97,6 +101,30 @@ TEST(LaunchProgramTest, RefusesFlagsOfOurWorkerAndAMissingProgram) {
                 "--epochs configures our worker binary"},
            Case{{"--"}, "no program after --"},
            Case{{"/bin/true"}, "a worker program goes after --"},
+       }) {
+    const Launch launch = RunLauncher(c.args);
+    EXPECT_EQ(launch.exit.exit_code(), 2) << c.error;
+    EXPECT_THAT(LineWith(launch.lines, c.error), HasSubstr(c.error));
+  }
+}
+
+TEST(LaunchProgramTest, HelpExitsZeroAndBadFlagsExitTwo) {
+  for (const char* help : {"--help", "--helpfull"}) {
+    const Launch launch = RunLauncher({help});
+    EXPECT_EQ(launch.exit.exit_code(), 0) << help;
+    EXPECT_THAT(LineWith(launch.lines, "--max_restarts"),
+                HasSubstr("Restarts, in all"))
+        << help;
+  }
+  struct Case {
+    std::vector<std::string> args;
+    std::string error;
+  };
+  for (const Case& c : {
+           Case{{"--no_such_flag=1"}, "unknown flag --no_such_flag"},
+           Case{{"--num_workers=two"}, "--num_workers=two"},
+           Case{{"--mode=ssp", "--", "/bin/true"}, "--mode=ssp needs"},
+           Case{{"--output=fancy", "--", "/bin/true"}, "--output must be"},
        }) {
     const Launch launch = RunLauncher(c.args);
     EXPECT_EQ(launch.exit.exit_code(), 2) << c.error;
@@ -141,8 +169,10 @@ INSTANTIATE_TEST_SUITE_P(
                       std::vector<std::string>{"--mode=async"}));
 
 TEST(LaunchProgramTest, ADeclarationThatDiffersFromRank0sIsRefused) {
-  const Launch launch = RunLauncher(DeclaredModelJob(
-      {"--mode=sync"}, {"--mismatch_rank=1", "--big_elements=1000"}));
+  // The refusal is final: no restart would change it.
+  const Launch launch = RunLauncher(
+      DeclaredModelJob({"--mode=sync", "--max_restarts=0"},
+                       {"--mismatch_rank=1", "--big_elements=1000"}));
   EXPECT_EQ(launch.exit.exit_code(), 1) << launch.exit.ToString();
   EXPECT_THAT(LineWith(launch.lines, "[worker 1] declared_model_program:"),
               HasSubstr("tensor 1 \"block/conv.w\" shape: [3,7,5] declared "
@@ -151,7 +181,8 @@ TEST(LaunchProgramTest, ADeclarationThatDiffersFromRank0sIsRefused) {
 
 TEST(LaunchProgramTest, ADeclarationOverTheServersLimitIsRefused) {
   const Launch launch = RunLauncher(DeclaredModelJob(
-      {"--mode=sync", "--server_flags=--momentum=0 --max_model_bytes=1000000"},
+      {"--mode=sync", "--max_restarts=0",
+       "--server_flags=--momentum=0 --max_model_bytes=1000000"},
       {}));
   EXPECT_EQ(launch.exit.exit_code(), 1) << launch.exit.ToString();
   // Every rank is refused: whichever exits first stops the job, and the

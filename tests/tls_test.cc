@@ -87,7 +87,8 @@ TEST(TlsJobTest, MutualTlsJobTrainsThroughTheLauncher) {
       {absl::StrCat("--worker_binary=", RunfilePath("worker/worker")),
        "--auth=mtls", "--num_servers=2", "--num_workers=2", "--model=784-16-10",
        "--epochs=1", "--batch_size=32", "--optimizer=sgd",
-       "--learning_rate=0.05", "--worker_flags=--max_steps=40 --log_every=20"});
+       "--learning_rate=0.05", "--max_steps=40", "--log_every=20",
+       "--output=stream"});
   ASSERT_TRUE(launch.exit.success()) << launch.exit.ToString();
   for (int server : {0, 1}) {
     EXPECT_THAT(LineWith(launch.lines, "connections: ",

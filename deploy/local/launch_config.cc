@@ -63,6 +63,12 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
            CheckPositive("startup_timeout", config.startup_timeout),
            CheckPositive("shutdown_timeout", config.shutdown_timeout),
            CheckPositive("kill_grace", config.kill_grace),
+           CheckRange("log_every", config.log_every, 1, 1 << 30),
+           CheckRange("eval_every", config.eval_every, 0, 1 << 30),
+           CheckRange("max_steps", config.max_steps, 0, INT64_MAX),
+           CheckPositive("retry_timeout", config.retry_timeout),
+           CheckRange("max_restarts", config.max_restarts, 0, 1000),
+           CheckPositive("restart_backoff", config.restart_backoff),
        }) {
     if (!status.ok()) return status;
   }
@@ -77,6 +83,21 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
   if (config.staleness != 0 && config.mode != "ssp") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--staleness applies only to --mode=ssp, not --mode=", config.mode));
+  }
+  if (config.mode == "ssp" && config.staleness == 0) {
+    return absl::InvalidArgumentError(
+        "--mode=ssp needs --staleness=N (N >= 1 steps a worker may lead the "
+        "slowest; 0 would be --mode=sync)");
+  }
+  if (config.metrics_port_base != 0) {
+    const int last = config.num_servers + config.num_workers - 1;
+    absl::Status status = CheckRange("metrics_port_base",
+                                     config.metrics_port_base, 1, 65535 - last);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(status.message(), " (0: no metrics; it needs ", last + 1,
+                       " ports, one a process)"));
+    }
   }
   if (config.lr_schedule != "constant" && config.lr_schedule != "cosine") {
     return absl::InvalidArgumentError(
@@ -118,10 +139,57 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
   return absl::OkStatus();
 }
 
+std::vector<std::string> LaunchConfigWarnings(const LaunchConfig& config) {
+  std::vector<std::string> warnings;
+  if (config.program.empty() &&
+      config.data_dir.find("fashion-mnist") != std::string::npos) {
+    const int share = kTrainingExamples / config.num_workers;
+    if (config.batch_size > share) {
+      warnings.push_back(
+          absl::StrCat("--batch_size=", config.batch_size,
+                       " is larger than a worker's "
+                       "share of the ",
+                       kTrainingExamples, " training examples (", share,
+                       " with --num_workers=", config.num_workers,
+                       "): every step is one partial batch"));
+    }
+  }
+  return warnings;
+}
+
+int ServerMetricsPort(const LaunchConfig& config, int index) {
+  return config.metrics_port_base == 0 ? 0 : config.metrics_port_base + index;
+}
+
+int WorkerMetricsPort(const LaunchConfig& config, int rank) {
+  return config.metrics_port_base == 0
+             ? 0
+             : config.metrics_port_base + config.num_servers + rank;
+}
+
+std::string MetricsPortsLine(const LaunchConfig& config) {
+  auto range = [](int first, int last) {
+    return first == last ? absl::StrCat(first) : absl::StrCat(first, "-", last);
+  };
+  std::string line =
+      absl::StrCat("metrics at http://127.0.0.1:PORT/metrics: servers on ",
+                   range(ServerMetricsPort(config, 0),
+                         ServerMetricsPort(config, config.num_servers - 1)));
+  if (config.program.empty()) {
+    absl::StrAppend(&line, ", workers on ",
+                    range(WorkerMetricsPort(config, 0),
+                          WorkerMetricsPort(config, config.num_workers - 1)));
+  } else {
+    absl::StrAppend(&line, " (a program's workers serve none)");
+  }
+  return line;
+}
+
 std::vector<std::string> ReservedServerFlags(bool auth) {
   std::vector<std::string> flags = {
-      "server_index", "num_servers", "num_workers",    "port",    "host",
-      "port_file",    "lr_schedule", "checkpoint_dir", "restore", "job_id"};
+      "server_index", "num_servers", "num_workers", "port",
+      "host",         "port_file",   "lr_schedule", "checkpoint_dir",
+      "restore",      "job_id",      "metrics_port"};
   if (auth) {
     flags.insert(flags.end(),
                  {"tls_cert", "tls_key", "tls_client_ca", "token_file"});
@@ -130,7 +198,9 @@ std::vector<std::string> ReservedServerFlags(bool auth) {
 }
 
 std::vector<std::string> ReservedWorkerFlags(bool auth) {
-  std::vector<std::string> flags = {"rank", "num_workers", "servers", "job_id"};
+  std::vector<std::string> flags = {
+      "rank",       "num_workers", "servers",       "job_id",      "log_every",
+      "eval_every", "max_steps",   "retry_timeout", "metrics_port"};
   if (auth) {
     flags.insert(flags.end(), {"tls_ca", "tls_cert", "tls_key",
                                "tls_server_name", "token_file"});
@@ -152,16 +222,17 @@ absl::StatusOr<std::vector<std::string>> ParseExtraFlags(
           "--", flag_name, ": '", flag, "' is not a --name[=value] flag"));
     }
     if (std::find(reserved.begin(), reserved.end(), name) != reserved.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--", flag_name, " must not set --", name, ": the launcher sets it"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag_name, " must not set --", name,
+                       ": the launcher sets it (see its --help)"));
     }
   }
   return flags;
 }
 
 std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
-                                    const std::string& port_file) {
-  const int port = config.base_port == 0 ? 0 : config.base_port + index;
+                                    const std::string& port_file, int port) {
+  if (port == 0 && config.base_port != 0) port = config.base_port + index;
   std::vector<std::string> argv = {
       config.server_binary,
       absl::StrCat("--server_index=", index),
@@ -181,6 +252,9 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
     argv.push_back(absl::StrCat("--job_id=", config.job_id));
   }
   argv.push_back(absl::StrCat("--lr_schedule=", config.lr_schedule));
+  if (const int metrics = ServerMetricsPort(config, index); metrics != 0) {
+    argv.push_back(absl::StrCat("--metrics_port=", metrics));
+  }
   const AuthFiles& auth = config.auth;
   if (auth.tls()) {
     argv.push_back(absl::StrCat("--tls_cert=", auth.server_cert));
@@ -221,6 +295,23 @@ std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
   };
   if (rank == 0 && !config.save_model.empty()) {
     argv.push_back(absl::StrCat("--save_model=", config.save_model));
+  }
+  const LaunchConfig worker_defaults;
+  if (config.log_every != worker_defaults.log_every) {
+    argv.push_back(absl::StrCat("--log_every=", config.log_every));
+  }
+  if (config.eval_every != worker_defaults.eval_every) {
+    argv.push_back(absl::StrCat("--eval_every=", config.eval_every));
+  }
+  if (config.max_steps != worker_defaults.max_steps) {
+    argv.push_back(absl::StrCat("--max_steps=", config.max_steps));
+  }
+  if (config.retry_timeout != worker_defaults.retry_timeout) {
+    argv.push_back(absl::StrCat("--retry_timeout=",
+                                absl::FormatDuration(config.retry_timeout)));
+  }
+  if (const int metrics = WorkerMetricsPort(config, rank); metrics != 0) {
+    argv.push_back(absl::StrCat("--metrics_port=", metrics));
   }
   if (!config.job_id.empty()) {
     argv.push_back(absl::StrCat("--job_id=", config.job_id));
@@ -264,8 +355,9 @@ ClusterSpec MakeClusterSpec(const LaunchConfig& config) {
   ClusterSpec spec;
   spec.num_servers = config.num_servers;
   spec.num_workers = config.num_workers;
-  spec.server_command = [config](int index, const std::string& port_file) {
-    return ServerArgv(config, index, port_file);
+  spec.server_command = [config](int index, int port,
+                                 const std::string& port_file) {
+    return ServerArgv(config, index, port_file, port);
   };
   spec.worker_command = [config](int rank,
                                  const std::vector<std::string>& servers) {
@@ -282,6 +374,9 @@ ClusterSpec MakeClusterSpec(const LaunchConfig& config) {
   spec.startup_timeout = config.startup_timeout;
   spec.shutdown_timeout = config.shutdown_timeout;
   spec.kill_grace = config.kill_grace;
+  spec.max_restarts = config.max_restarts;
+  spec.restart_backoff = config.restart_backoff;
+  spec.restart_servers = !config.checkpoint_dir.empty();
   return spec;
 }
 

@@ -28,8 +28,8 @@ struct LaunchConfig {
   int staleness = 0;
   std::string optimizer = "adam";
   double learning_rate = 0;  // 0: not forwarded (the server's default).
-  // constant or cosine (decays over the planned steps).
-  std::string lr_schedule = "cosine";
+  // constant or cosine (decays over the planned steps); the server's default.
+  std::string lr_schedule = "constant";
   // Empty: no checkpoints. Else servers checkpoint there and restore from
   // it when restarted.
   std::string checkpoint_dir;
@@ -45,6 +45,16 @@ struct LaunchConfig {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string device = "auto";
   std::string save_model;  // Empty: not forwarded. Given to worker 0 only.
+  // Our worker's --log_every, --eval_every, --max_steps, --retry_timeout;
+  // forwarded only when they differ from the worker's defaults (these).
+  int log_every = 100;
+  int eval_every = 0;
+  int64_t max_steps = 0;
+  absl::Duration retry_timeout = absl::Seconds(120);
+  // 0: no metrics. Else server i serves Prometheus metrics on
+  // metrics_port_base + i, worker j on metrics_port_base + num_servers + j
+  // (their --metrics_port); a program's workers are not given one.
+  int metrics_port_base = 0;
   // More flags for every server / worker, e.g. "--momentum=0.5".
   std::vector<std::string> extra_server_flags;
   std::vector<std::string> extra_worker_flags;
@@ -61,11 +71,30 @@ struct LaunchConfig {
   absl::Duration startup_timeout = absl::Seconds(60);
   absl::Duration shutdown_timeout = absl::Seconds(30);
   absl::Duration kill_grace = absl::Seconds(5);
+  // See ClusterSpec: restarts of failed processes (servers only with
+  // checkpoint_dir), the first after restart_backoff.
+  int max_restarts = 3;
+  absl::Duration restart_backoff = absl::Seconds(1);
 };
+
+// Examples in Fashion-MNIST's training set, which our worker's data shards
+// split.
+inline constexpr int kTrainingExamples = 60000;
 
 // Checks every value and names the flag at fault, e.g.
 // "--num_workers must be in [1, 256], got 0". Touches no file.
 absl::Status ValidateLaunchConfig(const LaunchConfig& config);
+
+// What is legal but probably not meant, e.g. a batch larger than a worker's
+// share of the data; one sentence each.
+std::vector<std::string> LaunchConfigWarnings(const LaunchConfig& config);
+
+// Where server `index` / worker `rank` serves its metrics; 0 when off.
+int ServerMetricsPort(const LaunchConfig& config, int index);
+int WorkerMetricsPort(const LaunchConfig& config, int rank);
+// Says where the metrics are, e.g. "metrics at
+// http://127.0.0.1:PORT/metrics: servers on 9100-9101, workers on 9102-9103".
+std::string MetricsPortsLine(const LaunchConfig& config);
 
 // Splits "--a=1 --b=2" into flags; each must look like --name[=value] and
 // must not set one the launcher sets itself (`reserved`, names without "--").
@@ -78,8 +107,9 @@ absl::StatusOr<std::vector<std::string>> ParseExtraFlags(
 std::vector<std::string> ReservedServerFlags(bool auth = false);
 std::vector<std::string> ReservedWorkerFlags(bool auth = false);
 
+// `port` 0: base_port + index, or a free one without base_port.
 std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
-                                    const std::string& port_file);
+                                    const std::string& port_file, int port = 0);
 std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
                                     const std::vector<std::string>& servers);
 // What a worker program (config.program) is told: every worker runs on this

@@ -41,6 +41,11 @@ TEST(LaunchConfigTest, RejectsBadValuesNamingTheFlag) {
        "--mode must be one of sync|ssp|async, got 'bsp'"},
       {[](LaunchConfig* c) { c->staleness = 3; },
        "--staleness applies only to --mode=ssp"},
+      {[](LaunchConfig* c) { c->mode = "ssp"; },
+       "--mode=ssp needs --staleness=N"},
+      {[](LaunchConfig* c) { c->metrics_port_base = 65534; },
+       "--metrics_port_base must be in [1, 65532]"},
+      {[](LaunchConfig* c) { c->max_restarts = -1; }, "--max_restarts"},
       {[](LaunchConfig* c) {
          c->mode = "ssp";
          c->staleness = -1;
@@ -92,7 +97,7 @@ TEST(LaunchConfigTest, ServerArgvCarriesClusterAndTrainingFlags) {
                   "--num_workers=2", "--port=0", "--host=127.0.0.1",
                   "--port_file=/tmp/d/server_1.port", "--mode=ssp",
                   "--staleness=2", "--optimizer=adam", "--learning_rate=0.01",
-                  "--lr_schedule=cosine", "--momentum=0.5"));
+                  "--lr_schedule=constant", "--momentum=0.5"));
 }
 
 TEST(LaunchConfigTest, CheckpointDirMakesServersRestoreOnEveryStart) {
@@ -146,7 +151,9 @@ TEST(LaunchConfigTest, ClusterSpecBuildsTheSameCommands) {
   EXPECT_EQ(spec.num_servers, 3);
   EXPECT_EQ(spec.kill_grace, absl::Seconds(7));
   EXPECT_EQ(spec.host, "127.0.0.1");
-  EXPECT_EQ(spec.server_command(2, "/p"), ServerArgv(config, 2, "/p"));
+  EXPECT_EQ(spec.server_command(2, 0, "/p"), ServerArgv(config, 2, "/p"));
+  EXPECT_EQ(spec.server_command(2, 7001, "/p"),
+            ServerArgv(config, 2, "/p", 7001));
   EXPECT_EQ(spec.worker_command(1, {"a:1"}), WorkerArgv(config, 1, {"a:1"}));
 }
 
@@ -273,7 +280,8 @@ TEST(ExtraFlagsTest, RejectsNonFlagsAndFlagsTheLauncherSets) {
   absl::StatusOr<std::vector<std::string>> flags =
       ParseExtraFlags("server_flags", "--port=5", ReservedServerFlags());
   EXPECT_EQ(flags.status().message(),
-            "--server_flags must not set --port: the launcher sets it");
+            "--server_flags must not set --port: the launcher sets it (see "
+            "its --help)");
   EXPECT_FALSE(
       ParseExtraFlags("worker_flags", "--servers", ReservedWorkerFlags()).ok());
 }
@@ -288,6 +296,46 @@ TEST(ExtraFlagsTest, AuthenticationFlagsAreTheLaunchersUnderAuth) {
   EXPECT_FALSE(ParseExtraFlags("worker_flags", "--token_file=/t",
                                ReservedWorkerFlags(/*auth=*/true))
                    .ok());
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST(LaunchConfigTest, WorkerFlagsAndMetricsPortsAreForwarded) {
+  LaunchConfig config = ValidConfig();
+  config.log_every = 10;
+  config.max_steps = 50;
+  config.retry_timeout = absl::Seconds(30);
+  config.metrics_port_base = 9100;
+  const std::vector<std::string> worker = WorkerArgv(config, 1, {"h:1"});
+  EXPECT_THAT(worker, ::testing::IsSupersetOf(
+                          {"--log_every=10", "--max_steps=50",
+                           "--retry_timeout=30s", "--metrics_port=9103"}));
+  EXPECT_THAT(worker, ::testing::Not(::testing::Contains(
+                          ::testing::HasSubstr("--eval_every"))));
+  EXPECT_THAT(ServerArgv(config, 1, "/p"),
+              ::testing::Contains("--metrics_port=9101"));
+  EXPECT_EQ(MetricsPortsLine(config),
+            "metrics at http://127.0.0.1:PORT/metrics: servers on 9100-9101, "
+            "workers on 9102-9103");
+  config.metrics_port_base = 0;
+  EXPECT_THAT(ServerArgv(config, 1, "/p"),
+              ::testing::Not(
+                  ::testing::Contains(::testing::HasSubstr("--metrics_port"))));
+}
+
+TEST(LaunchConfigTest, WarnsOfABatchLargerThanAWorkersShare) {
+  LaunchConfig config = ValidConfig();
+  config.num_workers = 4;
+  config.batch_size = 20000;
+  ASSERT_EQ(LaunchConfigWarnings(config).size(), 1u);
+  EXPECT_THAT(LaunchConfigWarnings(config)[0],
+              ::testing::HasSubstr("larger than a worker's share"));
+  config.batch_size = 64;
+  EXPECT_TRUE(LaunchConfigWarnings(config).empty());
 }
 
 }  // namespace

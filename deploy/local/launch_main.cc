@@ -1,10 +1,13 @@
 // Runs one training job on this machine: N servers and M workers as local
-// processes on 127.0.0.1, every line of their output streamed with a prefix,
-// a summary (with the final test accuracy) at the end. The workers run our
-// worker binary, or any program given after "--", as torchrun does.
+// processes on 127.0.0.1, in a run directory that keeps every process's log,
+// the checkpoints and the curves; the terminal shows one progress line (or
+// every line, --output=stream) and a summary at the end. Failed processes
+// are restarted (--max_restarts). The workers run our worker binary, or any
+// program given after "--", as torchrun does.
 //
 //   bazel run //deploy/local:launch -- --num_servers=2 --num_workers=2
 //   bazel-bin/deploy/local/launch --mode=ssp --staleness=2
+//   bazel-bin/deploy/local/launch --resume=runs/20260314-101500-3fa2
 //   bazel-bin/deploy/local/launch --num_workers=4 -- python3 train.py --lr=1
 //
 // Exit code: 0 when every worker succeeded, 1 when a process failed or the
@@ -19,9 +22,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -33,39 +39,95 @@
 #include "absl/flags/usage.h"
 #include "absl/random/random.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "deploy/local/binary_locator.h"
+#include "deploy/local/cluster_output.h"
 #include "deploy/local/generated_auth.h"
 #include "deploy/local/launch_config.h"
 #include "deploy/local/line_writer.h"
 #include "deploy/local/local_cluster.h"
-#include "deploy/local/summary.h"
+#include "deploy/local/progress_output.h"
+#include "deploy/local/run_directory.h"
+#include "deploy/local/run_flags.h"
+#include "deploy/local/run_report.h"
+#include "deploy/local/training_progress.h"
+#include "server/process_control.h"
 
 ABSL_FLAG(int, num_servers, 2, "Parameter-server shards to start.");
 ABSL_FLAG(int, num_workers, 2, "Workers to start.");
 ABSL_FLAG(std::string, model, "784-256-128-10",
-          "The MLP our worker trains (layer sizes); the servers hold whatever "
-          "rank 0 declares.");
+          "The network our worker trains: MLP layer sizes (784-256-128-10), "
+          "a preset (mlp, cnn), a layer stack (\"input 1x28x28; conv 32 3x3 "
+          "pad 1; relu; ...\") or @file holding one (see "
+          "worker/nn/model_description.h); the servers hold whatever rank 0 "
+          "declares.");
 ABSL_FLAG(int, epochs, 10, "Training epochs.");
 ABSL_FLAG(int, batch_size, 64, "Examples per worker per step.");
 ABSL_FLAG(std::string, mode, "sync", "Consistency: sync|ssp|async.");
-ABSL_FLAG(int, staleness, 0, "Staleness bound for --mode=ssp.");
+ABSL_FLAG(int, staleness, 0,
+          "--mode=ssp: how many steps a worker may lead the slowest (>= 1; "
+          "needed with ssp).");
 ABSL_FLAG(std::string, optimizer, "adam", "adam|sgd.");
-ABSL_FLAG(std::string, lr_schedule, "cosine",
-          "constant, or cosine: the servers decay the learning rate to 0 over "
-          "the planned steps.");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "constant (the servers' default), or cosine: the servers decay the "
+          "learning rate to 0 over the planned steps (./run.sh's main job).");
+ABSL_FLAG(bool, checkpoints, true,
+          "Servers checkpoint (into --checkpoint_dir), so that a restarted "
+          "server, or the run on --resume, goes on from there. Without, a "
+          "server that dies ends the job and Ctrl-C loses the run.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
-          "Servers checkpoint into this directory and restore from it when "
-          "restarted (empty: no checkpoints).");
+          "Where the servers checkpoint; empty: the run directory's "
+          "checkpoints/.");
+ABSL_FLAG(std::string, run_dir, "",
+          "The run's directory (must not exist or be empty): run.txt, logs/ "
+          "(every process's full log), checkpoints/, curves.csv and "
+          "curves.png. Empty: runs/<date>-<time>-<random> here.");
+ABSL_FLAG(std::string, resume, "",
+          "Resume the stopped or failed run in this directory, with the "
+          "flags it was started with (run.txt) and its checkpoints; flags "
+          "that define a run (--epochs, --model, ...) may not be given.");
+ABSL_FLAG(int, max_restarts, 3,
+          "Restarts, in all, of processes that fail while the workers run "
+          "(not for exit code 2, bad configuration): a server restores its "
+          "latest checkpoint, a worker resumes where the servers recorded "
+          "it. 0: the first failure ends the job.");
+ABSL_FLAG(absl::Duration, restart_backoff, absl::Seconds(1),
+          "Wait before a restart, doubled at each restart of the same "
+          "process (at most 30s).");
+ABSL_FLAG(std::string, output, "auto",
+          "progress: one progress line (a bar on a terminal, else a line "
+          "every --progress_interval), each epoch's test accuracy, warnings "
+          "and errors; every line is in the run's logs/. stream: every line "
+          "of every process. auto: progress for our worker, stream for a "
+          "program after --.");
+ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(10),
+          "--output=progress off a terminal: a progress line this often.");
+ABSL_FLAG(int, log_every, 100,
+          "Our worker logs loss and speed every this many steps.");
+ABSL_FLAG(int, eval_every, 0,
+          "Worker 0 also measures test accuracy every this many steps (0: at "
+          "each epoch's end).");
+ABSL_FLAG(int64_t, max_steps, 0,
+          "Our workers stop after this many steps (0: after --epochs).");
+ABSL_FLAG(absl::Duration, retry_timeout, absl::Seconds(120),
+          "How long our workers wait for the servers to come up, and keep "
+          "retrying an unreachable one (e.g. while it restarts), before "
+          "giving up with exit code 3.");
+ABSL_FLAG(int, metrics_port_base, 0,
+          "0: no metrics. Else server i serves Prometheus metrics on "
+          "http://127.0.0.1:<base+i>/metrics and our worker j on "
+          "base+num_servers+j.");
 ABSL_FLAG(double, learning_rate, 0,
           "Learning rate; 0 keeps the server's default for the optimizer.");
 ABSL_FLAG(int64_t, seed, 1,
           "Our worker's seed of the initial weights and the data order.");
 ABSL_FLAG(std::string, job_id, "",
           "The job's id, given to servers and workers so that servers of "
-          "another job refuse them; empty: a new one for this run.");
+          "another job refuse them; empty: a new one for this run (kept in "
+          "its run.txt).");
 ABSL_FLAG(std::string, auth, "none",
           "none: plaintext. tls: the launcher makes a CA, a certificate for "
           "the servers (127.0.0.1) and a job token for this run (openssl), "
@@ -87,7 +149,8 @@ ABSL_FLAG(std::string, worker_binary, "",
 ABSL_FLAG(int, base_port, 0,
           "0: servers pick free ports; else server i listens on base_port+i.");
 ABSL_FLAG(absl::Duration, startup_timeout, absl::Seconds(60),
-          "How long servers may take to start listening.");
+          "How long servers may take to start listening (restoring a "
+          "checkpoint included).");
 ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(30),
           "How long servers may take to exit after the workers finished.");
 ABSL_FLAG(absl::Duration, kill_grace, absl::Seconds(5),
@@ -105,6 +168,17 @@ std::string SelfExecutable() {
   char buffer[4096];
   const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
   return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : "";
+}
+
+// Where the user typed the command: under `bazel run` the cwd is the
+// runfiles tree.
+std::string UserDirectory() {
+  std::string cwd = EnvOrEmpty("BUILD_WORKING_DIRECTORY");
+  if (cwd.empty()) {
+    std::error_code ec;
+    cwd = std::filesystem::current_path(ec).string();
+  }
+  return cwd;
 }
 
 // Resolves a binary flag: the user's path, or the sibling build output.
@@ -127,8 +201,9 @@ absl::StatusOr<std::string> BinaryFromFlag(const LauncherLocation& location,
 // Flags that configure our worker binary, which a program given after "--"
 // does not read.
 constexpr const char* kWorkerBinaryFlags[] = {
-    "model",  "seed",       "epochs",       "batch_size",   "data_dir",
-    "device", "save_model", "worker_flags", "worker_binary"};
+    "model",      "seed",       "epochs",       "batch_size",    "data_dir",
+    "device",     "save_model", "worker_flags", "worker_binary", "log_every",
+    "eval_every", "max_steps",  "retry_timeout"};
 
 absl::Status CheckNoWorkerBinaryFlags() {
   for (const char* name : kWorkerBinaryFlags) {
@@ -147,10 +222,9 @@ absl::Status CheckNoWorkerBinaryFlags() {
 }
 
 absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0,
-                                             std::vector<std::string> program) {
-  // Under `bazel run` the cwd is the runfiles tree; user paths are relative
-  // to where the user typed the command.
-  const std::string cwd = EnvOrEmpty("BUILD_WORKING_DIRECTORY");
+                                             const std::string& cwd,
+                                             std::vector<std::string> program,
+                                             const std::string& run_dir) {
   LaunchConfig config;
   config.num_servers = absl::GetFlag(FLAGS_num_servers);
   config.num_workers = absl::GetFlag(FLAGS_num_workers);
@@ -162,8 +236,15 @@ absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0,
   config.optimizer = absl::GetFlag(FLAGS_optimizer);
   config.learning_rate = absl::GetFlag(FLAGS_learning_rate);
   config.lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
-  config.checkpoint_dir =
-      ResolveUserPath(absl::GetFlag(FLAGS_checkpoint_dir), cwd);
+  if (absl::GetFlag(FLAGS_checkpoints)) {
+    config.checkpoint_dir =
+        absl::GetFlag(FLAGS_checkpoint_dir).empty()
+            ? absl::StrCat(run_dir, "/checkpoints")
+            : ResolveUserPath(absl::GetFlag(FLAGS_checkpoint_dir), cwd);
+  } else if (!absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    return absl::InvalidArgumentError(
+        "--checkpoint_dir with --nocheckpoints: choose one");
+  }
   config.seed = absl::GetFlag(FLAGS_seed);
   config.job_id = absl::GetFlag(FLAGS_job_id);
   if (config.job_id.empty()) {
@@ -174,10 +255,17 @@ absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0,
   config.data_dir = ResolveUserPath(absl::GetFlag(FLAGS_data_dir), cwd);
   config.device = absl::GetFlag(FLAGS_device);
   config.save_model = ResolveUserPath(absl::GetFlag(FLAGS_save_model), cwd);
+  config.log_every = absl::GetFlag(FLAGS_log_every);
+  config.eval_every = absl::GetFlag(FLAGS_eval_every);
+  config.max_steps = absl::GetFlag(FLAGS_max_steps);
+  config.retry_timeout = absl::GetFlag(FLAGS_retry_timeout);
+  config.metrics_port_base = absl::GetFlag(FLAGS_metrics_port_base);
   config.base_port = absl::GetFlag(FLAGS_base_port);
   config.startup_timeout = absl::GetFlag(FLAGS_startup_timeout);
   config.shutdown_timeout = absl::GetFlag(FLAGS_shutdown_timeout);
   config.kill_grace = absl::GetFlag(FLAGS_kill_grace);
+  config.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  config.restart_backoff = absl::GetFlag(FLAGS_restart_backoff);
   absl::StatusOr<AuthMode> auth = ParseAuthMode(absl::GetFlag(FLAGS_auth));
   if (!auth.ok()) return auth.status();
   const bool with_auth = *auth != AuthMode::kNone;
@@ -192,6 +280,14 @@ absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0,
   if (!worker_flags.ok()) return worker_flags.status();
   config.extra_worker_flags = *std::move(worker_flags);
   config.program = std::move(program);
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (output != "auto" && output != "progress" && output != "stream") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--output must be one of auto|progress|stream, got '", output, "'"));
+  }
+  if (absl::GetFlag(FLAGS_progress_interval) <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--progress_interval must be positive");
+  }
 
   const LauncherLocation location{SelfExecutable(), argv0,
                                   EnvOrEmpty("RUNFILES_DIR")};
@@ -232,16 +328,17 @@ absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0,
 class SignalForwarder {
  public:
   SignalForwarder(const sigset_t& signals, LocalCluster* cluster,
-                  LineWriter* out)
+                  ClusterOutput* out)
       : thread_([this, signals, cluster, out] {
           const timespec poll = {0, 100 * 1000 * 1000};
           while (!done_.load()) {
             const int signal = sigtimedwait(&signals, nullptr, &poll);
             if (signal <= 0) continue;
-            out->Write("[launch] ",
-                       absl::StrCat("got signal ", signal,
-                                    ": stopping the cluster (repeat to "
-                                    "kill at once)"));
+            out->LauncherLine(
+                LaunchLevel::kNotice,
+                absl::StrCat("got signal ", signal,
+                             ": stopping the cluster (repeat to kill at "
+                             "once)"));
             cluster->RequestStop(signal);
           }
         }) {}
@@ -255,17 +352,28 @@ class SignalForwarder {
   std::thread thread_;
 };
 
+int BadFlags(absl::string_view message) {
+  std::fprintf(stderr, "launch: %s\n", std::string(message).c_str());
+  return 2;
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Runs a parameter-server training job as local processes.\n"
       "  launch --num_servers=2 --num_workers=2 --mode=sync --epochs=10\n"
+      "  launch --resume=runs/DIR        go on with a stopped or failed run\n"
       "  launch --num_workers=2 -- PROGRAM [ARGS...]\n"
+      "Each run has a directory (--run_dir; default runs/<date>-<time>-<id>)"
+      " holding\nrun.txt, logs/, checkpoints/, curves.csv and curves.png.\n"
       "With a PROGRAM, each worker runs it with PS_RANK, PS_NUM_WORKERS, "
       "PS_LOCAL_RANK,\nPS_LOCAL_NUM_WORKERS, PS_NUM_SERVERS, PS_SERVERS and "
       "PS_JOB_ID (and torchrun's\nRANK, WORLD_SIZE, LOCAL_RANK, "
       "LOCAL_WORLD_SIZE) in its environment, with --auth also the paths\n"
       "PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY and PS_TOKEN_FILE; the servers are "
-      "stopped\nonce every copy has exited 0.");
+      "stopped\nonce every copy has exited 0.\n"
+      "Exit codes: 0 every worker succeeded; 1 a process failed for good or "
+      "the cluster\ncould not start; 2 bad flags, or a run that cannot be "
+      "started or resumed;\n128+N stopped by signal N.");
   // Everything after the first "--" is the worker program, untouched.
   int flag_count = argc;
   std::vector<std::string> program;
@@ -273,27 +381,91 @@ int Main(int argc, char** argv) {
     if (std::string_view(argv[i]) == "--") {
       flag_count = i;
       program.assign(argv + i + 1, argv + argc);
-      if (program.empty()) {
-        std::fprintf(stderr, "launch: no program after --\n");
-        return 2;
-      }
+      if (program.empty()) return BadFlags("no program after --");
       break;
     }
   }
+  for (int i = 1; i < flag_count; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-help" || arg == "--helpshort") {
+      PrintFlagHelp(/*full=*/false, "deploy/local/");
+      return 0;
+    }
+    if (arg == "--helpfull" || arg == "-helpfull") {
+      PrintFlagHelp(/*full=*/true, "");
+      return 0;
+    }
+  }
+  if (absl::Status s = server::CheckFlagSyntax(flag_count, argv); !s.ok()) {
+    return BadFlags(s.message());
+  }
   std::vector<char*> positional = absl::ParseCommandLine(flag_count, argv);
   if (positional.size() > 1) {
-    std::fprintf(stderr,
-                 "launch: unexpected argument '%s' (a worker program goes "
-                 "after --)\n",
-                 positional[1]);
-    return 2;
+    return BadFlags(absl::StrCat("unexpected argument '", positional[1],
+                                 "' (a worker program goes after --)"));
+  }
+  const std::string cwd = UserDirectory();
+  const std::set<std::string> given = FlagsOnCommandLine(flag_count, argv);
+
+  // The run: a new one, or the one --resume names.
+  std::unique_ptr<RunDirectory> run;
+  RunRecord record;
+  std::string run_path;
+  const bool resuming = !absl::GetFlag(FLAGS_resume).empty();
+  if (resuming) {
+    if (given.count("run_dir") > 0) {
+      return BadFlags("--resume names the run's directory: no --run_dir");
+    }
+    run_path = ResolveUserPath(absl::GetFlag(FLAGS_resume), cwd);
+    absl::StatusOr<std::unique_ptr<RunDirectory>> opened =
+        RunDirectory::Open(run_path);
+    if (!opened.ok()) return BadFlags(opened.status().message());
+    run = *std::move(opened);
+    absl::StatusOr<RunRecord> read = run->Read();
+    if (!read.ok()) return BadFlags(read.status().message());
+    record = *std::move(read);
+    if (record.state == "finished") {
+      return BadFlags(absl::StrCat(
+          "the run in ", ShownPath(run_path, cwd), " already finished (",
+          record.outcome,
+          "): nothing to resume. Its servers' checkpoints are of a finished "
+          "run, which they will not train further; start a new run for more "
+          "epochs or another learning rate"));
+    }
+    if (!program.empty() && program != record.program) {
+      return BadFlags(
+          "--resume runs the run's own program: give none after --");
+    }
+    program = record.program;
+    if (absl::Status s = ApplyRecordedFlags(record, given); !s.ok()) {
+      return BadFlags(s.message());
+    }
+    absl::SetFlag(&FLAGS_job_id, record.job_id);
+  } else {
+    run_path = absl::GetFlag(FLAGS_run_dir).empty()
+                   ? absl::StrCat(cwd, "/runs/", NewRunName(absl::Now()))
+                   : ResolveUserPath(absl::GetFlag(FLAGS_run_dir), cwd);
   }
   absl::StatusOr<LaunchConfig> config =
-      ConfigFromFlags(argv[0], std::move(program));
-  if (!config.ok()) {
-    std::fprintf(stderr, "launch: %s\n",
-                 std::string(config.status().message()).c_str());
-    return 2;
+      ConfigFromFlags(argv[0], cwd, program, run_path);
+  if (!config.ok()) return BadFlags(config.status().message());
+  for (const std::string& warning : LaunchConfigWarnings(*config)) {
+    std::fprintf(stderr, "launch: warning: %s\n", warning.c_str());
+  }
+  if (!resuming) {
+    absl::StatusOr<std::unique_ptr<RunDirectory>> created =
+        RunDirectory::Create(run_path);
+    if (!created.ok()) return BadFlags(created.status().message());
+    run = *std::move(created);
+    record.job_id = config->job_id;
+    record.flags = CurrentRunFlags(cwd);
+    record.program = program;
+  }
+  record.state = "running";
+  record.outcome.clear();
+  if (absl::Status s = run->Write(record); !s.ok()) {
+    std::fprintf(stderr, "launch: %s\n", std::string(s.message()).c_str());
+    return 1;
   }
 
   // Before any thread exists, so that every thread inherits the mask and
@@ -305,7 +477,41 @@ int Main(int argc, char** argv) {
   // A closed stdout (launch | head) must not kill us before the children.
   signal(SIGPIPE, SIG_IGN);
 
-  LineWriter out(LineWriter::FileSink(stdout));
+  std::string output = absl::GetFlag(FLAGS_output);
+  if (output == "auto") output = program.empty() ? "progress" : "stream";
+  LineWriter writer(LineWriter::FileSink(stdout));
+  StreamedOutput streamed(&writer);
+  TrainingProgress progress;
+  ProgressTap tap(&progress, &streamed);
+  ProgressOutput progress_line(stdout, isatty(fileno(stdout)) == 1,
+                               absl::GetFlag(FLAGS_progress_interval),
+                               &progress);
+  ClusterOutput* console =
+      output == "stream" ? static_cast<ClusterOutput*>(&tap) : &progress_line;
+  absl::StatusOr<std::unique_ptr<LogFiles>> logs =
+      LogFiles::Create(run->File("logs"), console);
+  if (!logs.ok()) {
+    std::fprintf(stderr, "launch: %s\n",
+                 std::string(logs.status().message()).c_str());
+    return 1;
+  }
+  ClusterOutput* out = logs->get();
+  const std::string shown_dir = ShownPath(run_path, cwd);
+  out->LauncherLine(
+      LaunchLevel::kNotice,
+      absl::StrCat(
+          resuming ? "resuming run " : "run ", shown_dir, ": ",
+          config->num_servers, " servers, ", config->num_workers, " workers, ",
+          config->mode,
+          program.empty()
+              ? absl::StrCat(", ", config->epochs,
+                             config->epochs == 1 ? " epoch of " : " epochs of ",
+                             config->model)
+              : "",
+          " (logs in ", shown_dir, "/logs/)"));
+  if (config->metrics_port_base != 0) {
+    out->LauncherLine(LaunchLevel::kNotice, MetricsPortsLine(*config));
+  }
   // Made after the flags are checked; removed when Main returns, after
   // every process has stopped.
   std::unique_ptr<GeneratedAuth> auth;
@@ -320,20 +526,24 @@ int Main(int argc, char** argv) {
     }
     auth = *std::move(made);
     config->auth = auth->files();
-    out.Write("[launch] ",
-              absl::StrCat(mode == AuthMode::kMtls ? "mutual TLS" : "TLS",
-                           " with a job token on every call; this run's CA, "
-                           "certificates and token are in ",
-                           auth->dir()));
+    out->LauncherLine(
+        LaunchLevel::kNotice,
+        absl::StrCat(mode == AuthMode::kMtls ? "mutual TLS" : "TLS",
+                     " with a job token on every call; this run's CA, "
+                     "certificates and token are in ",
+                     auth->dir()));
   }
-  LocalCluster cluster(MakeClusterSpec(*config), &out);
+  LocalCluster cluster(MakeClusterSpec(*config), out);
   ClusterResult result;
   {
-    SignalForwarder forwarder(stop_signals, &cluster, &out);
+    SignalForwarder forwarder(stop_signals, &cluster, out);
     result = cluster.Run();
   }
-  for (const std::string& line : SummaryLines(result)) {
-    out.Write("[launch] ", line);
+  progress_line.Finish();
+
+  for (const std::string& line : FinishRun(result, *config, progress.History(),
+                                           resuming, cwd, *run, &record)) {
+    out->LauncherLine(LaunchLevel::kNotice, line);
   }
   return result.ExitCode();
 }

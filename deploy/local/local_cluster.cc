@@ -57,8 +57,15 @@ class TempDir {
   const std::string path_;
 };
 
-std::string ChildName(bool is_server, int index) {
-  return absl::StrCat(is_server ? "server " : "worker ", index);
+// A restarted process's last line is quoted up to this long; its log has
+// it whole.
+constexpr size_t kMaxQuotedLine = 200;
+
+// A wait longer than this says what it waits for.
+constexpr absl::Duration kQuietWait = absl::Seconds(5);
+
+std::string Seconds(absl::Duration d) {
+  return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
 }
 
 }  // namespace
@@ -68,11 +75,11 @@ int ClusterResult::ExitCode() const {
   return status.ok() ? 0 : 1;
 }
 
-LocalCluster::LocalCluster(ClusterSpec spec, LineWriter* out)
+LocalCluster::LocalCluster(ClusterSpec spec, ClusterOutput* out)
     : spec_(std::move(spec)), out_(out) {}
 
-void LocalCluster::Log(absl::string_view message) {
-  out_->Write("[launch] ", message);
+void LocalCluster::Log(LaunchLevel level, absl::string_view message) {
+  out_->LauncherLine(level, message);
 }
 
 void LocalCluster::RequestStop(int signal) {
@@ -98,43 +105,51 @@ void LocalCluster::AwaitEvent(int64_t seen, absl::Time deadline) {
   mu_.AwaitWithDeadline(absl::Condition(&moved), deadline);
 }
 
-void LocalCluster::OnExit(int child, const std::string& name,
+void LocalCluster::OnExit(int child, int generation, const std::string& name,
                           const ExitStatus& status) {
-  Log(absl::StrCat(name, " ", status.ToString()));
+  // A detail: HandleExits says what a failure means (a restart, or the end).
+  Log(LaunchLevel::kDetail, absl::StrCat(name, " ", status.ToString()));
   absl::MutexLock lock(&mu_);
-  exit_order_.push_back(child);
+  exits_.emplace_back(child, generation);
   ++events_;
 }
 
-void LocalCluster::OnLine(const std::string& prefix, bool is_worker0,
-                          absl::string_view line) {
-  out_->Write(prefix, line);
-  if (!is_worker0) return;
+void LocalCluster::OnLine(const ProcessId& who, absl::string_view line) {
+  out_->ProcessLine(who, line);
+  if (who.is_server || who.index != 0) return;
   if (std::optional<double> accuracy = ParseFinalTestAccuracy(line)) {
     absl::MutexLock lock(&mu_);
     final_test_accuracy_ = accuracy;
   }
 }
 
-absl::Status LocalCluster::StartChild(
-    bool is_server, int index, std::vector<std::string> argv,
-    std::vector<std::pair<std::string, std::string>> env) {
-  const std::string name = ChildName(is_server, index);
-  const int child = static_cast<int>(children_.size());
+absl::Status LocalCluster::StartChild(size_t slot) {
+  Child& child = children_[slot];
+  const ProcessId who = child.id;
+  const std::string name = who.Name();
   SubprocessOptions options;
-  options.argv = std::move(argv);
-  options.env = std::move(env);
+  if (who.is_server) {
+    const std::string port_file = absl::StrCat(work_dir_, "/server_", who.index,
+                                               ".", child.generation, ".port");
+    options.argv = spec_.server_command(who.index, child.port, port_file);
+  } else {
+    options.argv = spec_.worker_command(who.index, addresses_);
+    if (spec_.worker_environment) {
+      options.env = spec_.worker_environment(who.index, addresses_);
+    }
+  }
   options.name = name;
   options.kill_grace = spec_.kill_grace;
-  options.line_callback = [this, prefix = absl::StrCat("[", name, "] "),
-                           is_worker0 = !is_server &&
-                                        index == 0](absl::string_view line) {
-    OnLine(prefix, is_worker0, line);
+  options.line_callback = [this, who](absl::string_view line) {
+    OnLine(who, line);
   };
-  options.exit_callback = [this, child, name](const ExitStatus& status) {
-    OnExit(child, name, status);
+  options.exit_callback = [this, slot, generation = child.generation,
+                           name](const ExitStatus& status) {
+    OnExit(static_cast<int>(slot), generation, name, status);
   };
-  const std::string program = options.argv.empty() ? "" : options.argv[0];
+  const std::vector<std::string> argv = options.argv;
+  // The old process (if any) has exited: this joins its threads.
+  child.process.reset();
   absl::StatusOr<std::unique_ptr<Subprocess>> process =
       Subprocess::Start(std::move(options));
   if (!process.ok()) {
@@ -142,83 +157,146 @@ absl::Status LocalCluster::StartChild(
         process.status().code(),
         absl::StrCat("cannot start ", name, ": ", process.status().message()));
   }
-  Log(absl::StrCat("started ", name, " (pid ", (*process)->pid(),
-                   "): ", program));
-  children_.push_back(Child{name, is_server, index, *std::move(process)});
+  out_->ProcessStarted(who, (*process)->pid(), argv);
+  child.process = *std::move(process);
+  child.exited = false;
+  child.restart_at.reset();
   return absl::OkStatus();
 }
 
-absl::Status LocalCluster::CheckForFailure(Phase phase) {
-  std::vector<int> exited;
+absl::Status LocalCluster::HandleExits(Phase phase) {
+  std::vector<std::pair<int, int>> exits;
+  int stop_signal = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (stop_signal_ != 0) {
-      const char* abbrev = sigabbrev_np(stop_signal_);
-      return absl::CancelledError(absl::StrCat(
-          "interrupted by signal ", stop_signal_,
-          abbrev != nullptr ? absl::StrCat(" (SIG", abbrev, ")") : ""));
-    }
-    exited = exit_order_;
+    stop_signal = stop_signal_;
+    exits.assign(exits_.begin() + exits_handled_, exits_.end());
+    exits_handled_ = exits_.size();
   }
   // The first to fail is reported: later failures are usually its echo.
-  for (int i : exited) {
-    Child& child = children_[i];
+  for (const auto& [slot, generation] : exits) {
+    Child& child = children_[slot];
+    if (generation != child.generation) continue;
     const ExitStatus status = child.process->Wait();  // Already exited.
     // Once workers run, a server may exit 0 as soon as all of them said
     // Done, while the last one is still exiting: only startup forbids it.
     const bool failed =
-        !status.success() || (child.is_server && phase == Phase::kStartup);
-    if (!failed) continue;
-    std::string context;
-    if (phase == Phase::kStartup && child.is_server) {
-      context = " before the workers started";
+        !status.success() || (child.id.is_server && phase == Phase::kStartup);
+    if (!failed || !failure_.ok()) {
+      child.exited = true;
+      continue;
     }
     const std::string last_line = child.process->LastLines(1);
-    return absl::AbortedError(absl::StrCat(
-        child.name, " ", status.ToString(), context,
-        last_line.empty() ? " (no output)" : absl::StrCat(": ", last_line)));
+    // A restart is reported with the line cut; a final failure whole.
+    const std::string quoted =
+        last_line.size() > kMaxQuotedLine
+            ? absl::StrCat(last_line.substr(0, kMaxQuotedLine), "...")
+            : last_line;
+    const std::string how = absl::StrCat(
+        status.ToString(),
+        quoted.empty() ? " (no output)" : absl::StrCat(": ", quoted));
+    const bool bad_config = status.exited() && status.exit_code() == 2;
+    std::string context;  // Goes before the last line, as it always did.
+    std::string why_not;  // Why it was not restarted; after the last line.
+    if (phase != Phase::kTraining) {
+      if (phase == Phase::kStartup && child.id.is_server) {
+        context = " before the workers started";
+      }
+    } else if (stop_signal != 0 || spec_.max_restarts == 0) {
+    } else if (bad_config) {
+      why_not = " (exit code 2: bad configuration, not restarted)";
+    } else if (child.id.is_server && !spec_.restart_servers) {
+      why_not = " (not restarted: servers restart only from checkpoints)";
+    } else if (static_cast<int>(restarts_.size()) >= spec_.max_restarts) {
+      why_not = absl::StrCat(
+          " (not restarted: --max_restarts=", spec_.max_restarts, " used up)");
+    } else {
+      const int nth = child.generation;  // Earlier restarts of this one.
+      absl::Duration delay = spec_.restart_backoff;
+      for (int i = 0; i < nth && delay < kMaxRestartBackoff; ++i) delay *= 2;
+      delay = std::min(delay, kMaxRestartBackoff);
+      const absl::Time now = absl::Now();
+      child.exited = true;
+      child.restart_at = now + delay;
+      restarts_.push_back(
+          RestartRecord{child.id.Name(), how, now - start_, delay});
+      Log(LaunchLevel::kWarning,
+          absl::StrCat(child.id.Name(), " ", how, "; restarting it in ",
+                       Seconds(delay), " (restart ", restarts_.size(),
+                       " of --max_restarts=", spec_.max_restarts, ")"));
+      continue;
+    }
+    child.exited = true;
+    failure_ = absl::AbortedError(absl::StrCat(
+        child.id.Name(), " ", status.ToString(), context,
+        last_line.empty() ? " (no output)" : absl::StrCat(": ", last_line),
+        why_not));
+  }
+  if (stop_signal != 0) {
+    const char* abbrev = sigabbrev_np(stop_signal);
+    return absl::CancelledError(absl::StrCat(
+        "interrupted by signal ", stop_signal,
+        abbrev != nullptr ? absl::StrCat(" (SIG", abbrev, ")") : ""));
+  }
+  return failure_;
+}
+
+absl::Status LocalCluster::StartDueRestarts(absl::Time* next) {
+  *next = absl::InfiniteFuture();
+  const absl::Time now = absl::Now();
+  for (size_t i = 0; i < children_.size(); ++i) {
+    Child& child = children_[i];
+    if (!child.restart_at.has_value()) continue;
+    if (*child.restart_at > now) {
+      *next = std::min(*next, *child.restart_at);
+      continue;
+    }
+    ++child.generation;
+    if (absl::Status status = StartChild(i); !status.ok()) return status;
+    Log(LaunchLevel::kNotice,
+        absl::StrCat(
+            "restarted ", child.id.Name(), " (pid ", child.process->pid(), ")",
+            child.id.is_server ? absl::StrCat(" on port ", child.port,
+                                              ", from its latest checkpoint")
+                               : ", resuming where the servers recorded it"));
   }
   return absl::OkStatus();
 }
 
-bool LocalCluster::AllExited(bool servers) {
-  // Counts only exits already announced to CheckForFailure, so that a
-  // failure cannot be missed by both.
-  std::vector<bool> exited(children_.size(), false);
-  {
-    absl::MutexLock lock(&mu_);
-    for (int i : exit_order_) exited[i] = true;
-  }
-  for (size_t i = 0; i < children_.size(); ++i) {
-    if (children_[i].is_server == servers && !exited[i]) return false;
+bool LocalCluster::AllExited(bool servers) const {
+  // Counts only exits HandleExits has seen, so that a failure cannot be
+  // missed by both; a process waiting for its restart has not finished.
+  for (const Child& child : children_) {
+    if (child.id.is_server != servers) continue;
+    if (!child.exited || child.restart_at.has_value()) return false;
   }
   return true;
 }
 
-absl::Status LocalCluster::StartServers(const std::string& work_dir,
-                                        std::vector<std::string>* addresses) {
-  std::vector<std::string> port_files;
+absl::Status LocalCluster::StartServers(std::vector<std::string>* addresses) {
   for (int i = 0; i < spec_.num_servers; ++i) {
-    if (absl::Status status = CheckForFailure(Phase::kStartup); !status.ok()) {
+    if (absl::Status status = HandleExits(Phase::kStartup); !status.ok()) {
       return status;
     }
-    port_files.push_back(absl::StrCat(work_dir, "/server_", i, ".port"));
-    absl::Status status =
-        StartChild(true, i, spec_.server_command(i, port_files.back()));
+    children_.push_back(Child{ProcessId{true, i}});
+    absl::Status status = StartChild(children_.size() - 1);
     if (!status.ok()) return status;
   }
-  std::vector<int> ports(spec_.num_servers, 0);
   const absl::Time deadline = absl::Now() + spec_.startup_timeout;
+  bool said_waiting = false;
   while (true) {
     const int64_t seen = Events();
     std::vector<int> waiting;
     for (int i = 0; i < spec_.num_servers; ++i) {
-      if (ports[i] != 0) continue;
-      absl::StatusOr<int> port = ReadPortFile(port_files[i]);
+      Child& child = children_[i];
+      if (child.port != 0) continue;
+      const std::string port_file =
+          absl::StrCat(work_dir_, "/server_", i, ".0.port");
+      absl::StatusOr<int> port = ReadPortFile(port_file);
       if (port.ok()) {
-        ports[i] = *port;
-        Log(absl::StrCat("server ", i, " listening on ", spec_.host, ":",
-                         *port));
+        child.port = *port;
+        Log(LaunchLevel::kDetail, absl::StrCat("server ", i, " listening on ",
+                                               spec_.host, ":", *port));
       } else if (absl::IsNotFound(port.status())) {
         waiting.push_back(i);
       } else {
@@ -227,37 +305,39 @@ absl::Status LocalCluster::StartServers(const std::string& work_dir,
             absl::StrCat("server ", i, ": ", port.status().message()));
       }
     }
-    if (absl::Status status = CheckForFailure(Phase::kStartup); !status.ok()) {
+    if (absl::Status status = HandleExits(Phase::kStartup); !status.ok()) {
       return status;
     }
     if (waiting.empty()) break;
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("server ", absl::StrJoin(waiting, ", "),
-                       " did not write a port file within ",
-                       absl::FormatDuration(spec_.startup_timeout)));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "server ", absl::StrJoin(waiting, ", "),
+          " did not write a port file within ",
+          absl::FormatDuration(spec_.startup_timeout), " (--startup_timeout)"));
+    }
+    if (!said_waiting && now - start_ > kQuietWait) {
+      said_waiting = true;
+      Log(LaunchLevel::kNotice,
+          absl::StrCat("waiting for server ", absl::StrJoin(waiting, ", "),
+                       " to listen (at most --startup_timeout=",
+                       absl::FormatDuration(spec_.startup_timeout), ")"));
     }
     AwaitEvent(seen, std::min(deadline, now + kPortPollInterval));
   }
-  for (int port : ports) {
-    addresses->push_back(absl::StrCat(spec_.host, ":", port));
+  for (int i = 0; i < spec_.num_servers; ++i) {
+    addresses->push_back(absl::StrCat(spec_.host, ":", children_[i].port));
   }
   return absl::OkStatus();
 }
 
-absl::Status LocalCluster::StartWorkers(
-    const std::vector<std::string>& addresses) {
+absl::Status LocalCluster::StartWorkers() {
   for (int rank = 0; rank < spec_.num_workers; ++rank) {
-    if (absl::Status status = CheckForFailure(Phase::kTraining); !status.ok()) {
+    if (absl::Status status = HandleExits(Phase::kTraining); !status.ok()) {
       return status;
     }
-    std::vector<std::pair<std::string, std::string>> env;
-    if (spec_.worker_environment) {
-      env = spec_.worker_environment(rank, addresses);
-    }
-    absl::Status status = StartChild(
-        false, rank, spec_.worker_command(rank, addresses), std::move(env));
+    children_.push_back(Child{ProcessId{false, rank}});
+    absl::Status status = StartChild(children_.size() - 1);
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
@@ -266,37 +346,63 @@ absl::Status LocalCluster::StartWorkers(
 absl::Status LocalCluster::AwaitWorkers() {
   while (true) {
     const int64_t seen = Events();
-    if (absl::Status status = CheckForFailure(Phase::kTraining); !status.ok()) {
+    if (absl::Status status = HandleExits(Phase::kTraining); !status.ok()) {
+      return status;
+    }
+    absl::Time next_restart;
+    if (absl::Status status = StartDueRestarts(&next_restart); !status.ok()) {
       return status;
     }
     if (AllExited(/*servers=*/false)) return absl::OkStatus();
-    AwaitEvent(seen, absl::InfiniteFuture());
+    AwaitEvent(seen, next_restart);
   }
 }
 
 absl::Status LocalCluster::AwaitServerExit(std::vector<std::string>* notes) {
-  Log("all workers finished; waiting for the servers to exit");
+  for (Child& child : children_) {
+    if (child.id.is_server && child.restart_at.has_value()) {
+      child.restart_at.reset();
+      notes->push_back(absl::StrCat(child.id.Name(),
+                                    " was not restarted: every worker had "
+                                    "finished"));
+    }
+  }
+  Log(LaunchLevel::kDetail,
+      absl::StrCat("all workers finished; waiting for the servers to exit "
+                   "(at most --shutdown_timeout=",
+                   absl::FormatDuration(spec_.shutdown_timeout), ")"));
   const absl::Time deadline = absl::Now() + spec_.shutdown_timeout;
+  const absl::Time quiet_until = absl::Now() + kQuietWait;
+  bool said_waiting = false;
   while (true) {
     const int64_t seen = Events();
-    if (absl::Status status = CheckForFailure(Phase::kShutdown); !status.ok()) {
+    if (absl::Status status = HandleExits(Phase::kShutdown); !status.ok()) {
       return status;
     }
     if (AllExited(/*servers=*/true)) return absl::OkStatus();
-    if (absl::Now() >= deadline) {
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
       std::vector<std::string> running;
       for (const Child& child : children_) {
-        if (child.is_server && !child.process->TryWait().has_value()) {
-          running.push_back(child.name);
+        if (child.id.is_server && !child.process->TryWait().has_value()) {
+          running.push_back(child.id.Name());
         }
       }
-      notes->push_back(
-          absl::StrCat(absl::StrJoin(running, ", "), " still running ",
-                       absl::FormatDuration(spec_.shutdown_timeout),
-                       " after the workers finished; stopped by the launcher"));
+      notes->push_back(absl::StrCat(
+          absl::StrJoin(running, ", "), " still running ",
+          absl::FormatDuration(spec_.shutdown_timeout),
+          " after the workers finished (--shutdown_timeout); stopped by the "
+          "launcher"));
       return absl::OkStatus();
     }
-    AwaitEvent(seen, deadline);
+    if (!said_waiting && now >= quiet_until) {
+      said_waiting = true;
+      Log(LaunchLevel::kNotice,
+          absl::StrCat("waiting for the servers to exit after the workers "
+                       "finished (at most --shutdown_timeout=",
+                       absl::FormatDuration(spec_.shutdown_timeout), ")"));
+    }
+    AwaitEvent(seen, std::min(deadline, said_waiting ? deadline : quiet_until));
   }
 }
 
@@ -308,19 +414,29 @@ void LocalCluster::StopAll() {
   }
   bool any_running = false;
   for (Child& child : children_) {
-    if (child.process->TryWait().has_value()) continue;
+    child.restart_at.reset();
+    if (child.process == nullptr || child.process->TryWait().has_value()) {
+      continue;
+    }
     child.stopped_by_launcher = true;
     any_running = true;
     child.process->Kill(signal).IgnoreError();  // Killed below if need be.
   }
   if (!any_running) return;
-  Log(absl::StrCat("stopping the remaining processes (signal ", signal,
-                   ", SIGKILL after ", absl::FormatDuration(spec_.kill_grace),
-                   ")"));
+  Log(LaunchLevel::kDetail,
+      absl::StrCat("stopping the remaining processes (signal ", signal,
+                   ", SIGKILL after --kill_grace=",
+                   absl::FormatDuration(spec_.kill_grace), ")"));
   const absl::Time deadline = absl::Now() + spec_.kill_grace;
   while (absl::Now() < deadline) {
     const int64_t seen = Events();
-    if (AllExited(true) && AllExited(false)) break;
+    bool all_exited = true;
+    for (Child& child : children_) {
+      if (child.process != nullptr && !child.process->TryWait().has_value()) {
+        all_exited = false;
+      }
+    }
+    if (all_exited) break;
     {
       absl::MutexLock lock(&mu_);
       if (kill_now_) break;
@@ -328,41 +444,55 @@ void LocalCluster::StopAll() {
     AwaitEvent(seen, deadline);
   }
   for (Child& child : children_) {
-    if (!child.process->TryWait().has_value()) {
+    if (child.process != nullptr && !child.process->TryWait().has_value()) {
       child.process->Kill(SIGKILL).IgnoreError();
     }
   }
-  for (Child& child : children_) child.process->Wait();
+  for (Child& child : children_) {
+    if (child.process != nullptr) child.process->Wait();
+  }
 }
 
 ClusterResult LocalCluster::Run() {
-  const absl::Time start = absl::Now();
   ClusterResult result;
   children_.reserve(spec_.num_servers + spec_.num_workers);
   absl::StatusOr<std::unique_ptr<TempDir>> work_dir =
       TempDir::Create(spec_.temp_root);
   absl::Status status = work_dir.status();
-  std::vector<std::string> addresses;
-  if (status.ok()) status = StartServers((*work_dir)->path(), &addresses);
-  if (status.ok()) status = StartWorkers(addresses);
+  if (status.ok()) {
+    work_dir_ = (*work_dir)->path();
+    status = StartServers(&addresses_);
+  }
+  if (status.ok()) {
+    Log(LaunchLevel::kNotice,
+        absl::StrCat(
+            spec_.num_servers, " server", spec_.num_servers == 1 ? "" : "s",
+            " listening on ", absl::StrJoin(addresses_, ", "), "; starting ",
+            spec_.num_workers, " worker", spec_.num_workers == 1 ? "" : "s"));
+    status = StartWorkers();
+  }
   if (status.ok()) status = AwaitWorkers();
   if (status.ok()) {
     if (spec_.stop_servers_after_workers) {
-      Log("all workers finished; stopping the servers");
+      Log(LaunchLevel::kDetail, "all workers finished; stopping the servers");
     } else {
       status = AwaitServerExit(&result.notes);
     }
   }
-  if (!status.ok()) Log(absl::StrCat("stopping: ", status.message()));
+  if (!status.ok()) {
+    Log(absl::IsCancelled(status) ? LaunchLevel::kNotice : LaunchLevel::kError,
+        absl::StrCat("stopping: ", status.message()));
+  }
   StopAll();
 
   result.status = status;
   for (bool servers : {true, false}) {
     const int count = servers ? spec_.num_servers : spec_.num_workers;
     for (int i = 0; i < count; ++i) {
-      ProcessOutcome outcome{ChildName(servers, i), std::nullopt, false};
+      ProcessOutcome outcome{ProcessId{servers, i}.Name(), std::nullopt, false};
       for (const Child& child : children_) {
-        if (child.is_server == servers && child.index == i) {
+        if (child.id.is_server == servers && child.id.index == i &&
+            child.process != nullptr) {
           outcome.exit = child.process->Wait();
           outcome.stopped_by_launcher = child.stopped_by_launcher;
         }
@@ -372,10 +502,12 @@ ClusterResult LocalCluster::Run() {
   }
   // Destroying the children joins their threads: no callback runs after.
   children_.clear();
+  result.restarts = restarts_;
+  result.max_restarts = spec_.max_restarts;
   absl::MutexLock lock(&mu_);
   result.stop_signal = stop_signal_;
   result.final_test_accuracy = final_test_accuracy_;
-  result.elapsed = absl::Now() - start;
+  result.elapsed = absl::Now() - start_;
   return result;
 }
 

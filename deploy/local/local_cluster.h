@@ -14,7 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/subprocess.h"
-#include "deploy/local/line_writer.h"
+#include "deploy/local/cluster_output.h"
 
 namespace ps {
 
@@ -23,9 +23,11 @@ namespace ps {
 struct ClusterSpec {
   int num_servers = 1;
   int num_workers = 1;
-  // argv of server `index`; the server must write its port to `port_file`
-  // (PATH.tmp, then rename).
-  std::function<std::vector<std::string>(int index,
+  // argv of server `index`, listening on `port` (0: one of its choice, or a
+  // fixed one the command knows); the server must write its port to
+  // `port_file` (PATH.tmp, then rename). A restarted server is given the
+  // port it had, so that the workers find it again.
+  std::function<std::vector<std::string>(int index, int port,
                                          const std::string& port_file)>
       server_command;
   // argv of worker `rank`, given "host:port" of every server in index order.
@@ -51,6 +53,25 @@ struct ClusterSpec {
   absl::Duration kill_grace = absl::Seconds(5);
   // Parent of the run's temporary directory; empty: $TMPDIR or /tmp.
   std::string temp_root;
+  // Once the workers run, a process that fails (other than by exit code 2,
+  // bad configuration) is started again, up to this many restarts in all,
+  // after restart_backoff, doubled at each restart of the same process (at
+  // most kMaxRestartBackoff). 0: the first failure ends the job.
+  int max_restarts = 0;
+  absl::Duration restart_backoff = absl::Seconds(1);
+  // Servers are restarted too (they must restore from checkpoints, or a
+  // restarted one would hold no model).
+  bool restart_servers = false;
+};
+
+inline constexpr absl::Duration kMaxRestartBackoff = absl::Seconds(30);
+
+// One restart the launcher made.
+struct RestartRecord {
+  std::string name;    // "worker 1".
+  std::string reason;  // "killed by signal 9 (SIGKILL)", with its last line.
+  absl::Duration at;   // Since the run started.
+  absl::Duration delay;
 };
 
 // How one process of the cluster ended.
@@ -74,16 +95,19 @@ struct ClusterResult {
   absl::Duration elapsed;
   // Things worth telling that are not failures.
   std::vector<std::string> notes;
+  // Every restart, in order.
+  std::vector<RestartRecord> restarts;
+  int max_restarts = 0;
 
   // 0 on success, 128 + signal when stopped by one, 1 otherwise.
   int ExitCode() const;
 };
 
 // Runs one training job as local processes: starts the servers, waits for
-// their port files, starts the workers with the server list, streams every
-// line of every child with a "[server 0] " / "[worker 1] " prefix, and stops
-// everything when the workers are done, when one process fails, or on
-// RequestStop.
+// their port files, starts the workers with the server list, hands every
+// line of every child to `out`, restarts processes that fail while the
+// workers run (ClusterSpec::max_restarts), and stops everything when the
+// workers are done, when a failure is final, or on RequestStop.
 //
 // Thread-safety: Run() is called once, from one thread; RequestStop() may be
 // called from any thread at any time (e.g. a signal-handling thread). Owns
@@ -91,7 +115,7 @@ struct ClusterResult {
 // outlive the cluster.
 class LocalCluster {
  public:
-  LocalCluster(ClusterSpec spec, LineWriter* out);
+  LocalCluster(ClusterSpec spec, ClusterOutput* out);
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
 
@@ -103,47 +127,58 @@ class LocalCluster {
 
  private:
   struct Child {
-    std::string name;
-    bool is_server = false;
-    int index = 0;
+    ProcessId id;
     std::unique_ptr<Subprocess> process;
+    int generation = 0;  // Starts so far, minus one.
+    // The current process exited and that was handled (not a failure, or
+    // one that a restart will mend).
+    bool exited = false;
+    std::optional<absl::Time> restart_at;  // A restart is due then.
+    int port = 0;                          // Servers, once known.
     bool stopped_by_launcher = false;
   };
   // Decides which exits are failures.
   enum class Phase { kStartup, kTraining, kShutdown };
 
-  absl::Status StartChild(
-      bool is_server, int index, std::vector<std::string> argv,
-      std::vector<std::pair<std::string, std::string>> env = {});
-  absl::Status StartServers(const std::string& work_dir,
-                            std::vector<std::string>* addresses);
-  absl::Status StartWorkers(const std::vector<std::string>& addresses);
+  absl::Status StartChild(size_t slot);
+  absl::Status StartServers(std::vector<std::string>* addresses);
+  absl::Status StartWorkers();
   absl::Status AwaitWorkers();
   absl::Status AwaitServerExit(std::vector<std::string>* notes);
   void StopAll();
 
-  // OK unless a child failed (for `phase`) or a stop was requested.
-  absl::Status CheckForFailure(Phase phase);
-  bool AllExited(bool servers);
+  // Handles exits not seen yet: schedules restarts, and returns the failure
+  // that ends the run (the first, ever after) or a requested stop.
+  absl::Status HandleExits(Phase phase);
+  // Starts the processes whose restart is due; sets `*next` to the earliest
+  // one still to come (InfiniteFuture if none).
+  absl::Status StartDueRestarts(absl::Time* next);
+  bool AllExited(bool servers) const;
   int64_t Events();
   // Blocks until the event count moves past `seen` or `deadline`.
   void AwaitEvent(int64_t seen, absl::Time deadline);
-  void Log(absl::string_view message);
-  void OnExit(int child, const std::string& name, const ExitStatus& status);
-  void OnLine(const std::string& prefix, bool is_worker0,
-              absl::string_view line);
+  void Log(LaunchLevel level, absl::string_view message);
+  void OnExit(int child, int generation, const std::string& name,
+              const ExitStatus& status);
+  void OnLine(const ProcessId& who, absl::string_view line);
 
   const ClusterSpec spec_;
-  LineWriter* const out_;
-  // Only the thread in Run() touches it (callbacks get copies of what they
-  // need).
+  ClusterOutput* const out_;
+  const absl::Time start_ = absl::Now();
+  // Only the thread in Run() touches these (callbacks get copies of what
+  // they need).
   std::vector<Child> children_;
+  std::string work_dir_;
+  std::vector<std::string> addresses_;
+  size_t exits_handled_ = 0;
+  absl::Status failure_;
+  std::vector<RestartRecord> restarts_;
 
   absl::Mutex mu_;
   // Counts child exits and stop requests; waiters wake when it moves.
   int64_t events_ ABSL_GUARDED_BY(mu_) = 0;
-  // Children (indexes into children_) in the order they exited.
-  std::vector<int> exit_order_ ABSL_GUARDED_BY(mu_);
+  // (child, generation) in the order they exited.
+  std::vector<std::pair<int, int>> exits_ ABSL_GUARDED_BY(mu_);
   int stop_signal_ ABSL_GUARDED_BY(mu_) = 0;
   bool kill_now_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<double> final_test_accuracy_ ABSL_GUARDED_BY(mu_);

@@ -59,7 +59,8 @@ ClusterSpec ShellCluster(int num_servers, std::vector<std::string> servers,
   ClusterSpec spec;
   spec.num_servers = num_servers;
   spec.num_workers = num_workers;
-  spec.server_command = [servers](int index, const std::string& port_file) {
+  spec.server_command = [servers](int index, int /*port*/,
+                                  const std::string& port_file) {
     const std::string& script =
         servers[std::min<size_t>(index, servers.size() - 1)];
     return std::vector<std::string>{"/bin/sh", "-c",      script,
@@ -94,7 +95,7 @@ class Output {
           lines_.emplace_back(line);
           if (on_line_) on_line_(line);
         }) {}
-  LineWriter* writer() { return &writer_; }
+  ClusterOutput* writer() { return &streamed_; }
   std::vector<std::string> lines() {
     absl::MutexLock lock(&mu_);
     return lines_;
@@ -109,6 +110,7 @@ class Output {
   std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
   std::function<void(absl::string_view)> on_line_ ABSL_GUARDED_BY(mu_);
   LineWriter writer_;
+  StreamedOutput streamed_{&writer_};
 };
 
 const ProcessOutcome& Find(const ClusterResult& result,
@@ -260,7 +262,7 @@ TEST(LocalClusterTest, RejectsMalformedPortFile) {
 TEST(LocalClusterTest, NamesTheProcessThatCannotStart) {
   Output output;
   ClusterSpec spec = ShellCluster(1, {"true"}, 1, {"true"});
-  spec.server_command = [](int, const std::string&) {
+  spec.server_command = [](int, int, const std::string&) {
     return std::vector<std::string>{"/nonexistent/server"};
   };
   LocalCluster cluster(std::move(spec), output.writer());
@@ -353,6 +355,75 @@ TEST(LocalClusterTest, IgnoredStopSignalIsFollowedBySigkill) {
   EXPECT_EQ(Find(result, "server 0").exit, ExitStatus::Signaled(SIGKILL));
   // Only a safety limit: the server was killed, not left to its sleep 1000.
   EXPECT_LT(result.elapsed, absl::Seconds(30));
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST(LocalClusterTest, FailedWorkerIsRestartedAndServerGetsItsPortBack) {
+  Output output;
+  const std::string done = DoneDir("restart_done");
+  // Worker 1 dies by SIGKILL on its first start only; server 0 dies once,
+  // and its restart must be given its port.
+  const std::string marker =
+      absl::StrCat(done, "/../restart_marker.", getpid());
+  const std::string server_marker = marker + ".server";
+  ClusterSpec spec = ShellCluster(
+      1,
+      {ServerScript(absl::StrCat(
+          // Dies once, while the workers run (worker 1 made its marker);
+          // back, it says so, and which port it was given.
+          "until [ -e ", marker, " ]; do sleep 0.02; done; if [ ! -e ",
+          server_marker, " ]; then touch ", server_marker,
+          "; kill -9 $$; fi; echo \"port $3\"; touch ", server_marker,
+          ".back; while [ $(ls ", done,
+          " | wc -l) -lt 2 ]; do sleep 0.02; done"))},
+      2,
+      {WorkerThenDone(done, "true"),
+       // Dies on its first start; restarted, waits for the server's restart.
+       WorkerThenDone(
+           done, absl::StrCat("if [ ! -e ", marker, " ]; then touch ", marker,
+                              "; kill -9 $$; fi; until [ -e ", server_marker,
+                              ".back ]; do sleep "
+                              "0.02; done"))});
+  // The stand-in server prints the port it was given ($3).
+  spec.server_command = [inner = spec.server_command](
+                            int index, int port, const std::string& port_file) {
+    std::vector<std::string> argv = inner(index, port, port_file);
+    argv.push_back(absl::StrCat(port));
+    return argv;
+  };
+  spec.max_restarts = 2;
+  spec.restart_backoff = absl::Milliseconds(10);
+  spec.restart_servers = true;
+  LocalCluster cluster(std::move(spec), output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_TRUE(result.status.ok()) << result.status;
+  ASSERT_EQ(result.restarts.size(), 2u);
+  std::vector<std::string> names = {result.restarts[0].name,
+                                    result.restarts[1].name};
+  std::sort(names.begin(), names.end());
+  EXPECT_THAT(names, ::testing::ElementsAre("server 0", "worker 1"));
+  for (const RestartRecord& restart : result.restarts) {
+    EXPECT_THAT(restart.reason, HasSubstr("killed by signal 9"));
+  }
+  EXPECT_THAT(output.lines(), Contains("[server 0] port 4000"));
+}
+
+TEST(LocalClusterTest, BadConfigurationIsNotRestarted) {
+  Output output;
+  ClusterSpec spec = ShellCluster(1, {ServerScript("exec sleep 1000")}, 1,
+                                  {"echo 'bad flag'; exit 2"});
+  spec.max_restarts = 3;
+  LocalCluster cluster(std::move(spec), output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_TRUE(result.restarts.empty());
+  EXPECT_THAT(result.status.message(),
+              HasSubstr("worker 0 exited with code 2: bad flag (exit code 2: "
+                        "bad configuration, not restarted)"));
 }
 
 }  // namespace

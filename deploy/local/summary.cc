@@ -57,6 +57,20 @@ std::vector<std::string> SummaryLines(const ClusterResult& result) {
     }
     lines.push_back(absl::StrCat(process.name, ": ", how));
   }
+  if (result.restarts.empty()) {
+    lines.push_back(absl::StrCat(
+        "restarts: none (--max_restarts=", result.max_restarts, ")"));
+  } else {
+    lines.push_back(absl::StrCat("restarts: ", result.restarts.size(),
+                                 " of --max_restarts=", result.max_restarts));
+    for (const RestartRecord& restart : result.restarts) {
+      lines.push_back(absl::StrCat(
+          "  ", restart.name, " at ",
+          absl::FormatDuration(absl::Trunc(restart.at, absl::Seconds(1))),
+          ", after ", absl::FormatDuration(restart.delay), ": ",
+          restart.reason));
+    }
+  }
   for (const std::string& note : result.notes) {
     lines.push_back(absl::StrCat("note: ", note));
   }

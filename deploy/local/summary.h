@@ -16,7 +16,8 @@ namespace ps {
 std::optional<double> ParseFinalTestAccuracy(absl::string_view line);
 
 // What the launcher prints when the run is over: the outcome, wall time,
-// final test accuracy (or that none was reported) and how each process ended.
+// final test accuracy (or that none was reported), how each process ended
+// and every restart with its reason.
 std::vector<std::string> SummaryLines(const ClusterResult& result);
 
 }  // namespace ps
