@@ -27,7 +27,7 @@ def cpp_job(tmp_path_factory):
     out = tmp_path_factory.mktemp("cpp")
     python_launch.run_cpp_worker(
         ["--num_servers=2", "--num_workers=1", "--model=" + MODEL,
-         "--epochs=1", "--worker_flags=--max_steps=6",
+         "--epochs=1", "--max_steps=6",
          "--save_model=%s" % (out / "worker.model"),
          "--checkpoint_dir=%s" % (out / "checkpoints")])
     return out

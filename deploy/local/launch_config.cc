@@ -57,7 +57,7 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
            CheckRange("batch_size", config.batch_size, 1, 1 << 20),
            CheckOneOf("mode", config.mode, {"sync", "ssp", "async"}),
            CheckRange("staleness", config.staleness, 0, 1000000),
-           CheckOneOf("optimizer", config.optimizer, {"adam", "sgd"}),
+           CheckOneOf("optimizer", config.optimizer, {"", "adam", "sgd"}),
            CheckRange("seed", config.seed, 0, INT64_MAX),
            CheckOneOf("device", config.device, {"auto", "cpu", "cuda"}),
            CheckPositive("startup_timeout", config.startup_timeout),
@@ -243,8 +243,10 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
       absl::StrCat("--port_file=", port_file),
       absl::StrCat("--mode=", config.mode),
       absl::StrCat("--staleness=", config.staleness),
-      absl::StrCat("--optimizer=", config.optimizer),
   };
+  if (!config.optimizer.empty()) {
+    argv.push_back(absl::StrCat("--optimizer=", config.optimizer));
+  }
   if (config.learning_rate > 0) {
     argv.push_back(absl::StrCat("--learning_rate=", config.learning_rate));
   }

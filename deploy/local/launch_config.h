@@ -26,7 +26,10 @@ struct LaunchConfig {
   int batch_size = 64;
   std::string mode = "sync";
   int staleness = 0;
-  std::string optimizer = "adam";
+  // adam or sgd; empty: not forwarded, so that the servers take what the
+  // program declares (paramserver.torch declares the optimizer it wraps),
+  // else their own default.
+  std::string optimizer;
   double learning_rate = 0;  // 0: not forwarded (the server's default).
   // constant or cosine (decays over the planned steps); the server's default.
   std::string lr_schedule = "constant";

@@ -89,6 +89,7 @@ TEST(LaunchConfigTest, ServerArgvCarriesClusterAndTrainingFlags) {
   LaunchConfig config = ValidConfig();
   config.mode = "ssp";
   config.staleness = 2;
+  config.optimizer = "adam";
   config.learning_rate = 0.01;
   config.extra_server_flags = {"--momentum=0.5"};
   EXPECT_THAT(

@@ -70,7 +70,10 @@ ABSL_FLAG(std::string, mode, "sync", "Consistency: sync|ssp|async.");
 ABSL_FLAG(int, staleness, 0,
           "--mode=ssp: how many steps a worker may lead the slowest (>= 1; "
           "needed with ssp).");
-ABSL_FLAG(std::string, optimizer, "adam", "adam|sgd.");
+ABSL_FLAG(std::string, optimizer, "",
+          "adam|sgd; empty: what the training program declares (a "
+          "paramserver.torch script declares the optimizer it wraps), else "
+          "the servers' default, adam.");
 ABSL_FLAG(std::string, lr_schedule, "constant",
           "constant (the servers' default), or cosine: the servers decay the "
           "learning rate to 0 over the planned steps (./run.sh's main job).");
