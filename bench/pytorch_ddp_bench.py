@@ -7,7 +7,7 @@ on this machine, each process on one thread:
 
   single  one process, a plain PyTorch loop: the per-step baseline
   ddp     DistributedDataParallel, gloo backend, 2 processes, 127.0.0.1
-  ours    deploy/local/launch --num_servers=2 --num_workers=2 (sync),
+  ours    deploy/local/launch --num_servers=N --num_workers=2 (sync),
           paramserver.torch's DistributedOptimizer, Adam on the servers
 
 Each reports steps per second over --steps steps after --warmup; the bench
@@ -39,6 +39,8 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--num_servers", type=int, default=2,
+                   help="parameter servers of ours")
     p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--bazel_bin", default=os.path.join(ROOT, "bazel-bin"))
     return p.parse_args()
@@ -194,7 +196,8 @@ def measure_ddp(args):
 def measure_ours(args):
     env = environment(args)
     argv = [os.path.join(args.bazel_bin, "deploy", "local", "launch"),
-            "--num_servers=2", "--num_workers=2", "--"] + worker_argv(
+            "--num_servers=%d" % args.num_servers, "--num_workers=2",
+            "--"] + worker_argv(
                 args, "ours")
     return result_of(run(argv, env, "ours"), "ours")
 
