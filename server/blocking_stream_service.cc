@@ -3,7 +3,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "grpc/support/time.h"
+#include "spdlog/spdlog.h"
 
 namespace ps::server {
 namespace {
@@ -23,16 +25,19 @@ class CallStream final : public ByteStream {
  public:
   CallStream(grpc::GenericServerContext& context,
              grpc::GenericServerAsyncReaderWriter& stream,
-             grpc::CompletionQueue& queue)
-      : context_(context), stream_(stream), queue_(queue) {}
+             grpc::CompletionQueue& queue, absl::Duration idle_timeout)
+      : context_(context),
+        stream_(stream),
+        queue_(queue),
+        idle_timeout_(idle_timeout) {}
 
   bool Read(grpc::ByteBuffer* message) override {
     stream_.Read(message, &kReadTag);
-    return Await(&kReadTag);
+    return AwaitUnlessIdle(&kReadTag);
   }
   bool Write(const grpc::ByteBuffer& message) override {
     stream_.Write(message, &kWriteTag);
-    return Await(&kWriteTag);
+    return AwaitUnlessIdle(&kWriteTag);
   }
   bool IsCancelled() override {
     // The context may be asked only once the done tag came, which before
@@ -55,6 +60,34 @@ class CallStream final : public ByteStream {
   }
 
  private:
+  // Await, but a peer that sends nothing (Read) or takes nothing (Write)
+  // for idle_timeout_ has its call cancelled: it would hold a thread, and
+  // what the call staged, for as long as it likes.
+  bool AwaitUnlessIdle(void* tag) {
+    if (idle_timeout_ == absl::InfiniteDuration()) return Await(tag);
+    const auto deadline = absl::ToChronoTime(absl::Now() + idle_timeout_);
+    void* got = nullptr;
+    bool ok = false;
+    for (;;) {
+      switch (queue_.AsyncNext(&got, &ok, deadline)) {
+        case grpc::CompletionQueue::GOT_EVENT:
+          if (got == &kDoneTag) done_ = true;
+          if (got == tag) return ok;
+          break;
+        case grpc::CompletionQueue::TIMEOUT:
+          spdlog::warn(
+              "cancelled a {} call of {}: idle for {} (--stream_idle_timeout)",
+              context_.method(), context_.peer(),
+              absl::FormatDuration(idle_timeout_));
+          context_.TryCancel();  // The operation completes, not ok.
+          Await(tag);
+          return false;
+        case grpc::CompletionQueue::SHUTDOWN:
+          return false;
+      }
+    }
+  }
+
   // Waits for `tag`; returns its `ok`.
   bool Await(void* tag) {
     void* got = nullptr;
@@ -69,6 +102,7 @@ class CallStream final : public ByteStream {
   grpc::GenericServerContext& context_;
   grpc::GenericServerAsyncReaderWriter& stream_;
   grpc::CompletionQueue& queue_;
+  const absl::Duration idle_timeout_;
   bool done_ = false;
 };
 
@@ -88,8 +122,9 @@ struct BlockingStreamService::Call {
   }
 };
 
-BlockingStreamService::BlockingStreamService(int max_threads)
-    : max_threads_(max_threads) {}
+BlockingStreamService::BlockingStreamService(int max_threads,
+                                             absl::Duration idle_timeout)
+    : max_threads_(max_threads), idle_timeout_(idle_timeout) {}
 
 BlockingStreamService::~BlockingStreamService() { Shutdown(); }
 
@@ -170,7 +205,7 @@ void BlockingStreamService::ThreadLoop() {
 }
 
 void BlockingStreamService::Serve(Call& call, bool refuse) {
-  CallStream stream(call.context, call.stream, call.queue);
+  CallStream stream(call.context, call.stream, call.queue, idle_timeout_);
   const auto it = handlers_.find(call.context.method());
   if (it == handlers_.end()) {
     stream.Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, ""));

@@ -10,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -58,7 +59,10 @@ using StreamHandler = std::function<grpc::Status(ByteStream& stream)>;
 // three). Thread-safe once started.
 class BlockingStreamService {
  public:
-  explicit BlockingStreamService(int max_threads);
+  // A call whose peer sends or takes no message for `idle_timeout` is
+  // cancelled (its Read or Write returns false).
+  explicit BlockingStreamService(
+      int max_threads, absl::Duration idle_timeout = absl::InfiniteDuration());
   // Shuts down if started; see Shutdown.
   ~BlockingStreamService();
 
@@ -88,6 +92,7 @@ class BlockingStreamService {
   void Serve(Call& call, bool refuse);
 
   const int max_threads_;
+  const absl::Duration idle_timeout_;
   // Written before Start only.
   std::map<std::string, StreamHandler> handlers_;
   grpc::AsyncGenericService service_;

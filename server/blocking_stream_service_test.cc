@@ -37,8 +37,10 @@ std::string Text(const grpc::ByteBuffer& message) {
 
 class BlockingStreamServiceTest : public ::testing::Test {
  protected:
-  void Start(int max_threads) {
-    service_ = std::make_unique<BlockingStreamService>(max_threads);
+  void Start(int max_threads,
+             absl::Duration idle_timeout = absl::InfiniteDuration()) {
+    service_ =
+        std::make_unique<BlockingStreamService>(max_threads, idle_timeout);
     // Sends back each message, then "end".
     service_->Handle(kEcho, [](ByteStream& stream) {
       grpc::ByteBuffer message;
@@ -150,6 +152,20 @@ TEST_F(BlockingStreamServiceTest, HandlerSeesTheClientCancel) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
   // The handler saw it too and gave its thread back: Shutdown (in TearDown)
   // would wait for ever otherwise.
+}
+
+TEST_F(BlockingStreamServiceTest, AnIdlePeersCallIsCancelled) {
+  Start(0, absl::Milliseconds(100));
+  grpc::ClientContext context;
+  ByteStreamCall call(stub_.get(), kEcho, &context);
+  // One message answered, then nothing: the server gives up on the call
+  // (it would otherwise hold a thread for as long as the peer likes).
+  ASSERT_TRUE(call.Write(Message("a")));
+  grpc::ByteBuffer answer;
+  ASSERT_TRUE(call.Read(&answer));
+  EXPECT_EQ(Text(answer), "a");
+  EXPECT_FALSE(call.Read(&answer));
+  EXPECT_EQ(call.Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
 
 TEST_F(BlockingStreamServiceTest, CallsBeyondTheThreadBoundAreRefused) {

@@ -56,7 +56,7 @@ ParameterService::ParameterService(ShardHost* host,
       options_(options),
       stats_(options.metrics),
       calls_(options.num_workers, options.max_calls_per_rank),
-      streams_(options.max_threads) {
+      streams_(options.max_threads, options.stream_idle_timeout) {
   streams_.Handle(MethodPath("Pull"),
                   [this](ByteStream& stream) { return PullBytes(stream); });
   streams_.Handle(MethodPath("Push"),

@@ -40,6 +40,9 @@ struct ServiceOptions {
   // Pulls and pushes served at once, each on a thread of the service (0: no
   // bound); a call beyond gets RESOURCE_EXHAUSTED.
   int max_threads = 0;
+  // A streaming call whose peer sends or takes nothing for this long is
+  // cancelled (--stream_idle_timeout).
+  absl::Duration stream_idle_timeout = absl::InfiniteDuration();
   // --non_finite_gradients=refuse: a push holding a NaN or an infinity is
   // refused whole (one more read of every pushed byte). Else it is taken,
   // and the update leaves those elements as they were.

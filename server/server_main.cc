@@ -140,6 +140,12 @@ ABSL_FLAG(int, max_calls_per_rank, 8,
           "Most pulls and pushes one worker rank may have open at once "
           "(a worker holds a push-and-pull stream and at times a pull); "
           "beyond, RESOURCE_EXHAUSTED. 0: no bound.");
+ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Seconds(120),
+          "A pull, push or push-and-pull whose client sends or takes no "
+          "message for this long is cancelled, so that a client that leaves "
+          "a call half-done does not hold a thread and what it staged for "
+          "ever. A worker's stream waits at most for one layer's backward "
+          "pass between messages.");
 ABSL_FLAG(std::string, job_id, "",
           "The job this server belongs to: requests of another job are "
           "refused, so two jobs whose addresses overlap cannot mix their "
@@ -206,6 +212,7 @@ struct ServerConfig {
   bool refuse_non_finite = true;
   int max_threads = 0;
   int max_calls_per_rank = 8;
+  absl::Duration stream_idle_timeout;
   int signal_exit_code = 0;
   ServerAuth auth;
   int health_port = -1;  // -1: none.
@@ -394,6 +401,12 @@ absl::StatusOr<ServerConfig> ConfigFromFlags() {
   c.max_calls_per_rank = absl::GetFlag(FLAGS_max_calls_per_rank);
   if (c.max_calls_per_rank < 0 || c.max_calls_per_rank > 10000) {
     return OutOfRange("max_calls_per_rank", c.max_calls_per_rank, 0, 10000);
+  }
+  c.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
+  if (absl::Status s =
+          CheckDuration("stream_idle_timeout", c.stream_idle_timeout);
+      !s.ok()) {
+    return s;
   }
   c.job_id = absl::GetFlag(FLAGS_job_id);
   if (absl::Status s = ValidateJobId(c.job_id); !s.ok()) {
@@ -660,6 +673,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   service_options.job_id = config.job_id;
   service_options.refuse_non_finite = config.refuse_non_finite;
   service_options.max_calls_per_rank = config.max_calls_per_rank;
+  service_options.stream_idle_timeout = config.stream_idle_timeout;
   service_options.metrics = metrics.get();
   service_options.max_threads = config.max_threads;
   // Leave room for the message's other fields.

@@ -364,6 +364,22 @@ TEST_F(HostilePeerTest, ValuesNoWorkerSendsAreRefusedAndTheRankGoesOn) {
   EXPECT_EQ(after.version, before_.version + 1);
 }
 
+TEST_F(HostilePeerTest, AHalfSentPushIsCancelledOnceIdle) {
+  StartServer("async", {"--stream_idle_timeout=1s"});
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
+  ByteStreamCall call(generic_.get(), Method("Push"), &context);
+  // The first tensor of four, then nothing.
+  ASSERT_TRUE(call.Write(PushMessage(PushFields(), 0, Gradients(0.01f)[0])));
+  grpc::ByteBuffer response;
+  EXPECT_FALSE(call.Read(&response));
+  const grpc::Status status = call.Finish();
+  ExpectRefusedRow("resources", "push sending 1 of 4 tensors, then idle",
+                   status, {grpc::StatusCode::CANCELLED}, "");
+  // Rank 1's real push goes through.
+  ASSERT_TRUE(Push(PushFields(), Gradients(0.01f)).ok());
+}
+
 TEST_F(HostilePeerTest, MalformedRequestsAreRefusedNamingTheProblem) {
   StartServer("async");
   {
