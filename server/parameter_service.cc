@@ -48,6 +48,30 @@ absl::Status Prefixed(absl::string_view what, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
 
+// Reads a unary call's one request, answers it with `handle`'s response.
+// A request that does not parse is refused as INVALID_ARGUMENT naming its
+// type, where gRPC's own parsing answers INTERNAL with no message.
+template <typename Request, typename Response, typename Handle>
+grpc::Status ServeUnary(ByteStream& stream, Handle handle) {
+  grpc::ByteBuffer message;
+  Request request;
+  if (!stream.Read(&message)) {
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("the call carried no ", Request::descriptor()->name()));
+  }
+  if (absl::Status s = ParseMessage(message, &request); !s.ok()) {
+    return ToGrpcStatus(s);  // InvalidArgument naming the message's type.
+  }
+  Response response;
+  grpc::Status status = handle(request, &response);
+  if (status.ok() && !stream.Write(SerializeMessage(response))) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "the client went away before the answer");
+  }
+  return status;
+}
+
 }  // namespace
 
 ParameterService::ParameterService(ShardHost* host,
@@ -63,27 +87,60 @@ ParameterService::ParameterService(ShardHost* host,
                   [this](ByteStream& stream) { return PushBytes(stream); });
   streams_.Handle(MethodPath("PushPull"),
                   [this](ByteStream& stream) { return PushPullBytes(stream); });
+  streams_.Handle(MethodPath("Register"), [this](ByteStream& stream) {
+    return ServeUnary<proto::RegisterRequest, proto::RegisterResponse>(
+        stream, [this](const proto::RegisterRequest& request,
+                       proto::RegisterResponse* response) {
+          return Register(request, response);
+        });
+  });
+  streams_.Handle(MethodPath("Heartbeat"), [this](ByteStream& stream) {
+    return ServeUnary<proto::HeartbeatRequest, proto::HeartbeatResponse>(
+        stream, [this](const proto::HeartbeatRequest& request,
+                       proto::HeartbeatResponse* response) {
+          return Heartbeat(request, response);
+        });
+  });
+  streams_.Handle(MethodPath("Done"), [this](ByteStream& stream) {
+    return ServeUnary<proto::DoneRequest, proto::DoneResponse>(
+        stream, [this](const proto::DoneRequest& request,
+                       proto::DoneResponse* response) {
+          return Done(request, response);
+        });
+  });
+  streams_.Handle(MethodPath("Barrier"), [this](ByteStream& stream) {
+    return ServeUnary<proto::BarrierRequest, proto::BarrierResponse>(
+        stream, [this, &stream](const proto::BarrierRequest& request,
+                                proto::BarrierResponse* /*response*/) {
+          return Barrier(request, stream);
+        });
+  });
+  streams_.Handle(MethodPath("Stats"), [this](ByteStream& stream) {
+    return ServeUnary<proto::StatsRequest, proto::StatsResponse>(
+        stream,
+        [this](const proto::StatsRequest& /*request*/,
+               proto::StatsResponse* response) { return Stats(response); });
+  });
 }
 
-grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
-                                        const proto::RegisterRequest* request,
+grpc::Status ParameterService::Register(const proto::RegisterRequest& request,
                                         proto::RegisterResponse* response) {
   // Everything but the fingerprint, which the declaration gives.
-  ShardIdentity before_declaration{request->header().partition_fingerprint(),
+  ShardIdentity before_declaration{request.header().partition_fingerprint(),
                                    options_.server_index, options_.num_workers,
                                    options_.job_id};
   if (absl::Status s = ValidateRequestHeader(
-          RequestHeaderFromProto(request->header()), before_declaration);
+          RequestHeaderFromProto(request.header()), before_declaration);
       !s.ok()) {
     return ToGrpcStatus(Prefixed("register refused", s));
   }
-  const int rank = request->header().worker_rank();
-  absl::StatusOr<ModelSpec> model = ModelSpecFromProto(request->declaration());
+  const int rank = request.header().worker_rank();
+  absl::StatusOr<ModelSpec> model = ModelSpecFromProto(request.declaration());
   absl::StatusOr<DeclaredShard*> shard =
       model.ok() ? host_->Declare(rank, *model) : model.status();
   if (shard.ok()) {
     absl::Status s = ValidateRequestHeader(
-        RequestHeaderFromProto(request->header()), (*shard)->identity);
+        RequestHeaderFromProto(request.header()), (*shard)->identity);
     if (s.ok() && rank != 0 && (*shard)->store->awaiting_initial_values()) {
       s = absl::UnavailableError(absl::StrCat(
           "rank ", rank, " must wait: rank 0 has not sent the values of ",
@@ -100,13 +157,13 @@ grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
   }
   UpdateCoordinator& coordinator = *(*shard)->coordinator;
   absl::StatusOr<RankProgress> registered = coordinator.Register(
-      rank, request->incarnation(), request->planned_steps());
+      rank, request.incarnation(), request.planned_steps());
   if (!registered.ok()) {
     spdlog::warn("worker {} (incarnation {}) refused: {}", rank,
-                 request->incarnation(), registered.status().ToString());
+                 request.incarnation(), registered.status().ToString());
     return ToGrpcStatus(Prefixed("register refused", registered.status()));
   }
-  stats_.RecordRegistration(rank, request->incarnation());
+  stats_.RecordRegistration(rank, request.incarnation());
   const RankProgress& progress = *registered;
   response->set_mode(ConsistencyModeToProto(coordinator.options().mode));
   response->set_num_workers(coordinator.options().num_workers);
@@ -117,8 +174,8 @@ grpc::Status ParameterService::Register(grpc::ServerContext* /*context*/,
   spdlog::info(
       "worker {} registered (incarnation {}, planned steps {}), next step {}, "
       "epoch {}, examples_done {}",
-      rank, request->incarnation(), request->planned_steps(),
-      progress.next_step, progress.epoch, progress.examples_done);
+      rank, request.incarnation(), request.planned_steps(), progress.next_step,
+      progress.epoch, progress.examples_done);
   return grpc::Status::OK;
 }
 
@@ -346,28 +403,26 @@ grpc::Status ParameterService::PushPullBytes(ByteStream& stream) {
   return AnswerPull(pull, stream, absl::Now());
 }
 
-grpc::Status ParameterService::Heartbeat(grpc::ServerContext* /*context*/,
-                                         const proto::HeartbeatRequest* request,
+grpc::Status ParameterService::Heartbeat(const proto::HeartbeatRequest& request,
                                          proto::HeartbeatResponse* response) {
-  absl::StatusOr<DeclaredShard*> shard =
-      Admit(request->header(), "a heartbeat");
+  absl::StatusOr<DeclaredShard*> shard = Admit(request.header(), "a heartbeat");
   if (!shard.ok()) {
     return ToGrpcStatus(Prefixed("heartbeat refused", shard.status()));
   }
   UpdateCoordinator& coordinator = *(*shard)->coordinator;
   // The request's own field, else the header's (the same when both set).
-  const uint64_t incarnation = request->incarnation() != 0
-                                   ? request->incarnation()
-                                   : request->header().incarnation();
+  const uint64_t incarnation = request.incarnation() != 0
+                                   ? request.incarnation()
+                                   : request.header().incarnation();
   // A heartbeat keeps a rank alive, and steps wait for live ranks: only the
   // process that registered may send it.
   if (absl::Status s = coordinator.CheckRegistered(
-          request->header().worker_rank(), incarnation);
+          request.header().worker_rank(), incarnation);
       !s.ok()) {
     return ToGrpcStatus(Prefixed("heartbeat refused", s));
   }
   absl::StatusOr<uint64_t> version = coordinator.Heartbeat(
-      request->header().worker_rank(), incarnation, request->clock());
+      request.header().worker_rank(), incarnation, request.clock());
   if (!version.ok()) {
     return ToGrpcStatus(Prefixed("heartbeat refused", version.status()));
   }
@@ -375,19 +430,18 @@ grpc::Status ParameterService::Heartbeat(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterService::Done(grpc::ServerContext* /*context*/,
-                                    const proto::DoneRequest* request,
+grpc::Status ParameterService::Done(const proto::DoneRequest& request,
                                     proto::DoneResponse* /*response*/) {
-  absl::StatusOr<DeclaredShard*> shard = Admit(request->header(), "done");
+  absl::StatusOr<DeclaredShard*> shard = Admit(request.header(), "done");
   if (!shard.ok()) {
     return ToGrpcStatus(Prefixed("done refused", shard.status()));
   }
   UpdateCoordinator& coordinator = *(*shard)->coordinator;
-  const int rank = request->header().worker_rank();
+  const int rank = request.header().worker_rank();
   // Done ends a rank's part for good, and the job once every rank said it:
   // only the process that registered may say it.
   if (absl::Status s =
-          coordinator.CheckRegistered(rank, request->header().incarnation());
+          coordinator.CheckRegistered(rank, request.header().incarnation());
       !s.ok()) {
     spdlog::warn("done refused: {}", s.ToString());
     return ToGrpcStatus(Prefixed("done refused", s));
@@ -398,25 +452,22 @@ grpc::Status ParameterService::Done(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterService::Barrier(grpc::ServerContext* context,
-                                       const proto::BarrierRequest* request,
-                                       proto::BarrierResponse* /*response*/) {
-  absl::StatusOr<DeclaredShard*> shard = Admit(request->header(), "a barrier");
+grpc::Status ParameterService::Barrier(const proto::BarrierRequest& request,
+                                       ByteStream& stream) {
+  absl::StatusOr<DeclaredShard*> shard = Admit(request.header(), "a barrier");
   if (!shard.ok()) {
     return ToGrpcStatus(Prefixed("barrier refused", shard.status()));
   }
   absl::Status reached = (*shard)->coordinator->AwaitBarrier(
-      request->header().worker_rank(), request->header().incarnation(),
-      request->generation(), [context] { return context->IsCancelled(); });
+      request.header().worker_rank(), request.header().incarnation(),
+      request.generation(), [&stream] { return stream.IsCancelled(); });
   if (!reached.ok()) {
     return ToGrpcStatus(Prefixed("barrier failed", reached));
   }
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterService::Stats(grpc::ServerContext* /*context*/,
-                                     const proto::StatsRequest* /*request*/,
-                                     proto::StatsResponse* response) {
+grpc::Status ParameterService::Stats(proto::StatsResponse* response) {
   if (const DeclaredShard* shard = host_->get(); shard != nullptr) {
     response->set_version(shard->coordinator->version());
   }

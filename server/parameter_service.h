@@ -62,10 +62,12 @@ struct ServiceOptions {
 // UNAVAILABLE, which they retry. Likewise while rank 0's initial values of
 // kFromRank0 tensors are missing: rank 0 may then only push them.
 //
-// Pull, Push and PushPull carry tensor bytes, so they are served by
-// stream_service() (register it beside this service) as streams of raw
-// messages, serialized and parsed with common/chunk_wire.h: a push's bytes
-// stay in the received buffers, where the update reads them
+// Every method is served by stream_service() (register it beside this
+// service) as a stream of raw messages, parsed here, so that a malformed
+// request is refused as INVALID_ARGUMENT naming its type (gRPC's own
+// parsing answers INTERNAL with no message). Pull, Push and PushPull carry
+// tensor bytes, serialized and parsed with common/chunk_wire.h: a push's
+// bytes stay in the received buffers, where the update reads them
 // (SliceGradient), a pull's are sent from a shared version of the weights.
 // On the wire they are the proto's methods.
 //
@@ -76,32 +78,24 @@ struct ServiceOptions {
 // is signalled by the coordinator's on_finished. Destroy it after the
 // server shut down.
 class ParameterService final
-    : public proto::ParameterServer::WithGenericMethod_Pull<
-          proto::ParameterServer::WithGenericMethod_Push<
-              proto::ParameterServer::WithGenericMethod_PushPull<
-                  proto::ParameterServer::Service>>> {
+    : public proto::ParameterServer::WithGenericMethod_Register<
+          proto::ParameterServer::WithGenericMethod_Pull<
+              proto::ParameterServer::WithGenericMethod_Push<
+                  proto::ParameterServer::WithGenericMethod_Heartbeat<
+                      proto::ParameterServer::WithGenericMethod_Done<
+                          proto::ParameterServer::WithGenericMethod_Stats<
+                              proto::ParameterServer::
+                                  WithGenericMethod_PushPull<
+                                      proto::ParameterServer::
+                                          WithGenericMethod_Barrier<
+                                              proto::ParameterServer::
+                                                  Service>>>>>>>> {
  public:
   ParameterService(ShardHost* host, const ServiceOptions& options);
 
-  // Serves Pull, Push and PushPull; the server must serve it too
+  // Serves every method; the server must serve it too
   // (GrpcServerOptions::stream_service).
   BlockingStreamService* stream_service() { return &streams_; }
-
-  grpc::Status Register(grpc::ServerContext* context,
-                        const proto::RegisterRequest* request,
-                        proto::RegisterResponse* response) override;
-  grpc::Status Heartbeat(grpc::ServerContext* context,
-                         const proto::HeartbeatRequest* request,
-                         proto::HeartbeatResponse* response) override;
-  grpc::Status Done(grpc::ServerContext* context,
-                    const proto::DoneRequest* request,
-                    proto::DoneResponse* response) override;
-  grpc::Status Barrier(grpc::ServerContext* context,
-                       const proto::BarrierRequest* request,
-                       proto::BarrierResponse* response) override;
-  grpc::Status Stats(grpc::ServerContext* context,
-                     const proto::StatsRequest* request,
-                     proto::StatsResponse* response) override;
 
   // Multi-line, for the Stats RPC and the exit report:
   //   server 0 mode sync version 1875
@@ -115,6 +109,17 @@ class ParameterService final
   std::string Report() const;
 
  private:
+  grpc::Status Register(const proto::RegisterRequest& request,
+                        proto::RegisterResponse* response);
+  grpc::Status Heartbeat(const proto::HeartbeatRequest& request,
+                         proto::HeartbeatResponse* response);
+  grpc::Status Done(const proto::DoneRequest& request,
+                    proto::DoneResponse* response);
+  // Waits until every live rank reached the barrier, or `stream` ends.
+  grpc::Status Barrier(const proto::BarrierRequest& request,
+                       ByteStream& stream);
+  grpc::Status Stats(proto::StatsResponse* response);
+
   grpc::Status PullBytes(ByteStream& stream);
   grpc::Status PushBytes(ByteStream& stream);
   grpc::Status PushPullBytes(ByteStream& stream);

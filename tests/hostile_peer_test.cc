@@ -383,6 +383,25 @@ TEST_F(HostilePeerTest, AHalfSentPushIsCancelledOnceIdle) {
 TEST_F(HostilePeerTest, MalformedRequestsAreRefusedNamingTheProblem) {
   StartServer("async");
   {
+    // A unary call whose bytes are no protobuf message.
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
+    ByteStreamCall call(generic_.get(), Method("Register"), &context);
+    grpc::Slice garbage = OwnedSlice(std::string("\xff\xff\xff\xff\x0f", 5));
+    call.WriteLast(grpc::ByteBuffer(&garbage, 1));
+    grpc::ByteBuffer response;
+    call.Read(&response);
+    const grpc::Status status = call.Finish();
+    std::printf(
+        "| malformed | Register with 5 bytes of garbage | %s: %s | - | - |\n",
+        CodeName(status).c_str(), status.error_message().c_str());
+    std::fflush(stdout);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(),
+                HasSubstr("malformed ps.proto.RegisterRequest"));
+    EXPECT_TRUE(Alive());
+  }
+  {
     // A chunk that covers only part of the tensor it claims.
     TensorValues gradients = Gradients(0.01f);
     gradients[0].resize(5);
