@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/parameter_client.h"
+#include "client/thread_cache.h"
 #include "common/byte_stream_call.h"
 #include "common/partition.h"
 #include "grpcpp/channel.h"
@@ -161,6 +162,9 @@ class ShardFanout {
   absl::Mutex heartbeat_mu_;
   bool stopping_ ABSL_GUARDED_BY(heartbeat_mu_) = false;
   std::thread heartbeat_thread_;
+  // Runs the fan-out to the shards and each push's streams; kept for the
+  // next step.
+  ThreadCache threads_;
 };
 
 // One step's push: a stream to every shard involved, fed tensor by tensor as
