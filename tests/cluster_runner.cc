@@ -5,9 +5,11 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "deploy/local/cluster_output.h"
 #include "deploy/local/line_writer.h"
+#include "gtest/gtest.h"
 
 namespace ps::testing {
 namespace {
@@ -49,6 +51,35 @@ ClusterResult RunCluster(LaunchConfig config) {
   spec.temp_root = EnvOr("TEST_TMPDIR", "/tmp");
   LocalCluster cluster(std::move(spec), &out);
   return cluster.Run();
+}
+
+LauncherRun RunLauncher(std::vector<std::string> args, absl::Duration timeout,
+                        std::vector<std::pair<std::string, std::string>> env) {
+  SubprocessOptions options;
+  options.argv = {
+      RunfilePath("deploy/local/launch"),
+      absl::StrCat("--server_binary=", RunfilePath("server/server"))};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.name = "launch";
+  options.env = std::move(env);
+  options.output_drain_timeout = timeout;
+  absl::StatusOr<std::unique_ptr<Subprocess>> launch =
+      Subprocess::Start(std::move(options));
+  EXPECT_TRUE(launch.ok()) << launch.status();
+  if (!launch.ok()) return {ExitStatus::Exited(-1), {}};
+  std::optional<ExitStatus> exit = (*launch)->WaitFor(timeout);
+  EXPECT_TRUE(exit.has_value()) << "the launcher did not finish";
+  return {exit.value_or(ExitStatus::Exited(-1)), (*launch)->OutputLines()};
+}
+
+std::string LineWith(const std::vector<std::string>& lines,
+                     absl::string_view text, absl::string_view also) {
+  for (const std::string& line : lines) {
+    if (absl::StrContains(line, text) && absl::StrContains(line, also)) {
+      return line;
+    }
+  }
+  return "";
 }
 
 }  // namespace ps::testing

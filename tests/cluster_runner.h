@@ -2,7 +2,12 @@
 #define PS_TESTS_CLUSTER_RUNNER_H_
 
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/subprocess.h"
 #include "deploy/local/launch_config.h"
 #include "deploy/local/local_cluster.h"
 
@@ -25,6 +30,24 @@ std::string TempPath(const std::string& name);
 // Path of a binary of this workspace in the test's runfiles, e.g.
 // RunfilePath("server/server").
 std::string RunfilePath(const std::string& workspace_relative);
+
+// How the launcher process ended and every line it printed.
+struct LauncherRun {
+  ExitStatus exit;
+  std::vector<std::string> lines;
+};
+
+// Runs the launcher binary (deploy/local/launch, with the runfiles' server)
+// with `args` and `env` added to its environment, and waits for it; a test
+// failure if it cannot start or takes longer than `timeout` (it is then
+// killed with everything it started).
+LauncherRun RunLauncher(
+    std::vector<std::string> args, absl::Duration timeout,
+    std::vector<std::pair<std::string, std::string>> env = {});
+
+// The first of `lines` that contains `text` and `also`, or "".
+std::string LineWith(const std::vector<std::string>& lines,
+                     absl::string_view text, absl::string_view also = "");
 
 }  // namespace ps::testing
 

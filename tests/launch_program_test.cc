@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/subprocess.h"
@@ -17,6 +16,8 @@
 namespace ps {
 namespace {
 
+using ::ps::testing::LauncherRun;
+using ::ps::testing::LineWith;
 using ::ps::testing::RunfilePath;
 using ::testing::Contains;
 using ::testing::HasSubstr;
@@ -24,39 +25,12 @@ using ::testing::HasSubstr;
 // A generous limit: the job itself takes well under a second.
 constexpr absl::Duration kLaunchTimeout = absl::Seconds(120);
 
-struct Launch {
-  ExitStatus exit;
-  std::vector<std::string> lines;
-};
-
-Launch RunLauncher(std::vector<std::string> args) {
-  SubprocessOptions options;
-  options.argv = {
-      RunfilePath("deploy/local/launch"),
-      absl::StrCat("--server_binary=", RunfilePath("server/server"))};
-  options.argv.insert(options.argv.end(), args.begin(), args.end());
-  options.name = "launch";
-  options.output_drain_timeout = kLaunchTimeout;
-  absl::StatusOr<std::unique_ptr<Subprocess>> launch =
-      Subprocess::Start(std::move(options));
-  EXPECT_TRUE(launch.ok()) << launch.status();
-  if (!launch.ok()) return {ExitStatus::Exited(-1), {}};
-  std::optional<ExitStatus> exit = (*launch)->WaitFor(kLaunchTimeout);
-  EXPECT_TRUE(exit.has_value()) << "the launcher did not finish";
-  return {exit.value_or(ExitStatus::Exited(-1)), (*launch)->OutputLines()};
-}
-
-// The line that contains `text`, or "".
-std::string LineWith(const std::vector<std::string>& lines,
-                     const std::string& text) {
-  for (const std::string& line : lines) {
-    if (absl::StrContains(line, text)) return line;
-  }
-  return "";
+LauncherRun RunLauncher(std::vector<std::string> args) {
+  return ::ps::testing::RunLauncher(std::move(args), kLaunchTimeout);
 }
 
 TEST(LaunchProgramTest, EachRankSeesItsEnvironmentAndTheServersStop) {
-  const Launch launch = RunLauncher(
+  const LauncherRun launch = RunLauncher(
       {"--num_servers=2", "--num_workers=2", "--", "/bin/sh", "-c",
        "echo \"rank $PS_RANK/$PS_NUM_WORKERS torchrun $RANK/$WORLD_SIZE "
        "servers $PS_NUM_SERVERS $PS_SERVERS job $PS_JOB_ID\""});
@@ -81,8 +55,9 @@ TEST(LaunchProgramTest, EachRankSeesItsEnvironmentAndTheServersStop) {
 
 // After --max_restarts restarts (3 by default), each failing the same way.
 TEST(LaunchProgramTest, AFailingProgramFailsTheJobNamingIt) {
-  const Launch launch = RunLauncher({"--num_workers=1", "--", "/bin/sh", "-c",
-                                     "echo 'cannot open data'; exit 3"});
+  const LauncherRun launch =
+      RunLauncher({"--num_workers=1", "--", "/bin/sh", "-c",
+                   "echo 'cannot open data'; exit 3"});
   EXPECT_EQ(launch.exit.exit_code(), 1) << launch.exit.ToString();
   EXPECT_THAT(LineWith(launch.lines, "result: FAILED"),
               HasSubstr("worker 0 exited with code 3: cannot open data (not "
@@ -102,7 +77,7 @@ TEST(LaunchProgramTest, RefusesFlagsOfOurWorkerAndAMissingProgram) {
            Case{{"--"}, "no program after --"},
            Case{{"/bin/true"}, "a worker program goes after --"},
        }) {
-    const Launch launch = RunLauncher(c.args);
+    const LauncherRun launch = RunLauncher(c.args);
     EXPECT_EQ(launch.exit.exit_code(), 2) << c.error;
     EXPECT_THAT(LineWith(launch.lines, c.error), HasSubstr(c.error));
   }
@@ -110,7 +85,7 @@ TEST(LaunchProgramTest, RefusesFlagsOfOurWorkerAndAMissingProgram) {
 
 TEST(LaunchProgramTest, HelpExitsZeroAndBadFlagsExitTwo) {
   for (const char* help : {"--help", "--helpfull"}) {
-    const Launch launch = RunLauncher({help});
+    const LauncherRun launch = RunLauncher({help});
     EXPECT_EQ(launch.exit.exit_code(), 0) << help;
     EXPECT_THAT(LineWith(launch.lines, "--max_restarts"),
                 HasSubstr("Restarts, in all"))
@@ -126,7 +101,7 @@ TEST(LaunchProgramTest, HelpExitsZeroAndBadFlagsExitTwo) {
            Case{{"--mode=ssp", "--", "/bin/true"}, "--mode=ssp needs"},
            Case{{"--output=fancy", "--", "/bin/true"}, "--output must be"},
        }) {
-    const Launch launch = RunLauncher(c.args);
+    const LauncherRun launch = RunLauncher(c.args);
     EXPECT_EQ(launch.exit.exit_code(), 2) << c.error;
     EXPECT_THAT(LineWith(launch.lines, c.error), HasSubstr(c.error));
   }
@@ -150,7 +125,7 @@ std::vector<std::string> DeclaredModelJob(std::vector<std::string> flags,
 }
 
 TEST_P(DeclaredModelTest, TrainsWhatTheProgramDeclares) {
-  const Launch launch = RunLauncher(DeclaredModelJob(GetParam(), {}));
+  const LauncherRun launch = RunLauncher(DeclaredModelJob(GetParam(), {}));
   EXPECT_TRUE(launch.exit.success()) << launch.exit.ToString();
   const std::string check = LineWith(launch.lines, "distance to the minimum");
   EXPECT_THAT(check, HasSubstr("[worker 0] declared_model_program: mode "));
@@ -170,7 +145,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(LaunchProgramTest, ADeclarationThatDiffersFromRank0sIsRefused) {
   // The refusal is final: no restart would change it.
-  const Launch launch = RunLauncher(
+  const LauncherRun launch = RunLauncher(
       DeclaredModelJob({"--mode=sync", "--max_restarts=0"},
                        {"--mismatch_rank=1", "--big_elements=1000"}));
   EXPECT_EQ(launch.exit.exit_code(), 1) << launch.exit.ToString();
@@ -180,7 +155,7 @@ TEST(LaunchProgramTest, ADeclarationThatDiffersFromRank0sIsRefused) {
 }
 
 TEST(LaunchProgramTest, ADeclarationOverTheServersLimitIsRefused) {
-  const Launch launch = RunLauncher(DeclaredModelJob(
+  const LauncherRun launch = RunLauncher(DeclaredModelJob(
       {"--mode=sync", "--max_restarts=0",
        "--server_flags=--momentum=0 --max_model_bytes=1000000"},
       {}));
@@ -201,7 +176,7 @@ TEST_P(ExampleTest, LinearRegressionRecoversTheKnownAnswer) {
   args.insert(args.begin(), {"--num_servers=2", "--num_workers=2"});
   args.push_back("--");
   args.push_back(RunfilePath("examples/linear_regression"));
-  const Launch launch = RunLauncher(args);
+  const LauncherRun launch = RunLauncher(args);
   EXPECT_TRUE(launch.exit.success()) << launch.exit.ToString();
   for (int rank : {0, 1}) {
     const std::string line =

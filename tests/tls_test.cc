@@ -16,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -49,41 +48,13 @@ std::unique_ptr<GeneratedAuth> MakeAuth(AuthMode mode) {
   return auth.ok() ? *std::move(auth) : nullptr;
 }
 
-// The first line that contains `text` (and `also`), or "".
-std::string LineWith(const std::vector<std::string>& lines,
-                     absl::string_view text, absl::string_view also = "") {
-  for (const std::string& line : lines) {
-    if (absl::StrContains(line, text) && absl::StrContains(line, also)) {
-      return line;
-    }
-  }
-  return "";
-}
-
-struct Launch {
-  ExitStatus exit;
-  std::vector<std::string> lines;
-};
-
-Launch RunLauncher(std::vector<std::string> args) {
-  SubprocessOptions options;
-  options.argv = {
-      RunfilePath("deploy/local/launch"),
-      absl::StrCat("--server_binary=", RunfilePath("server/server"))};
-  options.argv.insert(options.argv.end(), args.begin(), args.end());
-  options.env = {{"TMPDIR", TempPath("")}};
-  options.output_drain_timeout = kTimeout;
-  absl::StatusOr<std::unique_ptr<Subprocess>> launch =
-      Subprocess::Start(std::move(options));
-  EXPECT_TRUE(launch.ok()) << launch.status();
-  if (!launch.ok()) return {ExitStatus::Exited(-1), {}};
-  std::optional<ExitStatus> exit = (*launch)->WaitFor(kTimeout);
-  EXPECT_TRUE(exit.has_value()) << "the launcher did not finish";
-  return {exit.value_or(ExitStatus::Exited(-1)), (*launch)->OutputLines()};
+LauncherRun RunLauncher(std::vector<std::string> args) {
+  return testing::RunLauncher(std::move(args), kTimeout,
+                              {{"TMPDIR", TempPath("")}});
 }
 
 TEST(TlsJobTest, MutualTlsJobTrainsThroughTheLauncher) {
-  const Launch launch = RunLauncher(
+  const LauncherRun launch = RunLauncher(
       {absl::StrCat("--worker_binary=", RunfilePath("worker/worker")),
        "--auth=mtls", "--num_servers=2", "--num_workers=2", "--model=784-16-10",
        "--epochs=1", "--batch_size=32", "--optimizer=sgd",
@@ -114,7 +85,7 @@ TEST(TlsJobTest, MutualTlsJobTrainsThroughTheLauncher) {
 TEST(TlsJobTest, TlsJobOfAProgramReadsItsEnvironment) {
   // The program finds PS_TLS_CA and PS_TOKEN_FILE through
   // ClientOptions::FromEnvironment.
-  const Launch launch =
+  const LauncherRun launch =
       RunLauncher({"--auth=tls", "--num_servers=2", "--num_workers=2",
                    "--optimizer=sgd", "--learning_rate=0.2",
                    "--lr_schedule=constant", "--server_flags=--momentum=0",
