@@ -75,6 +75,11 @@ struct ClientOptions {
   // is alive and which steps it has done; zero: never (a rank that computes
   // longer than the shards' --worker_timeout between calls is then dead).
   absl::Duration heartbeat_period = absl::Seconds(1);
+  // Reach shards on this host over the same-host transport they announce
+  // (a Unix socket: fewer copies and thread hand-offs than gRPC over TCP);
+  // false: gRPC always. Shards elsewhere are reached through gRPC either
+  // way.
+  bool local_transport = true;
 
   // Authentication, for servers started with the matching flags (all empty:
   // plaintext). Paths of files, read by Connect; InvalidArgument naming the

@@ -137,7 +137,9 @@ ShardFanout::ShardFanout(std::vector<std::string> addresses,
                          const ClientOptions& options)
     : addresses_(std::move(addresses)),
       partition_(partition),
-      options_(options) {}
+      options_(options),
+      local_channels_(addresses_.size()),
+      unreachable_local_(addresses_.size()) {}
 
 absl::StatusOr<std::unique_ptr<ShardFanout>> ShardFanout::Create(
     std::vector<std::string> addresses,
@@ -229,6 +231,9 @@ absl::StatusOr<Registration> ShardFanout::Register(uint64_t incarnation,
     });
   });
   if (!status.ok()) return status;
+  for (int s = 0; s < num_servers(); ++s) {
+    LearnLocalEndpoint(s, responses[s].local_endpoint());
+  }
   for (int s = 1; s < num_servers(); ++s) {
     if (responses[s].mode() != responses[0].mode() ||
         responses[s].num_workers() != responses[0].num_workers()) {
@@ -348,13 +353,56 @@ absl::Status ShardFanout::PullFromServer(int server, uint64_t clock,
   request.set_max_chunk_elements(options_.chunk_elements);
   request.set_after_others_finish(after_others_finish);
 
-  grpc::ClientContext context;
-  ByteStreamCall call(byte_stubs_[server].get(), MethodName("Pull"), &context);
-  call.WriteLast(SerializeMessage(request));
-  return ReceiveWeights(server, call, weights, version);
+  std::unique_ptr<ClientStream> call = OpenStream(server, "Pull");
+  call->WriteLast(SerializeMessage(request));
+  return ReceiveWeights(server, *call, weights, version);
 }
 
-absl::Status ShardFanout::ReceiveWeights(int server, ByteStreamCall& call,
+std::shared_ptr<LocalChannel> ShardFanout::LocalChannelOf(int server) const {
+  absl::MutexLock lock(&local_mu_);
+  return local_channels_[server];
+}
+
+void ShardFanout::LearnLocalEndpoint(int server,
+                                     const proto::LocalEndpoint& endpoint) {
+  if (!options_.local_transport || endpoint.socket_name().empty()) return;
+  absl::MutexLock lock(&local_mu_);
+  const std::shared_ptr<LocalChannel>& current = local_channels_[server];
+  if ((current != nullptr && current->socket_name() == endpoint.socket_name() &&
+       current->secret() == endpoint.secret()) ||
+      unreachable_local_[server] == endpoint.socket_name()) {
+    return;
+  }
+  local_channels_[server] = std::make_shared<LocalChannel>(
+      endpoint.socket_name(), endpoint.secret(), kMaxMessageBytes);
+  spdlog::debug("server {} ({}) announced a same-host endpoint", server,
+                addresses_[server]);
+}
+
+std::unique_ptr<ClientStream> ShardFanout::OpenStream(
+    int server, absl::string_view method) {
+  const std::string path = MethodName(method);
+  if (std::shared_ptr<LocalChannel> channel = LocalChannelOf(server)) {
+    absl::StatusOr<std::unique_ptr<LocalCall>> call = channel->StartCall(path);
+    if (call.ok()) return *std::move(call);
+    {
+      absl::MutexLock lock(&local_mu_);
+      if (local_channels_[server] == channel) {
+        local_channels_[server] = nullptr;
+        unreachable_local_[server] = channel->socket_name();
+      }
+    }
+    // A shard on another host, under another user, or gone: gRPC reaches
+    // it all the same.
+    spdlog::info(
+        "server {} ({}): not over its same-host endpoint ({}); "
+        "through gRPC",
+        server, addresses_[server], call.status().ToString());
+  }
+  return std::make_unique<ByteStreamCall>(byte_stubs_[server].get(), path);
+}
+
+absl::Status ShardFanout::ReceiveWeights(int server, ClientStream& call,
                                          TensorValues& weights,
                                          uint64_t* version) {
   const ModelSpec& model = partition_->model();
@@ -481,6 +529,7 @@ void ShardFanout::SendHeartbeats(absl::Duration period) {
       context.set_deadline(absl::ToChronoTime(absl::Now() + period));
       const absl::Status status =
           FromGrpcStatus(stubs_[s]->Heartbeat(&context, request, &response));
+      if (status.ok()) LearnLocalEndpoint(s, response.local_endpoint());
       // A shard that is down or restarting fails every beat: once in a
       // while is enough to say so.
       if (!status.ok() && absl::Now() - last_warning > absl::Seconds(10)) {
@@ -502,13 +551,19 @@ std::unique_ptr<PushSession> ShardFanout::StartPushPull(const StepInfo& info) {
       new PushSession(this, info, PushSession::Kind::kPushPull));
 }
 
-// The stream to one shard: a queue of slices to send, drained by a thread
-// of its own that owns the gRPC writer. A PushPull's answer is decoded by
-// that thread into the vectors given to Close.
+// The stream to one shard. Over gRPC, a thread of its own drains a queue
+// of slices into the call, so that Send never waits for the network; over
+// the same-host transport, whose writes only hand bytes to the kernel, the
+// caller's thread writes each slice as it is queued and reads the answer
+// in Join: no hand-off between threads. A PushPull's answer is decoded
+// into the vectors given to Close.
 class PushSession::ShardStream {
  public:
   ShardStream(ShardFanout* fanout, int server, const StepInfo& info, Kind kind)
-      : fanout_(fanout), server_(server), kind_(kind) {
+      : fanout_(fanout),
+        server_(server),
+        kind_(kind),
+        inline_(fanout->LocalChannelOf(server) != nullptr) {
     prototype_.mutable_header()->CopyFrom(fanout->Header(server));
     prototype_.set_step(info.step);
     prototype_.set_base_version(info.base_version);
@@ -522,6 +577,7 @@ class PushSession::ShardStream {
       prototype_.set_max_pull_chunk_elements(fanout->options_.chunk_elements);
     }
     if (kind == Kind::kInitialValues) prototype_.set_initial_values(true);
+    if (inline_) return;
     fanout->threads_.Run([this] {
       status_ = Run();
       ended_.Notify();
@@ -530,26 +586,48 @@ class PushSession::ShardStream {
 
   ~ShardStream() {
     Close(nullptr, /*abandon=*/true);
-    ended_.WaitForNotification();
+    if (inline_) {
+      first_call_.reset();  // Cancels it: the shard applies nothing.
+      lender_.AwaitReturned();
+    } else {
+      ended_.WaitForNotification();
+    }
   }
 
   void Enqueue(const Slice& slice, const float* tensor_data) {
+    if (inline_) {
+      // The first attempt streams as slices come; Join retries if needed.
+      items_.push_back({slice, tensor_data});
+      if (first_call_ == nullptr) first_call_ = OpenCall();
+      if (!first_call_broken_) {
+        first_call_broken_ = !Write(items_.back(), *first_call_);
+      }
+      return;
+    }
     absl::MutexLock lock(&mu_);
     queue_.push_back({slice, tensor_data});
   }
 
   // No more slices. `weights` (shaped by ShapeWeights) receives a PushPull's
   // answer. With `abandon` the call is cancelled: the shard applies nothing.
+  // Inline, the shard learns here that the push is complete, so closing
+  // every shard's stream before joining any lets them work at once.
   void Close(TensorValues* weights, bool abandon) {
-    absl::MutexLock lock(&mu_);
-    if (closed_) return;
-    closed_ = true;
-    abandoned_ = abandon;
-    weights_ = weights;
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_) return;
+      closed_ = true;
+      abandoned_ = abandon;
+      weights_ = weights;
+    }
+    if (inline_ && !abandon && first_call_ != nullptr && !first_call_broken_) {
+      first_call_broken_ = !first_call_->WritesDone();
+    }
   }
 
   absl::Status Join(TensorValues* weights) {
     Close(weights, /*abandon=*/false);
+    if (inline_) return Run();
     ended_.WaitForNotification();
     return status_;
   }
@@ -564,29 +642,35 @@ class PushSession::ShardStream {
   };
 
   // The first attempt streams items as they are queued; a retry (the shard
-  // was unreachable) resends every item from the start. Returns once gRPC
-  // has let go of the gradient memory.
+  // was unreachable) resends every item from the start. Returns once the
+  // transport has let go of the gradient memory.
   absl::Status Run() {
-    std::vector<Item> items;
     const char* what = kind_ == Kind::kPushPull        ? "push and pull"
                        : kind_ == Kind::kInitialValues ? "initial values"
                                                        : "push";
     absl::Status status =
-        fanout_->CallWithRetry(server_, what, [&] { return Attempt(items); });
+        fanout_->CallWithRetry(server_, what, [&] { return Attempt(); });
     lender_.AwaitReturned();
     return status;
   }
 
-  absl::Status Attempt(std::vector<Item>& items) {
-    grpc::ClientContext context;
-    ByteStreamCall call(
-        fanout_->byte_stubs_[server_].get(),
-        MethodName(kind_ == Kind::kPushPull ? "PushPull" : "Push"), &context);
-    bool broken = false;
-    for (const Item& item : items) {
-      if (!broken) broken = !Write(item, call);
+  std::unique_ptr<ClientStream> OpenCall() {
+    return fanout_->OpenStream(server_,
+                               kind_ == Kind::kPushPull ? "PushPull" : "Push");
+  }
+
+  absl::Status Attempt() {
+    // Inline, the first attempt's call has every item written already.
+    std::unique_ptr<ClientStream> call = std::move(first_call_);
+    bool broken = first_call_broken_;
+    if (call == nullptr) {
+      call = OpenCall();
+      broken = false;
+      for (const Item& item : items_) {
+        if (!broken) broken = !Write(item, *call);
+      }
     }
-    while (true) {
+    while (!inline_) {
       Item item;
       {
         absl::MutexLock lock(&mu_);
@@ -599,28 +683,30 @@ class PushSession::ShardStream {
         item = queue_.front();
         queue_.pop_front();
       }
-      items.push_back(item);
-      if (!broken) broken = !Write(item, call);
+      items_.push_back(item);
+      if (!broken) broken = !Write(item, *call);
     }
     TensorValues* weights = nullptr;
     {
       absl::MutexLock lock(&mu_);
       if (abandoned_) {
-        // Without WritesDone, ~ByteStreamCall cancels the call.
+        // Without WritesDone, the call is cancelled as it is destroyed.
         return absl::CancelledError("push abandoned");
       }
       weights = weights_;
     }
     if (kind_ == Kind::kPushPull) {
-      if (!broken) call.WritesDone();
+      if (!broken) call->WritesDone();
       // A broken stream shows in the call's status, which this returns.
-      return fanout_->ReceiveWeights(server_, call, *weights, &pulled_version_);
+      return fanout_->ReceiveWeights(server_, *call, *weights,
+                                     &pulled_version_);
     }
     // The one response is the shard's acknowledgement; its version is not
     // needed here.
     grpc::ByteBuffer response;
-    const bool answered = !broken && call.WritesDone() && call.Read(&response);
-    absl::Status status = FromGrpcStatus(call.Finish());
+    const bool answered =
+        !broken && call->WritesDone() && call->Read(&response);
+    absl::Status status = FromGrpcStatus(call->Finish());
     if (status.ok() && !answered) {
       return absl::InternalError("push stream ended without an answer");
     }
@@ -629,7 +715,7 @@ class PushSession::ShardStream {
 
   // Writes one slice as chunks that point at the gradient memory; false
   // once the stream is broken.
-  bool Write(const Item& item, ByteStreamCall& call) {
+  bool Write(const Item& item, ClientStream& call) {
     const Slice& slice = item.slice;
     const std::vector<int64_t>& shape =
         fanout_->partition_->model().tensors[slice.tensor_id].shape;
@@ -656,9 +742,18 @@ class PushSession::ShardStream {
   ShardFanout* const fanout_;
   const int server_;
   const Kind kind_;
+  // Driven from the caller's thread: the shard is reached over the
+  // same-host transport.
+  const bool inline_;
   // Every field but the chunk, the same in each message.
   proto::PushRequest prototype_;
   SliceLender lender_;
+  // Every item queued so far, for a retry. Touched by the stream's thread
+  // only (or, inline, the caller's).
+  std::vector<Item> items_;
+  // Inline: the first attempt's call, written as items are queued.
+  std::unique_ptr<ClientStream> first_call_;
+  bool first_call_broken_ = false;
   absl::Mutex mu_;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
@@ -747,6 +842,9 @@ absl::Status PushSession::JoinStreams(TensorValues* weights,
     return absl::FailedPreconditionError("push session already finished");
   }
   finished_ = true;
+  for (const std::unique_ptr<ShardStream>& stream : streams_) {
+    if (stream != nullptr) stream->Close(weights, /*abandon=*/false);
+  }
   absl::Status first_error;
   for (size_t s = 0; s < streams_.size(); ++s) {
     if (streams_[s] == nullptr) continue;

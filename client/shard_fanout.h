@@ -15,9 +15,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/local_channel.h"
 #include "client/parameter_client.h"
 #include "client/thread_cache.h"
 #include "common/byte_stream_call.h"
+#include "common/client_stream.h"
 #include "common/partition.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -45,6 +47,14 @@ class PushSession;
 // to repeat because shards recognise a batch they have already applied. The
 // client validates everything the shards send against the partition, so a
 // buggy or mismatched shard yields an error rather than wrong weights.
+//
+// A shard on this host that announces a same-host endpoint (ps.proto
+// LocalEndpoint, in its Register and Heartbeat answers) is reached there
+// for Pull, Push and PushPull, unless options.local_transport is off; if
+// the endpoint cannot be reached, the client says so once and goes on
+// through gRPC until the shard announces another. A push session drives
+// its same-host streams from the caller's thread: the messages leave as
+// Send queues them, with no thread in between.
 //
 // Thread-safe: calls may come from several threads, but a worker normally
 // issues one at a time. Shares the channels; the partition must outlive it.
@@ -137,8 +147,18 @@ class ShardFanout {
                               uint64_t* version);
   // Reads a pull's answer from `server` on `call` into `weights` (shaped),
   // checking every chunk against the partition, and finishes the call.
-  absl::Status ReceiveWeights(int server, ByteStreamCall& call,
+  absl::Status ReceiveWeights(int server, ClientStream& call,
                               TensorValues& weights, uint64_t* version);
+  // A call of `method` ("Pull", ...) to `server`: over its same-host
+  // channel if it has one that connects, else over gRPC.
+  std::unique_ptr<ClientStream> OpenStream(int server, absl::string_view method)
+      ABSL_LOCKS_EXCLUDED(local_mu_);
+  // The shard's same-host channel; null if it has none.
+  std::shared_ptr<LocalChannel> LocalChannelOf(int server) const
+      ABSL_LOCKS_EXCLUDED(local_mu_);
+  // Takes the endpoint a shard announced (an empty one changes nothing).
+  void LearnLocalEndpoint(int server, const proto::LocalEndpoint& endpoint)
+      ABSL_LOCKS_EXCLUDED(local_mu_);
   // Prefixes the shard's address to a failed status.
   absl::Status Annotate(int server, const absl::Status& status) const;
   // The rank has done steps [0, clock) on every shard.
@@ -159,6 +179,13 @@ class ShardFanout {
   // learns that the rank will not send the pushes it lost.
   std::atomic<uint64_t> clock_{0};
 
+  // By shard: the same-host channel, and the name of the last endpoint
+  // that could not be reached (not tried again).
+  mutable absl::Mutex local_mu_;
+  std::vector<std::shared_ptr<LocalChannel>> local_channels_
+      ABSL_GUARDED_BY(local_mu_);
+  std::vector<std::string> unreachable_local_ ABSL_GUARDED_BY(local_mu_);
+
   absl::Mutex heartbeat_mu_;
   bool stopping_ ABSL_GUARDED_BY(heartbeat_mu_) = false;
   std::thread heartbeat_thread_;
@@ -177,8 +204,9 @@ class ShardFanout {
 // destroyed before its Finish cancels its streams.
 //
 // Send() may be called from one thread while the session's own threads
-// stream; the gradient memory passed to Send must stay valid and unchanged
-// until Finish (or FinishWithPull, or the destructor) returns.
+// stream, but not at the same time as Finish or FinishWithPull; the
+// gradient memory passed to Send must stay valid and unchanged until Finish
+// (or FinishWithPull, or the destructor) returns.
 class PushSession {
  public:
   ~PushSession();

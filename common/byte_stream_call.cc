@@ -5,9 +5,16 @@
 namespace ps {
 
 ByteStreamCall::ByteStreamCall(grpc::GenericStub* stub,
+                               const std::string& method)
+    : ByteStreamCall(stub, method, nullptr) {}
+
+ByteStreamCall::ByteStreamCall(grpc::GenericStub* stub,
                                const std::string& method,
                                grpc::ClientContext* context)
-    : context_(context) {
+    : owned_context_(context == nullptr
+                         ? std::make_unique<grpc::ClientContext>()
+                         : nullptr),
+      context_(context == nullptr ? owned_context_.get() : context) {
   // Corked, the call's metadata goes out with its first write instead of
   // on its own: one completion-queue round trip less per call (~0.1-0.3 ms
   // here, as much as the whole exchange of a small push). StartCall then
@@ -40,22 +47,25 @@ bool ByteStreamCall::Await() {
 }
 
 bool ByteStreamCall::Write(const grpc::ByteBuffer& message) {
-  if (!started_) return false;
+  if (!started_ || writes_done_) return false;
   wrote_ = true;
   call_->Write(message, this);
   return Await();
 }
 
 bool ByteStreamCall::WriteLast(const grpc::ByteBuffer& message) {
-  if (!started_) return false;
+  if (!started_ || writes_done_) return false;
   wrote_ = true;
+  writes_done_ = true;
   call_->WriteLast(message, grpc::WriteOptions(), this);
   return Await();
 }
 
 bool ByteStreamCall::WritesDone() {
   if (!started_) return false;
+  if (writes_done_) return true;
   wrote_ = true;
+  writes_done_ = true;
   call_->WritesDone(this);
   return Await();
 }

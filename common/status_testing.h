@@ -19,4 +19,17 @@ inline void ExpectInvalid(const absl::Status& status,
 
 }  // namespace ps::testing
 
+// Expects (asserts) that `expr`, an absl::Status, is OK; prints it if not.
+// `expr` is evaluated once.
+#define EXPECT_OK(expr)                                                     \
+  do {                                                                      \
+    const ::absl::Status ps_status_testing_status = (expr);                 \
+    EXPECT_TRUE(ps_status_testing_status.ok()) << ps_status_testing_status; \
+  } while (false)
+#define ASSERT_OK(expr)                                                     \
+  do {                                                                      \
+    const ::absl::Status ps_status_testing_status = (expr);                 \
+    ASSERT_TRUE(ps_status_testing_status.ok()) << ps_status_testing_status; \
+  } while (false)
+
 #endif  // PS_COMMON_STATUS_TESTING_H_

@@ -305,7 +305,8 @@ struct AuthArgs {
 std::unique_ptr<NativeClient> Connect(
     std::optional<std::vector<std::string>> servers, std::optional<int> rank,
     std::optional<std::string> job_id, std::optional<double> connect_timeout,
-    std::optional<double> retry_timeout, const AuthArgs& auth) {
+    std::optional<double> retry_timeout, bool local_transport,
+    const AuthArgs& auth) {
   ClientOptions options;
   if (!servers.has_value()) {
     options = ValueOrThrow(ClientOptions::FromEnvironment());
@@ -330,6 +331,7 @@ std::unique_ptr<NativeClient> Connect(
   }
   if (retry_timeout.has_value())
     options.retry_timeout = Seconds(*retry_timeout);
+  options.local_transport = local_transport;
   absl::StatusOr<std::unique_ptr<ParameterClient>> client;
   {
     py::gil_scoped_release release;
@@ -345,21 +347,21 @@ void DefineClient(py::module_& m) {
       [](std::optional<std::vector<std::string>> servers,
          std::optional<int> rank, std::optional<std::string> job_id,
          std::optional<double> connect_timeout,
-         std::optional<double> retry_timeout,
+         std::optional<double> retry_timeout, bool local_transport,
          std::optional<std::string> tls_ca_file,
          std::optional<std::string> tls_cert_file,
          std::optional<std::string> tls_key_file,
          std::optional<std::string> tls_server_name,
          std::optional<std::string> token_file) {
         return Connect(std::move(servers), rank, std::move(job_id),
-                       connect_timeout, retry_timeout,
+                       connect_timeout, retry_timeout, local_transport,
                        {std::move(tls_ca_file), std::move(tls_cert_file),
                         std::move(tls_key_file), std::move(tls_server_name),
                         std::move(token_file)});
       },
       py::arg("servers") = py::none(), py::arg("rank") = py::none(),
       py::arg("job_id") = py::none(), py::arg("connect_timeout") = py::none(),
-      py::arg("retry_timeout") = py::none(),
+      py::arg("retry_timeout") = py::none(), py::arg("local_transport") = true,
       py::arg("tls_ca_file") = py::none(),
       py::arg("tls_cert_file") = py::none(),
       py::arg("tls_key_file") = py::none(),
@@ -368,7 +370,8 @@ void DefineClient(py::module_& m) {
       "Connects to every shard; servers, rank and job id default to the "
       "launcher's PS_SERVERS, PS_RANK and PS_JOB_ID, the authentication "
       "files (also with servers given) to PS_TLS_CA, PS_TLS_CERT, "
-      "PS_TLS_KEY, PS_TLS_SERVER_NAME and PS_TOKEN_FILE.");
+      "PS_TLS_KEY, PS_TLS_SERVER_NAME and PS_TOKEN_FILE. local_transport: "
+      "reach shards on this host over the Unix socket they announce.");
 
   py::class_<NativeClient>(m, "NativeClient")
       .def_property_readonly("rank", &NativeClient::rank)

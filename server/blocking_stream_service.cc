@@ -128,10 +128,6 @@ BlockingStreamService::BlockingStreamService(int max_threads,
 
 BlockingStreamService::~BlockingStreamService() { Shutdown(); }
 
-void BlockingStreamService::Handle(std::string method, StreamHandler handler) {
-  handlers_[std::move(method)] = std::move(handler);
-}
-
 void BlockingStreamService::AddTo(grpc::ServerBuilder& builder) {
   builder.RegisterAsyncGenericService(&service_);
   queue_ = builder.AddCompletionQueue();
@@ -206,8 +202,8 @@ void BlockingStreamService::ThreadLoop() {
 
 void BlockingStreamService::Serve(Call& call, bool refuse) {
   CallStream stream(call.context, call.stream, call.queue, idle_timeout_);
-  const auto it = handlers_.find(call.context.method());
-  if (it == handlers_.end()) {
+  const StreamHandler* handler = methods_.Find(call.context.method());
+  if (handler == nullptr) {
     stream.Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, ""));
   } else if (refuse) {
     stream.Finish(grpc::Status(
@@ -215,7 +211,7 @@ void BlockingStreamService::Serve(Call& call, bool refuse) {
         absl::StrCat("the server serves ", max_threads_,
                      " streaming calls already, its most at once")));
   } else {
-    stream.Finish(it->second(stream));
+    stream.Finish((*handler)(stream));
   }
 }
 

@@ -2,7 +2,6 @@
 #define PS_SERVER_BLOCKING_STREAM_SERVICE_H_
 
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,29 +14,9 @@
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/status.h"
+#include "server/byte_stream.h"
 
 namespace ps::server {
-
-// One call as its handler sees it: raw messages read and written one at a
-// time, each operation blocking until gRPC completes it.
-//
-// Not thread-safe: only the call's handler thread uses it. Valid until the
-// handler returns.
-class ByteStream {
- public:
-  virtual ~ByteStream() = default;
-  // The client's next message; false once it sent its last, or the call
-  // ended.
-  virtual bool Read(grpc::ByteBuffer* message) = 0;
-  // False if the call ended before `message` was sent.
-  virtual bool Write(const grpc::ByteBuffer& message) = 0;
-  // The client cancelled the call, its deadline passed, or the server is
-  // shutting down.
-  virtual bool IsCancelled() = 0;
-};
-
-// Reads and writes the call's messages; its status is the call's.
-using StreamHandler = std::function<grpc::Status(ByteStream& stream)>;
 
 // Serves chosen methods as bidirectional streams of raw messages
 // (grpc::ByteBuffer) with blocking handlers, through gRPC's asynchronous
@@ -70,8 +49,12 @@ class BlockingStreamService {
   BlockingStreamService& operator=(const BlockingStreamService&) = delete;
 
   // Serves `method` ("/package.Service/Method") with `handler`; other
-  // methods no typed service registered get UNIMPLEMENTED.
-  void Handle(std::string method, StreamHandler handler);
+  // methods no typed service registered get UNIMPLEMENTED. Before Start.
+  void Handle(std::string method, StreamHandler handler) {
+    methods_.Add(std::move(method), std::move(handler));
+  }
+  // The methods served, for another transport to serve them too.
+  const StreamMethods& methods() const { return methods_; }
 
   // Registers the service and its queue with `builder`.
   void AddTo(grpc::ServerBuilder& builder);
@@ -94,7 +77,7 @@ class BlockingStreamService {
   const int max_threads_;
   const absl::Duration idle_timeout_;
   // Written before Start only.
-  std::map<std::string, StreamHandler> handlers_;
+  StreamMethods methods_;
   grpc::AsyncGenericService service_;
   std::unique_ptr<grpc::ServerCompletionQueue> queue_;
 

@@ -123,6 +123,12 @@ ParameterService::ParameterService(ShardHost* host,
   });
 }
 
+void ParameterService::AnnounceLocalEndpoint(std::string socket_name,
+                                             std::string secret) {
+  local_endpoint_.set_socket_name(std::move(socket_name));
+  local_endpoint_.set_secret(std::move(secret));
+}
+
 grpc::Status ParameterService::Register(const proto::RegisterRequest& request,
                                         proto::RegisterResponse* response) {
   // Everything but the fingerprint, which the declaration gives.
@@ -171,6 +177,9 @@ grpc::Status ParameterService::Register(const proto::RegisterRequest& request,
   response->set_next_step(progress.next_step);
   response->set_epoch(progress.epoch);
   response->set_examples_done(progress.examples_done);
+  if (!local_endpoint_.socket_name().empty()) {
+    *response->mutable_local_endpoint() = local_endpoint_;
+  }
   spdlog::info(
       "worker {} registered (incarnation {}, planned steps {}), next step {}, "
       "epoch {}, examples_done {}",
@@ -427,6 +436,9 @@ grpc::Status ParameterService::Heartbeat(const proto::HeartbeatRequest& request,
     return ToGrpcStatus(Prefixed("heartbeat refused", version.status()));
   }
   response->set_version(*version);
+  if (!local_endpoint_.socket_name().empty()) {
+    *response->mutable_local_endpoint() = local_endpoint_;
+  }
   return grpc::Status::OK;
 }
 

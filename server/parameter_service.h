@@ -97,6 +97,11 @@ class ParameterService final
   // (GrpcServerOptions::stream_service).
   BlockingStreamService* stream_service() { return &streams_; }
 
+  // Tells registered workers, in Register and Heartbeat answers, where the
+  // same-host transport serving stream_service()'s methods listens
+  // (server/local_stream_server.h). Before the server starts.
+  void AnnounceLocalEndpoint(std::string socket_name, std::string secret);
+
   // Multi-line, for the Stats RPC and the exit report:
   //   server 0 mode sync version 1875
   //   pushes: ... / pulls: ...          (ServerStats)
@@ -155,6 +160,8 @@ class ParameterService final
   const ServiceOptions options_;
   ServerStats stats_;
   RankCallLimiter calls_;
+  // Written before serving only; empty: none.
+  proto::LocalEndpoint local_endpoint_;
   // Last: destroyed first, it waits for handlers that use the members above.
   BlockingStreamService streams_;
 };

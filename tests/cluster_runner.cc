@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -44,8 +45,14 @@ LaunchConfig SmallJob() {
   return config;
 }
 
-ClusterResult RunCluster(LaunchConfig config) {
-  LineWriter writer(LineWriter::FileSink(stderr));
+ClusterResult RunCluster(LaunchConfig config, std::vector<std::string>* lines) {
+  std::function<void(absl::string_view)> to_stderr =
+      LineWriter::FileSink(stderr);
+  // The writer calls its sink under its lock: one line at a time.
+  LineWriter writer([&](absl::string_view line) {
+    to_stderr(line);
+    if (lines != nullptr) lines->emplace_back(line);
+  });
   StreamedOutput out(&writer);
   ClusterSpec spec = MakeClusterSpec(config);
   spec.temp_root = EnvOr("TEST_TMPDIR", "/tmp");

@@ -15,9 +15,10 @@ namespace ps::testing {
 
 // Test-side entry to the local launcher: runs a whole job of the real
 // server and worker binaries (from the test's runfiles) on 127.0.0.1 with
-// ports picked at run time, streaming their output to the test log. Every
-// process is stopped before it returns.
-ClusterResult RunCluster(LaunchConfig config);
+// ports picked at run time, streaming their output to the test log (and,
+// unless null, to `lines`). Every process is stopped before it returns.
+ClusterResult RunCluster(LaunchConfig config,
+                         std::vector<std::string>* lines = nullptr);
 
 // The defaults tests start from: 2 servers, 2 workers, the real data, SGD
 // with momentum, one epoch (tests cut it short with --max_steps), binaries

@@ -21,6 +21,7 @@ namespace {
 using ::ps::testing::Aggregation;
 using ::ps::testing::ExactSgdStep;
 using ::ps::testing::ExpectTwoWorkersTrainLikeOne;
+using ::ps::testing::LineWith;
 using ::ps::testing::PlainSgdJob;
 using ::ps::testing::RunCluster;
 using ::ps::testing::SmallJob;
@@ -94,6 +95,30 @@ TEST(SyncTrainingTest, SameSeedGivesBitIdenticalWeights) {
   const std::string a = ReadBytes(first);
   ASSERT_FALSE(a.empty());
   EXPECT_TRUE(a == ReadBytes(second)) << "two runs with seed 1 differ";
+}
+
+// Workers on the servers' host reach them over the same-host transport
+// unless told otherwise; gRPC must give the same bits (and so stay tested).
+TEST(SyncTrainingTest, GrpcAndTheSameHostTransportTrainTheSameBits) {
+  const std::string local = TempPath("local.model");
+  const std::string grpc = TempPath("grpc.model");
+  LaunchConfig config = Job(2, 2, 32, local);
+  std::vector<std::string> lines;
+  ExpectSucceeded(RunCluster(config, &lines));
+  // Each server served each worker's steps over its Unix socket.
+  EXPECT_NE(LineWith(lines, "server 0", "same-host transport served"), "");
+  EXPECT_EQ(LineWith(lines, "same-host transport served 0 calls"), "");
+  config.save_model = grpc;
+  config.extra_worker_flags.push_back("--nolocal_transport");
+  lines.clear();
+  ExpectSucceeded(RunCluster(config, &lines));
+  EXPECT_NE(LineWith(lines, "server 0", "same-host transport served 0 calls"),
+            "");
+  EXPECT_NE(LineWith(lines, "server 1", "same-host transport served 0 calls"),
+            "");
+  const std::string a = ReadBytes(local);
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == ReadBytes(grpc)) << "the transports trained other bits";
 }
 
 TEST(SyncTrainingTest, TrainingMovesWeightsAwayFromInitialization) {

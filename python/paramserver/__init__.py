@@ -147,20 +147,22 @@ class Client:
     (PS_SERVERS, PS_RANK, PS_JOB_ID). The authentication files (paths;
     see ClientOptions in client/parameter_client.h) default to PS_TLS_CA,
     PS_TLS_CERT, PS_TLS_KEY, PS_TLS_SERVER_NAME and PS_TOKEN_FILE, also
-    when `servers` is given. Timeouts are in seconds. Calls wait on the
-    network with the GIL released.
+    when `servers` is given. Timeouts are in seconds. Shards on this host
+    are reached over the Unix socket they announce, unless
+    `local_transport` is False (then gRPC, as for shards elsewhere). Calls
+    wait on the network with the GIL released.
     """
 
     def __init__(self, servers=None, rank=None, job_id=None,
                  connect_timeout=None, retry_timeout=None, tls_ca_file=None,
                  tls_cert_file=None, tls_key_file=None, tls_server_name=None,
-                 token_file=None):
+                 token_file=None, local_transport=True):
         if isinstance(servers, str):
             servers = [s for s in servers.split(",") if s]
         self._native = _native.connect(
             servers=servers, rank=rank, job_id=job_id,
             connect_timeout=connect_timeout, retry_timeout=retry_timeout,
-            tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file,
+            local_transport=local_transport, tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file,
             tls_key_file=tls_key_file, tls_server_name=tls_server_name,
             token_file=token_file)
         self.registration = None

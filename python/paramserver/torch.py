@@ -92,12 +92,13 @@ def _env_int(name, fallback, default):
 
 
 def init(servers=None, rank=None, job_id=None, connect_timeout=None,
-         retry_timeout=None, **auth):
+         retry_timeout=None, **options):
     """Connects to the servers the launcher's environment names.
 
     The arguments override PS_SERVERS, PS_RANK and PS_JOB_ID (for running
-    without the launcher); `auth` (tls_ca_file=..., see paramserver.Client)
-    the PS_TLS_* variables, which apply also when `servers` is given.
+    without the launcher); `options` are paramserver.Client's others:
+    tls_ca_file=... (over the PS_TLS_* variables, which apply also when
+    `servers` is given), local_transport=False (gRPC even on one host).
     Calling it again does nothing.
     """
     global _state
@@ -105,7 +106,7 @@ def init(servers=None, rank=None, job_id=None, connect_timeout=None,
         return
     client = paramserver.Client(servers=servers, rank=rank, job_id=job_id,
                                 connect_timeout=connect_timeout,
-                                retry_timeout=retry_timeout, **auth)
+                                retry_timeout=retry_timeout, **options)
     _state = _State(client)
 
 

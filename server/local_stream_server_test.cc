@@ -1,0 +1,281 @@
+#include "server/local_stream_server.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "client/local_channel.h"
+#include "common/local_socket.h"
+#include "gtest/gtest.h"
+#include "server/byte_stream.h"
+
+namespace ps::server {
+namespace {
+
+using ::ps::client_internal::LocalCall;
+using ::ps::client_internal::LocalChannel;
+
+constexpr char kEcho[] = "/test.Streams/Echo";
+constexpr char kHold[] = "/test.Streams/Hold";
+constexpr char kRefuse[] = "/test.Streams/Refuse";
+
+grpc::ByteBuffer Message(const std::string& text) {
+  grpc::Slice slice(text);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+std::string Text(const grpc::ByteBuffer& message) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(message.Dump(&slices).ok());
+  std::string text;
+  for (const grpc::Slice& s : slices) {
+    text.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return text;
+}
+
+class LocalStreamServerTest : public ::testing::Test {
+ protected:
+  void Start(LocalStreamServerOptions options = {}) {
+    // Sends back each message, then "end".
+    methods_.Add(kEcho, [](ByteStream& stream) {
+      grpc::ByteBuffer message;
+      while (stream.Read(&message)) {
+        if (!stream.Write(message)) return grpc::Status::CANCELLED;
+      }
+      stream.Write(Message("end"));
+      return grpc::Status::OK;
+    });
+    // Holds its thread until released or cancelled.
+    methods_.Add(kHold, [this](ByteStream& stream) {
+      {
+        absl::MutexLock lock(&mu_);
+        ++holding_;
+      }
+      while (!release_.WaitForNotificationWithTimeout(absl::Milliseconds(5))) {
+        if (stream.IsCancelled()) {
+          absl::MutexLock lock(&mu_);
+          ++saw_cancel_;
+          return grpc::Status(grpc::StatusCode::CANCELLED, "saw the cancel");
+        }
+      }
+      return grpc::Status(grpc::StatusCode::ABORTED, "released");
+    });
+    // Reads one message and refuses the call, whatever else comes.
+    methods_.Add(kRefuse, [](ByteStream& stream) {
+      grpc::ByteBuffer message;
+      stream.Read(&message);
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "refused: " + Text(message));
+    });
+    absl::StatusOr<std::unique_ptr<LocalStreamServer>> server =
+        LocalStreamServer::Start(&methods_, options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    channel_ = Channel(server_->secret());
+  }
+
+  std::shared_ptr<LocalChannel> Channel(const std::string& secret) {
+    return std::make_shared<LocalChannel>(server_->socket_name(), secret,
+                                          64 << 20);
+  }
+
+  std::unique_ptr<LocalCall> Call(const char* method) {
+    absl::StatusOr<std::unique_ptr<LocalCall>> call =
+        channel_->StartCall(method);
+    EXPECT_TRUE(call.ok()) << call.status();
+    return call.ok() ? *std::move(call) : nullptr;
+  }
+
+  // Starts a Hold call on its own thread; returns once it ended.
+  std::thread Hold(grpc::Status* status) {
+    return std::thread([this, status] {
+      std::unique_ptr<LocalCall> call = Call(kHold);
+      if (call == nullptr) return;
+      call->WritesDone();
+      *status = call->Finish();
+    });
+  }
+
+  void AwaitHolding(int n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return holding_ >= n;
+    };
+    mu_.Await(absl::Condition(&enough));
+  }
+
+  void TearDown() override {
+    if (!release_.HasBeenNotified()) release_.Notify();
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  absl::Notification release_;
+  absl::Mutex mu_;
+  int holding_ ABSL_GUARDED_BY(mu_) = 0;
+  int saw_cancel_ ABSL_GUARDED_BY(mu_) = 0;
+  StreamMethods methods_;
+  std::unique_ptr<LocalStreamServer> server_;
+  std::shared_ptr<LocalChannel> channel_;
+};
+
+TEST_F(LocalStreamServerTest, CallsOneAfterTheOtherShareOneConnection) {
+  LocalStreamServerOptions options;
+  // A second connection would be refused: the calls must reuse the first.
+  options.max_connections = 1;
+  Start(options);
+  const std::string big(5 << 20, 'b');
+  for (int round = 0; round < 3; ++round) {
+    std::unique_ptr<LocalCall> call = Call(kEcho);
+    ASSERT_NE(call, nullptr);
+    std::vector<std::string> got;
+    for (const std::string& text : {std::string("a"), big}) {
+      ASSERT_TRUE(call->Write(Message(text)));
+      grpc::ByteBuffer reply;
+      ASSERT_TRUE(call->Read(&reply));  // Flushes what was queued.
+      got.push_back(Text(reply));
+    }
+    ASSERT_TRUE(call->WritesDone());
+    grpc::ByteBuffer last;
+    ASSERT_TRUE(call->Read(&last));
+    got.push_back(Text(last));
+    EXPECT_FALSE(call->Read(&last));
+    const grpc::Status status = call->Finish();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(got, (std::vector<std::string>{"a", big, "end"}));
+  }
+}
+
+TEST_F(LocalStreamServerTest, OtherMethodsAreUnimplemented) {
+  LocalStreamServerOptions options;
+  options.max_connections = 1;
+  Start(options);
+  std::unique_ptr<LocalCall> call = Call("/test.Streams/Missing");
+  ASSERT_NE(call, nullptr);
+  call->WriteLast(Message("x"));
+  EXPECT_EQ(call->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  // The connection carries the next call.
+  call = Call(kEcho);
+  ASSERT_NE(call, nullptr);
+  call->WritesDone();
+  EXPECT_TRUE(call->Finish().ok());
+}
+
+TEST_F(LocalStreamServerTest, AnEarlyAnswerDropsTheRestOfTheCall) {
+  LocalStreamServerOptions options;
+  options.max_connections = 1;
+  Start(options);
+  std::unique_ptr<LocalCall> call = Call(kRefuse);
+  ASSERT_NE(call, nullptr);
+  ASSERT_TRUE(call->Write(Message("first")));
+  // More than the socket holds: written while the server drains them.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(call->Write(Message(std::string(1 << 20, 'm'))));
+  }
+  const grpc::Status status = call->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "refused: first");
+  call = Call(kEcho);
+  ASSERT_NE(call, nullptr);
+  ASSERT_TRUE(call->WriteLast(Message("next")));
+  grpc::ByteBuffer reply;
+  ASSERT_TRUE(call->Read(&reply));
+  EXPECT_EQ(Text(reply), "next");
+  EXPECT_TRUE(call->Finish().ok());
+}
+
+TEST_F(LocalStreamServerTest, AConnectionWithoutTheSecretIsRefused) {
+  Start();
+  absl::StatusOr<std::unique_ptr<LocalCall>> call =
+      Channel("not the secret")->StartCall(kEcho);
+  EXPECT_EQ(call.status().code(), absl::StatusCode::kUnauthenticated)
+      << call.status();
+}
+
+TEST_F(LocalStreamServerTest, HandlerSeesTheClientGoAway) {
+  Start();
+  {
+    std::unique_ptr<LocalCall> call = Call(kHold);
+    ASSERT_NE(call, nullptr);
+    call->WritesDone();
+    AwaitHolding(1);
+  }  // Destroyed unfinished: the connection closes.
+  absl::MutexLock lock(&mu_);
+  auto saw = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return saw_cancel_ == 1;
+  };
+  mu_.Await(absl::Condition(&saw));
+}
+
+TEST_F(LocalStreamServerTest, AnIdlePeersCallIsCancelled) {
+  LocalStreamServerOptions options;
+  options.idle_timeout = absl::Milliseconds(100);
+  Start(options);
+  std::unique_ptr<LocalCall> call = Call(kEcho);
+  ASSERT_NE(call, nullptr);
+  // One message answered, then nothing: the server gives up on the call.
+  ASSERT_TRUE(call->Write(Message("a")));
+  grpc::ByteBuffer answer;
+  ASSERT_TRUE(call->Read(&answer));
+  EXPECT_EQ(Text(answer), "a");
+  EXPECT_FALSE(call->Read(&answer));
+  EXPECT_EQ(call->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(LocalStreamServerTest, ConnectionsBeyondTheBoundAreRefused) {
+  LocalStreamServerOptions options;
+  options.max_connections = 2;
+  Start(options);
+  grpc::Status statuses[2];
+  std::thread holds[2] = {Hold(&statuses[0]), Hold(&statuses[1])};
+  AwaitHolding(2);
+
+  absl::StatusOr<std::unique_ptr<LocalCall>> refused =
+      Channel(server_->secret())->StartCall(kHold);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("2 local connections"),
+            absl::string_view::npos)
+      << refused.status();
+
+  release_.Notify();
+  for (std::thread& t : holds) t.join();
+  for (const grpc::Status& s : statuses) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
+  }
+}
+
+TEST_F(LocalStreamServerTest, AMessageAboveTheLimitBreaksTheConnection) {
+  LocalStreamServerOptions options;
+  options.max_message_bytes = 1000;
+  Start(options);
+  std::unique_ptr<LocalCall> call = Call(kEcho);
+  ASSERT_NE(call, nullptr);
+  call->WriteLast(Message(std::string(1001, 'x')));
+  EXPECT_EQ(call->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(LocalStreamServerTest, ShutdownCancelsCallsLeftAtItsDeadline) {
+  Start();
+  grpc::Status status;
+  std::thread hold = Hold(&status);
+  AwaitHolding(1);
+  server_->Shutdown(absl::Now() + absl::Milliseconds(50));
+  hold.join();
+  EXPECT_FALSE(status.ok());
+  {
+    absl::MutexLock lock(&mu_);
+    EXPECT_EQ(saw_cancel_, 1);
+  }
+  // Nothing listens any more.
+  EXPECT_EQ(Channel(server_->secret())->StartCall(kEcho).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace ps::server
