@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
@@ -83,6 +84,25 @@ absl::StatusOr<std::vector<int>> ParseServerCounts(absl::string_view text) {
   return counts;
 }
 
+absl::StatusOr<std::vector<bool>> ParseTransports(absl::string_view text) {
+  std::vector<bool> transports;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (part != "local" && part != "grpc") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("transport \"", part, "\" is neither local nor grpc"));
+    }
+    const bool local = part == "local";
+    if (std::find(transports.begin(), transports.end(), local) !=
+        transports.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("transport ", part, " is given twice"));
+    }
+    transports.push_back(local);
+  }
+  return transports;
+}
+
 std::string FormatSize(uint64_t bytes) {
   if (bytes >= (uint64_t{1} << 30) && bytes % (uint64_t{1} << 30) == 0) {
     return absl::StrCat(bytes >> 30, " GiB");
@@ -103,19 +123,19 @@ double RoundMicros(uint64_t size, double gbps) {
 
 std::string TableHeader() {
   return absl::StrFormat(
-      "%-8s %7s | %8s | %8s %6s | %8s %8s %6s | %8s %6s | %8s %6s | %8s %8s "
-      "%8s | %6s %6s %6s",
-      "size", "servers", "ours", "TCP", "o/TCP", "us:ours", "us:TCPrr", "o/rr",
-      "memcpy", "o/mem", "echo", "o/echo", "2 calls", "push", "pull", "cpu:o",
-      "echo", "TCP");
+      "%-8s %7s %5s | %8s | %8s %6s | %8s %8s %6s | %8s %6s | %8s %6s | %8s "
+      "%8s %8s | %6s %6s %6s",
+      "size", "servers", "via", "ours", "TCP", "o/TCP", "us:ours", "us:TCPrr",
+      "o/rr", "memcpy", "o/mem", "echo", "o/echo", "2 calls", "push", "pull",
+      "cpu:o", "echo", "TCP");
 }
 
 std::string TableRow(const BenchRow& row) {
   return absl::StrFormat(
-      "%-8s %7d | %8.4f | %8.4f %6.2f | %8.1f %8.1f %6.2f | %8.4f %6.2f | "
+      "%-8s %7d %5s | %8.4f | %8.4f %6.2f | %8.1f %8.1f %6.2f | %8.4f %6.2f | "
       "%8.4f %6.2f | %8.4f %8.4f %8.4f | %6.2f %6.2f %6.2f",
-      FormatSize(row.size_bytes), row.servers, row.ours_gbps, row.tcp_gbps,
-      Ratio(row.ours_gbps, row.tcp_gbps),
+      FormatSize(row.size_bytes), row.servers, row.transport, row.ours_gbps,
+      row.tcp_gbps, Ratio(row.ours_gbps, row.tcp_gbps),
       RoundMicros(row.size_bytes, row.ours_gbps),
       RoundMicros(row.size_bytes, row.tcp_rr_gbps),
       Ratio(row.tcp_rr_gbps, row.ours_gbps), row.memcpy_gbps,
@@ -174,39 +194,43 @@ absl::Status RunBench(const BenchConfig& config,
       base.echo_cpu_ns_per_byte = echo->cpu_ns_per_byte();
     }
     for (int servers : config.server_counts) {
-      PushPullOptions options = config.push_pull;
-      options.size_bytes = size;
-      options.num_servers = servers;
-      absl::StatusOr<PushPullResult> ours =
-          MeasurePushPull(config.measure, options);
-      if (!ours.ok()) {
-        return absl::Status(
-            ours.status().code(),
-            absl::StrCat("push+pull of ", FormatSize(size), " with ", servers,
-                         " servers: ", ours.status().message()));
+      for (bool local : config.transports) {
+        PushPullOptions options = config.push_pull;
+        options.size_bytes = size;
+        options.num_servers = servers;
+        options.local_transport = local;
+        absl::StatusOr<PushPullResult> ours =
+            MeasurePushPull(config.measure, options);
+        if (!ours.ok()) {
+          return absl::Status(
+              ours.status().code(),
+              absl::StrCat("push+pull of ", FormatSize(size), " with ", servers,
+                           " servers: ", ours.status().message()));
+        }
+        BenchRow row = base;
+        row.servers = servers;
+        row.transport = local ? "local" : "grpc";
+        if (config.baselines) {
+          // The target is a ratio to TCP: measured right after ours, so that
+          // both see the same load on a shared machine.
+          absl::StatusOr<Measurement> tcp = MeasureTcpStream(
+              config.measure, size, config.push_pull.server_cpus);
+          if (!tcp.ok()) return tcp.status();
+          row.tcp_gbps = tcp->gbps();
+          row.tcp_cpu_ns_per_byte = tcp->cpu_ns_per_byte();
+          absl::StatusOr<Measurement> rr = MeasureTcpRequestResponse(
+              config.measure, size, config.push_pull.server_cpus);
+          if (!rr.ok()) return rr.status();
+          row.tcp_rr_gbps = rr->gbps();
+        }
+        row.ours_gbps = ours->round_trip.gbps();
+        row.two_calls_gbps = ours->two_calls.gbps();
+        row.ours_cpu_ns_per_byte = ours->round_trip.cpu_ns_per_byte();
+        row.push_gbps = ours->push_gbps;
+        row.pull_gbps = ours->pull_gbps;
+        row.shard_reports = std::move(ours->shard_reports);
+        on_row(row);
       }
-      BenchRow row = base;
-      row.servers = servers;
-      if (config.baselines) {
-        // The target is a ratio to TCP: measured right after ours, so that
-        // both see the same load on a shared machine.
-        absl::StatusOr<Measurement> tcp = MeasureTcpStream(
-            config.measure, size, config.push_pull.server_cpus);
-        if (!tcp.ok()) return tcp.status();
-        row.tcp_gbps = tcp->gbps();
-        row.tcp_cpu_ns_per_byte = tcp->cpu_ns_per_byte();
-        absl::StatusOr<Measurement> rr = MeasureTcpRequestResponse(
-            config.measure, size, config.push_pull.server_cpus);
-        if (!rr.ok()) return rr.status();
-        row.tcp_rr_gbps = rr->gbps();
-      }
-      row.ours_gbps = ours->round_trip.gbps();
-      row.two_calls_gbps = ours->two_calls.gbps();
-      row.ours_cpu_ns_per_byte = ours->round_trip.cpu_ns_per_byte();
-      row.push_gbps = ours->push_gbps;
-      row.pull_gbps = ours->pull_gbps;
-      row.shard_reports = std::move(ours->shard_reports);
-      on_row(row);
     }
   }
   return absl::OkStatus();

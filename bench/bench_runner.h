@@ -21,6 +21,9 @@ namespace ps::bench {
 struct BenchConfig {
   std::vector<uint64_t> sizes;
   std::vector<int> server_counts;
+  // Each row of ours is measured over each of these: true is the same-host
+  // transport, false gRPC (PushPullOptions::local_transport).
+  std::vector<bool> transports = {true};
   MeasureOptions measure;
   // Server binary, chunk, optimizer and work directory; size and server
   // count are filled in per row.
@@ -40,6 +43,8 @@ struct BenchConfig {
 struct BenchRow {
   uint64_t size_bytes = 0;
   int servers = 0;
+  // "local" (the same-host transport) or "grpc".
+  std::string transport;
   // One PushPull call per shard a round, as training does.
   double ours_gbps = 0;
   // The same as a Push then a Pull call, and their directions alone.
@@ -68,6 +73,10 @@ absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text);
 
 // Parses a comma-separated list of server counts, each in [1, 16].
 absl::StatusOr<std::vector<int>> ParseServerCounts(absl::string_view text);
+
+// Parses a comma-separated list of "local" and "grpc" (BenchConfig's
+// transports), each at most once.
+absl::StatusOr<std::vector<bool>> ParseTransports(absl::string_view text);
 
 // The benchmark's default placement, as on separate machines: the worker
 // on the first half of `cpus` (those this process may use), the shards and

@@ -44,7 +44,9 @@ absl::StatusOr<Shards> StartShards(const PushPullOptions& options) {
                 absl::StrCat("--optimizer=", options.optimizer),
                 "--host=127.0.0.1",
                 "--port=0",
-                absl::StrCat("--port_file=", port_file)};
+                absl::StrCat("--port_file=", port_file),
+                absl::StrCat("--local_transport=",
+                             options.local_transport ? "true" : "false")};
     if (options.optimizer == "sgd") sub.argv.push_back("--momentum=0");
     if (!options.server_cpus.empty()) {
       sub.argv.push_back(
@@ -146,6 +148,7 @@ absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
   client_options.chunk_elements = options.chunk_bytes / 4;
   client_options.connect_timeout = options.start_timeout;
   client_options.retry_timeout = options.start_timeout;
+  client_options.local_transport = options.local_transport;
   absl::StatusOr<std::unique_ptr<ParameterClient>> client =
       ParameterClient::Connect(client_options);
   if (!client.ok()) return client.status();

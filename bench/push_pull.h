@@ -23,6 +23,9 @@ struct PushPullOptions {
   uint64_t chunk_bytes = 1 << 20;
   // The shards' --optimizer; "sgd" runs with momentum 0, the cheapest update.
   std::string optimizer = "sgd";
+  // Whether the client reaches the shards over the same-host transport
+  // (their --local_transport and ClientOptions.local_transport) or gRPC.
+  bool local_transport = true;
   // The shards' --cpus (empty: any CPU).
   std::vector<int> server_cpus;
   // Where the shards' port files go; must exist.

@@ -23,6 +23,10 @@
 ABSL_FLAG(std::string, sizes, "4K,1M,16M,64M",
           "Model sizes in bytes of float32, K/M/G binary suffixes.");
 ABSL_FLAG(std::string, servers, "1,2", "Server counts to run each size with.");
+ABSL_FLAG(std::string, transports, "local,grpc",
+          "How ours reaches the shards, a row each: local (the same-host "
+          "transport, a Unix socket: what workers on the servers' host use) "
+          "and grpc (gRPC over TCP, as from another host).");
 ABSL_FLAG(int, rounds, 2, "Minimum timed rounds per trial.");
 ABSL_FLAG(int, trials, 3, "Timed trials per measurement; the median counts.");
 ABSL_FLAG(int, warmup, 2, "Untimed rounds before each measurement.");
@@ -79,6 +83,13 @@ absl::StatusOr<BenchConfig> ConfigFromFlags(const char* argv0) {
         absl::StrCat("--servers: ", servers.status().message()));
   }
   config.server_counts = *servers;
+  absl::StatusOr<std::vector<bool>> transports =
+      ParseTransports(absl::GetFlag(FLAGS_transports));
+  if (!transports.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transports: ", transports.status().message()));
+  }
+  config.transports = *transports;
   const int rounds = absl::GetFlag(FLAGS_rounds);
   const int warmup = absl::GetFlag(FLAGS_warmup);
   const int trials = absl::GetFlag(FLAGS_trials);
@@ -187,7 +198,8 @@ int Run(const char* argv0) {
       "size once a round; ours and the gRPC echo (in-process server, %d KiB "
       "chunks, upload then download) count 2 x size.\nours: one PushPull "
       "call per shard a round, as a training step makes; 2 calls: a Push then "
-      "a Pull call; push/pull: the 2 calls' directions timed alone.\nGB/s = "
+      "a Pull call; push/pull: the 2 calls' directions timed alone; via: "
+      "local (the same-host transport) or grpc (gRPC over TCP).\nGB/s = "
       "1e9 bytes/s; cpu (of ours): CPU ns per byte moved "
       "(ours: worker + shards; the others: this process), steadier than GB/s "
       "when other load competes for the cores.\nCPUs: the worker (and the "

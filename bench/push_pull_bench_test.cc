@@ -45,6 +45,7 @@ TEST(PushPullBenchTest, RunsEveryMeasurementOnceWithPositiveRates) {
   BenchConfig config;
   config.sizes = {4096, 64 << 10};
   config.server_counts = {1, 2};
+  config.transports = {true, false};
   config.measure = Smoke();
   config.push_pull.server_binary = FindServerBinary("bench/push_pull_bench");
   ASSERT_FALSE(config.push_pull.server_binary.empty())
@@ -57,7 +58,7 @@ TEST(PushPullBenchTest, RunsEveryMeasurementOnceWithPositiveRates) {
   absl::Status status =
       RunBench(config, [&rows](const BenchRow& row) { rows.push_back(row); });
   ASSERT_TRUE(status.ok()) << status;
-  ASSERT_EQ(rows.size(), 4u);
+  ASSERT_EQ(rows.size(), 8u);
   for (const BenchRow& row : rows) {
     SCOPED_TRACE(TableRow(row));
     EXPECT_GT(row.ours_gbps, 0);
@@ -70,8 +71,11 @@ TEST(PushPullBenchTest, RunsEveryMeasurementOnceWithPositiveRates) {
   }
   EXPECT_EQ(rows[0].size_bytes, 4096u);
   EXPECT_EQ(rows[0].servers, 1);
-  EXPECT_EQ(rows[3].size_bytes, 64u << 10);
-  EXPECT_EQ(rows[3].servers, 2);
+  EXPECT_EQ(rows[0].transport, "local");
+  EXPECT_EQ(rows[1].transport, "grpc");
+  EXPECT_EQ(rows[7].size_bytes, 64u << 10);
+  EXPECT_EQ(rows[7].servers, 2);
+  EXPECT_EQ(rows[7].transport, "grpc");
 }
 
 // One 4 KiB row with `servers` shards placed on `server_cpus`.
@@ -175,6 +179,15 @@ TEST(PushPullBenchTest, ParsesServerCounts) {
   EXPECT_EQ(*counts, (std::vector<int>{1, 2}));
   for (const char* bad : {"", "0", "17", "1,,2", "two"}) {
     EXPECT_FALSE(ParseServerCounts(bad).ok()) << bad;
+  }
+}
+
+TEST(PushPullBenchTest, ParsesTransports) {
+  absl::StatusOr<std::vector<bool>> transports = ParseTransports("grpc,local");
+  ASSERT_TRUE(transports.ok());
+  EXPECT_EQ(*transports, (std::vector<bool>{false, true}));
+  for (const char* bad : {"", "tcp", "local,local", "local,"}) {
+    EXPECT_FALSE(ParseTransports(bad).ok()) << bad;
   }
 }
 
