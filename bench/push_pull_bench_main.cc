@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "bench/bench_runner.h"
@@ -235,6 +236,7 @@ int Run(const char* argv0) {
 }  // namespace ps::bench
 
 int main(int argc, char** argv) {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
       "Push+pull throughput against shard processes, with memcpy, loopback "
       "TCP and gRPC echo baselines.\n"

@@ -640,6 +640,43 @@ TEST(ParameterClientTest, AStepStreamsItsGradientAndBringsBackTheWeights) {
   EXPECT_FALSE(cluster.shard(0).pushes().at(1).pull_after);
 }
 
+// A shard may announce a same-host endpoint that this client cannot reach
+// (the shard runs on another host, or is gone): gRPC carries the step.
+TEST(ParameterClientTest, AStepGoesThroughGrpcWhereTheSameHostEndpointFails) {
+  FakeCluster cluster(2);
+  for (int s = 0; s < cluster.size(); ++s) {
+    proto::RegisterResponse response;
+    response.set_mode(proto::MODE_SYNC);
+    response.set_num_workers(2);
+    response.mutable_local_endpoint()->set_socket_name(
+        absl::StrCat("paramserver-nobody-listens-", s));
+    response.mutable_local_endpoint()->set_secret("secret");
+    cluster.shard(s).SetResponse(response);
+  }
+  const ModelSpec model = ServerInitializedModel();
+  std::unique_ptr<ParameterClient> client = ConnectOrDie(cluster.Options(0));
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Declare(model, 1).ok());
+  const TensorValues gradients = Filled(model, 1.0f);
+  for (uint64_t step = 0; step < 2; ++step) {
+    StepInfo info;
+    info.step = step;
+    info.num_examples = 32;
+    info.cursor = {0, 32 * (step + 1)};
+    std::unique_ptr<StepPush> push = client->StartStep(info, true);
+    for (uint32_t id = 0; id < gradients.size(); ++id) {
+      ASSERT_TRUE(push->Send(id, gradients[id]).ok());
+    }
+    TensorValues weights;
+    absl::StatusOr<uint64_t> version = push->FinishWithPull(weights);
+    ASSERT_TRUE(version.ok()) << version.status();
+    ExpectFakeWeights(model, weights);
+  }
+  for (int s = 0; s < cluster.size(); ++s) {
+    EXPECT_EQ(cluster.shard(s).pushes().size(), 2u);
+  }
+}
+
 TEST(ParameterClientTest, StepPushRefusesBadSendsNamingTheTensor) {
   FakeCluster cluster(2);
   const ModelSpec model = ServerInitializedModel();

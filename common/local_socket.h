@@ -139,6 +139,9 @@ class LocalSocket {
  private:
   // Sends iov_ whole.
   absl::Status SendAll();
+  // Receives 1 to `size` bytes into `out`, waiting up to the idle timeout
+  // for the first.
+  absl::StatusOr<size_t> ReceiveSome(uint8_t* out, size_t size);
   // Reads at least `min_bytes` more into the buffer.
   absl::Status Fill(size_t min_bytes);
   // Reads exactly `size` bytes to `out`, taking buffered ones first.

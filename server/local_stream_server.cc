@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -15,6 +16,9 @@ namespace {
 // Hellos and method names are short; a larger frame there is not a client
 // of ours.
 constexpr size_t kMaxControlBytes = 1024;
+// How long a new connection may take to present the secret: a connection
+// holds a thread until then.
+constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
 // After a failed accept (out of descriptors): a pause before the next.
 constexpr absl::Duration kAcceptRetryPause = absl::Milliseconds(100);
 
@@ -256,7 +260,9 @@ bool LocalStreamServer::Admit(LocalSocket& socket) {
     return false;
   }
   socket.Queue(FrameType::kWelcome, "");
-  return socket.Flush().ok();
+  absl::Status welcomed = socket.Flush();
+  if (welcomed.ok()) welcomed = socket.SetIdleTimeout(options_.idle_timeout);
+  return welcomed.ok();
 }
 
 void LocalStreamServer::Serve(Connection& connection) {

@@ -22,6 +22,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/cluster_address.h"
 #include "common/cpu_affinity.h"
@@ -815,6 +816,7 @@ int main(int argc, char** argv) {
   sigset_t signals;
   ps::server::SignalWatcher::BlockShutdownSignals(&signals);
   ps::KeepFreedMemory();
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
       "A parameter-server shard: holds its slices of the model, applies "
       "workers' gradients and serves weights over gRPC.\n"

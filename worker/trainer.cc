@@ -246,6 +246,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
     ++position;
     summary.examples += batch_.size;
     summary.final_loss = result->loss;
+    summary.step_time.compute += result->timing.compute;
+    summary.step_time.communication += result->timing.communication;
+    summary.step_time.waiting += result->timing.waiting;
     if (options_.metrics != nullptr) {
       options_.metrics->RecordStep(result->timing, batch_.size, result->loss,
                                    epoch, absl::Now());

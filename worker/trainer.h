@@ -53,6 +53,8 @@ struct TrainingSummary {
   // Set when options.evaluate: accuracy on the test set after training.
   double test_accuracy = -1;
   absl::Duration wall_time;
+  // The steps' time by phase, summed (evaluations are not in it).
+  StepTiming step_time;
 };
 
 // The training loop of one worker: pull weights, compute the gradient of its
