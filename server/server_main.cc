@@ -816,6 +816,8 @@ int main(int argc, char** argv) {
   sigset_t signals;
   ps::server::SignalWatcher::BlockShutdownSignals(&signals);
   ps::KeepFreedMemory();
+  // Debian's Abseil checks every lock order at run time; a release binary
+  // need not pay for it on each call's locks.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
       "A parameter-server shard: holds its slices of the model, applies "
