@@ -8,7 +8,10 @@ on this machine, each process on one thread:
   single  one process, a plain PyTorch loop: the per-step baseline
   ddp     DistributedDataParallel, gloo backend, 2 processes, 127.0.0.1
   ours    deploy/local/launch --num_servers=N --num_workers=2 (sync),
-          paramserver.torch's DistributedOptimizer, Adam on the servers
+          paramserver.torch's DistributedOptimizer, Adam on the servers;
+          the workers reach the servers over the same-host transport
+  grpc    ours with ps.init(local_transport=False): gRPC over TCP, as
+          workers on other hosts reach the servers
 
 Each reports steps per second over --steps steps after --warmup; the bench
 prints every run, the medians over --repeats rounds, ours / ddp, and our
@@ -41,6 +44,8 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--num_servers", type=int, default=2,
                    help="parameter servers of ours")
+    p.add_argument("--local_transport", type=int, default=1,
+                   help="ours: 1 the same-host transport, 0 gRPC")
     p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--bazel_bin", default=os.path.join(ROOT, "bazel-bin"))
     return p.parse_args()
@@ -117,7 +122,7 @@ def role_ours(args):
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     import pytorch_fashion_mnist as example
     torch.set_num_threads(1)
-    ps.init()
+    ps.init(local_transport=bool(args.local_transport))
     torch.manual_seed(1)
     model = example.Net()
     ps.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -193,34 +198,37 @@ def measure_ddp(args):
     return result_of(outputs[0], "ddp")
 
 
-def measure_ours(args):
+def measure_ours(args, local_transport=True):
     env = environment(args)
     argv = [os.path.join(args.bazel_bin, "deploy", "local", "launch"),
             "--num_servers=%d" % args.num_servers, "--num_workers=2",
-            "--"] + worker_argv(
-                args, "ours")
+            "--"] + worker_argv(args, "ours") + [
+                "--local_transport=%d" % local_transport]
     return result_of(run(argv, env, "ours"), "ours")
 
 
 def bench(args):
-    runs = {"single": [], "ddp": [], "ours": []}
+    measures = (("single", measure_single), ("ddp", measure_ddp),
+                ("ours", measure_ours),
+                ("grpc", lambda a: measure_ours(a, local_transport=False)))
+    runs = {name: [] for name, _ in measures}
     for i in range(args.repeats):
-        for name, measure in (("single", measure_single),
-                              ("ddp", measure_ddp), ("ours", measure_ours)):
+        for name, measure in measures:
             runs[name].append(measure(args))
-        print("round %d: single %.1f, ddp %.1f, ours %.1f steps/s" % (
-            i + 1, runs["single"][-1], runs["ddp"][-1], runs["ours"][-1]),
+        print("round %d: %s steps/s" % (i + 1, ", ".join(
+            "%s %.1f" % (name, runs[name][-1]) for name, _ in measures)),
             flush=True)
     median = {k: statistics.median(v) for k, v in runs.items()}
     print("median steps/s over %d rounds (%d steps at batch %d per worker): "
-          "single %.1f, ddp %.1f, ours %.1f" % (
-              args.repeats, args.steps, args.batch_size, median["single"],
-              median["ddp"], median["ours"]))
-    print("ours / ddp: %.2fx" % (median["ours"] / median["ddp"]))
+          "%s" % (args.repeats, args.steps, args.batch_size, ", ".join(
+              "%s %.1f" % (name, median[name]) for name, _ in measures)))
+    print("ours / ddp: %.2fx (over gRPC: %.2fx)" % (
+        median["ours"] / median["ddp"], median["grpc"] / median["ddp"]))
     ms = {k: 1000 / v for k, v in median.items()}
-    print("per-step time: single %.2f ms, ddp %.2f ms, ours %.2f ms; ours "
-          "adds %.2f ms over single" % (ms["single"], ms["ddp"], ms["ours"],
-                                        ms["ours"] - ms["single"]))
+    print("per-step time: single %.2f ms, ddp %.2f ms, ours %.2f ms (over "
+          "gRPC %.2f ms); ours adds %.2f ms over single" % (
+              ms["single"], ms["ddp"], ms["ours"], ms["grpc"],
+              ms["ours"] - ms["single"]))
 
 
 def main():
