@@ -221,6 +221,69 @@ TEST_F(SyncRestartTest, AHeartbeatPastALostPushTakesPartWithWeightZero) {
   ExpectShiftedBy(before, AllWeights(*store_), 4.0f);
 }
 
+// A run of one worker planned for 2 steps, checkpointed after them, then
+// extended to 4: the step bound and the cosine's horizon move with the
+// plan.
+TEST(CoordinatorRestoreTest, AnExtendedRunTakesItsWorkersNewPlan) {
+  CoordinatorOptions options = FastOptions(ConsistencyMode::kSync, 1);
+  options.lr_schedule =
+      *LearningRateSchedule::Create(LrScheduleKind::kCosine, 1.0f, 0.0f);
+  auto make = [&](ShardStore* store, bool replan) {
+    CoordinatorOptions o = options;
+    o.replan_after_restore = replan;
+    return *UpdateCoordinator::Create(store, std::move(o));
+  };
+  auto old_store = MakeStore({6, 4, 2}, PlainSgd());
+  auto old = make(old_store.get(), false);
+  ASSERT_TRUE(old->Register(0, IncarnationOf(0), 2).ok());
+  for (uint64_t step = 0; step < 2; ++step) {
+    ASSERT_TRUE(old->Commit(ConstantPush(*old_store, 0, step, 1)).ok());
+  }
+  const ShardCheckpoint finished = old->Snapshot();
+  ASSERT_EQ(finished.planned_steps, 2u);
+
+  // Restored as it was, the run keeps its plan.
+  auto kept_store = MakeStore({6, 4, 2}, PlainSgd());
+  auto kept = make(kept_store.get(), false);
+  ASSERT_TRUE(kept->Restore(finished).ok());
+  absl::StatusOr<RankProgress> refused = kept->Register(0, IncarnationOf(0), 4);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find(
+                "the run of the restored checkpoint planned 2"),
+            std::string::npos)
+      << refused.status();
+
+  // Extended, the first plan registered replaces the checkpoint's.
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto extended = make(store.get(), true);
+  ASSERT_TRUE(extended->Restore(finished).ok());
+  {
+    LogCapture log;
+    absl::StatusOr<RankProgress> resumed =
+        extended->Register(0, IncarnationOf(0), 4);
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_EQ(resumed->next_step, 2u);
+    EXPECT_NE(log.text().find("worker 0 plans 4 steps where the restored run "
+                              "planned 2"),
+              std::string::npos)
+        << log.text();
+  }
+  // Update 2 of 4 is halfway down the cosine: 0.5 (past the old horizon of
+  // 2 it would be the floor, 0).
+  const auto before = AllWeights(*store);
+  EXPECT_EQ(*extended->Commit(ConstantPush(*store, 0, 2, 1)), 3u);
+  ExpectShiftedBy(before, AllWeights(*store), 0.5f);
+  EXPECT_TRUE(Pull(*extended, 0, 4).ok());
+  const absl::Status beyond = Pull(*extended, 0, 5).status();
+  EXPECT_EQ(beyond.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(beyond.message().find("1 workers x 4 planned steps"),
+            std::string::npos)
+      << beyond;
+  // The new plan holds from then on.
+  EXPECT_EQ(extended->Register(0, IncarnationOf(0) + 1, 6).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(CoordinatorRestoreTest, WithoutARestartALaterClockWaits) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = Make(store.get(), FastOptions(ConsistencyMode::kSync, 2));
