@@ -8,7 +8,9 @@
 //   bazel run //deploy/local:launch -- --num_servers=2 --num_workers=2
 //   bazel-bin/deploy/local/launch --mode=ssp --staleness=2
 //   bazel-bin/deploy/local/launch --resume=runs/20260314-101500-3fa2
-//   bazel-bin/deploy/local/launch --num_workers=4 -- python3 train.py --lr=1
+//   bazel-bin/deploy/local/launch --extend=runs/20260314-101500-3fa2
+//   --epochs=20 bazel-bin/deploy/local/launch --num_workers=4 -- python3
+//   train.py --lr=1
 //
 // Exit code: 0 when every worker succeeded, 1 when a process failed or the
 // cluster could not start, 2 on bad flags, 128 + signal when interrupted.
@@ -388,7 +390,7 @@ int Main(int argc, char** argv) {
       "stopped\nonce every copy has exited 0.\n"
       "Exit codes: 0 every worker succeeded; 1 a process failed for good or "
       "the cluster\ncould not start; 2 bad flags, or a run that cannot be "
-      "started or resumed;\n128+N stopped by signal N.");
+      "started, resumed or\nextended; 128+N stopped by signal N.");
   // Everything after the first "--" is the worker program, untouched.
   int flag_count = argc;
   std::vector<std::string> program;
