@@ -171,7 +171,23 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
         "worker ", rank,
         " registers without an incarnation; every process picks one"));
   }
-  absl::MutexLock lock(&mu_);
+  uint64_t previous = 0;
+  absl::StatusOr<RankProgress> result;
+  {
+    absl::MutexLock lock(&mu_);
+    result = RegisterLocked(rank, incarnation, planned_steps, &previous);
+  }
+  // Without mu_, which a checkpoint's snapshot takes.
+  if (result.ok() && previous != 0 && previous != incarnation &&
+      options_.on_new_incarnation) {
+    options_.on_new_incarnation();
+  }
+  return result;
+}
+
+absl::StatusOr<RankProgress> UpdateCoordinator::RegisterLocked(
+    int rank, uint64_t incarnation, uint64_t planned_steps,
+    uint64_t* previous_incarnation) {
   if (shutdown_) return absl::UnavailableError("server is shutting down");
   if (!failure_.ok()) return failure_;
   if (planned_steps != 0 && plan_open_) {
@@ -215,6 +231,7 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
     plan_restored_ = false;
   }
   const uint64_t previous = ranks_.SetIncarnation(rank, incarnation);
+  *previous_incarnation = previous;
   ranks_.Touch(rank, absl::Now());
   const DataProgress& progress = ranks_.accepted(rank);
   const RankProgress result{policy_->ResumeStep(ViewLocked(), rank),

@@ -1,5 +1,6 @@
 // UpdateCoordinator snapshots and restores: a checkpoint's round trip, its
 // identity checks, and a sync shard catching up after a restart.
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -282,6 +283,27 @@ TEST(CoordinatorRestoreTest, AnExtendedRunTakesItsWorkersNewPlan) {
   // The new plan holds from then on.
   EXPECT_EQ(extended->Register(0, IncarnationOf(0) + 1, 6).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// A checkpoint must learn of a replacing process before a restart of the
+// shard restores it; the first registration of a rank replaces nothing.
+TEST(CoordinatorRestoreTest, ANewIncarnationIsAnnounced) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  CoordinatorOptions options = FastOptions(ConsistencyMode::kSync, 2);
+  std::atomic<int> announced{0};
+  options.on_new_incarnation = [&announced] { ++announced; };
+  auto coord = *UpdateCoordinator::Create(store.get(), std::move(options));
+  ASSERT_TRUE(coord->Register(0, 11, 0).ok());
+  ASSERT_TRUE(coord->Register(1, 21, 0).ok());
+  ASSERT_TRUE(coord->Register(1, 21, 0).ok());  // The same process again.
+  EXPECT_EQ(announced.load(), 0);
+  ASSERT_TRUE(coord->Register(1, 22, 0).ok());
+  EXPECT_EQ(announced.load(), 1);
+  EXPECT_EQ(coord->Register(0, 12, 5).status().code(), absl::StatusCode::kOk);
+  EXPECT_EQ(announced.load(), 2);
+  // A refused registration replaces nothing.
+  EXPECT_FALSE(coord->Register(0, 13, 6).ok());
+  EXPECT_EQ(announced.load(), 2);
 }
 
 TEST(CoordinatorRestoreTest, WithoutARestartALaterClockWaits) {

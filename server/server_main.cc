@@ -590,6 +590,13 @@ absl::StatusOr<std::unique_ptr<DeclaredShard>> BuildShard(
     options.lr_schedule = *lr;
     spdlog::info("optimizer {} as declared", DescribeOptimizer(*optimizer));
   }
+  // The shard outlives its coordinator's calls (gRPC stops first); a shard
+  // still waiting for rank 0's values has nothing to keep.
+  options.on_new_incarnation = [s = shard.get()] {
+    if (s->checkpointer != nullptr && !s->store->awaiting_initial_values()) {
+      s->checkpointer->RequestSoon();
+    }
+  };
   options.on_finished = [shutdown](const absl::Status& outcome) {
     if (outcome.ok()) {
       shutdown->Request("every worker is done (or dead)");

@@ -55,6 +55,11 @@ struct CoordinatorOptions {
   // learning-rate schedule's horizon move with it) instead of having to
   // match the checkpoint's; later registrations must match it.
   bool replan_after_restore = false;
+  // Called, without locks held, after a rank registered as a new process
+  // replacing another (a restarted or extended run's worker), so that a
+  // checkpoint records it: a shard restored from one that does not would
+  // refuse the new process's requests. Must not block for long.
+  std::function<void()> on_new_incarnation;
   // Called once, on some thread and without locks held, when the job is
   // over: OK once every rank is done (or every rank is done or dead, one at
   // least done); the failure (FailedPrecondition) when a worker died under
@@ -231,6 +236,12 @@ class UpdateCoordinator {
   void WarnOfIncompleteUpdate(absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
 
+  // Register's part under mu_; sets `previous_incarnation` to the rank's
+  // incarnation before (0: none).
+  absl::StatusOr<RankProgress> RegisterLocked(int rank, uint64_t incarnation,
+                                              uint64_t planned_steps,
+                                              uint64_t* previous_incarnation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Refuses requests after Shutdown or a failure and from a replaced
   // incarnation; otherwise renews the rank's lease.
   absl::Status AdmitLocked(int rank, uint64_t incarnation)
