@@ -9,8 +9,8 @@
 //   bazel-bin/deploy/local/launch --mode=ssp --staleness=2
 //   bazel-bin/deploy/local/launch --resume=runs/20260314-101500-3fa2
 //   bazel-bin/deploy/local/launch --extend=runs/20260314-101500-3fa2
-//   --epochs=20 bazel-bin/deploy/local/launch --num_workers=4 -- python3
-//   train.py --lr=1
+//       --epochs=20
+//   bazel-bin/deploy/local/launch --num_workers=4 -- python3 train.py --lr=1
 //
 // Exit code: 0 when every worker succeeded, 1 when a process failed or the
 // cluster could not start, 2 on bad flags, 128 + signal when interrupted.
@@ -545,7 +545,11 @@ int Main(int argc, char** argv) {
     record.program = program;
   } else if (record.segments.empty()) {
     // A run.txt of a launcher that kept no segments.
-    record.segments.push_back({"start", "unknown", {}, record.state});
+    record.segments.push_back(
+        {"start",
+         "unknown",
+         {},
+         absl::StrCat(record.state, ": ", record.outcome)});
   }
   record.segments.push_back(segment);
   record.state = "running";
