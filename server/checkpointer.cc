@@ -37,6 +37,7 @@ absl::StatusOr<std::string> Checkpointer::WriteNow() {
 
 absl::StatusOr<std::string> Checkpointer::WriteLocked() {
   const absl::Time start = absl::Now();
+  requested_.store(false);  // What was requested so far is in this one.
   const ShardCheckpoint checkpoint = snapshot_();
   // Whatever the outcome, the next trigger is counted from here: a failing
   // disk is retried at the policy's pace, not in a tight loop.
@@ -76,7 +77,7 @@ void Checkpointer::Loop() {
     const bool by_time = policy_.every > absl::ZeroDuration() &&
                          absl::Now() - last_time_ >= policy_.every &&
                          version != last_version_;
-    if (by_updates || by_time) {
+    if (by_updates || by_time || requested_.load()) {
       absl::StatusOr<std::string> written = WriteLocked();
       (void)written;  // Logged by WriteLocked.
     }

@@ -1,6 +1,7 @@
 #ifndef PS_SERVER_CHECKPOINTER_H_
 #define PS_SERVER_CHECKPOINTER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -54,6 +55,9 @@ class Checkpointer {
 
   // Takes and writes a checkpoint now; returns its path.
   absl::StatusOr<std::string> WriteNow();
+  // Makes a checkpoint due, changed version or not: the background thread
+  // writes one within a poll. Does not wait (e.g. for a write in progress).
+  void RequestSoon() { requested_.store(true); }
 
  private:
   void Loop();
@@ -67,6 +71,9 @@ class Checkpointer {
   absl::Mutex write_mu_;
   uint64_t last_version_ ABSL_GUARDED_BY(write_mu_);
   absl::Time last_time_ ABSL_GUARDED_BY(write_mu_);
+
+  // RequestSoon was called since the last write began.
+  std::atomic<bool> requested_{false};
 
   absl::Mutex stop_mu_;
   bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;

@@ -75,6 +75,21 @@ TEST_F(CheckpointerTest, WritesEveryNUpdatesKeepingTheNewestTwo) {
   EXPECT_EQ(Files(), (std::vector<std::string>{Path(18), Path(12)}));
 }
 
+TEST_F(CheckpointerTest, ARequestWritesOneAtTheSameVersion) {
+  policy_.every_updates = 0;
+  policy_.every = absl::ZeroDuration();
+  version_ = 3;
+  auto checkpointer = Start();
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_TRUE(Files().empty());
+  checkpointer->RequestSoon();
+  ASSERT_TRUE(AwaitNewest(3));
+  // Once: nothing more is due.
+  std::filesystem::remove(Path(3));
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_TRUE(Files().empty());
+}
+
 TEST_F(CheckpointerTest, TimerWritesOnlyAfterTheVersionMoved) {
   policy_.every_updates = 0;
   policy_.every = absl::Milliseconds(30);

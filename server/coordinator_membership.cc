@@ -171,11 +171,48 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
         "worker ", rank,
         " registers without an incarnation; every process picks one"));
   }
-  absl::MutexLock lock(&mu_);
+  uint64_t previous = 0;
+  absl::StatusOr<RankProgress> result;
+  {
+    absl::MutexLock lock(&mu_);
+    result = RegisterLocked(rank, incarnation, planned_steps, &previous);
+  }
+  // Without mu_, which a checkpoint's snapshot takes.
+  if (result.ok() && previous != 0 && previous != incarnation &&
+      options_.on_new_incarnation) {
+    options_.on_new_incarnation();
+  }
+  return result;
+}
+
+absl::StatusOr<RankProgress> UpdateCoordinator::RegisterLocked(
+    int rank, uint64_t incarnation, uint64_t planned_steps,
+    uint64_t* previous_incarnation) {
   if (shutdown_) return absl::UnavailableError("server is shutting down");
   if (!failure_.ok()) return failure_;
+  if (planned_steps != 0 && plan_open_) {
+    // An extended run: its workers' plan replaces the checkpoint's.
+    if (planned_steps != planned_steps_) {
+      spdlog::info(
+          "worker {} plans {} steps where the restored run planned {}: the "
+          "run goes on under the new plan (--extend), which bounds the steps "
+          "and spans the learning-rate schedule",
+          rank, planned_steps, planned_steps_);
+    }
+    planned_steps_ = planned_steps;
+    plan_open_ = false;
+    plan_restored_ = false;
+  }
   if (planned_steps != 0 && planned_steps_ != 0 &&
       planned_steps != planned_steps_) {
+    if (plan_restored_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker ", rank, " plans ", planned_steps,
+          " steps but the run of the restored checkpoint planned ",
+          planned_steps_,
+          "; a resumed run keeps its plan (same --epochs, --max_steps and "
+          "--batch_size), and servers started with --extend take a new one"));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", rank, " plans ", planned_steps,
         " steps but the workers registered before it plan ", planned_steps_,
@@ -189,19 +226,26 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
         "--lr_schedule=cosine needs the planned number of steps, and worker ",
         rank, " registered with planned_steps 0"));
   }
-  if (planned_steps != 0) planned_steps_ = planned_steps;
+  if (planned_steps != 0) {
+    planned_steps_ = planned_steps;
+    plan_restored_ = false;
+  }
   const uint64_t previous = ranks_.SetIncarnation(rank, incarnation);
+  *previous_incarnation = previous;
   ranks_.Touch(rank, absl::Now());
   const DataProgress& progress = ranks_.accepted(rank);
   const RankProgress result{policy_->ResumeStep(ViewLocked(), rank),
                             progress.epoch, progress.examples_done};
   if (previous != 0 && previous != incarnation) {
-    spdlog::warn(
+    // Every worker of an extended run is a new process: no news.
+    spdlog::log(
+        extension_joins_[rank] ? spdlog::level::info : spdlog::level::warn,
         "worker {} rejoined: incarnation {} replaces {}; it resumes at step "
         "{}, epoch {}, examples_done {}",
         rank, incarnation, previous, result.next_step, result.epoch,
         result.examples_done);
   }
+  extension_joins_[rank] = false;
   return result;
 }
 

@@ -1,5 +1,6 @@
 // UpdateCoordinator snapshots and restores: a checkpoint's round trip, its
 // identity checks, and a sync shard catching up after a restart.
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -219,6 +220,90 @@ TEST_F(SyncRestartTest, AHeartbeatPastALostPushTakesPartWithWeightZero) {
   EXPECT_EQ(*coord_->Heartbeat(1, IncarnationOf(1)), 2u);
   EXPECT_EQ(*coord_->Heartbeat(1, IncarnationOf(1), 3), 3u);
   ExpectShiftedBy(before, AllWeights(*store_), 4.0f);
+}
+
+// A run of one worker planned for 2 steps, checkpointed after them, then
+// extended to 4: the step bound and the cosine's horizon move with the
+// plan.
+TEST(CoordinatorRestoreTest, AnExtendedRunTakesItsWorkersNewPlan) {
+  CoordinatorOptions options = FastOptions(ConsistencyMode::kSync, 1);
+  options.lr_schedule =
+      *LearningRateSchedule::Create(LrScheduleKind::kCosine, 1.0f, 0.0f);
+  auto make = [&](ShardStore* store, bool replan) {
+    CoordinatorOptions o = options;
+    o.replan_after_restore = replan;
+    return *UpdateCoordinator::Create(store, std::move(o));
+  };
+  auto old_store = MakeStore({6, 4, 2}, PlainSgd());
+  auto old = make(old_store.get(), false);
+  ASSERT_TRUE(old->Register(0, IncarnationOf(0), 2).ok());
+  for (uint64_t step = 0; step < 2; ++step) {
+    ASSERT_TRUE(old->Commit(ConstantPush(*old_store, 0, step, 1)).ok());
+  }
+  const ShardCheckpoint finished = old->Snapshot();
+  ASSERT_EQ(finished.planned_steps, 2u);
+
+  // Restored as it was, the run keeps its plan.
+  auto kept_store = MakeStore({6, 4, 2}, PlainSgd());
+  auto kept = make(kept_store.get(), false);
+  ASSERT_TRUE(kept->Restore(finished).ok());
+  absl::StatusOr<RankProgress> refused = kept->Register(0, IncarnationOf(0), 4);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find(
+                "the run of the restored checkpoint planned 2"),
+            std::string::npos)
+      << refused.status();
+
+  // Extended, the first plan registered replaces the checkpoint's.
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  auto extended = make(store.get(), true);
+  ASSERT_TRUE(extended->Restore(finished).ok());
+  {
+    LogCapture log;
+    absl::StatusOr<RankProgress> resumed =
+        extended->Register(0, IncarnationOf(0), 4);
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_EQ(resumed->next_step, 2u);
+    EXPECT_NE(log.text().find("worker 0 plans 4 steps where the restored run "
+                              "planned 2"),
+              std::string::npos)
+        << log.text();
+  }
+  // Update 2 of 4 is halfway down the cosine: 0.5 (past the old horizon of
+  // 2 it would be the floor, 0).
+  const auto before = AllWeights(*store);
+  EXPECT_EQ(*extended->Commit(ConstantPush(*store, 0, 2, 1)), 3u);
+  ExpectShiftedBy(before, AllWeights(*store), 0.5f);
+  EXPECT_TRUE(Pull(*extended, 0, 4).ok());
+  const absl::Status beyond = Pull(*extended, 0, 5).status();
+  EXPECT_EQ(beyond.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(beyond.message().find("1 workers x 4 planned steps"),
+            std::string::npos)
+      << beyond;
+  // The new plan holds from then on.
+  EXPECT_EQ(extended->Register(0, IncarnationOf(0) + 1, 6).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// A checkpoint must learn of a replacing process before a restart of the
+// shard restores it; the first registration of a rank replaces nothing.
+TEST(CoordinatorRestoreTest, ANewIncarnationIsAnnounced) {
+  auto store = MakeStore({6, 4, 2}, PlainSgd());
+  CoordinatorOptions options = FastOptions(ConsistencyMode::kSync, 2);
+  std::atomic<int> announced{0};
+  options.on_new_incarnation = [&announced] { ++announced; };
+  auto coord = *UpdateCoordinator::Create(store.get(), std::move(options));
+  ASSERT_TRUE(coord->Register(0, 11, 0).ok());
+  ASSERT_TRUE(coord->Register(1, 21, 0).ok());
+  ASSERT_TRUE(coord->Register(1, 21, 0).ok());  // The same process again.
+  EXPECT_EQ(announced.load(), 0);
+  ASSERT_TRUE(coord->Register(1, 22, 0).ok());
+  EXPECT_EQ(announced.load(), 1);
+  EXPECT_EQ(coord->Register(0, 12, 5).status().code(), absl::StatusCode::kOk);
+  EXPECT_EQ(announced.load(), 2);
+  // A refused registration replaces nothing.
+  EXPECT_FALSE(coord->Register(0, 13, 6).ok());
+  EXPECT_EQ(announced.load(), 2);
 }
 
 TEST(CoordinatorRestoreTest, WithoutARestartALaterClockWaits) {

@@ -126,6 +126,7 @@ TEST(ServerBinaryTest, ExitsWithTwoNamingTheBadFlag) {
       {{"--server_index=0", "--on_worker_failure=retry"},
        "--on_worker_failure"},
       {{"--server_index=0", "--restore"}, "--checkpoint_dir"},
+      {{"--server_index=0", "--extend"}, "--restore"},
       {{"--server_index=0", "--lr_schedule=linear"}, "--lr_schedule"},
       {{"--server_index=0", "--min_learning_rate=1"}, "--min_learning_rate"},
       {{"--server_index=0", "--checkpoint_every_steps=-1"},
@@ -208,12 +209,16 @@ class LifecycleClient {
             grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
                                 grpc::InsecureChannelCredentials()))) {}
 
-  absl::StatusOr<proto::RegisterResponse> Register(int rank) {
+  // `incarnation` 0: rank + 1.
+  absl::StatusOr<proto::RegisterResponse> Register(int rank,
+                                                   uint64_t planned_steps = 0,
+                                                   uint64_t incarnation = 0) {
     grpc::ClientContext context;
     proto::RegisterRequest request;
     *request.mutable_header() = Header(rank);
     ModelSpecToProto(partition_.model(), request.mutable_declaration());
-    request.set_incarnation(rank + 1);
+    request.set_incarnation(incarnation != 0 ? incarnation : rank + 1);
+    request.set_planned_steps(planned_steps);
     proto::RegisterResponse response;
     const grpc::Status s = stub_->Register(&context, request, &response);
     if (!s.ok()) return absl::UnknownError(s.error_message());
@@ -305,6 +310,92 @@ TEST(ServerBinaryTest, RefusesToResumeAFinishedRun) {
   EXPECT_EQ(WaitForExit(restarted, absl::Seconds(30)), 2) << ReadFile(log);
   EXPECT_NE(ReadFile(log).find("is of a finished run"), std::string::npos)
       << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("pass --extend to train it further"),
+            std::string::npos)
+      << ReadFile(log);
+}
+
+TEST(ServerBinaryTest, ExtendsAFinishedRunUnderTheWorkersNewPlan) {
+  const std::string dir = FreshTempPath("extended_run");
+  const std::string port_file = TempPath("extended.port");
+  const std::string log = TempPath("extended.log");
+  std::vector<std::string> flags = {"--server_index=0",
+                                    "--num_servers=1",
+                                    "--num_workers=1",
+                                    "--port=0",
+                                    absl::StrCat("--checkpoint_dir=", dir),
+                                    absl::StrCat("--port_file=", port_file)};
+  // Nothing to extend yet: refused, not a fresh start.
+  std::vector<std::string> extend = flags;
+  extend.insert(extend.end(), {"--restore", "--extend"});
+  pid_t early = Spawn(extend, log);
+  ChildGuard early_guard{early};
+  EXPECT_EQ(WaitForExit(early, absl::Seconds(30)), 2) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("so there is no run to extend"),
+            std::string::npos)
+      << ReadFile(log);
+
+  // A run that plans 3 steps finishes.
+  std::remove(port_file.c_str());
+  pid_t pid = Spawn(flags, log);
+  ChildGuard guard{pid};
+  int port = WaitForPortFile(port_file);
+  ASSERT_GT(port, 0) << ReadFile(log);
+  {
+    LifecycleClient client(port, 1, 0);
+    ASSERT_TRUE(client.Register(0, /*planned_steps=*/3).ok());
+    ASSERT_TRUE(client.Done(0).ok());
+  }
+  ASSERT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
+
+  // Extended: the server takes the finished run's checkpoint, waits for its
+  // worker (it does not exit at once), and a new process of it plans 6.
+  std::remove(port_file.c_str());
+  pid_t extended = Spawn(extend, log);
+  ChildGuard extended_guard{extended};
+  port = WaitForPortFile(port_file);
+  ASSERT_GT(port, 0) << ReadFile(log);
+  {
+    LifecycleClient client(port, 1, 0);
+    absl::StatusOr<proto::RegisterResponse> registered =
+        client.Register(0, /*planned_steps=*/6, /*incarnation=*/7);
+    ASSERT_TRUE(registered.ok()) << registered.status() << ReadFile(log);
+    EXPECT_FALSE(WaitForExit(extended, absl::ZeroDuration()).has_value());
+  }
+  ASSERT_EQ(kill(extended, SIGTERM), 0);
+  EXPECT_EQ(WaitForExit(extended, absl::Seconds(30)), 0) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("is of a finished run (version 0, 3 planned "
+                               "steps); its workers train on"),
+            std::string::npos)
+      << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("worker 0 plans 6 steps where the restored "
+                               "run planned 3"),
+            std::string::npos)
+      << ReadFile(log);
+
+  // Its checkpoint now holds the new plan: a plain restore keeps it, and a
+  // worker planning otherwise is refused naming --extend.
+  std::remove(port_file.c_str());
+  std::vector<std::string> restore = flags;
+  restore.push_back("--restore");
+  pid_t resumed = Spawn(restore, log);
+  ChildGuard resumed_guard{resumed};
+  port = WaitForPortFile(port_file);
+  ASSERT_GT(port, 0) << ReadFile(log);
+  {
+    LifecycleClient client(port, 1, 0);
+    absl::StatusOr<proto::RegisterResponse> refused =
+        client.Register(0, /*planned_steps=*/9, /*incarnation=*/8);
+    ASSERT_FALSE(refused.ok());
+    const std::string message(refused.status().message());
+    EXPECT_NE(message.find("the run of the restored checkpoint planned 6"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("--extend"), std::string::npos) << message;
+    EXPECT_TRUE(client.Register(0, /*planned_steps=*/6, 8).ok());
+  }
+  ASSERT_EQ(kill(resumed, SIGTERM), 0);
+  EXPECT_EQ(WaitForExit(resumed, absl::Seconds(30)), 0) << ReadFile(log);
 }
 
 TEST(ServerBinaryTest, FailPolicyExitsWithOneNamingTheDeadWorker) {

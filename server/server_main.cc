@@ -185,7 +185,16 @@ ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
 ABSL_FLAG(bool, restore, false,
           "Resume from the newest readable checkpoint in --checkpoint_dir "
           "(start fresh if there is none); sync shards then catch up with "
-          "the workers' clock.");
+          "the workers' clock. A finished run's checkpoint is refused "
+          "(see --extend).");
+ABSL_FLAG(bool, extend, false,
+          "With --restore: train the checkpoint's run further under the "
+          "plan its workers now register (more epochs or steps): a finished "
+          "run's checkpoint is taken (its workers are no longer done), the "
+          "first worker's planned steps replace the checkpoint's, and the "
+          "learning-rate schedule spans the new plan (cosine: over the new "
+          "total, from the update the run has reached). There must be a "
+          "checkpoint to extend.");
 
 namespace ps::server {
 namespace {
@@ -215,6 +224,7 @@ struct ServerConfig {
   int max_message_bytes = 0;
   std::optional<CheckpointPolicy> checkpoints;  // Unset: none.
   bool restore = false;
+  bool extend = false;    // With restore.
   std::vector<int> cpus;  // Empty: any.
   std::string job_id;
   bool refuse_non_finite = true;
@@ -289,6 +299,11 @@ absl::Status FaultFlags(ServerConfig& c) {
     return absl::InvalidArgumentError(
         "--restore needs --checkpoint_dir (where to restore from)");
   }
+  c.extend = absl::GetFlag(FLAGS_extend);
+  if (c.extend && !c.restore) {
+    return absl::InvalidArgumentError(
+        "--extend needs --restore (it says how a checkpoint is restored)");
+  }
   if (!dir.empty()) {
     CheckpointPolicy policy;
     policy.dir = dir;
@@ -298,6 +313,7 @@ absl::Status FaultFlags(ServerConfig& c) {
   }
   // Only a restarted sync shard can be behind the workers' clock.
   o.fast_forward_after_restart = c.restore;
+  o.replan_after_restore = c.extend;
   return absl::OkStatus();
 }
 
@@ -494,33 +510,47 @@ CheckpointIdentity IdentityOf(const ServerConfig& config) {
 }
 
 // With --restore: the newest readable checkpoint of this shard, or nullopt
-// if there is none (the shard starts fresh).
+// if there is none (the shard starts fresh; with --extend, an error).
 absl::StatusOr<std::optional<LoadedCheckpoint>> FindCheckpoint(
     const ServerConfig& config) {
   const std::string& dir = config.checkpoints->dir;
   absl::StatusOr<std::optional<LoadedCheckpoint>> loaded =
       LoadNewestCheckpoint(dir, IdentityOf(config));
-  if (!loaded.ok() || !loaded->has_value()) {
-    if (loaded.ok()) {
-      spdlog::info("--restore: no checkpoint of shard {} in {}; starting fresh",
-                   config.server_index, dir);
+  if (!loaded.ok()) return loaded;
+  if (!loaded->has_value()) {
+    if (config.extend) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--extend: ", dir, " holds no checkpoint of shard ",
+                       config.server_index, ", so there is no run to extend"));
     }
+    spdlog::info("--restore: no checkpoint of shard {} in {}; starting fresh",
+                 config.server_index, dir);
     return loaded;
   }
-  const LoadedCheckpoint& found = **loaded;
+  LoadedCheckpoint& found = **loaded;
   for (const std::string& skipped : found.skipped) {
     spdlog::error("checkpoint refused, using an older one: {}", skipped);
   }
+  std::vector<RankRecord>& ranks = found.checkpoint.ranks;
+  if (!std::all_of(ranks.begin(), ranks.end(),
+                   [](const RankRecord& r) { return r.done; })) {
+    return loaded;
+  }
   // Resuming a run that finished would only wait for workers with nothing
-  // left to do: a new run needs a directory (a PS_RUN_ID) of its own.
-  if (std::all_of(found.checkpoint.ranks.begin(), found.checkpoint.ranks.end(),
-                  [](const RankRecord& r) { return r.done; })) {
+  // left to do; extending it gives them more.
+  if (!config.extend) {
     return absl::FailedPreconditionError(absl::StrCat(
         found.path, " is of a finished run (every worker was done at version ",
         found.checkpoint.version,
-        "): start a new run in another --checkpoint_dir (a new PS_RUN_ID on "
-        "Kubernetes) instead of resuming it"));
+        "): pass --extend to train it further under the workers' new plan, "
+        "or start a new run in another --checkpoint_dir (a new PS_RUN_ID on "
+        "Kubernetes)"));
   }
+  for (RankRecord& rank : ranks) rank.done = false;
+  spdlog::info(
+      "--extend: {} is of a finished run (version {}, {} planned steps); its "
+      "workers train on under the plan they register",
+      found.path, found.checkpoint.version, found.checkpoint.planned_steps);
   return loaded;
 }
 
@@ -570,6 +600,13 @@ absl::StatusOr<std::unique_ptr<DeclaredShard>> BuildShard(
     options.lr_schedule = *lr;
     spdlog::info("optimizer {} as declared", DescribeOptimizer(*optimizer));
   }
+  // The shard outlives its coordinator's calls (gRPC stops first); a shard
+  // still waiting for rank 0's values has nothing to keep.
+  options.on_new_incarnation = [s = shard.get()] {
+    if (s->checkpointer != nullptr && !s->store->awaiting_initial_values()) {
+      s->checkpointer->RequestSoon();
+    }
+  };
   options.on_finished = [shutdown](const absl::Status& outcome) {
     if (outcome.ok()) {
       shutdown->Request("every worker is done (or dead)");

@@ -33,6 +33,7 @@ UpdateCoordinator::UpdateCoordinator(ShardStore* store,
   has_part_.resize(options_.num_workers, false);
   pending_.resize(options_.num_workers);
   barriers_.resize(options_.num_workers, 0);
+  extension_joins_.resize(options_.num_workers, false);
   recovering_ = options_.fast_forward_after_restart &&
                 policy_->FastForwardsAfterRestore();
 }
@@ -414,6 +415,9 @@ absl::Status UpdateCoordinator::Restore(const ShardCheckpoint& checkpoint) {
   absl::MutexLock lock(&mu_);
   version_ = checkpoint.version;
   planned_steps_ = checkpoint.planned_steps;
+  plan_restored_ = planned_steps_ != 0;
+  plan_open_ = options_.replan_after_restore;
+  extension_joins_.assign(options_.num_workers, options_.replan_after_restore);
   ranks_ = std::move(ranks);
   std::fill(has_part_.begin(), has_part_.end(), false);
   for (std::optional<StagedPush>& pending : pending_) pending.reset();

@@ -50,6 +50,16 @@ struct CoordinatorOptions {
   // first pull or push for a clock beyond the version moves the version
   // there (the updates since the checkpoint are lost on this shard).
   bool fast_forward_after_restart = false;
+  // After a Restore, the first registration that plans steps sets the plan
+  // (the run is extended: more epochs, so the step bound and the
+  // learning-rate schedule's horizon move with it) instead of having to
+  // match the checkpoint's; later registrations must match it.
+  bool replan_after_restore = false;
+  // Called, without locks held, after a rank registered as a new process
+  // replacing another (a restarted or extended run's worker), so that a
+  // checkpoint records it: a shard restored from one that does not would
+  // refuse the new process's requests. Must not block for long.
+  std::function<void()> on_new_incarnation;
   // Called once, on some thread and without locks held, when the job is
   // over: OK once every rank is done (or every rank is done or dead, one at
   // least done); the failure (FailedPrecondition) when a worker died under
@@ -142,8 +152,10 @@ class UpdateCoordinator {
                             absl::FunctionRef<bool()> cancelled);
 
   // Records the incarnation of a (re)starting rank and where it resumes.
-  // Every rank must plan the same number of steps (0: not given), else
-  // FailedPrecondition naming both values.
+  // Every rank must plan the same number of steps (0: not given) as the
+  // ranks before it and a restored checkpoint, else FailedPrecondition
+  // naming both values; with replan_after_restore, the first plan after a
+  // Restore replaces the checkpoint's.
   absl::StatusOr<RankProgress> Register(int rank, uint64_t incarnation,
                                         uint64_t planned_steps);
   // The rank is alive and has done steps [0, clock) (0: not known); returns
@@ -224,6 +236,12 @@ class UpdateCoordinator {
   void WarnOfIncompleteUpdate(absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
 
+  // Register's part under mu_; sets `previous_incarnation` to the rank's
+  // incarnation before (0: none).
+  absl::StatusOr<RankProgress> RegisterLocked(int rank, uint64_t incarnation,
+                                              uint64_t planned_steps,
+                                              uint64_t* previous_incarnation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Refuses requests after Shutdown or a failure and from a replaced
   // incarnation; otherwise renews the rank's lease.
   absl::Status AdmitLocked(int rank, uint64_t incarnation)
@@ -280,6 +298,13 @@ class UpdateCoordinator {
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   RankRegistry ranks_ ABSL_GUARDED_BY(mu_);
   uint64_t planned_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  // planned_steps_ is a restored checkpoint's, not yet confirmed by a
+  // registration.
+  bool plan_restored_ ABSL_GUARDED_BY(mu_) = false;
+  // replan_after_restore: the next plan registered replaces planned_steps_.
+  bool plan_open_ ABSL_GUARDED_BY(mu_) = false;
+  // replan_after_restore, per rank: not registered since the Restore.
+  std::vector<bool> extension_joins_ ABSL_GUARDED_BY(mu_);
   // sync, per rank: its part in step version_ (StepView::has_part), and its
   // push for it (none for a weight-0 part).
   std::vector<bool> has_part_ ABSL_GUARDED_BY(mu_);

@@ -60,8 +60,9 @@ ClusterResult RunCluster(LaunchConfig config, std::vector<std::string>* lines) {
   return cluster.Run();
 }
 
-LauncherRun RunLauncher(std::vector<std::string> args, absl::Duration timeout,
-                        std::vector<std::pair<std::string, std::string>> env) {
+std::unique_ptr<Subprocess> StartLauncher(
+    std::vector<std::string> args, absl::Duration timeout,
+    std::vector<std::pair<std::string, std::string>> env) {
   SubprocessOptions options;
   options.argv = {
       RunfilePath("deploy/local/launch"),
@@ -70,13 +71,24 @@ LauncherRun RunLauncher(std::vector<std::string> args, absl::Duration timeout,
   options.name = "launch";
   options.env = std::move(env);
   options.output_drain_timeout = timeout;
+  // What the job did, in the test log, should the test fail.
+  options.line_callback = [](absl::string_view line) {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+  };
   absl::StatusOr<std::unique_ptr<Subprocess>> launch =
       Subprocess::Start(std::move(options));
   EXPECT_TRUE(launch.ok()) << launch.status();
-  if (!launch.ok()) return {ExitStatus::Exited(-1), {}};
-  std::optional<ExitStatus> exit = (*launch)->WaitFor(timeout);
+  return launch.ok() ? *std::move(launch) : nullptr;
+}
+
+LauncherRun RunLauncher(std::vector<std::string> args, absl::Duration timeout,
+                        std::vector<std::pair<std::string, std::string>> env) {
+  std::unique_ptr<Subprocess> launch =
+      StartLauncher(std::move(args), timeout, std::move(env));
+  if (launch == nullptr) return {ExitStatus::Exited(-1), {}};
+  std::optional<ExitStatus> exit = launch->WaitFor(timeout);
   EXPECT_TRUE(exit.has_value()) << "the launcher did not finish";
-  return {exit.value_or(ExitStatus::Exited(-1)), (*launch)->OutputLines()};
+  return {exit.value_or(ExitStatus::Exited(-1)), launch->OutputLines()};
 }
 
 std::string LineWith(const std::vector<std::string>& lines,

@@ -1,6 +1,7 @@
 #ifndef PS_TESTS_CLUSTER_RUNNER_H_
 #define PS_TESTS_CLUSTER_RUNNER_H_
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,10 +39,17 @@ struct LauncherRun {
   std::vector<std::string> lines;
 };
 
-// Runs the launcher binary (deploy/local/launch, with the runfiles' server)
-// with `args` and `env` added to its environment, and waits for it; a test
-// failure if it cannot start or takes longer than `timeout` (it is then
-// killed with everything it started).
+// Starts the launcher binary (deploy/local/launch, with the runfiles'
+// server) with `args` and `env` added to its environment; every line it
+// prints also goes to the test log. Its output is read for up to `timeout`
+// after it exits. Null, and a test failure, if it cannot start.
+std::unique_ptr<Subprocess> StartLauncher(
+    std::vector<std::string> args, absl::Duration timeout,
+    std::vector<std::pair<std::string, std::string>> env = {});
+
+// StartLauncher, then waits for it; a test failure if it cannot start or
+// takes longer than `timeout` (it is then killed with everything it
+// started).
 LauncherRun RunLauncher(
     std::vector<std::string> args, absl::Duration timeout,
     std::vector<std::pair<std::string, std::string>> env = {});

@@ -3,9 +3,15 @@
 // servers recorded it), the job completes with every example counted once,
 // and the run's directory holds the logs, the restarts and the curves. The
 // real launcher, server and worker binaries on 127.0.0.1.
+//
+// The job cannot end before the test has done its kills, however loaded the
+// machine: it plans more epochs than it could train in days, and after the
+// kills it is stopped (SIGINT, as Ctrl-C) and extended (launch --extend) to
+// end with the epoch it is in.
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/subprocess.h"
@@ -28,6 +35,7 @@
 namespace ps {
 namespace {
 
+using ::ps::testing::LauncherRun;
 using ::ps::testing::RunfilePath;
 using ::ps::testing::TempPath;
 using ::testing::Contains;
@@ -37,24 +45,10 @@ using ::testing::HasSubstr;
 constexpr absl::Duration kLineTimeout = absl::Seconds(120);
 constexpr absl::Duration kJobTimeout = absl::Seconds(240);
 constexpr int kBatch = 250;  // 60000 / 2 workers / 250: 120 steps an epoch.
+constexpr int kExamples = 60000;
 
-std::unique_ptr<Subprocess> StartLauncher(std::vector<std::string> args) {
-  SubprocessOptions options;
-  options.argv = {
-      RunfilePath("deploy/local/launch"),
-      absl::StrCat("--server_binary=", RunfilePath("server/server")),
-      absl::StrCat("--worker_binary=", RunfilePath("worker/worker"))};
-  options.argv.insert(options.argv.end(), args.begin(), args.end());
-  options.name = "launch";
-  options.output_drain_timeout = kJobTimeout;
-  // The launcher's children must see our lines too if this test fails.
-  options.line_callback = [](absl::string_view line) {
-    std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
-  };
-  absl::StatusOr<std::unique_ptr<Subprocess>> launch =
-      Subprocess::Start(std::move(options));
-  EXPECT_TRUE(launch.ok()) << launch.status();
-  return launch.ok() ? *std::move(launch) : nullptr;
+std::string WorkerBinaryFlag() {
+  return absl::StrCat("--worker_binary=", RunfilePath("worker/worker"));
 }
 
 // The pid in the launcher's "started worker 1 (pid 123): ..." line.
@@ -69,8 +63,7 @@ int PidIn(const std::string& line) {
   return pid;
 }
 
-// Every "examples per epoch:" line the launcher streamed for `server`: the
-// last is that server's final report.
+// The last of `lines` that contains `text`, or "".
 std::string LastLineWith(const std::vector<std::string>& lines,
                          const std::string& text) {
   std::string found;
@@ -87,36 +80,72 @@ std::string ReadFile(const std::string& path) {
   return text.str();
 }
 
+// The highest epoch (1-based) of the workers' "epoch E/N step ..." lines.
+int LastEpochIn(const std::vector<std::string>& lines) {
+  int last = 0;
+  for (const std::string& line : lines) {
+    const size_t at = line.find("] info: epoch ");
+    int epoch = 0;
+    if (at != std::string::npos &&
+        absl::SimpleAtoi(line.substr(at + 14, line.find('/', at) - at - 14),
+                         &epoch)) {
+      last = std::max(last, epoch);
+    }
+  }
+  return last;
+}
+
+// The counts of "... examples per epoch: 0=60000 1=59500", by epoch.
+std::vector<int64_t> ExamplesPerEpoch(const std::string& line) {
+  std::vector<int64_t> counts;
+  const size_t at = line.find("examples per epoch: ");
+  if (at == std::string::npos) return counts;
+  for (absl::string_view item :
+       absl::StrSplit(line.substr(at + 20), ' ', absl::SkipEmpty())) {
+    int64_t count = 0;
+    const size_t eq = item.find('=');
+    if (eq == absl::string_view::npos ||
+        !absl::SimpleAtoi(item.substr(eq + 1), &count)) {
+      ADD_FAILURE() << "not a count: " << item;
+    }
+    counts.push_back(count);
+  }
+  return counts;
+}
+
 TEST(LaunchRestartTest, KilledWorkerAndServerAreRestartedAndTheJobCompletes) {
   const std::string run_dir = TempPath("restart_run");
   std::filesystem::remove_all(run_dir);
-  std::unique_ptr<Subprocess> launch = StartLauncher({
-      "--num_servers=2",
-      "--num_workers=2",
-      "--epochs=1",
-      absl::StrCat("--batch_size=", kBatch),
-      "--optimizer=sgd",
-      "--learning_rate=0.05",
-      "--log_every=5",
-      "--output=stream",
-      absl::StrCat("--run_dir=", run_dir),
-      "--restart_backoff=200ms",
-      // A checkpoint every 10 updates, so that the killed server has one;
-      // a dead worker is noticed soon, but not so soon that a live one on
-      // a loaded machine is taken for dead.
-      "--server_flags=--checkpoint_every_steps=1 --worker_timeout=4s",
-      // Steps slow enough that the kills land mid-epoch.
-      "--worker_flags=--slowdown_ms=80 --heartbeat_period=200ms",
-  });
+  std::unique_ptr<Subprocess> launch = ::ps::testing::StartLauncher(
+      {
+          WorkerBinaryFlag(),
+          "--num_servers=2",
+          "--num_workers=2",
+          // Far more than it trains: it ends when the test extends it so.
+          "--epochs=100000",
+          absl::StrCat("--batch_size=", kBatch),
+          "--optimizer=sgd",
+          "--learning_rate=0.05",
+          "--log_every=5",
+          "--output=stream",
+          absl::StrCat("--run_dir=", run_dir),
+          "--restart_backoff=200ms",
+          // A checkpoint every update, so that the killed server has one; a
+          // dead worker is noticed soon, but not so soon that a live one on
+          // a loaded machine is taken for dead.
+          "--server_flags=--checkpoint_every_steps=1 --worker_timeout=4s",
+          "--worker_flags=--heartbeat_period=200ms",
+      },
+      kJobTimeout);
   ASSERT_NE(launch, nullptr);
 
-  // Worker 1 dies after 10 of its 120 steps.
+  // Worker 1 dies after 10 of its steps.
   absl::StatusOr<std::string> started =
       launch->WaitForOutputLine("started worker 1 (pid", kLineTimeout);
   ASSERT_TRUE(started.ok()) << started.status();
   ASSERT_TRUE(launch
-                  ->WaitForOutputLine("[worker 1] info: epoch 1/1 step 10/",
-                                      kLineTimeout)
+                  ->WaitForOutputLine(
+                      "[worker 1] info: epoch 1/100000 step 10/", kLineTimeout)
                   .ok());
   ASSERT_EQ(kill(PidIn(*started), SIGKILL), 0);
 
@@ -127,19 +156,29 @@ TEST(LaunchRestartTest, KilledWorkerAndServerAreRestartedAndTheJobCompletes) {
       launch->WaitForOutputLine("[worker 1] info: resuming at", kLineTimeout)
           .ok());
   ASSERT_TRUE(launch
-                  ->WaitForOutputLine("[worker 0] info: epoch 1/1 step 50/",
-                                      kLineTimeout)
+                  ->WaitForOutputLine(
+                      "[worker 0] info: epoch 1/100000 step 50/", kLineTimeout)
                   .ok());
   absl::StatusOr<std::string> server =
       launch->WaitForOutputLine("started server 0 (pid", kLineTimeout);
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_EQ(kill(PidIn(*server), SIGKILL), 0);
 
+  // Once it is back and both workers are past the first epoch, Ctrl-C.
+  ASSERT_TRUE(
+      launch->WaitForOutputLine("restarted server 0", kLineTimeout).ok());
+  for (const char* worker : {"[worker 0]", "[worker 1]"}) {
+    ASSERT_TRUE(launch
+                    ->WaitForOutputLine(
+                        absl::StrCat(worker, " info: epoch 2/100000 step 5/"),
+                        kLineTimeout)
+                    .ok());
+  }
+  ASSERT_EQ(kill(launch->pid(), SIGINT), 0);
   std::optional<ExitStatus> exit = launch->WaitFor(kJobTimeout);
-  ASSERT_TRUE(exit.has_value()) << "the launcher did not finish";
-  EXPECT_TRUE(exit->success()) << exit->ToString();
+  ASSERT_TRUE(exit.has_value()) << "the launcher did not stop";
+  EXPECT_EQ(exit->exit_code(), 128 + SIGINT) << exit->ToString();
   const std::vector<std::string> lines = launch->OutputLines();
-  EXPECT_THAT(lines, Contains("[launch] result: success"));
   EXPECT_THAT(lines, Contains("[launch] restarts: 2 of --max_restarts=3"));
   EXPECT_THAT(LastLineWith(lines, "[launch]   worker 1 at "),
               HasSubstr("killed by signal 9 (SIGKILL)"));
@@ -147,45 +186,73 @@ TEST(LaunchRestartTest, KilledWorkerAndServerAreRestartedAndTheJobCompletes) {
               HasSubstr("killed by signal 9 (SIGKILL)"));
   EXPECT_THAT(LastLineWith(lines, "restarted server 0"),
               HasSubstr("from its latest checkpoint"));
+  EXPECT_THAT(ReadFile(run_dir + "/run.txt"), HasSubstr("state stopped"));
 
-  // Server 1 counted every training example exactly once in the epoch,
-  // although worker 1 died and resumed. Server 0 restored its counts with
-  // its checkpoint (one every update here) and counted on: no example twice;
-  // short only of what the restart lost on that shard, the updates it
-  // reports as lost and the step in flight at the kill (a push it had taken
-  // but not checkpointed, whose worker had moved on: "takes part with
-  // weight 0").
-  EXPECT_THAT(LastLineWith(lines, "[server 1] examples per epoch:"),
-              HasSubstr("examples per epoch: 0=60000"));
-  const std::string counted =
-      LastLineWith(lines, "[server 0] examples per epoch: 0=");
-  const std::string lost =
-      LastLineWith(lines, "[server 0] updates lost in restarts: ");
-  int64_t examples = 0, updates_lost = 0;
-  ASSERT_TRUE(
-      absl::SimpleAtoi(counted.substr(counted.find("0=") + 2), &examples))
-      << counted;
-  ASSERT_TRUE(absl::SimpleAtoi(lost.substr(lost.rfind(' ') + 1), &updates_lost))
-      << lost;
-  EXPECT_LE(examples, 60000);
-  EXPECT_GE(examples, 60000 - (updates_lost + 1) * 2 * kBatch);
-  std::printf("restarted server 0: %ld examples counted, %ld updates lost\n",
-              static_cast<long>(examples), static_cast<long>(updates_lost));
+  // The job ends with the epoch it is in (it may have moved into the next
+  // without a line yet).
+  const int epochs = LastEpochIn(lines) + 1;
+  ASSERT_GE(epochs, 3);
+  const LauncherRun extended = ::ps::testing::RunLauncher(
+      {WorkerBinaryFlag(), absl::StrCat("--extend=", run_dir),
+       absl::StrCat("--epochs=", epochs), "--output=stream"},
+      kJobTimeout);
+  ASSERT_TRUE(extended.exit.success()) << extended.exit.ToString();
+  EXPECT_THAT(extended.lines, Contains("[launch] result: success"));
 
-  // The run's directory: each process's log across its restarts, the
-  // record, the curves.
+  // Server 1 counted every training example exactly once in every epoch,
+  // although worker 1 died and resumed, and the job was stopped and
+  // extended. Server 0 restored its counts with its checkpoint (one every
+  // update here) and counted on: no example twice; short only of what the
+  // restart lost on that shard, the updates it reports as lost and the step
+  // in flight at the kill (a push it had taken but not checkpointed, whose
+  // worker had moved on: "takes part with weight 0").
+  const std::vector<int64_t> server_1 = ExamplesPerEpoch(
+      LastLineWith(extended.lines, "[server 1] examples per epoch:"));
+  EXPECT_EQ(server_1, std::vector<int64_t>(epochs, kExamples));
+  const std::vector<int64_t> server_0 = ExamplesPerEpoch(
+      LastLineWith(extended.lines, "[server 0] examples per epoch:"));
+  ASSERT_EQ(server_0.size(), static_cast<size_t>(epochs));
+  int64_t missing = 0;
+  for (int64_t count : server_0) {
+    EXPECT_LE(count, kExamples);
+    missing += kExamples - count;
+  }
+  // Its reports before the stop and after: a restart's losses are its own.
+  int64_t updates_lost = 0;
+  const std::vector<std::string> server_0_log =
+      absl::StrSplit(ReadFile(run_dir + "/logs/server-0.log"), '\n');
+  for (const std::string& line : server_0_log) {
+    int64_t lost = 0;
+    if (absl::StrContains(line, "updates lost in restarts: ") &&
+        absl::SimpleAtoi(line.substr(line.rfind(' ') + 1), &lost)) {
+      updates_lost += lost;
+    }
+  }
+  EXPECT_LE(missing, (updates_lost + 1) * 2 * kBatch);
+  std::printf(
+      "restarted server 0: %ld examples missing in %d epochs, %ld updates "
+      "lost\n",
+      static_cast<long>(missing), epochs, static_cast<long>(updates_lost));
+
+  // The run's directory: each process's log across its restarts and the
+  // extension, the record, the curves.
   const std::string server_log = ReadFile(run_dir + "/logs/server-0.log");
   EXPECT_EQ(std::vector<std::string>(
                 absl::StrSplit(server_log, "[launch] started server 0"))
                     .size() -
                 1,
-            2u);
+            3u);
   EXPECT_THAT(server_log, HasSubstr("restored"));
   EXPECT_THAT(ReadFile(run_dir + "/logs/worker-1.log"),
               HasSubstr("resuming at epoch 1"));
-  EXPECT_THAT(ReadFile(run_dir + "/run.txt"), HasSubstr("state finished"));
+  const std::string record = ReadFile(run_dir + "/run.txt");
+  EXPECT_THAT(record, HasSubstr("state finished"));
+  EXPECT_THAT(record, HasSubstr("\nsegment_end stopped: "));
+  EXPECT_THAT(record, HasSubstr(absl::StrCat("\nsegment_flag epochs=", epochs,
+                                             "\nsegment_end finished: ")));
   const std::string csv = ReadFile(run_dir + "/curves.csv");
   EXPECT_THAT(csv, HasSubstr("epoch,train_loss,test_accuracy\n1,"));
+  EXPECT_THAT(csv, HasSubstr(absl::StrCat("\n", epochs, ",")));
 }
 
 TEST(LaunchRestartTest, AFinishedRunIsRefusedAtOnceOnResume) {
@@ -197,22 +264,20 @@ TEST(LaunchRestartTest, AFinishedRunIsRefusedAtOnceOnResume) {
     record << "job_id launch-1-2\nstate finished\noutcome final test "
               "accuracy 0.8000\nflag epochs=1\n";
   }
-  std::unique_ptr<Subprocess> launch =
-      StartLauncher({absl::StrCat("--resume=", run_dir)});
-  ASSERT_NE(launch, nullptr);
-  std::optional<ExitStatus> exit = launch->WaitFor(kLineTimeout);
-  ASSERT_TRUE(exit.has_value());
-  EXPECT_EQ(exit->exit_code(), 2) << exit->ToString();
-  EXPECT_THAT(launch->LastLines(1), HasSubstr("already finished (final test "
-                                              "accuracy 0.8000): nothing to "
-                                              "resume"));
+  // A run.txt of a launcher that kept no segments.
+  LauncherRun launch = ::ps::testing::RunLauncher(
+      {WorkerBinaryFlag(), absl::StrCat("--resume=", run_dir)}, kLineTimeout);
+  EXPECT_EQ(launch.exit.exit_code(), 2) << launch.exit.ToString();
+  ASSERT_FALSE(launch.lines.empty());
+  EXPECT_THAT(launch.lines.back(),
+              HasSubstr("already finished (final test accuracy 0.8000): "
+                        "nothing to resume. To train it further: --extend="));
   // A new run in its directory is refused too, pointing at --resume.
-  launch = StartLauncher({absl::StrCat("--run_dir=", run_dir)});
-  ASSERT_NE(launch, nullptr);
-  exit = launch->WaitFor(kLineTimeout);
-  ASSERT_TRUE(exit.has_value());
-  EXPECT_EQ(exit->exit_code(), 2) << exit->ToString();
-  EXPECT_THAT(launch->LastLines(1), HasSubstr("holds a run already"));
+  launch = ::ps::testing::RunLauncher(
+      {WorkerBinaryFlag(), absl::StrCat("--run_dir=", run_dir)}, kLineTimeout);
+  EXPECT_EQ(launch.exit.exit_code(), 2) << launch.exit.ToString();
+  ASSERT_FALSE(launch.lines.empty());
+  EXPECT_THAT(launch.lines.back(), HasSubstr("holds a run already"));
 }
 
 }  // namespace

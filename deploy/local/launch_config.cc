@@ -189,7 +189,7 @@ std::vector<std::string> ReservedServerFlags(bool auth) {
   std::vector<std::string> flags = {
       "server_index", "num_servers", "num_workers", "port",
       "host",         "port_file",   "lr_schedule", "checkpoint_dir",
-      "restore",      "job_id",      "metrics_port"};
+      "restore",      "extend",      "job_id",      "metrics_port"};
   if (auth) {
     flags.insert(flags.end(),
                  {"tls_cert", "tls_key", "tls_client_ca", "token_file"});
@@ -273,6 +273,7 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
     // with no checkpoint yet starts fresh.
     argv.push_back(absl::StrCat("--checkpoint_dir=", config.checkpoint_dir));
     argv.push_back("--restore");
+    if (config.extend) argv.push_back("--extend");
   }
   argv.insert(argv.end(), config.extra_server_flags.begin(),
               config.extra_server_flags.end());

@@ -36,6 +36,10 @@ struct LaunchConfig {
   // Empty: no checkpoints. Else servers checkpoint there and restore from
   // it when restarted.
   std::string checkpoint_dir;
+  // The run is being extended (launch --extend), or was: servers restore
+  // with --extend, taking a finished run's checkpoint and the workers' new
+  // plan.
+  bool extend = false;
   int64_t seed = 1;
   // Given to servers and workers (--job_id, $PS_JOB_ID), so that servers of
   // another job refuse them; empty: none. The launcher makes one per run.

@@ -107,6 +107,11 @@ TEST(LaunchConfigTest, CheckpointDirMakesServersRestoreOnEveryStart) {
   const std::vector<std::string> argv = ServerArgv(config, 0, "/p");
   EXPECT_THAT(argv, testing::Contains("--checkpoint_dir=/tmp/ckpt"));
   EXPECT_THAT(argv, testing::Contains("--restore"));
+  EXPECT_THAT(argv, testing::Not(testing::Contains("--extend")));
+  // An extended run's servers take a finished run's checkpoints and the
+  // workers' new plan, on every start (a restart may find only those).
+  config.extend = true;
+  EXPECT_THAT(ServerArgv(config, 0, "/p"), testing::Contains("--extend"));
 }
 
 TEST(LaunchConfigTest, RejectsUnknownLearningRateSchedule) {

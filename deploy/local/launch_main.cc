@@ -8,6 +8,8 @@
 //   bazel run //deploy/local:launch -- --num_servers=2 --num_workers=2
 //   bazel-bin/deploy/local/launch --mode=ssp --staleness=2
 //   bazel-bin/deploy/local/launch --resume=runs/20260314-101500-3fa2
+//   bazel-bin/deploy/local/launch --extend=runs/20260314-101500-3fa2
+//       --epochs=20
 //   bazel-bin/deploy/local/launch --num_workers=4 -- python3 train.py --lr=1
 //
 // Exit code: 0 when every worker succeeded, 1 when a process failed or the
@@ -42,6 +44,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "deploy/local/binary_locator.h"
 #include "deploy/local/cluster_output.h"
@@ -92,6 +95,16 @@ ABSL_FLAG(std::string, resume, "",
           "Resume the stopped or failed run in this directory, with the "
           "flags it was started with (run.txt) and its checkpoints; flags "
           "that define a run (--epochs, --model, ...) may not be given.");
+ABSL_FLAG(std::string, extend, "",
+          "Train the run in this directory further, finished or not, from "
+          "its checkpoints, with the flags given here changed: --epochs (the "
+          "new total; epochs go on numbering), --max_steps, --learning_rate, "
+          "--lr_schedule (the schedule spans the new total from the step "
+          "reached), and --log_every, --eval_every, --save_model, --device, "
+          "--auth, --server_flags, --worker_flags. The others (--model, "
+          "--num_servers, --mode, ...) are the run's. Recorded as a segment "
+          "in run.txt; the checkpoints from before are kept in "
+          "checkpoints/before-segment-N/.");
 ABSL_FLAG(int, max_restarts, 3,
           "Restarts, in all, of processes that fail while the workers run "
           "(not for exit code 2, bad configuration): a server restores its "
@@ -365,6 +378,7 @@ int Main(int argc, char** argv) {
       "Runs a parameter-server training job as local processes.\n"
       "  launch --num_servers=2 --num_workers=2 --mode=sync --epochs=10\n"
       "  launch --resume=runs/DIR        go on with a stopped or failed run\n"
+      "  launch --extend=runs/DIR --epochs=20   train a run further\n"
       "  launch --num_workers=2 -- PROGRAM [ARGS...]\n"
       "Each run has a directory (--run_dir; default runs/<date>-<time>-<id>)"
       " holding\nrun.txt, logs/, checkpoints/, curves.csv and curves.png.\n"
@@ -376,7 +390,7 @@ int Main(int argc, char** argv) {
       "stopped\nonce every copy has exited 0.\n"
       "Exit codes: 0 every worker succeeded; 1 a process failed for good or "
       "the cluster\ncould not start; 2 bad flags, or a run that cannot be "
-      "started or resumed;\n128+N stopped by signal N.");
+      "started, resumed or\nextended; 128+N stopped by signal N.");
   // Everything after the first "--" is the worker program, untouched.
   int flag_count = argc;
   std::vector<std::string> program;
@@ -410,16 +424,27 @@ int Main(int argc, char** argv) {
   const std::string cwd = UserDirectory();
   const std::set<std::string> given = FlagsOnCommandLine(flag_count, argv);
 
-  // The run: a new one, or the one --resume names.
+  // The run: a new one, or the one --resume or --extend names.
   std::unique_ptr<RunDirectory> run;
   RunRecord record;
   std::string run_path;
   const bool resuming = !absl::GetFlag(FLAGS_resume).empty();
-  if (resuming) {
+  const bool extending = !absl::GetFlag(FLAGS_extend).empty();
+  std::vector<FlagChange> changes;  // --extend's.
+  if (resuming && extending) {
+    return BadFlags(
+        "--resume and --extend both name a run: give one (--extend resumes "
+        "it with the flags you change)");
+  }
+  if (resuming || extending) {
+    const char* how = resuming ? "--resume" : "--extend";
     if (given.count("run_dir") > 0) {
-      return BadFlags("--resume names the run's directory: no --run_dir");
+      return BadFlags(
+          absl::StrCat(how, " names the run's directory: no --run_dir"));
     }
-    run_path = ResolveUserPath(absl::GetFlag(FLAGS_resume), cwd);
+    run_path = ResolveUserPath(
+        absl::GetFlag(resuming ? FLAGS_resume : FLAGS_extend), cwd);
+    const std::string shown = ShownPath(run_path, cwd);
     absl::StatusOr<std::unique_ptr<RunDirectory>> opened =
         RunDirectory::Open(run_path);
     if (!opened.ok()) return BadFlags(opened.status().message());
@@ -427,21 +452,43 @@ int Main(int argc, char** argv) {
     absl::StatusOr<RunRecord> read = run->Read();
     if (!read.ok()) return BadFlags(read.status().message());
     record = *std::move(read);
-    if (record.state == "finished") {
+    if (resuming && record.state == "finished") {
+      std::string epochs = "?";
+      for (const auto& [name, value] : CurrentFlags(record)) {
+        if (name == "epochs") epochs = value;
+      }
       return BadFlags(absl::StrCat(
-          "the run in ", ShownPath(run_path, cwd), " already finished (",
-          record.outcome,
-          "): nothing to resume. Its servers' checkpoints are of a finished "
-          "run, which they will not train further; start a new run for more "
-          "epochs or another learning rate"));
+          "the run in ", shown, " already finished (", record.outcome,
+          "): nothing to resume. To train it further: --extend=", shown,
+          " --epochs=N (N > ", epochs,
+          ", the new total; another --learning_rate may come with it)"));
+    }
+    if (extending && !record.program.empty()) {
+      return BadFlags(absl::StrCat(
+          "the run in ", shown,
+          " runs a program given after --, whose epochs and learning rate "
+          "are its own arguments: the launcher cannot extend it (--resume="
+          "DIR goes on with it as it is)"));
     }
     if (!program.empty() && program != record.program) {
       return BadFlags(
-          "--resume runs the run's own program: give none after --");
+          absl::StrCat(how, " runs the run's own program: give none after --"));
     }
     program = record.program;
-    if (absl::Status s = ApplyRecordedFlags(record, given); !s.ok()) {
-      return BadFlags(s.message());
+    if (resuming) {
+      if (absl::Status s = ApplyRecordedFlags(record, given); !s.ok()) {
+        return BadFlags(s.message());
+      }
+    } else {
+      absl::StatusOr<std::vector<FlagChange>> changed =
+          ApplyExtension(record, given, cwd);
+      if (!changed.ok()) return BadFlags(changed.status().message());
+      changes = *std::move(changed);
+      if (absl::Status s = CheckExtension(record.state, CurrentFlags(record),
+                                          changes, shown);
+          !s.ok()) {
+        return BadFlags(s.message());
+      }
     }
     absl::SetFlag(&FLAGS_job_id, record.job_id);
   } else {
@@ -455,7 +502,40 @@ int Main(int argc, char** argv) {
   for (const std::string& warning : LaunchConfigWarnings(*config)) {
     std::fprintf(stderr, "launch: warning: %s\n", warning.c_str());
   }
-  if (!resuming) {
+  // Servers restore an extended run's checkpoints with --extend: the newest
+  // may be of the run before the extension.
+  config->extend = extending || WasExtended(record);
+  RunSegment segment;
+  segment.kind = extending ? "extend" : resuming ? "resume" : "start";
+  segment.started = SegmentTime(absl::Now());
+  std::string kept_dir;  // --extend: where the checkpoints from before are.
+  if (extending) {
+    if (config->checkpoint_dir.empty()) {
+      return BadFlags(absl::StrCat(
+          "the run in ", ShownPath(run_path, cwd),
+          " kept no checkpoints (--nocheckpoints): there is nothing to "
+          "extend; start a new run"));
+    }
+    // The run as it was stays at hand, whatever becomes of the extension.
+    // Segment 1 is the start, also in a run.txt that kept no segments.
+    const std::string kept = absl::StrCat(
+        "before-segment-", std::max<size_t>(record.segments.size(), 1) + 1);
+    kept_dir = absl::StrCat(config->checkpoint_dir, "/", kept);
+    absl::StatusOr<int> files = KeepCheckpoints(config->checkpoint_dir, kept);
+    if (absl::IsNotFound(files.status())) {
+      return BadFlags(absl::StrCat(files.status().message(),
+                                   ": there is nothing to extend"));
+    }
+    if (!files.ok()) {
+      std::fprintf(stderr, "launch: %s\n",
+                   std::string(files.status().message()).c_str());
+      return 1;
+    }
+    for (const FlagChange& change : changes) {
+      segment.flags.emplace_back(change.name, change.to);
+    }
+  }
+  if (!resuming && !extending) {
     absl::StatusOr<std::unique_ptr<RunDirectory>> created =
         RunDirectory::Create(run_path);
     if (!created.ok()) return BadFlags(created.status().message());
@@ -463,7 +543,15 @@ int Main(int argc, char** argv) {
     record.job_id = config->job_id;
     record.flags = CurrentRunFlags(cwd);
     record.program = program;
+  } else if (record.segments.empty()) {
+    // A run.txt of a launcher that kept no segments.
+    record.segments.push_back(
+        {"start",
+         "unknown",
+         {},
+         absl::StrCat(record.state, ": ", record.outcome)});
   }
+  record.segments.push_back(segment);
   record.state = "running";
   record.outcome.clear();
   if (absl::Status s = run->Write(record); !s.ok()) {
@@ -503,15 +591,29 @@ int Main(int argc, char** argv) {
   out->LauncherLine(
       LaunchLevel::kNotice,
       absl::StrCat(
-          resuming ? "resuming run " : "run ", shown_dir, ": ",
-          config->num_servers, " servers, ", config->num_workers, " workers, ",
-          config->mode,
+          resuming    ? "resuming run "
+          : extending ? "extending run "
+                      : "run ",
+          shown_dir, ": ", config->num_servers, " servers, ",
+          config->num_workers, " workers, ", config->mode,
           program.empty()
               ? absl::StrCat(", ", config->epochs,
                              config->epochs == 1 ? " epoch of " : " epochs of ",
                              config->model)
               : "",
           " (logs in ", shown_dir, "/logs/)"));
+  if (extending) {
+    std::vector<std::string> changed;
+    for (const FlagChange& change : changes) {
+      changed.push_back(absl::StrCat("--", change.name, "=", change.to,
+                                     " (was ", change.from, ")"));
+    }
+    out->LauncherLine(LaunchLevel::kNotice,
+                      absl::StrCat("from its checkpoints, with ",
+                                   absl::StrJoin(changed, ", "),
+                                   "; the checkpoints from before are kept in ",
+                                   ShownPath(kept_dir, cwd), "/"));
+  }
   if (config->metrics_port_base != 0) {
     out->LauncherLine(LaunchLevel::kNotice, MetricsPortsLine(*config));
   }
@@ -544,8 +646,9 @@ int Main(int argc, char** argv) {
   }
   progress_line.Finish();
 
-  for (const std::string& line : FinishRun(result, *config, progress.History(),
-                                           resuming, cwd, *run, &record)) {
+  for (const std::string& line :
+       FinishRun(result, *config, progress.History(), resuming || extending,
+                 cwd, *run, &record)) {
     out->LauncherLine(LaunchLevel::kNotice, line);
   }
   return result.ExitCode();

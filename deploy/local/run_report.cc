@@ -16,7 +16,12 @@ namespace {
 std::vector<std::string> NextSteps(const ClusterResult& result,
                                    const LaunchConfig& config,
                                    const std::string& shown_dir) {
-  if (result.status.ok()) return {};
+  if (result.status.ok()) {
+    if (config.checkpoint_dir.empty() || !config.program.empty()) return {};
+    return {absl::StrCat("to train on: --extend=", shown_dir,
+                         " --epochs=N (N > ", config.epochs,
+                         ", the new total)")};
+  }
   if (config.checkpoint_dir.empty()) {
     if (result.stop_signal == 0) return {};
     return {
@@ -47,7 +52,7 @@ std::string ShownPath(const std::string& path, const std::string& cwd) {
 std::vector<std::string> FinishRun(const ClusterResult& result,
                                    const LaunchConfig& config,
                                    const std::vector<EpochRecord>& history,
-                                   bool resumed, const std::string& cwd,
+                                   bool continued, const std::string& cwd,
                                    const RunDirectory& run, RunRecord* record) {
   const std::string shown_dir = ShownPath(run.path(), cwd);
   std::vector<std::string> lines = SummaryLines(result);
@@ -55,8 +60,8 @@ std::vector<std::string> FinishRun(const ClusterResult& result,
       absl::StrCat("run directory: ", shown_dir, " (logs/",
                    config.checkpoint_dir.empty() ? "" : ", checkpoints/", ")"));
   std::vector<EpochRecord> curve = history;
-  if (resumed && !curve.empty()) {
-    // Epochs trained before the resume are in the last session's CSV.
+  if (continued && !curve.empty()) {
+    // Epochs trained before are in the last segment's CSV.
     std::ifstream in(run.File("curves.csv"));
     std::stringstream earlier;
     earlier << in.rdbuf();
@@ -88,6 +93,10 @@ std::vector<std::string> FinishRun(const ClusterResult& result,
                   : result.stop_signal != 0 ? "stopped"
                                             : "failed";
   record->outcome = OutcomeLine(result);
+  if (!record->segments.empty()) {
+    record->segments.back().end =
+        absl::StrCat(record->state, ": ", record->outcome);
+  }
   if (absl::Status s = run.Write(*record); !s.ok()) {
     lines.push_back(absl::StrCat("error: ", s.message()));
   }

@@ -14,15 +14,16 @@ namespace ps {
 // `path` relative to `cwd` when it lies under it, for messages.
 std::string ShownPath(const std::string& path, const std::string& cwd);
 
-// Ends a run: writes its curves (with a resumed run's earlier epochs from
-// its last curves.csv), sets `record`'s state and outcome and writes it, and
-// returns what the launcher prints after the cluster stopped: the summary,
-// the run directory, the curves and, for a run that did not finish, how to
-// go on.
+// Ends a run's segment: writes its curves (with a resumed or extended run's
+// earlier epochs from its last curves.csv), sets `record`'s state, outcome
+// and last segment's end and writes it, and returns what the launcher
+// prints after the cluster stopped: the summary, the run directory, the
+// curves and how to go on (--resume for a run that did not finish, --extend
+// for one that did).
 std::vector<std::string> FinishRun(const ClusterResult& result,
                                    const LaunchConfig& config,
                                    const std::vector<EpochRecord>& history,
-                                   bool resumed, const std::string& cwd,
+                                   bool continued, const std::string& cwd,
                                    const RunDirectory& run, RunRecord* record);
 
 }  // namespace ps
