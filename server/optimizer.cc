@@ -66,25 +66,31 @@ PS_UPDATE_LOOP bool MomentumLoop(EncodedFloats grad, float* w, float* velocity,
   return kept != 0;
 }
 
-// Adam's constants for one update: c1 and c2 are its bias corrections.
+// Adam's constants for one update: inv_c1 and inv_c2 are the reciprocals of
+// its bias corrections (multiplying by them costs a third of dividing).
 struct AdamStep {
-  float lr, wd, b1, b2, eps, c1, c2;
+  float lr, wd, b1, b2, eps, inv_c1, inv_c2;
 };
 
 PS_UPDATE_LOOP bool AdamLoop(EncodedFloats grad, float* w, float* m, float* v,
                              size_t n, AdamStep step) {
   uint32_t kept = 0;
   for (size_t i = 0; i < n; ++i) {
-    const float g = grad[i] + step.wd * w[i];
-    const float m_next = step.b1 * m[i] + (1.0f - step.b1) * g;
-    const float v_next = step.b2 * v[i] + (1.0f - step.b2) * g * g;
-    const float m_hat = m_next / step.c1;
-    const float v_hat = v_next / step.c2;
-    const float next = w[i] - step.lr * m_hat / (std::sqrt(v_hat) + step.eps);
+    // Read once: stores of the old values, not masked stores, which are
+    // slow on some CPUs (AMD's).
+    const float w0 = w[i];
+    const float m0 = m[i];
+    const float v0 = v[i];
+    const float g = grad[i] + step.wd * w0;
+    const float m_next = step.b1 * m0 + (1.0f - step.b1) * g;
+    const float v_next = step.b2 * v0 + (1.0f - step.b2) * g * g;
+    const float m_hat = m_next * step.inv_c1;
+    const float v_hat = v_next * step.inv_c2;
+    const float next = w0 - step.lr * m_hat / (std::sqrt(v_hat) + step.eps);
     const bool ok = Finite(m_next) & Finite(v_next) & Finite(next);
-    m[i] = ok ? m_next : m[i];
-    v[i] = ok ? v_next : v[i];
-    w[i] = ok ? next : w[i];
+    m[i] = ok ? m_next : m0;
+    v[i] = ok ? v_next : v0;
+    w[i] = ok ? next : w0;
     kept |= !ok;
   }
   return kept != 0;
@@ -148,11 +154,14 @@ class AdamOptimizer final : public Optimizer {
               size_t begin) override {
     // Corrections in double: 1 - b2^t is tiny for small t and float loses it.
     const double t = static_cast<double>(update_count());
-    const float c1 = static_cast<float>(1.0 - std::pow(double{beta1_}, t));
-    const float c2 = static_cast<float>(1.0 - std::pow(double{beta2_}, t));
-    return AdamLoop(grad, weights.data(), m_.data() + begin, v_.data() + begin,
-                    weights.size(),
-                    {lr, weight_decay_, beta1_, beta2_, epsilon_, c1, c2});
+    const float inv_c1 =
+        static_cast<float>(1.0 / (1.0 - std::pow(double{beta1_}, t)));
+    const float inv_c2 =
+        static_cast<float>(1.0 / (1.0 - std::pow(double{beta2_}, t)));
+    return AdamLoop(
+        grad, weights.data(), m_.data() + begin, v_.data() + begin,
+        weights.size(),
+        {lr, weight_decay_, beta1_, beta2_, epsilon_, inv_c1, inv_c2});
   }
 
   const float beta1_;

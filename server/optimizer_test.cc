@@ -229,15 +229,17 @@ TEST(OptimizerTest, GivesTheBitsOfTheFormulasOneElementAtATime) {
     for (int step = 1; step <= 3; ++step) {
       for (size_t i = 0; i < n; ++i) g[i] = std::cos(1.0f * i * (step + 1));
       ASSERT_TRUE(opt->Apply(g, absl::MakeSpan(w), lr).ok());
-      const float c1 = static_cast<float>(1.0 - std::pow(double{b1}, step));
-      const float c2 = static_cast<float>(1.0 - std::pow(double{b2}, step));
+      const float inv_c1 =
+          static_cast<float>(1.0 / (1.0 - std::pow(double{b1}, step)));
+      const float inv_c2 =
+          static_cast<float>(1.0 / (1.0 - std::pow(double{b2}, step)));
       for (size_t i = 0; i < n; ++i) {
         float& e = expected[i];
         const float gd = g[i] + wd * e;
         if (config.kind == OptimizerKind::kAdam) {
           m[i] = b1 * m[i] + (1.0f - b1) * gd;
           v[i] = b2 * v[i] + (1.0f - b2) * gd * gd;
-          e -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+          e -= lr * (m[i] * inv_c1) / (std::sqrt(v[i] * inv_c2) + eps);
         } else if (config.momentum > 0.0f) {
           m[i] = momentum * m[i] + gd;
           e -= lr * m[i];

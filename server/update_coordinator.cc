@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/tensor_codec.h"
+#include "server/gradient_mean.h"
 #include "server/slice_apply.h"
 #include "spdlog/spdlog.h"
 
@@ -231,20 +232,15 @@ absl::Status UpdateCoordinator::ApplyAggregate(ReadyStep& ready) {
       double sum[Optimizer::kGradientBlock] = {};
       for (const StagedPush& p : ready.pushes) {
         if (p.num_examples == 0) continue;
-        const double weight = p.num_examples;
         for (size_t done = 0; done < n;) {
           const EncodedFloats g =
               p.gradients[slice].View(begin + done, n - done, scratch);
-          for (size_t i = 0; i < g.size(); ++i) {
-            sum[done + i] += weight * g[i];
-          }
+          AddWeighted(g, p.num_examples, sum + done);
           done += g.size();
         }
       }
       float mean[Optimizer::kGradientBlock];
-      for (size_t i = 0; i < n; ++i) {
-        mean[i] = static_cast<float>(sum[i] / total_examples);
-      }
+      DivideToFloats(sum, n, total_examples, mean);
       return EncodeInto(absl::MakeConstSpan(mean, n), scratch);
     };
     return store_->ApplyGradient(slice, aggregate, ready.learning_rate);
