@@ -5,6 +5,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -37,14 +38,31 @@ inline bool Finite(float x) {
   return std::abs(x) <= std::numeric_limits<float>::max();  // NaN: false.
 }
 
+// `ok ? updated : old` as bit operations. Written as a conditional, GCC
+// turns the store into a masked store (the old value is what the element
+// holds already), which is several times slower than a plain one (Adam's
+// loop ran at a third of its speed on AMD EPYC).
+inline float Select(bool ok, float updated, float old) {
+  uint32_t a;
+  uint32_t b;
+  std::memcpy(&a, &updated, sizeof(a));
+  std::memcpy(&b, &old, sizeof(b));
+  const uint32_t mask = 0u - static_cast<uint32_t>(ok);
+  const uint32_t bits = (a & mask) | (b & ~mask);
+  float result;
+  std::memcpy(&result, &bits, sizeof(result));
+  return result;
+}
+
 // w -= lr * (g + wd * w).
 PS_UPDATE_LOOP bool SgdLoop(EncodedFloats grad, float* w, size_t n, float lr,
                             float wd) {
   uint32_t kept = 0;
   for (size_t i = 0; i < n; ++i) {
-    const float next = w[i] - lr * (grad[i] + wd * w[i]);
+    const float w0 = w[i];
+    const float next = w0 - lr * (grad[i] + wd * w0);
     const bool ok = Finite(next);
-    w[i] = ok ? next : w[i];
+    w[i] = Select(ok, next, w0);
     kept |= !ok;
   }
   return kept != 0;
@@ -55,12 +73,14 @@ PS_UPDATE_LOOP bool MomentumLoop(EncodedFloats grad, float* w, float* velocity,
                                  size_t n, float lr, float wd, float momentum) {
   uint32_t kept = 0;
   for (size_t i = 0; i < n; ++i) {
-    const float g = grad[i] + wd * w[i];
-    const float v = momentum * velocity[i] + g;
-    const float next = w[i] - lr * v;
+    const float w0 = w[i];
+    const float v0 = velocity[i];
+    const float g = grad[i] + wd * w0;
+    const float v = momentum * v0 + g;
+    const float next = w0 - lr * v;
     const bool ok = Finite(v) & Finite(next);
-    velocity[i] = ok ? v : velocity[i];
-    w[i] = ok ? next : w[i];
+    velocity[i] = Select(ok, v, v0);
+    w[i] = Select(ok, next, w0);
     kept |= !ok;
   }
   return kept != 0;
@@ -76,8 +96,6 @@ PS_UPDATE_LOOP bool AdamLoop(EncodedFloats grad, float* w, float* m, float* v,
                              size_t n, AdamStep step) {
   uint32_t kept = 0;
   for (size_t i = 0; i < n; ++i) {
-    // Read once: stores of the old values, not masked stores, which are
-    // slow on some CPUs (AMD's).
     const float w0 = w[i];
     const float m0 = m[i];
     const float v0 = v[i];
@@ -88,9 +106,9 @@ PS_UPDATE_LOOP bool AdamLoop(EncodedFloats grad, float* w, float* m, float* v,
     const float v_hat = v_next * step.inv_c2;
     const float next = w0 - step.lr * m_hat / (std::sqrt(v_hat) + step.eps);
     const bool ok = Finite(m_next) & Finite(v_next) & Finite(next);
-    m[i] = ok ? m_next : m0;
-    v[i] = ok ? v_next : v0;
-    w[i] = ok ? next : w0;
+    m[i] = Select(ok, m_next, m0);
+    v[i] = Select(ok, v_next, v0);
+    w[i] = Select(ok, next, w0);
     kept |= !ok;
   }
   return kept != 0;
