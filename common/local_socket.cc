@@ -247,15 +247,19 @@ absl::Status LocalSocket::Fill(size_t min_bytes) {
     read_begin_ = 0;
   }
   while (read_end_ - read_begin_ < min_bytes) {
-    absl::StatusOr<size_t> n = ReceiveSome(read_buffer_.get() + read_end_,
-                                           kReadBufferBytes - read_end_);
+    // With nothing buffered, a frame's start is awaited: the peer is
+    // answering or idle, rarely already done.
+    absl::StatusOr<size_t> n = ReceiveSome(
+        read_buffer_.get() + read_end_, kReadBufferBytes - read_end_,
+        /*wait_first=*/read_begin_ == read_end_);
     if (!n.ok()) return n.status();
     read_end_ += *n;
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<size_t> LocalSocket::ReceiveSome(uint8_t* out, size_t size) {
+absl::StatusOr<size_t> LocalSocket::ReceiveSome(uint8_t* out, size_t size,
+                                                bool wait_first) {
   const int timeout_ms = idle_timeout_ == absl::InfiniteDuration()
                              ? -1
                              : static_cast<int>(std::clamp<int64_t>(
@@ -263,25 +267,27 @@ absl::StatusOr<size_t> LocalSocket::ReceiveSome(uint8_t* out, size_t size) {
                                        idle_timeout_, absl::Milliseconds(1))),
                                    1, INT_MAX));
   for (;;) {
+    if (wait_first) {
+      // Waits for input only. A thread blocked in recv would also be woken
+      // each time the peer reads what this side sent (the kernel wakes the
+      // sleepers of a Unix socket when its peer frees buffer space): a
+      // wake-up for nothing, which costs as much as a real one.
+      pollfd p{fd_, POLLIN, 0};
+      const int ready = poll(&p, 1, timeout_ms);
+      if (ready == 0) return Failure("receiving", EAGAIN);
+      if (ready < 0 && errno != EINTR) {
+        return Failure("waiting to receive", errno);
+      }
+    }
     const ssize_t n = recv(fd_, out, size, MSG_DONTWAIT);
     if (n > 0) return static_cast<size_t>(n);
     if (n == 0) {
       return absl::UnavailableError("local connection closed by the peer");
     }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+    if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
       return Failure("receiving", errno);
     }
-    // Waits for input only. A thread blocked in recv would also be woken
-    // each time the peer reads what this side sent (the kernel wakes the
-    // sleepers of a Unix socket when its peer frees buffer space): a
-    // wake-up for nothing, which costs as much as a real one.
-    pollfd p{fd_, POLLIN, 0};
-    const int ready = poll(&p, 1, timeout_ms);
-    if (ready == 0) return Failure("receiving", EAGAIN);
-    if (ready < 0 && errno != EINTR) {
-      return Failure("waiting to receive", errno);
-    }
+    wait_first = errno != EINTR;
   }
 }
 
@@ -299,7 +305,7 @@ absl::Status LocalSocket::ReadExactly(uint8_t* out, size_t size) {
     return absl::OkStatus();
   }
   while (size > 0) {
-    absl::StatusOr<size_t> n = ReceiveSome(out, size);
+    absl::StatusOr<size_t> n = ReceiveSome(out, size, /*wait_first=*/false);
     if (!n.ok()) return n.status();
     out += *n;
     size -= *n;

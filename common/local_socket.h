@@ -140,8 +140,10 @@ class LocalSocket {
   // Sends iov_ whole.
   absl::Status SendAll();
   // Receives 1 to `size` bytes into `out`, waiting up to the idle timeout
-  // for the first.
-  absl::StatusOr<size_t> ReceiveSome(uint8_t* out, size_t size);
+  // for the first. `wait_first`: wait for input before trying, where it is
+  // unlikely to be there yet (a system call less than trying first).
+  absl::StatusOr<size_t> ReceiveSome(uint8_t* out, size_t size,
+                                     bool wait_first);
   // Reads at least `min_bytes` more into the buffer.
   absl::Status Fill(size_t min_bytes);
   // Reads exactly `size` bytes to `out`, taking buffered ones first.
