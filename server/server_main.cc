@@ -778,6 +778,9 @@ int main(int argc, char** argv) {
   // spares from signals it has no handler for.
   sigset_t signals;
   ps::server::SignalWatcher::BlockShutdownSignals(&signals);
+  // Before any thread allocates, so that the trimmer in Run can give back
+  // what a flood of calls left behind.
+  ps::UseOneMallocArena();
   ps::KeepFreedMemory();
   absl::SetProgramUsageMessage(
       "A parameter-server shard: holds its slices of the model, applies "
