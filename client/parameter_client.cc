@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/shard_fanout.h"
+#include "common/chunk_wire.h"
 #include "common/cluster_address.h"
 #include "common/partition.h"
 #include "common/worker_environment.h"
@@ -23,10 +24,6 @@ namespace {
 
 using client_internal::PushSession;
 using client_internal::ShardFanout;
-
-// 32 MiB of floats: a chunk's message stays well under the channels' 64 MiB
-// limit.
-constexpr uint64_t kMaxChunkElements = uint64_t{8} << 20;
 
 absl::Status ValidateOptions(const ClientOptions& options) {
   if (options.servers.empty()) {

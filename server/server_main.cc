@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/chunk_wire.h"
 #include "common/cluster_address.h"
 #include "common/cpu_affinity.h"
 #include "common/logging.h"
@@ -86,7 +87,11 @@ ABSL_FLAG(std::optional<float>, beta2, std::nullopt,
           "adam beta2 (default 0.999).");
 ABSL_FLAG(std::optional<float>, epsilon, std::nullopt,
           "adam epsilon (default 1e-8).");
-ABSL_FLAG(int, max_message_mb, 64, "Largest gRPC message, in MiB.");
+ABSL_FLAG(int, max_message_mb,
+          (ps::kMaxChunkElements * sizeof(float) >> 20) + 1,
+          "Largest gRPC message, in MiB; larger ones are refused with "
+          "RESOURCE_EXHAUSTED. The default holds the largest chunk clients "
+          "send (32 MiB) and its message's fields.");
 ABSL_FLAG(std::string, lr_schedule, "constant",
           "constant, or cosine: decays --learning_rate to "
           "--min_learning_rate over the planned updates (the workers' "
