@@ -208,8 +208,9 @@ absl::Status ShardFanout::CallWithRetry(
   }
 }
 
-absl::StatusOr<Registration> ShardFanout::Register(uint64_t incarnation,
-                                                   uint64_t planned_steps) {
+absl::StatusOr<Registration> ShardFanout::Register(
+    uint64_t incarnation, uint64_t planned_steps,
+    uint32_t max_examples_per_push) {
   incarnation_.store(incarnation);
   proto::ModelDeclaration declaration;
   ModelSpecToProto(partition_->model(), &declaration);
@@ -220,6 +221,7 @@ absl::StatusOr<Registration> ShardFanout::Register(uint64_t incarnation,
     *request.mutable_declaration() = declaration;
     request.set_incarnation(incarnation);
     request.set_planned_steps(planned_steps);
+    request.set_max_examples_per_push(max_examples_per_push);
     // Other ranks are answered UNAVAILABLE until rank 0 has declared (and
     // uploaded its initial values): the retry is the wait.
     return CallWithRetry(s, "register", [&] {

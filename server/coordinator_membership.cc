@@ -165,7 +165,8 @@ absl::StatusOr<uint64_t> UpdateCoordinator::WaitAsRank(
 }
 
 absl::StatusOr<RankProgress> UpdateCoordinator::Register(
-    int rank, uint64_t incarnation, uint64_t planned_steps) {
+    int rank, uint64_t incarnation, uint64_t planned_steps,
+    uint32_t max_examples_per_push) {
   if (incarnation == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "worker ", rank,
@@ -191,6 +192,7 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
   }
   if (planned_steps != 0) planned_steps_ = planned_steps;
   const uint64_t previous = ranks_.SetIncarnation(rank, incarnation);
+  ranks_.SetMaxExamples(rank, max_examples_per_push);
   ranks_.Touch(rank, absl::Now());
   const DataProgress& progress = ranks_.accepted(rank);
   const RankProgress result{policy_->ResumeStep(ViewLocked(), rank),

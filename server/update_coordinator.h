@@ -143,9 +143,11 @@ class UpdateCoordinator {
 
   // Records the incarnation of a (re)starting rank and where it resumes.
   // Every rank must plan the same number of steps (0: not given), else
-  // FailedPrecondition naming both values.
+  // FailedPrecondition naming both values. The rank's pushes may carry at
+  // most `max_examples_per_push` examples (0: no bound).
   absl::StatusOr<RankProgress> Register(int rank, uint64_t incarnation,
-                                        uint64_t planned_steps);
+                                        uint64_t planned_steps,
+                                        uint32_t max_examples_per_push = 0);
   // The rank is alive and has done steps [0, clock) (0: not known); returns
   // the version. Like a pull for `clock`, it tells a restarted sync shard
   // that the rank will not push a step whose push was lost here.

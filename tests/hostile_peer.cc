@@ -79,6 +79,7 @@ void HostilePeerTest::StartServer(absl::string_view mode,
   ModelSpecToProto(model_, request.mutable_declaration());
   request.set_incarnation(kPeerIncarnation);
   request.set_planned_steps(kPeerPlannedSteps);
+  request.set_max_examples_per_push(kPeerBatch);
   proto::RegisterResponse response;
   grpc::ClientContext context;
   const grpc::Status registered = stub_->Register(&context, request, &response);

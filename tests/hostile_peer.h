@@ -27,7 +27,8 @@ inline constexpr absl::Duration kPeerTimeout = absl::Seconds(60);
 inline constexpr int kPeerWorkers = 3;  // Rank 2 never registers.
 inline constexpr uint64_t kPeerIncarnation = 77;
 inline constexpr uint64_t kPeerPlannedSteps = 100;
-// Examples a push of the raw peer's rank 1 declares at registration.
+// Rank 1's batch: the most examples a push of it may carry, as it says when
+// it registers.
 inline constexpr uint32_t kPeerBatch = 32;
 
 // "/ps.proto.ParameterServer/<name>".

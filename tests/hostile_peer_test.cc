@@ -150,6 +150,22 @@ TEST_F(HostilePeerTest, ValuesNoWorkerSendsAreRefusedAndTheRankGoesOn) {
   EXPECT_EQ(after.version, before_.version + 1);
 }
 
+// One push claiming 2^32-1 examples would be the whole of a sync step's
+// example-weighted average.
+TEST_F(HostilePeerTest, APushBeyondTheRanksBatchIsRefused) {
+  StartServer("sync");
+  PushFields huge;
+  huge.num_examples = ~uint32_t{0};
+  huge.examples_done = huge.num_examples;  // The cursor moves by as many.
+  ExpectRefusedRow("out of range",
+                   "sync push with num_examples 2^32-1 (rank registered a "
+                   "batch of 32)",
+                   Push(huge, Gradients(0.01f)),
+                   {grpc::StatusCode::INVALID_ARGUMENT}, "num_examples");
+  // The same step with the rank's real batch is taken.
+  ASSERT_TRUE(Push(PushFields(), Gradients(0.01f)).ok());
+}
+
 TEST_F(HostilePeerTest, AHalfSentPushIsCancelledOnceIdle) {
   StartServer("async", {"--stream_idle_timeout=1s"});
   grpc::ClientContext context;
