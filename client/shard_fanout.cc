@@ -749,6 +749,13 @@ absl::Status PushSession::JoinStreams(TensorValues* weights,
     return absl::FailedPreconditionError("push session already finished");
   }
   finished_ = true;
+  // Every stream ends its push before any is waited for: a shard's answer
+  // may wait (sync) for other ranks, whose pushes to the next shards may
+  // wait for this rank's. Closed one after another, a rank whose push one
+  // shard refused left the others' steps waiting on the next shard.
+  for (const std::unique_ptr<ShardStream>& stream : streams_) {
+    if (stream != nullptr) stream->Close(weights, /*abandon=*/false);
+  }
   absl::Status first_error;
   for (size_t s = 0; s < streams_.size(); ++s) {
     if (streams_[s] == nullptr) continue;
