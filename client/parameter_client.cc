@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/shard_fanout.h"
+#include "common/chunk_wire.h"
 #include "common/cluster_address.h"
 #include "common/partition.h"
 #include "common/worker_environment.h"
@@ -23,10 +24,6 @@ namespace {
 
 using client_internal::PushSession;
 using client_internal::ShardFanout;
-
-// 32 MiB of floats: a chunk's message stays well under the channels' 64 MiB
-// limit.
-constexpr uint64_t kMaxChunkElements = uint64_t{8} << 20;
 
 absl::Status ValidateOptions(const ClientOptions& options) {
   if (options.servers.empty()) {
@@ -220,7 +217,8 @@ class ParameterClient::Impl {
       : options_(std::move(options)), channels_(std::move(channels)) {}
 
   absl::StatusOr<Registration> Declare(const ModelSpec& model,
-                                       uint64_t planned_steps) {
+                                       uint64_t planned_steps,
+                                       uint32_t max_examples_per_push) {
     if (absl::Status s = ValidateModelSpec(model, DeclarationLimits());
         !s.ok()) {
       return absl::InvalidArgumentError(
@@ -234,7 +232,8 @@ class ParameterClient::Impl {
       }
       declaring_ = true;
     }
-    absl::StatusOr<Registration> registration = Register(model, planned_steps);
+    absl::StatusOr<Registration> registration =
+        Register(model, planned_steps, max_examples_per_push);
     absl::MutexLock lock(&mu_);
     declaring_ = false;  // A failed Declare may be tried again.
     return registration;
@@ -321,7 +320,8 @@ class ParameterClient::Impl {
  private:
   // Builds the partition and registers; publishes both on success.
   absl::StatusOr<Registration> Register(const ModelSpec& model,
-                                        uint64_t planned_steps) {
+                                        uint64_t planned_steps,
+                                        uint32_t max_examples_per_push) {
     absl::StatusOr<Partition> partition =
         Partition::Create(model, static_cast<int>(channels_.size()));
     if (!partition.ok()) return partition.status();
@@ -335,7 +335,7 @@ class ParameterClient::Impl {
     absl::BitGen random;
     while (incarnation == 0) incarnation = absl::Uniform<uint64_t>(random);
     absl::StatusOr<Registration> registration =
-        (*fanout)->Register(incarnation, planned_steps);
+        (*fanout)->Register(incarnation, planned_steps, max_examples_per_push);
     if (!registration.ok()) return registration.status();
     if (options_.heartbeat_period > absl::ZeroDuration()) {
       (*fanout)->StartHeartbeats(options_.heartbeat_period);
@@ -396,9 +396,10 @@ ParameterClient::ParameterClient(std::unique_ptr<Impl> impl)
 
 ParameterClient::~ParameterClient() = default;
 
-absl::StatusOr<Registration> ParameterClient::Declare(const ModelSpec& model,
-                                                      uint64_t planned_steps) {
-  return impl_->Declare(model, planned_steps);
+absl::StatusOr<Registration> ParameterClient::Declare(
+    const ModelSpec& model, uint64_t planned_steps,
+    uint32_t max_examples_per_push) {
+  return impl_->Declare(model, planned_steps, max_examples_per_push);
 }
 
 const ModelSpec& ParameterClient::model() const { return impl_->model(); }

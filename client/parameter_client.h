@@ -8,7 +8,7 @@
 //
 //   ps::ClientOptions options = *ps::ClientOptions::FromEnvironment();
 //   auto client = *ps::ParameterClient::Connect(options);
-//   ps::Registration reg = *client->Declare(model, planned_steps);
+//   ps::Registration reg = *client->Declare(model, planned_steps, batch);
 //   ps::TensorValues weights;
 //   client->Pull(reg.next_step, weights);             // or Broadcast
 //   for (uint64_t step = reg.next_step; step < planned_steps; ++step) {
@@ -200,9 +200,14 @@ class ParameterClient {
   // the servers' learning-rate schedule spans them. With `model.optimizer`
   // set, the servers run that optimizer (FailedPrecondition naming the flag
   // if a server was started with an optimizer flag that says otherwise);
-  // unset, the servers' flags choose it.
+  // unset, the servers' flags choose it. `max_examples_per_push`: the most
+  // examples any of this rank's steps averages over (StepInfo::num_examples),
+  // its batch size; the servers refuse a push that claims more
+  // (InvalidArgument naming num_examples), so that no peer speaking in this
+  // rank's name can outweigh the other ranks in a sync step. 0: no bound.
   absl::StatusOr<Registration> Declare(const ModelSpec& model,
-                                       uint64_t planned_steps);
+                                       uint64_t planned_steps,
+                                       uint32_t max_examples_per_push = 0);
 
   // The declared model; valid after Declare.
   const ModelSpec& model() const;

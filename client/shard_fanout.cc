@@ -210,8 +210,9 @@ absl::Status ShardFanout::CallWithRetry(
   }
 }
 
-absl::StatusOr<Registration> ShardFanout::Register(uint64_t incarnation,
-                                                   uint64_t planned_steps) {
+absl::StatusOr<Registration> ShardFanout::Register(
+    uint64_t incarnation, uint64_t planned_steps,
+    uint32_t max_examples_per_push) {
   incarnation_.store(incarnation);
   proto::ModelDeclaration declaration;
   ModelSpecToProto(partition_->model(), &declaration);
@@ -222,6 +223,7 @@ absl::StatusOr<Registration> ShardFanout::Register(uint64_t incarnation,
     *request.mutable_declaration() = declaration;
     request.set_incarnation(incarnation);
     request.set_planned_steps(planned_steps);
+    request.set_max_examples_per_push(max_examples_per_push);
     // Other ranks are answered UNAVAILABLE until rank 0 has declared (and
     // uploaded its initial values): the retry is the wait.
     return CallWithRetry(s, "register", [&] {
@@ -842,6 +844,10 @@ absl::Status PushSession::JoinStreams(TensorValues* weights,
     return absl::FailedPreconditionError("push session already finished");
   }
   finished_ = true;
+  // Every stream ends its push before any is waited for: a shard's answer
+  // may wait (sync) for other ranks, whose pushes to the next shards may
+  // wait for this rank's. Closed one after another, a rank whose push one
+  // shard refused left the others' steps waiting on the next shard.
   for (const std::unique_ptr<ShardStream>& stream : streams_) {
     if (stream != nullptr) stream->Close(weights, /*abandon=*/false);
   }

@@ -79,7 +79,8 @@ class ShardFanout {
   // conservative over the shards: the smallest data progress, so no example
   // is skipped.
   absl::StatusOr<Registration> Register(uint64_t incarnation,
-                                        uint64_t planned_steps);
+                                        uint64_t planned_steps,
+                                        uint32_t max_examples_per_push);
 
   // Sends `values[id]` of every tensor declared kFromRank0 to the shards
   // that hold part of one (ps.proto PushRequest.initial_values); the others

@@ -31,6 +31,11 @@ namespace ps {
 // encoding either way: a peer using the generated classes reads and writes
 // the same bytes.
 
+// The most elements a chunk carries (32 MiB of float32): clients send and
+// ask for no more (ClientOptions.chunk_elements), and a server's message
+// limit needs to hold no more than one of them and its message's fields.
+inline constexpr uint64_t kMaxChunkElements = uint64_t{8} << 20;
+
 // Where the bytes sit: `chunk` is the field number of the message's
 // embedded chunk, `data` the chunk's bytes field.
 struct ChunkFields {

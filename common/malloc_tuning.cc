@@ -9,6 +9,8 @@ void KeepFreedMemory() {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);  // Trim only beyond this much free.
 }
 
+void UseOneMallocArena() { mallopt(M_ARENA_MAX, 1); }
+
 FreedMemoryTrimmer::FreedMemoryTrimmer(absl::Duration period,
                                        size_t max_free_bytes)
     : thread_([this, period, max_free_bytes] { Run(period, max_free_bytes); }) {

@@ -3,10 +3,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -48,6 +51,66 @@ TEST(FreedMemoryTrimmerTest, GivesBackWhatKeepFreedMemoryKept) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_LT(ResidentBytes(), before + 64 * kMiB);
+}
+
+// What threads of a server do in a flood: each receives and frees blocks of
+// about a message. Run in a fresh process (a death test re-executes this
+// binary), since the arena limit must come before any thread allocates.
+void FloodThreadsThenTrim() {
+  UseOneMallocArena();
+  KeepFreedMemory();
+  const size_t before = ResidentBytes();
+  constexpr int kThreads = 8;
+  absl::Mutex mu;
+  int freed = 0;
+  bool release = false;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      {
+        std::vector<std::unique_ptr<char[]>> blocks;
+        for (int i = 0; i < 32; ++i) {
+          blocks.emplace_back(new char[kMiB]);
+          std::memset(blocks.back().get(), 1, kMiB);
+        }
+      }
+      // The threads stay, as a server's do.
+      absl::MutexLock lock(&mu);
+      ++freed;
+      mu.Await(absl::Condition(&release));
+    });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(
+        +[](int* n) { return *n == kThreads; }, &freed));
+  }
+  const size_t kept = ResidentBytes();
+  size_t now = kept;
+  {
+    FreedMemoryTrimmer trimmer(absl::Milliseconds(10), 16 * kMiB);
+    // Well inside the test's time limit: without one arena it never ends.
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while ((now = ResidentBytes()) > before + 32 * kMiB &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  {
+    absl::MutexLock lock(&mu);
+    release = true;
+  }
+  for (std::thread& t : threads) t.join();
+  std::fprintf(stderr,
+               "resident: %zu MiB before, %zu MiB kept, %zu MiB after\n",
+               before / kMiB, kept / kMiB, now / kMiB);
+  std::exit(kept > before + 128 * kMiB && now <= before + 32 * kMiB ? 0 : 1);
+}
+
+TEST(FreedMemoryTrimmerTest, GivesBackWhatThreadsFreedWithOneArena) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(FloodThreadsThenTrim(), ::testing::ExitedWithCode(0),
+              "resident: ");
 }
 
 }  // namespace

@@ -131,8 +131,9 @@ int main(int argc, char** argv) {
                            {},
                            ps::InitializerSpec::Zeros(),
                            /*weight_decay=*/false});
+  // A push averages over at most kBatch examples: the servers refuse more.
   absl::StatusOr<ps::Registration> registration =
-      (*client)->Declare(model, steps);
+      (*client)->Declare(model, steps, kBatch);
   if (!registration.ok()) return Fail(registration.status());
   const int weight_id = *(*client)->TensorId("linear.weight");
   const int bias_id = *(*client)->TensorId("linear.bias");

@@ -64,7 +64,8 @@ class NativeClient {
 
   Registration Declare(const std::vector<TensorSpec>& tensors,
                        uint64_t planned_steps, uint64_t seed,
-                       std::optional<OptimizerSpec> optimizer) {
+                       std::optional<OptimizerSpec> optimizer,
+                       uint32_t max_examples_per_push) {
     ModelSpec model;
     model.tensors = tensors;
     model.seed = seed;
@@ -74,7 +75,8 @@ class NativeClient {
     {
       py::gil_scoped_release release;
       absl::MutexLock lock(&fill_mu_);
-      registration = client->Declare(model, planned_steps);
+      registration =
+          client->Declare(model, planned_steps, max_examples_per_push);
       if (registration.ok()) {
         // Shaped once; later fills resize to the same sizes, which never
         // moves a vector's memory, so Python's views stay valid.
@@ -377,7 +379,8 @@ void DefineClient(py::module_& m) {
       .def_property_readonly("rank", &NativeClient::rank)
       .def("declare", &NativeClient::Declare, py::arg("tensors"),
            py::arg("planned_steps"), py::arg("seed") = 1,
-           py::arg("optimizer") = py::none())
+           py::arg("optimizer") = py::none(),
+           py::arg("max_examples_per_push") = 0)
       .def("model", &NativeClient::Model)
       .def("tensor_id", &NativeClient::TensorId, py::arg("name"))
       .def("weights",

@@ -21,7 +21,9 @@ namespace {
 constexpr absl::string_view kKind = "checkpoint";
 // Bumped on any change to the records' layout.
 // 2: the declaration and the server count.
-constexpr uint32_t kFormatVersion = 2;
+// 3: each rank's bound on examples a push (read from 2 as none).
+constexpr uint32_t kFormatVersion = 3;
+constexpr uint32_t kOldestFormatVersion = 2;
 constexpr absl::string_view kSuffix = ".ckpt";
 // Records before the slices: header, declaration, ranks, examples,
 // staleness.
@@ -60,14 +62,15 @@ std::string EncodeHeader(const ShardCheckpoint& c) {
   return r;
 }
 
-absl::Status DecodeHeader(absl::string_view r, ShardCheckpoint* c) {
-  uint32_t format = 0, servers = 0, index = 0, workers = 0;
+absl::Status DecodeHeader(absl::string_view r, ShardCheckpoint* c,
+                          uint32_t* format) {
+  uint32_t servers = 0, index = 0, workers = 0;
   absl::string_view mode;
-  if (!GetFixed32(&r, &format)) return Malformed("header");
-  if (format != kFormatVersion) {
-    return absl::DataLossError(absl::StrCat("checkpoint format ", format,
-                                            " is not the supported ",
-                                            kFormatVersion));
+  if (!GetFixed32(&r, format)) return Malformed("header");
+  if (*format < kOldestFormatVersion || *format > kFormatVersion) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint format ", *format, " is not one of the supported ",
+        kOldestFormatVersion, " to ", kFormatVersion));
   }
   if (!GetFixed64(&r, &c->partition_fingerprint) || !GetFixed32(&r, &servers) ||
       !GetFixed32(&r, &index) || !GetLengthPrefixed(&r, &mode) ||
@@ -127,11 +130,12 @@ std::string EncodeRanks(const std::vector<RankRecord>& ranks) {
     PutFixed64(&r, rank.progress.epoch);
     PutFixed64(&r, rank.progress.examples_done);
     PutFixed32(&r, rank.done ? 1 : 0);
+    PutFixed32(&r, rank.max_examples);
   }
   return r;
 }
 
-absl::Status DecodeRanks(absl::string_view r, int num_workers,
+absl::Status DecodeRanks(absl::string_view r, int num_workers, uint32_t format,
                          std::vector<RankRecord>* ranks) {
   ranks->resize(num_workers);
   for (RankRecord& rank : *ranks) {
@@ -139,7 +143,8 @@ absl::Status DecodeRanks(absl::string_view r, int num_workers,
     if (!GetFixed64(&r, &rank.incarnation) || !GetFixed64(&r, &rank.clock) ||
         !GetFixed64(&r, &rank.progress.epoch) ||
         !GetFixed64(&r, &rank.progress.examples_done) ||
-        !GetFixed32(&r, &done) || done > 1) {
+        !GetFixed32(&r, &done) || done > 1 ||
+        (format >= 3 && !GetFixed32(&r, &rank.max_examples))) {
       return Malformed("ranks record");
     }
     rank.done = done == 1;
@@ -264,9 +269,12 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(
                                             kFixedRecords));
   }
   ShardCheckpoint c;
-  absl::Status s = DecodeHeader(records[0], &c);
+  uint32_t format = 0;
+  absl::Status s = DecodeHeader(records[0], &c, &format);
   if (s.ok()) s = DecodeDeclaration(records[1], &c);
-  if (s.ok()) s = DecodeRanks(records[2], c.identity.num_workers, &c.ranks);
+  if (s.ok()) {
+    s = DecodeRanks(records[2], c.identity.num_workers, format, &c.ranks);
+  }
   if (s.ok()) {
     s = DecodeExamples(records[3], c.identity.num_workers, &c.examples);
   }

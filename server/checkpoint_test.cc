@@ -39,7 +39,7 @@ ShardCheckpoint Sample(uint64_t version) {
   c.partition_fingerprint = Partition::Create(c.model, 2)->fingerprint();
   c.version = version;
   c.planned_steps = 3750;
-  c.ranks = {{11, 7, {1, 320}, false}, {12, 9, {2, 64}, true}};
+  c.ranks = {{11, 7, {1, 320}, false, 32}, {12, 9, {2, 64}, true, 0}};
   c.examples = {{0, {30000, 29990}}, {1, {320, 30000}}};
   c.staleness.buckets[0] = 5;
   c.staleness.buckets[3] = 2;
@@ -243,9 +243,25 @@ TEST(CheckpointCodecTest, RefusesMalformedRecordsNamingThem) {
   std::vector<std::string> few(good.begin(), good.begin() + 3);
   EXPECT_EQ(DecodeCheckpoint(few).status().code(), absl::StatusCode::kDataLoss);
   std::vector<std::string> newer = good;
-  newer[0][0] = 3;  // Format version 3.
-  EXPECT_NE(DecodeCheckpoint(newer).status().message().find("format 3"),
+  newer[0][0] = 4;  // Format version 4.
+  EXPECT_NE(DecodeCheckpoint(newer).status().message().find("format 4"),
             std::string::npos);
+}
+
+// Format 2 had no bound on a rank's examples a push: such a checkpoint
+// restores with none.
+TEST(CheckpointCodecTest, ReadsFormatTwoWithoutExampleBounds) {
+  std::vector<std::string> records = EncodeCheckpoint(Sample(1));
+  records[0][0] = 2;
+  // Each rank's record ends with its 4-byte bound: take them out.
+  std::string& ranks = records[2];
+  const size_t per_rank = ranks.size() / 2;
+  ranks = ranks.substr(0, per_rank - 4) + ranks.substr(per_rank, per_rank - 4);
+  absl::StatusOr<ShardCheckpoint> decoded = DecodeCheckpoint(records);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ShardCheckpoint expected = Sample(1);
+  for (RankRecord& rank : expected.ranks) rank.max_examples = 0;
+  ExpectSame(*decoded, expected);
 }
 
 }  // namespace

@@ -165,7 +165,8 @@ absl::StatusOr<uint64_t> UpdateCoordinator::WaitAsRank(
 }
 
 absl::StatusOr<RankProgress> UpdateCoordinator::Register(
-    int rank, uint64_t incarnation, uint64_t planned_steps) {
+    int rank, uint64_t incarnation, uint64_t planned_steps,
+    uint32_t max_examples_per_push) {
   if (incarnation == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "worker ", rank,
@@ -175,7 +176,8 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
   absl::StatusOr<RankProgress> result;
   {
     absl::MutexLock lock(&mu_);
-    result = RegisterLocked(rank, incarnation, planned_steps, &previous);
+    result = RegisterLocked(rank, incarnation, planned_steps,
+                            max_examples_per_push, &previous);
   }
   // Without mu_, which a checkpoint's snapshot takes.
   if (result.ok() && previous != 0 && previous != incarnation &&
@@ -187,7 +189,7 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
 
 absl::StatusOr<RankProgress> UpdateCoordinator::RegisterLocked(
     int rank, uint64_t incarnation, uint64_t planned_steps,
-    uint64_t* previous_incarnation) {
+    uint32_t max_examples_per_push, uint64_t* previous_incarnation) {
   if (shutdown_) return absl::UnavailableError("server is shutting down");
   if (!failure_.ok()) return failure_;
   if (planned_steps != 0 && plan_open_) {
@@ -232,6 +234,7 @@ absl::StatusOr<RankProgress> UpdateCoordinator::RegisterLocked(
   }
   const uint64_t previous = ranks_.SetIncarnation(rank, incarnation);
   *previous_incarnation = previous;
+  ranks_.SetMaxExamples(rank, max_examples_per_push);
   ranks_.Touch(rank, absl::Now());
   const DataProgress& progress = ranks_.accepted(rank);
   const RankProgress result{policy_->ResumeStep(ViewLocked(), rank),

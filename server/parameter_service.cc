@@ -162,8 +162,9 @@ grpc::Status ParameterService::Register(const proto::RegisterRequest& request,
     return ToGrpcStatus(Prefixed("register refused", shard.status()));
   }
   UpdateCoordinator& coordinator = *(*shard)->coordinator;
-  absl::StatusOr<RankProgress> registered = coordinator.Register(
-      rank, request.incarnation(), request.planned_steps());
+  absl::StatusOr<RankProgress> registered =
+      coordinator.Register(rank, request.incarnation(), request.planned_steps(),
+                           request.max_examples_per_push());
   if (!registered.ok()) {
     spdlog::warn("worker {} (incarnation {}) refused: {}", rank,
                  request.incarnation(), registered.status().ToString());
@@ -181,10 +182,13 @@ grpc::Status ParameterService::Register(const proto::RegisterRequest& request,
     *response->mutable_local_endpoint() = local_endpoint_;
   }
   spdlog::info(
-      "worker {} registered (incarnation {}, planned steps {}), next step {}, "
-      "epoch {}, examples_done {}",
-      rank, request.incarnation(), request.planned_steps(), progress.next_step,
-      progress.epoch, progress.examples_done);
+      "worker {} registered (incarnation {}, planned steps {}, at most {} "
+      "examples a push), next step {}, epoch {}, examples_done {}",
+      rank, request.incarnation(), request.planned_steps(),
+      request.max_examples_per_push() == 0
+          ? std::string("any")
+          : absl::StrCat(request.max_examples_per_push()),
+      progress.next_step, progress.epoch, progress.examples_done);
   return grpc::Status::OK;
 }
 

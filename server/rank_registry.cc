@@ -35,6 +35,16 @@ absl::Status RankRegistry::CheckIncarnation(int rank,
       "worker"));
 }
 
+absl::Status RankRegistry::CheckExamples(int rank,
+                                         uint32_t num_examples) const {
+  const uint32_t bound = ranks_[rank].max_examples;
+  if (bound == 0 || num_examples <= bound) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("num_examples ", num_examples, " of worker ", rank,
+                   " is more than its batch: it registered at most ", bound,
+                   " examples a push (max_examples_per_push)"));
+}
+
 uint64_t RankRegistry::SetIncarnation(int rank, uint64_t incarnation) {
   Rank& r = ranks_[rank];
   const uint64_t previous = r.incarnation;
@@ -152,7 +162,8 @@ std::vector<RankRecord> RankRegistry::Records() const {
   std::vector<RankRecord> records;
   records.reserve(ranks_.size());
   for (const Rank& r : ranks_) {
-    records.push_back({r.incarnation, r.applied_clock, r.applied, r.done});
+    records.push_back(
+        {r.incarnation, r.applied_clock, r.applied, r.done, r.max_examples});
   }
   return records;
 }
@@ -179,6 +190,7 @@ absl::Status RankRegistry::Restore(const std::vector<RankRecord>& ranks,
     r.clock = r.applied_clock = ranks[i].clock;
     r.accepted = r.applied = ranks[i].progress;
     r.done = ranks[i].done;
+    r.max_examples = ranks[i].max_examples;
     r.progress_continuous = false;
     r.last_heard = now;
   }

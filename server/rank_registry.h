@@ -32,10 +32,13 @@ struct RankRecord {
   uint64_t clock = 0;
   DataProgress progress;
   bool done = false;
+  // The most examples a push of the rank may carry (0: no bound).
+  uint32_t max_examples = 0;
 
   bool operator==(const RankRecord& o) const {
     return incarnation == o.incarnation && clock == o.clock &&
-           progress == o.progress && done == o.done;
+           progress == o.progress && done == o.done &&
+           max_examples == o.max_examples;
   }
 };
 
@@ -74,6 +77,14 @@ class RankRegistry {
   // finishing.
   uint64_t SetIncarnation(int rank, uint64_t incarnation);
   uint64_t incarnation(int rank) const { return ranks_[rank].incarnation; }
+  // The most examples a push of the rank may carry, as its worker said when
+  // it registered (its batch size); 0: no bound.
+  void SetMaxExamples(int rank, uint32_t max_examples) {
+    ranks_[rank].max_examples = max_examples;
+  }
+  // InvalidArgument naming num_examples when a push of the rank carries
+  // more than its bound: one push would outweigh the others in a sync step.
+  absl::Status CheckExamples(int rank, uint32_t num_examples) const;
 
   // The rank was heard from at `now`: renews its lease. Returns true if it
   // had been declared dead (it is live again).
@@ -162,6 +173,7 @@ class RankRegistry {
     bool done = false;
     bool finishing = false;
     bool dead = false;
+    uint32_t max_examples = 0;
     absl::Time last_heard;
   };
 

@@ -103,6 +103,23 @@ TEST(RankRegistryTest, ProgressMovesByAtMostTheBatchWithinOrIntoAnEpoch) {
   EXPECT_FALSE(ranks.CheckProgress(0, {3, 400}, 32).ok());
 }
 
+TEST(RankRegistryTest, APushMayCarryAtMostTheRanksRegisteredBatch) {
+  RankRegistry ranks(2, kLease, kStart);
+  EXPECT_TRUE(ranks.CheckExamples(0, ~uint32_t{0}).ok());  // No bound given.
+  ranks.SetMaxExamples(0, 128);
+  EXPECT_TRUE(ranks.CheckExamples(0, 128).ok());
+  const absl::Status refused = ranks.CheckExamples(0, 129);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(),
+            "num_examples 129 of worker 0 is more than its batch: it "
+            "registered at most 128 examples a push (max_examples_per_push)");
+  EXPECT_TRUE(ranks.CheckExamples(1, 129).ok());  // Another rank's bound.
+  // A checkpoint keeps it: a restored shard hears no Register.
+  RankRegistry restored(2, kLease, kStart);
+  ASSERT_TRUE(restored.Restore(ranks.Records(), {}, kStart).ok());
+  EXPECT_FALSE(restored.CheckExamples(0, 129).ok());
+}
+
 TEST(RankRegistryTest, RecordsKeepOnlyWhatReachedTheWeights) {
   RankRegistry ranks(2, kLease, kStart);
   ranks.SetIncarnation(1, 9);

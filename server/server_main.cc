@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/chunk_wire.h"
 #include "common/cluster_address.h"
 #include "common/cpu_affinity.h"
 #include "common/logging.h"
@@ -88,7 +89,11 @@ ABSL_FLAG(std::optional<float>, beta2, std::nullopt,
           "adam beta2 (default 0.999).");
 ABSL_FLAG(std::optional<float>, epsilon, std::nullopt,
           "adam epsilon (default 1e-8).");
-ABSL_FLAG(int, max_message_mb, 64, "Largest gRPC message, in MiB.");
+ABSL_FLAG(int, max_message_mb,
+          (ps::kMaxChunkElements * sizeof(float) >> 20) + 1,
+          "Largest gRPC message, in MiB; larger ones are refused with "
+          "RESOURCE_EXHAUSTED. The default holds the largest chunk clients "
+          "send (32 MiB) and its message's fields.");
 ABSL_FLAG(std::string, lr_schedule, "constant",
           "constant, or cosine: decays --learning_rate to "
           "--min_learning_rate over the planned updates (the workers' "
@@ -852,6 +857,9 @@ int main(int argc, char** argv) {
   // spares from signals it has no handler for.
   sigset_t signals;
   ps::server::SignalWatcher::BlockShutdownSignals(&signals);
+  // Before any thread allocates, so that the trimmer in Run can give back
+  // what a flood of calls left behind.
+  ps::UseOneMallocArena();
   ps::KeepFreedMemory();
   // Debian's Abseil checks every lock order at run time; a release binary
   // need not pay for it on each call's locks.

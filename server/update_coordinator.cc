@@ -126,6 +126,9 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitToStep(StagedPush push) {
           "worker ", r, " already said it is done; push for step ", step));
     }
     if (absl::Status s = CheckClockLocked(r, "step", step); !s.ok()) return s;
+    if (absl::Status s = ranks_.CheckExamples(r, push.num_examples); !s.ok()) {
+      return s;
+    }
     if (ranks_.IsReplay(r, progress)) {
       // The batch is already in; at most it counts as taking part.
       if (push.num_examples > 0) ++replays_;  // Not an empty share.
@@ -274,6 +277,9 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAtOnce(StagedPush push) {
           "worker ", r, " already said it is done; push for step ", push.step));
     }
     if (absl::Status s = CheckClockLocked(r, "step", push.step); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ranks_.CheckExamples(r, push.num_examples); !s.ok()) {
       return s;
     }
     if (ranks_.IsReplay(r, progress)) {

@@ -155,9 +155,11 @@ class UpdateCoordinator {
   // Every rank must plan the same number of steps (0: not given) as the
   // ranks before it and a restored checkpoint, else FailedPrecondition
   // naming both values; with replan_after_restore, the first plan after a
-  // Restore replaces the checkpoint's.
+  // Restore replaces the checkpoint's. The rank's pushes may carry at most
+  // `max_examples_per_push` examples (0: no bound).
   absl::StatusOr<RankProgress> Register(int rank, uint64_t incarnation,
-                                        uint64_t planned_steps);
+                                        uint64_t planned_steps,
+                                        uint32_t max_examples_per_push = 0);
   // The rank is alive and has done steps [0, clock) (0: not known); returns
   // the version. Like a pull for `clock`, it tells a restarted sync shard
   // that the rank will not push a step whose push was lost here.
@@ -238,9 +240,9 @@ class UpdateCoordinator {
 
   // Register's part under mu_; sets `previous_incarnation` to the rank's
   // incarnation before (0: none).
-  absl::StatusOr<RankProgress> RegisterLocked(int rank, uint64_t incarnation,
-                                              uint64_t planned_steps,
-                                              uint64_t* previous_incarnation)
+  absl::StatusOr<RankProgress> RegisterLocked(
+      int rank, uint64_t incarnation, uint64_t planned_steps,
+      uint32_t max_examples_per_push, uint64_t* previous_incarnation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Refuses requests after Shutdown or a failure and from a replaced
   // incarnation; otherwise renews the rank's lease.

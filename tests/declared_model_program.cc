@@ -89,7 +89,9 @@ absl::Status Run() {
       ParameterClient::Connect(*options);
   if (!client.ok()) return client.status();
   const ModelSpec model = Declaration(rank);
-  absl::StatusOr<Registration> reg = (*client)->Declare(model, steps);
+  // Each step averages over one example.
+  absl::StatusOr<Registration> reg =
+      (*client)->Declare(model, steps, /*max_examples_per_push=*/1);
   if (!reg.ok()) return reg.status();
 
   TensorValues weights(model.tensors.size());

@@ -551,7 +551,8 @@ int Run() {
 
   absl::StatusOr<Registration> info =
       local ? local_weights->Declare((*trainer)->planned_steps())
-            : client->Declare(model_spec, (*trainer)->planned_steps());
+            : client->Declare(model_spec, (*trainer)->planned_steps(),
+                              static_cast<uint32_t>(batch_size));
   if (!info.ok()) return fail(info.status(), ServerCallExitCode(info.status()));
   const std::string expected_mode = absl::GetFlag(FLAGS_mode);
   if (!expected_mode.empty() &&

@@ -183,22 +183,26 @@ class Client:
         self._require_declared()
         return self.registration.mode
 
-    def declare(self, tensors, planned_steps, seed=1, optimizer=None):
+    def declare(self, tensors, planned_steps, seed=1, optimizer=None,
+                max_examples_per_push=0):
         """Declares the model; every rank must declare the same.
 
         `tensors`: TensorSpecs or (name, shape[, initializer[,
         weight_decay]]) tuples. `planned_steps` spans the servers' learning
         rate schedule. `optimizer`: an OptimizerSpec the servers build
         (FailedPreconditionError if one was started with an optimizer flag
-        that says otherwise); None: the servers' flags choose. Returns the
+        that says otherwise); None: the servers' flags choose.
+        `max_examples_per_push`: this rank's batch size; the servers refuse
+        a push whose num_examples is larger (0: no bound). Returns the
         Registration (mode, next_step, ...).
         """
         specs = [_as_spec(t) for t in tensors]
         if optimizer is not None and not isinstance(optimizer, OptimizerSpec):
             raise InvalidArgumentError(
                 "optimizer is an OptimizerSpec or None, got %r" % (optimizer,))
-        self.registration = self._native.declare(specs, int(planned_steps),
-                                                 int(seed), optimizer)
+        self.registration = self._native.declare(
+            specs, int(planned_steps), int(seed), optimizer,
+            int(max_examples_per_push))
         self._weights = self._native.weights()
         self.cursor = (self.registration.epoch,
                        self.registration.examples_done)
