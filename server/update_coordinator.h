@@ -240,9 +240,10 @@ class UpdateCoordinator {
 
   // Register's part under mu_; sets `previous_incarnation` to the rank's
   // incarnation before (0: none).
-  absl::StatusOr<RankProgress> RegisterLocked(
-      int rank, uint64_t incarnation, uint64_t planned_steps,
-      uint32_t max_examples_per_push, uint64_t* previous_incarnation)
+  absl::StatusOr<RankProgress> RegisterLocked(int rank, uint64_t incarnation,
+                                              uint64_t planned_steps,
+                                              uint32_t max_examples_per_push,
+                                              uint64_t* previous_incarnation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Refuses requests after Shutdown or a failure and from a replaced
   // incarnation; otherwise renews the rank's lease.
