@@ -174,7 +174,10 @@ def run(argv, env, what):
 
 def environment(args):
     # The example's module imports paramserver.torch, so every role needs it.
-    return dict(os.environ,
+    # One math thread per process, as torchrun and our launcher set for
+    # several workers on a host: OpenBLAS otherwise starts one per core,
+    # which spin between calls (torch.set_num_threads does not stop them).
+    return dict(os.environ, OMP_NUM_THREADS="1",
                 PYTHONPATH=os.path.join(args.bazel_bin, "python", "site"))
 
 

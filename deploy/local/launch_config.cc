@@ -351,7 +351,13 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv(
     environment.tls_key_file = config.auth.client_key;
     environment.token_file = config.auth.token;
   }
-  return WorkerEnvironmentVariables(environment);
+  std::vector<std::pair<std::string, std::string>> variables =
+      WorkerEnvironmentVariables(environment);
+  if (!config.program.empty() && config.program_threads > 0) {
+    variables.emplace_back("OMP_NUM_THREADS",
+                           absl::StrCat(config.program_threads));
+  }
+  return variables;
 }
 
 ClusterSpec MakeClusterSpec(const LaunchConfig& config) {

@@ -73,6 +73,11 @@ struct LaunchConfig {
   // servers from its environment (common/worker_environment.h); the servers
   // are stopped once every copy has exited 0.
   std::vector<std::string> program;
+  // 0: a program's workers find OMP_NUM_THREADS as the launcher's own
+  // environment has it. Else it is set to this for each of them: the
+  // threads of PyTorch's, NumPy's and OpenBLAS's math, which by default
+  // start (and spin) one per core in every worker (torchrun sets 1).
+  int program_threads = 0;
   // 0: each server picks a free port; else server i listens on base_port + i.
   int base_port = 0;
   absl::Duration startup_timeout = absl::Seconds(60);

@@ -230,6 +230,23 @@ TEST(LaunchConfigTest, MutualTlsFilesReachServersWorkersAndPrograms) {
   EXPECT_THAT(env, testing::Contains(Variable("PS_TOKEN_FILE", "/a/token")));
 }
 
+TEST(LaunchConfigTest, AProgramsWorkersGetTheirThreadCount) {
+  using Variable = std::pair<std::string, std::string>;
+  LaunchConfig config = ValidConfig();
+  config.program_threads = 3;
+  // Our worker sets its own (one BLAS thread).
+  EXPECT_THAT(WorkerEnv(config, 0, {"a:1"}),
+              testing::Not(testing::Contains(
+                  testing::Field(&Variable::first, "OMP_NUM_THREADS"))));
+  config.program = {"/usr/bin/python3", "train.py"};
+  EXPECT_THAT(WorkerEnv(config, 0, {"a:1"}),
+              testing::Contains(Variable("OMP_NUM_THREADS", "3")));
+  config.program_threads = 0;  // The launcher's environment had it.
+  EXPECT_THAT(WorkerEnv(config, 0, {"a:1"}),
+              testing::Not(testing::Contains(
+                  testing::Field(&Variable::first, "OMP_NUM_THREADS"))));
+}
+
 TEST(LaunchConfigTest, TlsWithoutClientCertificates) {
   LaunchConfig config = ValidConfig();
   config.auth = MutualTlsFiles();

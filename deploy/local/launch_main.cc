@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -46,6 +47,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/cpu_affinity.h"
 #include "deploy/local/binary_locator.h"
 #include "deploy/local/cluster_output.h"
 #include "deploy/local/generated_auth.h"
@@ -502,6 +504,12 @@ int Main(int argc, char** argv) {
   for (const std::string& warning : LaunchConfigWarnings(*config)) {
     std::fprintf(stderr, "launch: warning: %s\n", warning.c_str());
   }
+  if (!config->program.empty() && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    // The math libraries' threads of workers sharing the cores would
+    // otherwise outnumber them, and spin.
+    config->program_threads = std::max<int>(
+        1, static_cast<int>(UsableCpus().size()) / config->num_workers);
+  }
   // Servers restore an extended run's checkpoints with --extend: the newest
   // may be of the run before the extension.
   config->extend = extending || WasExtended(record);
@@ -616,6 +624,13 @@ int Main(int argc, char** argv) {
   }
   if (config->metrics_port_base != 0) {
     out->LauncherLine(LaunchLevel::kNotice, MetricsPortsLine(*config));
+  }
+  if (config->program_threads > 0) {
+    out->LauncherLine(LaunchLevel::kNotice,
+                      absl::StrCat("each worker gets OMP_NUM_THREADS=",
+                                   config->program_threads,
+                                   " (its share of the CPUs; set "
+                                   "OMP_NUM_THREADS to choose)"));
   }
   // Made after the flags are checked; removed when Main returns, after
   // every process has stopped.
