@@ -75,6 +75,16 @@ absl::StatusOr<socklen_t> AbstractAddress(absl::string_view name,
                                 name.size());
 }
 
+// A new Unix stream socket, closed on exec; the caller owns it.
+absl::StatusOr<int> NewStreamSocket() {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("local socket: ", std::strerror(errno)));
+  }
+  return fd;
+}
+
 timeval IdleTimeval(absl::Duration d) {
   if (d == absl::InfiniteDuration()) return timeval{0, 0};  // No timeout.
   const timeval tv = absl::ToTimeval(d);
@@ -122,13 +132,10 @@ absl::StatusOr<std::unique_ptr<LocalSocket>> LocalSocket::Connect(
   sockaddr_un address;
   absl::StatusOr<socklen_t> length = AbstractAddress(name, &address);
   if (!length.ok()) return length.status();
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("local socket: ", std::strerror(errno)));
-  }
-  auto socket = std::make_unique<LocalSocket>(fd);
-  while (connect(fd, reinterpret_cast<const sockaddr*>(&address), *length) !=
+  absl::StatusOr<int> fd = NewStreamSocket();
+  if (!fd.ok()) return absl::UnavailableError(fd.status().message());
+  auto socket = std::make_unique<LocalSocket>(*fd);
+  while (connect(*fd, reinterpret_cast<const sockaddr*>(&address), *length) !=
          0) {
     if (errno == EINTR) continue;
     return absl::UnavailableError(absl::StrCat(
@@ -364,20 +371,17 @@ absl::StatusOr<std::unique_ptr<LocalListener>> LocalListener::Listen(
   sockaddr_un address;
   absl::StatusOr<socklen_t> length = AbstractAddress(name, &address);
   if (!length.ok()) return length.status();
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    return absl::InternalError(
-        absl::StrCat("local socket: ", std::strerror(errno)));
-  }
-  std::unique_ptr<LocalListener> listener(new LocalListener(fd));
-  if (bind(fd, reinterpret_cast<const sockaddr*>(&address), *length) != 0) {
+  absl::StatusOr<int> fd = NewStreamSocket();
+  if (!fd.ok()) return fd.status();
+  std::unique_ptr<LocalListener> listener(new LocalListener(*fd));
+  if (bind(*fd, reinterpret_cast<const sockaddr*>(&address), *length) != 0) {
     const int error = errno;
     const std::string message =
         absl::StrCat("binding local socket ", name, ": ", std::strerror(error));
     return error == EADDRINUSE ? absl::FailedPreconditionError(message)
                                : absl::InternalError(message);
   }
-  if (listen(fd, kListenBacklog) != 0) {
+  if (listen(*fd, kListenBacklog) != 0) {
     return absl::InternalError(absl::StrCat("listening on local socket ", name,
                                             ": ", std::strerror(errno)));
   }

@@ -13,27 +13,16 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "server/byte_stream_testing.h"
 
 namespace ps::server {
 namespace {
 
+using ::ps::server::testing::MessageText;
+using ::ps::server::testing::TextMessage;
+
 constexpr char kEcho[] = "/test.Streams/Echo";
 constexpr char kHold[] = "/test.Streams/Hold";
-
-grpc::ByteBuffer Message(const std::string& text) {
-  grpc::Slice slice(text);
-  return grpc::ByteBuffer(&slice, 1);
-}
-
-std::string Text(const grpc::ByteBuffer& message) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(message.Dump(&slices).ok());
-  std::string text;
-  for (const grpc::Slice& s : slices) {
-    text.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return text;
-}
 
 class BlockingStreamServiceTest : public ::testing::Test {
  protected:
@@ -47,7 +36,7 @@ class BlockingStreamServiceTest : public ::testing::Test {
       while (stream.Read(&message)) {
         if (!stream.Write(message)) return grpc::Status::CANCELLED;
       }
-      stream.Write(Message("end"));
+      stream.Write(TextMessage("end"));
       return grpc::Status::OK;
     });
     // Holds its thread until released or cancelled.
@@ -117,15 +106,15 @@ TEST_F(BlockingStreamServiceTest, HandlerReadsAndWritesTheStream) {
   ByteStreamCall call(stub_.get(), kEcho, &context);
   std::vector<std::string> got;
   for (const char* text : {"a", "bc"}) {
-    ASSERT_TRUE(call.Write(Message(text)));
+    ASSERT_TRUE(call.Write(TextMessage(text)));
     grpc::ByteBuffer reply;
     ASSERT_TRUE(call.Read(&reply));
-    got.push_back(Text(reply));
+    got.push_back(MessageText(reply));
   }
   ASSERT_TRUE(call.WritesDone());
   grpc::ByteBuffer last;
   ASSERT_TRUE(call.Read(&last));
-  got.push_back(Text(last));
+  got.push_back(MessageText(last));
   EXPECT_FALSE(call.Read(&last));
   EXPECT_TRUE(call.Finish().ok());
   EXPECT_EQ(got, (std::vector<std::string>{"a", "bc", "end"}));
@@ -135,7 +124,7 @@ TEST_F(BlockingStreamServiceTest, OtherMethodsAreUnimplemented) {
   Start(0);
   grpc::ClientContext context;
   ByteStreamCall call(stub_.get(), "/test.Streams/Missing", &context);
-  call.WriteLast(Message("x"));
+  call.WriteLast(TextMessage("x"));
   grpc::ByteBuffer reply;
   EXPECT_FALSE(call.Read(&reply));
   EXPECT_EQ(call.Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
@@ -160,10 +149,10 @@ TEST_F(BlockingStreamServiceTest, AnIdlePeersCallIsCancelled) {
   ByteStreamCall call(stub_.get(), kEcho, &context);
   // One message answered, then nothing: the server gives up on the call
   // (it would otherwise hold a thread for as long as the peer likes).
-  ASSERT_TRUE(call.Write(Message("a")));
+  ASSERT_TRUE(call.Write(TextMessage("a")));
   grpc::ByteBuffer answer;
   ASSERT_TRUE(call.Read(&answer));
-  EXPECT_EQ(Text(answer), "a");
+  EXPECT_EQ(MessageText(answer), "a");
   EXPECT_FALSE(call.Read(&answer));
   EXPECT_EQ(call.Finish().error_code(), grpc::StatusCode::CANCELLED);
 }

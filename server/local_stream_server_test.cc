@@ -13,9 +13,13 @@
 #include "common/local_socket.h"
 #include "gtest/gtest.h"
 #include "server/byte_stream.h"
+#include "server/byte_stream_testing.h"
 
 namespace ps::server {
 namespace {
+
+using ::ps::server::testing::MessageText;
+using ::ps::server::testing::TextMessage;
 
 using ::ps::client_internal::LocalCall;
 using ::ps::client_internal::LocalChannel;
@@ -23,21 +27,6 @@ using ::ps::client_internal::LocalChannel;
 constexpr char kEcho[] = "/test.Streams/Echo";
 constexpr char kHold[] = "/test.Streams/Hold";
 constexpr char kRefuse[] = "/test.Streams/Refuse";
-
-grpc::ByteBuffer Message(const std::string& text) {
-  grpc::Slice slice(text);
-  return grpc::ByteBuffer(&slice, 1);
-}
-
-std::string Text(const grpc::ByteBuffer& message) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(message.Dump(&slices).ok());
-  std::string text;
-  for (const grpc::Slice& s : slices) {
-    text.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return text;
-}
 
 class LocalStreamServerTest : public ::testing::Test {
  protected:
@@ -48,7 +37,7 @@ class LocalStreamServerTest : public ::testing::Test {
       while (stream.Read(&message)) {
         if (!stream.Write(message)) return grpc::Status::CANCELLED;
       }
-      stream.Write(Message("end"));
+      stream.Write(TextMessage("end"));
       return grpc::Status::OK;
     });
     // Holds its thread until released or cancelled.
@@ -71,7 +60,7 @@ class LocalStreamServerTest : public ::testing::Test {
       grpc::ByteBuffer message;
       stream.Read(&message);
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "refused: " + Text(message));
+                          "refused: " + MessageText(message));
     });
     absl::StatusOr<std::unique_ptr<LocalStreamServer>> server =
         LocalStreamServer::Start(&methods_, options);
@@ -135,15 +124,15 @@ TEST_F(LocalStreamServerTest, CallsOneAfterTheOtherShareOneConnection) {
     ASSERT_NE(call, nullptr);
     std::vector<std::string> got;
     for (const std::string& text : {std::string("a"), big}) {
-      ASSERT_TRUE(call->Write(Message(text)));
+      ASSERT_TRUE(call->Write(TextMessage(text)));
       grpc::ByteBuffer reply;
       ASSERT_TRUE(call->Read(&reply));  // Flushes what was queued.
-      got.push_back(Text(reply));
+      got.push_back(MessageText(reply));
     }
     ASSERT_TRUE(call->WritesDone());
     grpc::ByteBuffer last;
     ASSERT_TRUE(call->Read(&last));
-    got.push_back(Text(last));
+    got.push_back(MessageText(last));
     EXPECT_FALSE(call->Read(&last));
     const grpc::Status status = call->Finish();
     EXPECT_TRUE(status.ok()) << status.error_message();
@@ -157,7 +146,7 @@ TEST_F(LocalStreamServerTest, OtherMethodsAreUnimplemented) {
   Start(options);
   std::unique_ptr<LocalCall> call = Call("/test.Streams/Missing");
   ASSERT_NE(call, nullptr);
-  call->WriteLast(Message("x"));
+  call->WriteLast(TextMessage("x"));
   EXPECT_EQ(call->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
   // The connection carries the next call.
   call = Call(kEcho);
@@ -172,20 +161,20 @@ TEST_F(LocalStreamServerTest, AnEarlyAnswerDropsTheRestOfTheCall) {
   Start(options);
   std::unique_ptr<LocalCall> call = Call(kRefuse);
   ASSERT_NE(call, nullptr);
-  ASSERT_TRUE(call->Write(Message("first")));
+  ASSERT_TRUE(call->Write(TextMessage("first")));
   // More than the socket holds: written while the server drains them.
   for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(call->Write(Message(std::string(1 << 20, 'm'))));
+    ASSERT_TRUE(call->Write(TextMessage(std::string(1 << 20, 'm'))));
   }
   const grpc::Status status = call->Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(status.error_message(), "refused: first");
   call = Call(kEcho);
   ASSERT_NE(call, nullptr);
-  ASSERT_TRUE(call->WriteLast(Message("next")));
+  ASSERT_TRUE(call->WriteLast(TextMessage("next")));
   grpc::ByteBuffer reply;
   ASSERT_TRUE(call->Read(&reply));
-  EXPECT_EQ(Text(reply), "next");
+  EXPECT_EQ(MessageText(reply), "next");
   EXPECT_TRUE(call->Finish().ok());
 }
 
@@ -219,10 +208,10 @@ TEST_F(LocalStreamServerTest, AnIdlePeersCallIsCancelled) {
   std::unique_ptr<LocalCall> call = Call(kEcho);
   ASSERT_NE(call, nullptr);
   // One message answered, then nothing: the server gives up on the call.
-  ASSERT_TRUE(call->Write(Message("a")));
+  ASSERT_TRUE(call->Write(TextMessage("a")));
   grpc::ByteBuffer answer;
   ASSERT_TRUE(call->Read(&answer));
-  EXPECT_EQ(Text(answer), "a");
+  EXPECT_EQ(MessageText(answer), "a");
   EXPECT_FALSE(call->Read(&answer));
   EXPECT_EQ(call->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
 }
@@ -256,7 +245,7 @@ TEST_F(LocalStreamServerTest, AMessageAboveTheLimitBreaksTheConnection) {
   Start(options);
   std::unique_ptr<LocalCall> call = Call(kEcho);
   ASSERT_NE(call, nullptr);
-  call->WriteLast(Message(std::string(1001, 'x')));
+  call->WriteLast(TextMessage(std::string(1001, 'x')));
   EXPECT_EQ(call->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
