@@ -12,6 +12,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/connect.h"
 #include "client/shard_fanout.h"
 #include "common/chunk_wire.h"
 #include "common/cluster_address.h"
@@ -22,7 +23,6 @@
 namespace ps {
 namespace {
 
-using client_internal::PushSession;
 using client_internal::ShardFanout;
 
 absl::Status ValidateOptions(const ClientOptions& options) {
@@ -88,92 +88,6 @@ class FailedStepPush final : public StepPush {
 
  private:
   const absl::Status status_;
-};
-
-// A step's push over every shard. Refuses locally what the shards would
-// refuse (an unknown id, a wrong size, a tensor twice, a tensor missing),
-// so that the error names the tensor; a push with a tensor missing is
-// cancelled, never sent incomplete.
-class ShardStepPush final : public StepPush {
- public:
-  ShardStepPush(std::unique_ptr<PushSession> session, const ModelSpec* model,
-                bool pull_after)
-      : model_(model),
-        pull_after_(pull_after),
-        session_(std::move(session)),
-        sent_(model->tensors.size(), false) {}
-
-  absl::Status Send(int id, absl::Span<const float> gradient) override {
-    absl::MutexLock lock(&mu_);
-    if (session_ == nullptr) {
-      return absl::FailedPreconditionError("StepPush: already finished");
-    }
-    if (id < 0 || static_cast<size_t>(id) >= sent_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "StepPush: no tensor ", id, " in a model of ", sent_.size()));
-    }
-    if (sent_[id]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("StepPush: tensor ", id, " \"", model_->tensors[id].name,
-                       "\" sent twice"));
-    }
-    absl::Status status = session_->Send(id, gradient);
-    if (status.ok()) sent_[id] = true;
-    return status;
-  }
-
-  absl::Status Finish() override {
-    if (pull_after_) {
-      return absl::FailedPreconditionError(
-          "StepPush: a step started with pull_after ends with FinishWithPull");
-    }
-    absl::StatusOr<std::unique_ptr<PushSession>> session = TakeComplete();
-    if (!session.ok()) return session.status();
-    return (*session)->Finish();
-  }
-
-  absl::StatusOr<uint64_t> FinishWithPull(TensorValues& weights) override {
-    if (!pull_after_) {
-      return absl::FailedPreconditionError(
-          "StepPush: a step started without pull_after pulls nothing; it ends "
-          "with Finish");
-    }
-    absl::StatusOr<std::unique_ptr<PushSession>> session = TakeComplete();
-    if (!session.ok()) return session.status();
-    return (*session)->FinishWithPull(weights);
-  }
-
- private:
-  // The session, once every tensor was sent; else cancels it (dropping it
-  // cancels its calls) and names the first tensor missing.
-  absl::StatusOr<std::unique_ptr<PushSession>> TakeComplete() {
-    std::unique_ptr<PushSession> session;
-    absl::Status status;
-    {
-      absl::MutexLock lock(&mu_);
-      if (session_ == nullptr) {
-        return absl::FailedPreconditionError("StepPush: already finished");
-      }
-      session = std::move(session_);
-      for (size_t id = 0; id < sent_.size(); ++id) {
-        if (!sent_[id]) {
-          status = absl::InvalidArgumentError(absl::StrCat(
-              "StepPush: tensor ", id, " \"", model_->tensors[id].name,
-              "\" was not sent; the step was cancelled, nothing applied"));
-          break;
-        }
-      }
-    }
-    // Outside the lock: cancelling waits for the calls to end.
-    if (!status.ok()) return status;
-    return session;
-  }
-
-  const ModelSpec* const model_;
-  const bool pull_after_;
-  absl::Mutex mu_;
-  std::unique_ptr<PushSession> session_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> sent_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -288,11 +202,7 @@ class ParameterClient::Impl {
   std::unique_ptr<StepPush> StartStep(const StepInfo& info, bool pull_after) {
     absl::StatusOr<ShardFanout*> fanout = Fanout(/*for_step=*/true);
     if (!fanout.ok()) return std::make_unique<FailedStepPush>(fanout.status());
-    std::unique_ptr<PushSession> session = pull_after
-                                               ? (*fanout)->StartPushPull(info)
-                                               : (*fanout)->StartPush(info);
-    return std::make_unique<ShardStepPush>(
-        std::move(session), &(*fanout)->partition().model(), pull_after);
+    return (*fanout)->StartStep(info, pull_after);
   }
 
   absl::Status Barrier() {
