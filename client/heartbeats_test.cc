@@ -1,0 +1,130 @@
+#include "client/heartbeats.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace ps::client_internal {
+namespace {
+
+// A shard that records heartbeats and answers them with `endpoint`.
+class HeartbeatShard final : public proto::ParameterServer::Service {
+ public:
+  explicit HeartbeatShard(std::string socket_name) {
+    endpoint_.set_socket_name(std::move(socket_name));
+    endpoint_.set_secret("s");
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext*,
+                         const proto::HeartbeatRequest* request,
+                         proto::HeartbeatResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    requests_.push_back(*request);
+    *response->mutable_local_endpoint() = endpoint_;
+    return grpc::Status::OK;
+  }
+
+  // Waits for a heartbeat saying `clock`; returns it.
+  proto::HeartbeatRequest AwaitClock(uint64_t clock) {
+    absl::MutexLock lock(&mu_);
+    auto seen = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !requests_.empty() && requests_.back().clock() >= clock;
+    };
+    mu_.Await(absl::Condition(&seen));
+    return requests_.back();
+  }
+
+  size_t count() {
+    absl::MutexLock lock(&mu_);
+    return requests_.size();
+  }
+
+ private:
+  proto::LocalEndpoint endpoint_;
+  absl::Mutex mu_;
+  std::vector<proto::HeartbeatRequest> requests_ ABSL_GUARDED_BY(mu_);
+};
+
+class HeartbeatsTest : public ::testing::Test {
+ protected:
+  HeartbeatsTest() {
+    ClientOptions options;
+    options.rank = 1;
+    for (int s = 0; s < 2; ++s) {
+      shards_.push_back(std::make_unique<HeartbeatShard>(
+          absl::StrCat("paramserver-heartbeats-test-", s)));
+      grpc::ServerBuilder builder;
+      int port = 0;
+      builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                               &port);
+      builder.RegisterService(shards_.back().get());
+      servers_.push_back(builder.BuildAndStart());
+      const std::string address = absl::StrCat("127.0.0.1:", port);
+      channels_.push_back(std::make_unique<ShardChannel>(
+          s, address,
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()),
+          /*partition_fingerprint=*/5, options));
+      channels_.back()->set_incarnation(44);
+    }
+  }
+  ~HeartbeatsTest() override {
+    for (auto& server : servers_) server->Shutdown();
+  }
+
+  std::vector<ShardChannel*> Channels() {
+    return {channels_[0].get(), channels_[1].get()};
+  }
+
+  std::vector<std::unique_ptr<HeartbeatShard>> shards_;
+  std::vector<std::unique_ptr<grpc::Server>> servers_;
+  std::vector<std::unique_ptr<ShardChannel>> channels_;
+};
+
+TEST_F(HeartbeatsTest, EveryShardHearsTheRanksClockAndIncarnation) {
+  Heartbeats heartbeats(Channels());
+  heartbeats.RaiseClock(3);
+  heartbeats.Start(absl::Milliseconds(1));
+  for (int s = 0; s < 2; ++s) {
+    const proto::HeartbeatRequest request = shards_[s]->AwaitClock(3);
+    EXPECT_EQ(request.clock(), 3u);
+    EXPECT_EQ(request.incarnation(), 44u);
+    EXPECT_EQ(request.header().worker_rank(), 1);
+    EXPECT_EQ(request.header().server_index(), s);
+  }
+  heartbeats.RaiseClock(8);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(shards_[s]->AwaitClock(8).clock(), 8u);
+  }
+}
+
+TEST_F(HeartbeatsTest, TheClockNeverGoesBack) {
+  Heartbeats heartbeats(Channels());
+  EXPECT_EQ(heartbeats.clock(), 0u);
+  heartbeats.RaiseClock(5);
+  heartbeats.RaiseClock(2);
+  EXPECT_EQ(heartbeats.clock(), 5u);
+}
+
+TEST_F(HeartbeatsTest, AnAnsweredEndpointReachesTheChannel) {
+  ASSERT_FALSE(channels_[0]->HasLocalChannel());
+  {
+    Heartbeats heartbeats(Channels());
+    heartbeats.Start(absl::Milliseconds(1));
+    shards_[1]->AwaitClock(0);
+  }  // Stopped: the thread is joined.
+  EXPECT_TRUE(channels_[0]->HasLocalChannel());
+  EXPECT_TRUE(channels_[1]->HasLocalChannel());
+}
+
+TEST_F(HeartbeatsTest, NeverStartedSendsNothing) {
+  { Heartbeats heartbeats(Channels()); }
+  EXPECT_EQ(shards_[0]->count(), 0u);
+}
+
+}  // namespace
+}  // namespace ps::client_internal
