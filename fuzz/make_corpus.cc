@@ -1,6 +1,7 @@
 // Writes the fuzzers' seed corpus: requests as our client sends them (pushes
 // covering a shard, initial values, pulls, pull responses, declarations),
-// plus a few that the server refuses. Run from the repository root:
+// plus a few that the server refuses; and pull answers as a shard streams
+// them, plus a few that the client refuses. Run from the repository root:
 //
 //   bazel run //fuzz:make_corpus -- "$PWD/fuzz/corpus"
 
@@ -172,6 +173,59 @@ void WritePushStreams(const std::string& dir, const Partition& partition) {
   Write(dir, "push_server0_duplicate_chunk", PushStream(0, msgs, 17));
 }
 
+// A shard's answer to a pull, as the server streams it: its slices in
+// order, as chunks of at most `chunk` elements.
+std::vector<std::string> PullAnswer(const Partition& partition, int server,
+                                    uint64_t chunk) {
+  const ModelSpec& model = partition.model();
+  proto::PullResponse head;
+  head.set_version(23);
+  std::vector<std::string> out;
+  for (const Slice& s : partition.SlicesOfServer(server)) {
+    const TensorSpec& spec = model.tensors[s.tensor_id];
+    for (uint64_t b = 0; b < s.num_elements; b += chunk) {
+      const uint64_t n = std::min(chunk, s.num_elements - b);
+      proto::TensorChunk c;
+      c.set_tensor_id(s.tensor_id);
+      c.set_dtype(proto::DTYPE_FLOAT32);
+      c.mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
+      c.set_offset(s.offset + b);
+      c.set_num_elements(n);
+      std::vector<float> values(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        values[i] = 0.25f * s.tensor_id - 0.001f * (s.offset + b + i);
+      }
+      std::string bytes;
+      EncodeFloats(values, &bytes);
+      out.push_back(Flatten(SerializeChunkMessage(
+          head, c, kPullResponseChunk, OwnedSlice(std::move(bytes)))));
+    }
+  }
+  return out;
+}
+
+// Pull answers, in the push streams' framing (options bit 0: the server).
+void WritePullAnswers(const std::string& dir, const Partition& partition) {
+  for (int server = 0; server < kNumServers; ++server) {
+    Write(dir, absl::StrCat("server", server, "_chunk64"),
+          PushStream(server, PullAnswer(partition, server, 64), 0));
+  }
+  Write(dir, "server1_chunk7_sliced",
+        PushStream(1, PullAnswer(partition, 1, 7), 23));
+  Write(dir, "server0_whole_slices",
+        PushStream(0, PullAnswer(partition, 0, 1000), 0x85));
+  // Refused: one chunk short, one chunk twice, two chunks swapped.
+  std::vector<std::string> msgs = PullAnswer(partition, 0, 50);
+  msgs.pop_back();
+  Write(dir, "server0_short", PushStream(0, msgs, 17));
+  msgs = PullAnswer(partition, 1, 50);
+  msgs.push_back(msgs.back());
+  Write(dir, "server1_chunk_twice", PushStream(1, msgs, 17));
+  msgs = PullAnswer(partition, 0, 50);
+  std::swap(msgs[0], msgs[1]);
+  Write(dir, "server0_swapped", PushStream(0, msgs, 9));
+}
+
 proto::ModelDeclaration Declaration(const ModelSpec& model) {
   proto::ModelDeclaration d;
   ModelSpecToProto(model, &d);
@@ -277,5 +331,6 @@ int main(int argc, char** argv) {
   ps::fuzz::WritePushStreams(root + "/push_stream", *partition);
   ps::fuzz::WriteChunkWire(root + "/chunk_wire", *partition);
   ps::fuzz::WriteDeclarations(root + "/declaration");
+  ps::fuzz::WritePullAnswers(root + "/pull_reader", *partition);
   return 0;
 }
