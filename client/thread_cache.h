@@ -12,9 +12,9 @@
 namespace ps {
 
 // Runs tasks on threads it keeps for the next ones. A worker's every step
-// fans out to each shard; starting a thread for that costs ~0.15 ms here,
-// as much as a small exchange, so the threads stay: each task goes to an
-// idle thread, or to a new one when none is idle.
+// fans out to each shard; starting a thread for that costs as much as a
+// small exchange (bench/README.md), so the threads stay: each task goes to
+// an idle thread, or to a new one when none is idle.
 //
 // Thread-safe. The destructor waits for the tasks queued and running, then
 // joins every thread.
