@@ -14,10 +14,8 @@ using ::ps::client_internal::testing::FakeCall;
 using ::ps::client_internal::testing::FakeShard;
 using ::ps::client_internal::testing::FakeWeight;
 using ::ps::client_internal::testing::PullAnswer;
-
-Partition TestPartition() {
-  return *Partition::Create(MlpModelSpec({20, 30, 5}), 2);
-}
+using ::ps::client_internal::testing::TestGradients;
+using ::ps::client_internal::testing::TestPartition;
 
 PushStreamSpec Spec(FakeShard* shard, const Partition* partition,
                     PushKind kind) {
@@ -26,22 +24,11 @@ PushStreamSpec Spec(FakeShard* shard, const Partition* partition,
   return {shard, partition, 1, info, kind, /*chunk_elements=*/1000};
 }
 
-TensorValues Gradients(const Partition& partition) {
-  TensorValues gradients;
-  ShapeWeights(partition.model(), gradients);
-  for (size_t t = 0; t < gradients.size(); ++t) {
-    for (size_t e = 0; e < gradients[t].size(); ++e) {
-      gradients[t][e] = -FakeWeight(t, e);
-    }
-  }
-  return gradients;
-}
-
 // The hot path of a same-host push: each slice leaves as it is queued, the
 // shard learns the push is complete at Close, and only Join waits.
 TEST(InlinePushStreamTest, WritesEachSliceFromTheCallersThreadAsItComes) {
   const Partition partition = TestPartition();
-  const TensorValues gradients = Gradients(partition);
+  const TensorValues gradients = TestGradients(partition);
   FakeShard shard(1);
   InlinePushStream stream(Spec(&shard, &partition, PushKind::kStep));
   EXPECT_TRUE(shard.calls().empty());  // Opened with the first slice.
@@ -65,7 +52,7 @@ TEST(InlinePushStreamTest, WritesEachSliceFromTheCallersThreadAsItComes) {
 
 TEST(InlinePushStreamTest, ARetryInJoinResendsEverySliceOnANewCall) {
   const Partition partition = TestPartition();
-  const TensorValues gradients = Gradients(partition);
+  const TensorValues gradients = TestGradients(partition);
   FakeShard shard(1);
   shard.Script({grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting"),
                 {},
@@ -87,7 +74,7 @@ TEST(InlinePushStreamTest, ARetryInJoinResendsEverySliceOnANewCall) {
 
 TEST(InlinePushStreamTest, APullAfterBringsBackTheShardsWeights) {
   const Partition partition = TestPartition();
-  const TensorValues gradients = Gradients(partition);
+  const TensorValues gradients = TestGradients(partition);
   FakeShard shard(1);
   shard.Script({grpc::Status::OK, PullAnswer(partition, 1, 5, 13)});
   InlinePushStream stream(Spec(&shard, &partition, PushKind::kStepPullAfter));
@@ -107,7 +94,7 @@ TEST(InlinePushStreamTest, APullAfterBringsBackTheShardsWeights) {
 
 TEST(InlinePushStreamTest, DestroyedBeforeJoinItCancelsTheCall) {
   const Partition partition = TestPartition();
-  const TensorValues gradients = Gradients(partition);
+  const TensorValues gradients = TestGradients(partition);
   FakeShard shard(1);
   {
     InlinePushStream stream(Spec(&shard, &partition, PushKind::kStep));

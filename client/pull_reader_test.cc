@@ -16,11 +16,8 @@ namespace {
 
 using ::ps::client_internal::testing::FakeWeight;
 using ::ps::client_internal::testing::PullAnswer;
+using ::ps::client_internal::testing::TestPartition;
 using ::testing::HasSubstr;
-
-Partition TestPartition() {
-  return *Partition::Create(MlpModelSpec({20, 30, 5}), 2);
-}
 
 // A chunk of tensor `t` [offset, +n) with `bytes` as its data.
 grpc::ByteBuffer Chunk(const Partition& partition, uint32_t t, uint64_t offset,

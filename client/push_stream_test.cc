@@ -16,11 +16,8 @@ using ::ps::client_internal::testing::FakeCall;
 using ::ps::client_internal::testing::FakeShard;
 using ::ps::client_internal::testing::FakeWeight;
 using ::ps::client_internal::testing::PullAnswer;
+using ::ps::client_internal::testing::TestPartition;
 using ::testing::ElementsAre;
-
-Partition TestPartition() {
-  return *Partition::Create(MlpModelSpec({20, 30, 5}), 2);
-}
 
 StepInfo TestStep() {
   StepInfo info;

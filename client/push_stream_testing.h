@@ -16,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "client/pull_reader.h"
 #include "client/shard_channel.h"
 #include "common/chunk_wire.h"
 #include "common/grpc_status.h"
@@ -28,6 +29,23 @@ namespace ps::client_internal::testing {
 // What every fake shard holds: element e of tensor t.
 inline float FakeWeight(uint32_t t, uint64_t e) {
   return static_cast<float>(t) * 1000.0f + static_cast<float>(e) * 0.5f;
+}
+
+// An MLP 20-30-5 over two shards: some tensors split, some whole.
+inline Partition TestPartition() {
+  return *Partition::Create(MlpModelSpec({20, 30, 5}), 2);
+}
+
+// Gradients for every tensor: -FakeWeight.
+inline TensorValues TestGradients(const Partition& partition) {
+  TensorValues gradients;
+  ShapeWeights(partition.model(), gradients);
+  for (size_t t = 0; t < gradients.size(); ++t) {
+    for (size_t e = 0; e < gradients[t].size(); ++e) {
+      gradients[t][e] = -FakeWeight(t, e);
+    }
+  }
+  return gradients;
 }
 
 // One call as the shard saw it.

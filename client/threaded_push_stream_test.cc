@@ -14,10 +14,8 @@ using ::ps::client_internal::testing::FakeCall;
 using ::ps::client_internal::testing::FakeShard;
 using ::ps::client_internal::testing::FakeWeight;
 using ::ps::client_internal::testing::PullAnswer;
-
-Partition TestPartition() {
-  return *Partition::Create(MlpModelSpec({20, 30, 5}), 2);
-}
+using ::ps::client_internal::testing::TestGradients;
+using ::ps::client_internal::testing::TestPartition;
 
 PushStreamSpec Spec(FakeShard* shard, const Partition* partition,
                     PushKind kind) {
@@ -34,20 +32,9 @@ void EnqueueAll(const Partition& partition, const TensorValues& gradients,
   }
 }
 
-TensorValues Gradients(const Partition& partition) {
-  TensorValues gradients;
-  ShapeWeights(partition.model(), gradients);
-  for (size_t t = 0; t < gradients.size(); ++t) {
-    for (size_t e = 0; e < gradients[t].size(); ++e) {
-      gradients[t][e] = -FakeWeight(t, e);
-    }
-  }
-  return gradients;
-}
-
 TEST(ThreadedPushStreamTest, StreamsEverySliceFromItsOwnThread) {
   const Partition partition = TestPartition();
-  const TensorValues gradients = Gradients(partition);
+  const TensorValues gradients = TestGradients(partition);
   FakeShard shard(0);
   ThreadCache threads;
   ThreadedPushStream stream(Spec(&shard, &partition, PushKind::kStep), threads);
@@ -69,7 +56,7 @@ TEST(ThreadedPushStreamTest, StreamsEverySliceFromItsOwnThread) {
 
 TEST(ThreadedPushStreamTest, ARetryResendsEverySliceOnANewCall) {
   const Partition partition = TestPartition();
-  const TensorValues gradients = Gradients(partition);
+  const TensorValues gradients = TestGradients(partition);
   FakeShard shard(0);
   shard.Script({grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting"),
                 {},
@@ -88,7 +75,7 @@ TEST(ThreadedPushStreamTest, ARetryResendsEverySliceOnANewCall) {
 
 TEST(ThreadedPushStreamTest, APullAfterBringsBackTheShardsWeights) {
   const Partition partition = TestPartition();
-  const TensorValues gradients = Gradients(partition);
+  const TensorValues gradients = TestGradients(partition);
   FakeShard shard(0);
   shard.Script({grpc::Status::OK, PullAnswer(partition, 0, 12, 100)});
   ThreadCache threads;
@@ -108,7 +95,7 @@ TEST(ThreadedPushStreamTest, APullAfterBringsBackTheShardsWeights) {
 
 TEST(ThreadedPushStreamTest, DestroyedBeforeJoinItCancelsTheCall) {
   const Partition partition = TestPartition();
-  const TensorValues gradients = Gradients(partition);
+  const TensorValues gradients = TestGradients(partition);
   FakeShard shard(0);
   {
     ThreadCache threads;
