@@ -255,7 +255,6 @@ class ParameterClient {
   absl::Status Finish();
 
  private:
-  friend class StepPush;
   class Impl;
   explicit ParameterClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -22,7 +22,8 @@ ShardedStepPush::ShardedStepPush(const Partition* partition, PushKind kind,
   // that hold part of a kFromRank0 tensor.
   std::vector<bool> reached(partition->num_servers(),
                             kind != PushKind::kInitialValues);
-  for (uint32_t t = 0; t < sent_.size(); ++t) {
+  for (uint32_t t = 0; kind == PushKind::kInitialValues && t < sent_.size();
+       ++t) {
     if (!Carries(t)) continue;
     for (const Slice& slice : partition_.SlicesOfTensor(t)) {
       reached[slice.server] = true;
