@@ -57,4 +57,15 @@ absl::StatusOr<DeclaredShard*> ShardHost::Require(
   return shard;
 }
 
+void ShardHost::StopAndCheckpoint() {
+  DeclaredShard* shard = get();
+  if (shard == nullptr) return;
+  shard->coordinator->Shutdown();
+  if (shard->checkpointer != nullptr &&
+      !shard->store->awaiting_initial_values()) {
+    absl::StatusOr<std::string> written = shard->checkpointer->WriteNow();
+    (void)written;  // Logged by the checkpointer.
+  }
+}
+
 }  // namespace ps::server

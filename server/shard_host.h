@@ -68,6 +68,13 @@ class ShardHost {
 
   const DeclarationLimits& limits() const { return limits_; }
 
+  // At exit: wakes the shard's waiting pulls and stops its updates
+  // (UpdateCoordinator::Shutdown), so that calls still in flight end soon,
+  // then writes its final checkpoint, unless it keeps none or still waits
+  // for rank 0's initial values (it has nothing to keep). Nothing without a
+  // shard. A failed write is logged by the checkpointer.
+  void StopAndCheckpoint();
+
  private:
   const Builder builder_;
   const DeclarationLimits limits_;
