@@ -1,9 +1,6 @@
 #include "server/checkpoint_choice.h"
 
-#include <stdlib.h>
-
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -15,6 +12,7 @@
 #include "common/status_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/server_config_testing.h"
 
 namespace ps::server {
 namespace {
@@ -43,11 +41,7 @@ ShardCheckpoint Checkpoint(const CheckpointIdentity& identity, uint64_t version,
 class CheckpointChoiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp",
-                                   "/checkpoint_choice_test.XXXXXX");
-    ASSERT_NE(mkdtemp(dir.data()), nullptr);
-    dir_ = dir + "/checkpoints";  // Not there yet.
+    dir_ = testing::FreshTestDir() + "/checkpoints";  // Not there yet.
   }
 
   std::string Write(const ShardCheckpoint& c) {

@@ -9,8 +9,8 @@
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/lr_schedule.h"
 #include "server/server_config.h"
+#include "server/server_config_testing.h"
 #include "server/shard_builder.h"
 
 namespace ps::server {
@@ -21,19 +21,13 @@ using ::testing::Not;
 
 class ServerMetricsEndpointTest : public ::testing::Test {
  protected:
-  ServerMetricsEndpointTest() {
-    config_.server_index = 0;
-    config_.coordinator.lr_schedule = *LearningRateSchedule::Create(
-        LrScheduleKind::kConstant, config_.optimizer.learning_rate, 0);
-  }
-
   std::string Scrape(int port) {
     absl::StatusOr<std::string> body = ps::testing::HttpGet(port, "/metrics");
     EXPECT_TRUE(body.ok()) << body.status();
     return body.value_or("");
   }
 
-  ServerConfig config_;
+  const ServerConfig config_ = testing::TestServerConfig();
   ShardBuilder builder_{config_, nullptr};
   ShardHost host_{builder_.ForDeclarations(), DeclarationLimits()};
 };

@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "server/coordinator_test_util.h"
-#include "server/lr_schedule.h"
+#include "server/server_config_testing.h"
 #include "server/shard_builder.h"
 
 namespace ps::server {
@@ -23,15 +23,9 @@ using ::testing::Not;
 
 class ServerTransportsTest : public ::testing::Test {
  protected:
-  ServerTransportsTest() {
+  ServerTransportsTest() : config_(testing::TestServerConfig()) {
     config_.server_index = 2;
     config_.num_servers = 3;
-    config_.address = "127.0.0.1:0";
-    config_.max_message_bytes = 4 << 20;
-    config_.max_threads = 16;
-    config_.stream_idle_timeout = absl::Seconds(60);
-    config_.coordinator.lr_schedule = *LearningRateSchedule::Create(
-        LrScheduleKind::kConstant, config_.optimizer.learning_rate, 0);
   }
 
   // The Stats call's report, over gRPC.

@@ -1,8 +1,5 @@
 #include "server/shard_builder.h"
 
-#include <stdlib.h>
-
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +16,7 @@
 #include "prometheus/registry.h"
 #include "server/checkpoint.h"
 #include "server/coordinator_test_util.h"
+#include "server/server_config_testing.h"
 
 namespace ps::server {
 namespace {
@@ -42,33 +40,29 @@ std::vector<std::string> StateNames(const DeclaredShard& shard) {
   return names;
 }
 
-std::string FreshDir() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir =
-      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/shard_builder_test.XXXXXX");
-  EXPECT_NE(mkdtemp(dir.data()), nullptr);
-  return dir;
-}
-
 class ShardBuilderTest : public ::testing::Test {
  protected:
   ShardBuilderTest() {
-    config_.num_servers = 1;
-    config_.server_index = 0;
+    config_ = testing::TestServerConfig(2);
     config_.job_id = "job-1";
-    config_.coordinator.num_workers = 2;
-    config_.coordinator.lr_schedule = *LearningRateSchedule::Create(
-        LrScheduleKind::kConstant, config_.optimizer.learning_rate, 0);
   }
 
-  // The checkpoint policy of a fresh directory; returns the directory.
+  // The shard keeps checkpoints in a fresh directory, which it returns.
   std::string KeepCheckpoints() {
-    CheckpointPolicy policy;
-    policy.dir = FreshDir();
-    policy.every_updates = 0;
-    policy.every = absl::ZeroDuration();
-    config_.checkpoints = policy;
-    return policy.dir;
+    config_.checkpoints = testing::ManualCheckpoints();
+    return config_.checkpoints->dir;
+  }
+
+  // A checkpoint of TwoTensors' shard, as at `version`.
+  ShardCheckpoint SnapshotAt(uint64_t version) {
+    ShardBuilder builder(config_, nullptr);
+    absl::StatusOr<std::unique_ptr<DeclaredShard>> shard =
+        builder.FromDeclaration(TwoTensors());
+    EXPECT_TRUE(shard.ok()) << shard.status();
+    if (!shard.ok()) return {};
+    ShardCheckpoint snapshot = (*shard)->coordinator->Snapshot();
+    snapshot.version = version;
+    return snapshot;
   }
 
   ServerConfig config_;
@@ -182,12 +176,8 @@ TEST_F(ShardBuilderTest, CheckpointsWrittenAreCountedInTheMetrics) {
 
 TEST_F(ShardBuilderTest, RestoresAShardFromItsCheckpoint) {
   const std::string dir = KeepCheckpoints();
-  ShardBuilder builder(config_, nullptr);
-  absl::StatusOr<std::unique_ptr<DeclaredShard>> original =
-      builder.FromDeclaration(TwoTensors());
-  ASSERT_TRUE(original.ok()) << original.status();
-  ShardCheckpoint snapshot = (*original)->coordinator->Snapshot();
-  snapshot.version = 6;
+  ShardCheckpoint snapshot = SnapshotAt(6);
+  ASSERT_EQ(snapshot.slices.size(), 2u);
   snapshot.slices[0].weights[1] = 42.0f;
   LoadedCheckpoint loaded;
   loaded.path = *WriteCheckpoint(dir, snapshot);
@@ -195,6 +185,7 @@ TEST_F(ShardBuilderTest, RestoresAShardFromItsCheckpoint) {
 
   auto registry = std::make_shared<prometheus::Registry>();
   auto metrics = std::make_shared<ServerMetrics>(registry, 0);
+  ShardBuilder builder(config_, nullptr);
   builder.set_metrics(metrics);
   absl::StatusOr<std::unique_ptr<DeclaredShard>> restored =
       builder.FromCheckpoint(loaded);
@@ -210,14 +201,12 @@ TEST_F(ShardBuilderTest, RestoresAShardFromItsCheckpoint) {
 }
 
 TEST_F(ShardBuilderTest, ACheckpointThatDoesNotFitIsRefusedNamingIt) {
-  ShardBuilder builder(config_, nullptr);
-  absl::StatusOr<std::unique_ptr<DeclaredShard>> original =
-      builder.FromDeclaration(TwoTensors());
-  ASSERT_TRUE(original.ok()) << original.status();
   LoadedCheckpoint loaded;
   loaded.path = "/somewhere/shard-0-1.ckpt";
-  loaded.checkpoint = (*original)->coordinator->Snapshot();
+  loaded.checkpoint = SnapshotAt(1);
+  ASSERT_EQ(loaded.checkpoint.slices.size(), 2u);
   loaded.checkpoint.slices.pop_back();
+  ShardBuilder builder(config_, nullptr);
   const absl::Status s = builder.FromCheckpoint(loaded).status();
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.message()),
@@ -239,13 +228,8 @@ TEST_F(ShardBuilderTest, StartsEmptyWithoutACheckpointToRestore) {
 
 TEST_F(ShardBuilderTest, StartsFromTheCheckpointRestoreChooses) {
   const std::string dir = KeepCheckpoints();
+  ASSERT_TRUE(WriteCheckpoint(dir, SnapshotAt(3)).ok());
   ShardBuilder builder(config_, nullptr);
-  absl::StatusOr<std::unique_ptr<DeclaredShard>> original =
-      builder.FromDeclaration(TwoTensors());
-  ASSERT_TRUE(original.ok()) << original.status();
-  ShardCheckpoint snapshot = (*original)->coordinator->Snapshot();
-  snapshot.version = 3;
-  ASSERT_TRUE(WriteCheckpoint(dir, snapshot).ok());
 
   // Without --restore, the directory is another run's.
   EXPECT_EQ(builder.AtStart().status().code(),

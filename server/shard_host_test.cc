@@ -1,8 +1,5 @@
 #include "server/shard_host.h"
 
-#include <stdlib.h>
-
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -12,8 +9,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/checkpoint.h"
-#include "server/lr_schedule.h"
 #include "server/server_config.h"
+#include "server/server_config_testing.h"
 #include "server/shard_builder.h"
 
 namespace ps::server {
@@ -29,24 +26,12 @@ ModelSpec OneTensor(InitializerSpec init = InitializerSpec::Constant(1)) {
 
 class ShardHostTest : public ::testing::Test {
  protected:
-  ShardHostTest() {
-    config_.coordinator.num_workers = 2;
-    config_.coordinator.lr_schedule = *LearningRateSchedule::Create(
-        LrScheduleKind::kConstant, config_.optimizer.learning_rate, 0);
-  }
+  ShardHostTest() : config_(testing::TestServerConfig(2)) {}
 
   // Shards keep checkpoints in a fresh directory, which it returns.
   std::string KeepCheckpoints() {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    std::string dir =
-        absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/shard_host_test.XXXXXX");
-    EXPECT_NE(mkdtemp(dir.data()), nullptr);
-    CheckpointPolicy policy;
-    policy.dir = dir;
-    policy.every_updates = 0;
-    policy.every = absl::ZeroDuration();
-    config_.checkpoints = policy;
-    return dir;
+    config_.checkpoints = testing::ManualCheckpoints();
+    return config_.checkpoints->dir;
   }
 
   ServerConfig config_;
