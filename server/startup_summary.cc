@@ -10,10 +10,10 @@
 
 namespace ps::server {
 
-// fmt, as spdlog formats: the learning rate reads as it did when main
-// logged these lines itself.
 std::vector<std::string> StartupSummary(const ServerConfig& config,
                                         const ServingFacts& facts) {
+  // fmt, as spdlog formats: floats read as in the rest of the log (the
+  // shortest exact form, where absl::StrCat keeps 6 digits).
   const CoordinatorOptions& c = config.coordinator;
   std::vector<std::string> lines;
   lines.push_back(fmt::format(
