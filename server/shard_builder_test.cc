@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "common/metrics_http.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
@@ -172,6 +173,30 @@ TEST_F(ShardBuilderTest, CheckpointsWrittenAreCountedInTheMetrics) {
   ASSERT_TRUE(path.ok()) << path.status();
   EXPECT_EQ(*path, absl::StrCat(dir, "/", CheckpointFileName(0, 0)));
   EXPECT_TRUE(metrics->last_checkpoint().has_value());
+}
+
+TEST_F(ShardBuilderTest, AWorkerReplacedByANewProcessMakesACheckpointDue) {
+  const std::string dir = KeepCheckpoints();
+  ShardBuilder builder(config_, nullptr);
+  absl::StatusOr<std::unique_ptr<DeclaredShard>> shard =
+      builder.FromDeclaration(TwoTensors());
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  UpdateCoordinator& coordinator = *(*shard)->coordinator;
+  ASSERT_TRUE(coordinator.Register(0, 1, 0).ok());
+  ASSERT_TRUE(coordinator.Register(1, 2, 0).ok());
+  // The policy writes none by itself.
+  EXPECT_TRUE(ListCheckpoints(dir, 0)->empty());
+  // Rank 1 restarted: a checkpoint must record its new process.
+  ASSERT_TRUE(coordinator.Register(1, 3, 0).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (ListCheckpoints(dir, 0)->empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(ListCheckpoints(dir, 0)->size(), 1u);
+  absl::StatusOr<ShardCheckpoint> written =
+      ReadCheckpoint(ListCheckpoints(dir, 0)->front());
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->ranks[1].incarnation, 3u);
 }
 
 TEST_F(ShardBuilderTest, RestoresAShardFromItsCheckpoint) {
