@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace ps::server {
 
@@ -220,6 +221,11 @@ std::string RankRegistry::RanksReport() const {
                     r.accepted.examples_done);
   }
   return states + details;
+}
+
+std::string DescribeWorkers(const std::vector<int>& ranks) {
+  return absl::StrCat(ranks.size() == 1 ? "worker " : "workers ",
+                      absl::StrJoin(ranks, ", "));
 }
 
 }  // namespace ps::server

@@ -189,6 +189,9 @@ class RankRegistry {
   ExampleCounts examples_;
 };
 
+// "worker 2" or "workers 1, 3", for log lines and errors.
+std::string DescribeWorkers(const std::vector<int>& ranks);
+
 }  // namespace ps::server
 
 #endif  // PS_SERVER_RANK_REGISTRY_H_
