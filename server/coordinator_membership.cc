@@ -26,14 +26,14 @@ std::vector<int> UpdateCoordinator::RanksBlocking(uint64_t step) const {
 
 absl::Status UpdateCoordinator::NoteNextStepLocked(int rank,
                                                    uint64_t next_step) {
-  // The wire calls it the clock (PullRequest.clock, HeartbeatRequest.clock).
+  // Named as the request's field (PullRequest.clock, HeartbeatRequest.clock).
   if (absl::Status s = members_.CheckWithinPlan(rank, "clock", next_step);
       !s.ok()) {
     return s;
   }
   // The rank has done steps [0, next_step), even if a restarted shard lost
   // some of its pushes.
-  members_.ranks().RaiseClock(rank, next_step);
+  members_.ranks().RaiseNextStep(rank, next_step);
   MaybeFastForwardLocked(next_step);
   // Waiting for a push that will not come would wait for ever (the rank's
   // waiting pull and its heartbeats keep it alive).
@@ -41,8 +41,8 @@ absl::Status UpdateCoordinator::NoteNextStepLocked(int rank,
     return absl::OkStatus();
   }
   spdlog::warn(
-      "worker {} is at clock {} without a push for step {} here; it takes "
-      "part with weight 0",
+      "worker {} moved on to step {} without a push for step {} here; it "
+      "takes part with weight 0",
       rank, next_step, version_);
   parts_.AddWithoutPush(rank);
   return absl::OkStatus();
@@ -71,7 +71,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::AwaitPull(
         spdlog::warn("{}", policy_->SlowPullMessage(rank, step, waiting_on,
                                                     waited, version));
       },
-      cancelled, absl::StrCat("pull for clock ", step));
+      cancelled, absl::StrCat("pull for step ", step));
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::AwaitOthersFinished(

@@ -174,8 +174,8 @@ void ExpectBitIdentical(const std::vector<std::vector<float>>& a,
 }
 
 absl::StatusOr<uint64_t> Pull(UpdateCoordinator& coordinator, int rank,
-                              uint64_t clock) {
-  return coordinator.AwaitPull(rank, IncarnationOf(rank), clock,
+                              uint64_t step) {
+  return coordinator.AwaitPull(rank, IncarnationOf(rank), step,
                                [] { return false; });
 }
 

@@ -79,7 +79,7 @@ void ExpectBitIdentical(const std::vector<std::vector<float>>& a,
 
 // AwaitPull without cancellation, as IncarnationOf(rank).
 absl::StatusOr<uint64_t> Pull(UpdateCoordinator& coordinator, int rank,
-                              uint64_t clock);
+                              uint64_t step);
 
 // Sends spdlog's default logger to a string for the object's life.
 class LogCapture {

@@ -18,7 +18,7 @@ namespace ps::server {
 // The workers as members of one shard's job, and whether the job still
 // runs: which process holds each rank (registration), leases, the plan of
 // steps every rank registered, barriers, a failure under kFail, the end of
-// the job and shutdown. The ranks' clocks and data progress are kept in its
+// the job and shutdown. The ranks' next steps and data progress are kept in its
 // RankRegistry (ranks()), which the update path records into.
 //
 // Not thread-safe: UpdateCoordinator holds its `mu_` around every call, and
@@ -102,7 +102,7 @@ class Membership {
   // checkpointed and stay as they are).
   void Restore(RankRegistry ranks, uint64_t planned_steps);
 
-  // The book of ranks: leases, incarnations, clocks, data progress.
+  // The book of ranks: leases, incarnations, next steps, data progress.
   RankRegistry& ranks() { return ranks_; }
   const RankRegistry& ranks() const { return ranks_; }
 

@@ -81,7 +81,7 @@ TEST_F(PushAdmissionTest, AdmitsANewPushForTheStepBeingCollected) {
   EXPECT_EQ(*verdict, PushVerdict::kNew);
   EXPECT_EQ(hook_calls_, 1);
   // Nothing is recorded: taking the push is the caller's.
-  EXPECT_EQ(members_.ranks().clock(0), 0u);
+  EXPECT_EQ(members_.ranks().next_step(0), 0u);
   EXPECT_EQ(*Admit(Push(0, 0)), PushVerdict::kNew);
 }
 

@@ -29,6 +29,8 @@ struct DataProgress {
 // reached the weights (a sync push still waiting for its step is not in it).
 struct RankRecord {
   uint64_t incarnation = 0;
+  // The rank's next step: it has done steps [0, clock). The checkpoint file's
+  // name for it.
   uint64_t clock = 0;
   DataProgress progress;
   bool done = false;
@@ -48,7 +50,7 @@ using ExampleCounts = std::map<uint64_t, std::vector<uint64_t>>;
 
 // The shard's book of worker ranks: which process (incarnation) holds each
 // rank, whether it is alive (a lease renewed by every request), whether it
-// is done, its clock and its data progress, and how many examples of each
+// is done, its next step and its data progress, and how many examples of each
 // epoch its applied pushes carried.
 //
 // Progress is kept twice: `accepted` (every push taken, including a sync
@@ -97,7 +99,7 @@ class RankRegistry {
   }
   bool dead(int rank) const { return ranks_[rank].dead; }
   bool done(int rank) const { return ranks_[rank].done; }
-  // Takes part in steps and clock minimums: neither dead, done, nor
+  // Takes part in steps and the ssp minimum: neither dead, done, nor
   // finishing (a finishing rank pushes no more; the others' steps go on
   // without it, as it waits for them).
   bool active(int rank) const {
@@ -139,14 +141,15 @@ class RankRegistry {
   // `num_examples` examples of epoch progress.epoch.
   void RecordApplied(int rank, uint64_t step, const DataProgress& progress,
                      uint32_t num_examples);
-  // The rank has done steps [0, clock) (a pull for `clock` says so).
-  void RaiseClock(int rank, uint64_t clock);
-  // Steps taken: the last accepted step + 1.
-  uint64_t clock(int rank) const { return ranks_[rank].clock; }
+  // The rank has done steps [0, next_step) (a pull for step `next_step`
+  // says so).
+  void RaiseNextStep(int rank, uint64_t next_step);
+  // Steps taken: the last accepted step + 1, or more once raised.
+  uint64_t next_step(int rank) const { return ranks_[rank].next_step; }
   const DataProgress& accepted(int rank) const { return ranks_[rank].accepted; }
 
-  // Active ranks whose clock is below `min_clock`, in rank order.
-  std::vector<int> ActiveBelowClock(uint64_t min_clock) const;
+  // Active ranks whose next step is below `step`, in rank order.
+  std::vector<int> ActiveBefore(uint64_t step) const;
 
   std::vector<RankRecord> Records() const;
   const ExampleCounts& examples() const { return examples_; }
@@ -164,8 +167,8 @@ class RankRegistry {
  private:
   struct Rank {
     uint64_t incarnation = 0;
-    uint64_t clock = 0;
-    uint64_t applied_clock = 0;
+    uint64_t next_step = 0;
+    uint64_t applied_next_step = 0;
     DataProgress accepted;
     DataProgress applied;
     // `accepted` is where the rank's worker stands (see CheckProgress).

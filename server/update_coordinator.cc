@@ -188,7 +188,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAtOnce(StagedPush push) {
     if (!verdict.ok()) return verdict.status();
     RankRegistry& ranks = members_.ranks();
     if (*verdict == PushVerdict::kReplay) {
-      ranks.RaiseClock(r, push.step + 1);
+      ranks.RaiseNextStep(r, push.step + 1);
       return version_;
     }
     if (push.num_examples == 0) {

@@ -153,8 +153,8 @@ TEST(UpdateCoordinatorTest, SyncPullWaitsUntilTheStepIsApplied) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = MakeCoordinator(store.get(), ConsistencyMode::kSync, 2);
   EXPECT_EQ(*Pull(*coord, 0, 0), 0u);
-  // Rank 0 pushes before it pulls for the next clock: a pull for clock 1
-  // from a rank that has not pushed step 0 would count as its weight-0 part.
+  // Rank 0 pushes before it pulls for the next step: a pull for step 1 from
+  // a rank that has not pushed step 0 would count as its weight-0 part.
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
   absl::Notification pulled;
   uint64_t pulled_version = 0;
@@ -186,7 +186,7 @@ TEST(UpdateCoordinatorTest, AsyncAppliesEachPushAtOnceAndRecordsStaleness) {
   EXPECT_EQ(coord->staleness().count(), 3u);
   EXPECT_EQ(coord->staleness().CountInBucketOf(0), 2u);
   EXPECT_EQ(coord->staleness().CountInBucketOf(1), 1u);
-  // A pull never waits, whatever its clock.
+  // A pull never waits, whatever its step.
   EXPECT_EQ(*Pull(*coord, 0, 1000), 3u);
 }
 
@@ -210,7 +210,7 @@ TEST(UpdateCoordinatorTest, AsyncRefusesAStepTheRankAlreadyPushed) {
 TEST(UpdateCoordinatorTest, SspLetsTheFastestRankRunAtMostStalenessAhead) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = MakeCoordinator(store.get(), ConsistencyMode::kSsp, 2, 1);
-  // Rank 0 races ahead; rank 1 has pushed nothing (clock 0).
+  // Rank 0 races ahead; rank 1 has pushed nothing (next step 0).
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
   EXPECT_EQ(*Pull(*coord, 0, 1), 1u);  // 1 - s <= 0
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 1, 1.0f)).ok());
