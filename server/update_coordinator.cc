@@ -90,7 +90,7 @@ absl::StatusOr<PushVerdict> UpdateCoordinator::AdmitPushLocked(
         if (push.step > version_) MaybeFastForwardLocked(push.step);
       },
       absl::Now());
-  // Not an empty share.
+  // An empty share is no replayed batch.
   if (verdict.ok() && *verdict == PushVerdict::kReplay &&
       push.num_examples > 0) {
     ++replays_;
