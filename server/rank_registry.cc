@@ -131,7 +131,7 @@ void RankRegistry::RecordAccepted(int rank, uint64_t step,
                                   const DataProgress& progress) {
   Rank& r = ranks_[rank];
   r.progress_continuous = true;
-  r.next_step = std::max(r.next_step, step + 1);
+  r.clock = std::max(r.clock, step + 1);
   r.accepted = std::max(r.accepted, progress);
 }
 
@@ -139,7 +139,7 @@ void RankRegistry::RecordApplied(int rank, uint64_t step,
                                  const DataProgress& progress,
                                  uint32_t num_examples) {
   Rank& r = ranks_[rank];
-  r.applied_next_step = std::max(r.applied_next_step, step + 1);
+  r.applied_clock = std::max(r.applied_clock, step + 1);
   r.applied = std::max(r.applied, progress);
   if (num_examples == 0) return;
   std::vector<uint64_t>& counts = examples_[progress.epoch];
@@ -148,13 +148,13 @@ void RankRegistry::RecordApplied(int rank, uint64_t step,
 }
 
 void RankRegistry::RaiseNextStep(int rank, uint64_t next_step) {
-  ranks_[rank].next_step = std::max(ranks_[rank].next_step, next_step);
+  ranks_[rank].clock = std::max(ranks_[rank].clock, next_step);
 }
 
 std::vector<int> RankRegistry::ActiveBefore(uint64_t step) const {
   std::vector<int> below;
   for (int i = 0; i < num_workers(); ++i) {
-    if (active(i) && ranks_[i].next_step < step) below.push_back(i);
+    if (active(i) && ranks_[i].clock < step) below.push_back(i);
   }
   return below;
 }
@@ -163,8 +163,8 @@ std::vector<RankRecord> RankRegistry::Records() const {
   std::vector<RankRecord> records;
   records.reserve(ranks_.size());
   for (const Rank& r : ranks_) {
-    records.push_back({r.incarnation, r.applied_next_step, r.applied, r.done,
-                       r.max_examples});
+    records.push_back(
+        {r.incarnation, r.applied_clock, r.applied, r.done, r.max_examples});
   }
   return records;
 }
@@ -188,7 +188,7 @@ absl::Status RankRegistry::Restore(const std::vector<RankRecord>& ranks,
     Rank& r = ranks_[i];
     r = Rank();
     r.incarnation = ranks[i].incarnation;
-    r.next_step = r.applied_next_step = ranks[i].clock;
+    r.clock = r.applied_clock = ranks[i].clock;
     r.accepted = r.applied = ranks[i].progress;
     r.done = ranks[i].done;
     r.max_examples = ranks[i].max_examples;
@@ -216,8 +216,8 @@ std::string RankRegistry::RanksReport() const {
     const Rank& r = ranks_[i];
     absl::StrAppend(&states, " ", i, "=",
                     r.done ? "done" : (r.dead ? "dead" : "live"));
-    absl::StrAppend(&details, "\nworker ", i, ": clock ", r.next_step,
-                    ", epoch ", r.accepted.epoch, ", examples_done ",
+    absl::StrAppend(&details, "\nworker ", i, ": clock ", r.clock, ", epoch ",
+                    r.accepted.epoch, ", examples_done ",
                     r.accepted.examples_done);
   }
   return states + details;

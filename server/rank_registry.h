@@ -145,7 +145,7 @@ class RankRegistry {
   // says so).
   void RaiseNextStep(int rank, uint64_t next_step);
   // Steps taken: the last accepted step + 1, or more once raised.
-  uint64_t next_step(int rank) const { return ranks_[rank].next_step; }
+  uint64_t next_step(int rank) const { return ranks_[rank].clock; }
   const DataProgress& accepted(int rank) const { return ranks_[rank].accepted; }
 
   // Active ranks whose next step is below `step`, in rank order.
@@ -167,8 +167,8 @@ class RankRegistry {
  private:
   struct Rank {
     uint64_t incarnation = 0;
-    uint64_t next_step = 0;
-    uint64_t applied_next_step = 0;
+    uint64_t clock = 0;
+    uint64_t applied_clock = 0;
     DataProgress accepted;
     DataProgress applied;
     // `accepted` is where the rank's worker stands (see CheckProgress).
