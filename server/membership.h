@@ -18,13 +18,13 @@ namespace ps::server {
 // The workers as members of one shard's job, and whether the job still
 // runs: which process holds each rank (registration), leases, the plan of
 // steps every rank registered, barriers, a failure under kFail, the end of
-// the job and shutdown. The ranks' next steps and data progress are kept in its
-// RankRegistry (ranks()), which the update path records into.
+// the job and shutdown. The ranks' next steps and data progress are kept
+// in its RankRegistry (ranks()), which the update path records into.
 //
 // Not thread-safe: UpdateCoordinator holds its `mu_` around every call, and
 // waits on this state under it (a wait's condition reads it together with
 // the version and the step being collected, so one lock guards them all).
-// Never blocks or logs but for Register's and ExpireLeases' rare lines.
+// Never blocks; logs only rare events (a rank live again, a new plan).
 class Membership {
  public:
   // Every rank's lease starts at `now`. Reads the options it needs and keeps
