@@ -8,7 +8,7 @@
 #include "absl/time/time.h"
 #include "common/consistency_mode.h"
 #include "server/failure_policy.h"
-#include "server/lr_schedule.h"
+#include "update/lr_schedule.h"
 
 namespace ps::server {
 

@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_options.h"
-#include "server/lr_schedule.h"
+#include "update/lr_schedule.h"
 
 namespace ps::server {
 namespace {

@@ -4,10 +4,10 @@
 #include <utility>
 
 #include "common/tensor_codec.h"
-#include "server/gradient_mean.h"
 #include "server/rank_registry.h"
-#include "server/slice_apply.h"
 #include "spdlog/spdlog.h"
+#include "update/gradient_mean.h"
+#include "update/slice_apply.h"
 
 namespace ps::server {
 

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "server/push_stager.h"
-#include "server/shard_store.h"
+#include "update/shard_store.h"
 
 namespace ps::server {
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/slice_apply.h"
 #include "spdlog/spdlog.h"
+#include "update/slice_apply.h"
 
 namespace ps::server {
 

@@ -15,15 +15,15 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/checkpoint.h"
 #include "server/consistency_policy.h"
 #include "server/coordinator_options.h"
 #include "server/membership.h"
 #include "server/push_admission.h"
 #include "server/push_stager.h"
 #include "server/server_stats.h"
-#include "server/shard_store.h"
 #include "server/step_parts.h"
+#include "update/checkpoint.h"
+#include "update/shard_store.h"
 
 namespace ps::server {
 
