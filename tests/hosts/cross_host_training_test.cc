@@ -4,7 +4,6 @@
 // over gRPC only (the same-host socket is not there), and the job trains.
 // Skips (saying why) where network namespaces cannot be made.
 
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -18,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
+#include "tests/cluster_runner.h"
 #include "tests/hosts/test_hosts.h"
 
 namespace ps::testing {
@@ -30,19 +30,6 @@ constexpr absl::Duration kTimeout = absl::Seconds(300);
 // the whole model moves, at the least.
 constexpr int64_t kModelBytes =
     4 * ((784 * 256 + 256) + (256 * 128 + 128) + (128 * 10 + 10));
-
-std::string Runfile(const std::string& path) {
-  const char* dir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(dir == nullptr ? "." : dir, "/",
-                      workspace == nullptr ? "paramserver" : workspace, "/",
-                      path);
-}
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir == nullptr ? "/tmp" : dir, "/", name);
-}
 
 // Starts `argv` on `host`; its lines also go to the test log, prefixed.
 std::unique_ptr<Subprocess> StartOn(const TestHosts& hosts, int host,
@@ -61,14 +48,6 @@ std::unique_ptr<Subprocess> StartOn(const TestHosts& hosts, int host,
       hosts.Start(host, std::move(options));
   EXPECT_TRUE(child.ok()) << child.status();
   return child.ok() ? *std::move(child) : nullptr;
-}
-
-bool AnyLineHas(const std::vector<std::string>& lines, absl::string_view a,
-                absl::string_view b) {
-  for (const std::string& line : lines) {
-    if (absl::StrContains(line, a) && absl::StrContains(line, b)) return true;
-  }
-  return false;
 }
 
 TEST(CrossHostTrainingTest, WorkersReachServersOfOtherHostsOverGrpc) {
@@ -90,7 +69,7 @@ TEST(CrossHostTrainingTest, WorkersReachServersOfOtherHostsOverGrpc) {
     std::filesystem::remove(port_file);
     servers.push_back(StartOn(
         hosts, host, absl::StrCat("server ", index),
-        {Runfile("server/server"), absl::StrCat("--server_index=", index),
+        {RunfilePath("server/server"), absl::StrCat("--server_index=", index),
          "--num_servers=2", "--num_workers=2",
          absl::StrCat("--host=", hosts.address(host)), "--port=0",
          absl::StrCat("--port_file=", port_file), "--mode=sync",
@@ -106,7 +85,7 @@ TEST(CrossHostTrainingTest, WorkersReachServersOfOtherHostsOverGrpc) {
   for (int rank : {0, 1}) {
     workers.push_back(
         StartOn(hosts, kWorkerHost[rank], absl::StrCat("worker ", rank),
-                {Runfile("worker/worker"), absl::StrCat("--rank=", rank),
+                {RunfilePath("worker/worker"), absl::StrCat("--rank=", rank),
                  "--num_workers=2",
                  absl::StrCat("--servers=", absl::StrJoin(addresses, ",")),
                  "--batch_size=32", "--epochs=1", "--max_steps=40",
@@ -138,10 +117,10 @@ TEST(CrossHostTrainingTest, WorkersReachServersOfOtherHostsOverGrpc) {
   const std::vector<std::string> alone = workers[1]->OutputLines();
   const std::vector<std::string> beside = workers[0]->OutputLines();
   for (const std::string& address : addresses) {
-    EXPECT_TRUE(AnyLineHas(alone, address, "through gRPC")) << address;
+    EXPECT_NE(LineWith(alone, address, "through gRPC"), "") << address;
   }
-  EXPECT_TRUE(AnyLineHas(beside, addresses[0], "through gRPC"));
-  EXPECT_FALSE(AnyLineHas(beside, addresses[1], "through gRPC"));
+  EXPECT_NE(LineWith(beside, addresses[0], "through gRPC"), "");
+  EXPECT_EQ(LineWith(beside, addresses[1], "through gRPC"), "");
 
   // Worker 1's weights and gradients crossed its link: at least one whole
   // model each way.

@@ -6,7 +6,6 @@
 
 #include <signal.h>
 
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +19,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
+#include "tests/cluster_runner.h"
 
 namespace ps::testing {
 namespace {
@@ -29,15 +29,7 @@ constexpr char kPort[] = "5001";
 // Bounds a hang only; nothing here is asserted against a short time.
 constexpr absl::Duration kTimeout = absl::Seconds(120);
 
-std::string Runfile(const std::string& path) {
-  const char* dir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(dir == nullptr ? "." : dir, "/",
-                      workspace == nullptr ? "paramserver" : workspace, "/",
-                      path);
-}
-
-std::string NetProbe() { return Runfile("tests/hosts/net_probe"); }
+std::string NetProbe() { return RunfilePath("tests/hosts/net_probe"); }
 
 #define SKIP_WITHOUT_TEST_HOSTS()                                          \
   if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) { \
@@ -226,7 +218,7 @@ TEST(TestHostsTest, AFailedTestLeavesNoNamespace) {
 TEST(TestHostsTest, HostsOfAKilledProcessAreRemovedAsStale) {
   SKIP_WITHOUT_TEST_HOSTS();
   SubprocessOptions options;
-  options.argv = {Runfile("tests/hosts/hosts"), "--num_hosts=2"};
+  options.argv = {RunfilePath("tests/hosts/hosts"), "--num_hosts=2"};
   absl::StatusOr<std::unique_ptr<Subprocess>> owner =
       Subprocess::Start(std::move(options));
   ASSERT_TRUE(owner.ok()) << owner.status();
@@ -255,7 +247,7 @@ TEST(TestHostsTest, Iperf3MeasuresALink) {
     GTEST_SKIP() << "no iperf3 (scripts/install_deps.sh installs it)";
   }
   absl::StatusOr<std::string> out =
-      RunCommand({Runfile("tests/hosts/hosts"), "--iperf3_seconds=1",
+      RunCommand({RunfilePath("tests/hosts/hosts"), "--iperf3_seconds=1",
                   "--iperf3_rates_mbit=50"},
                  kTimeout);
   ASSERT_TRUE(out.ok()) << out.status();
