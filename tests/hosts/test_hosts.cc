@@ -88,6 +88,14 @@ absl::Status DeleteNamespace(const std::string& ns) {
   return Ip({"netns", "del", ns});
 }
 
+// "pshost-PID-RANDOM-": this process's, and no other TestHosts' in it.
+std::string NewPrefix() {
+  absl::BitGen random;
+  return absl::StrCat(
+      kNamePrefix, getpid(), "-",
+      absl::Hex(absl::Uniform<uint32_t>(random), absl::kZeroPad8), "-");
+}
+
 // The pid a namespace name of ours carries; 0 if it is not one of ours.
 int OwnerPid(absl::string_view name) {
   if (!absl::ConsumePrefix(&name, kNamePrefix)) return 0;
@@ -134,16 +142,22 @@ std::string TestHosts::WhyUnavailable() {
     return "test hosts need root (network namespaces need CAP_SYS_ADMIN and "
            "CAP_NET_ADMIN); CI runs as root";
   }
-  const std::string probe = absl::StrCat(kNamePrefix, getpid(), "-probe");
+  const std::string probe = absl::StrCat(NewPrefix(), "probe");
   if (absl::Status s = Ip({"netns", "add", probe}); !s.ok()) {
     return absl::StrCat("cannot make a network namespace: ", s.message());
   }
-  absl::Status shaped = Ip({"-n", probe, "link", "add", "probe0", "type",
-                            "veth", "peer", "name", "probe1"});
+  // What Create() makes: a bridge, a veth link, its shape.
+  absl::Status shaped =
+      Ip({"-n", probe, "link", "add", "probebr", "type", "bridge"});
+  if (shaped.ok()) {
+    shaped = Ip({"-n", probe, "link", "add", "probe0", "type", "veth", "peer",
+                 "name", "probe1"});
+  }
   if (shaped.ok()) shaped = ShapeEgress(probe, "probe0", 1000 * 1000);
   absl::Status deleted = DeleteNamespace(probe);
   if (!shaped.ok()) {
-    return absl::StrCat("cannot make a shaped veth link: ", shaped.message());
+    return absl::StrCat("cannot make a bridge and a shaped veth link: ",
+                        shaped.message());
   }
   if (!deleted.ok()) {
     return absl::StrCat("cannot delete a network namespace: ",
@@ -166,10 +180,7 @@ absl::StatusOr<std::unique_ptr<TestHosts>> TestHosts::Create(
     std::fprintf(stderr, "test hosts: stale ones not removed: %s\n",
                  std::string(s.message()).c_str());
   }
-  absl::BitGen random;
-  const std::string prefix = absl::StrCat(
-      kNamePrefix, getpid(), "-",
-      absl::Hex(absl::Uniform<uint32_t>(random), absl::kZeroPad8), "-");
+  const std::string prefix = NewPrefix();
   std::unique_ptr<TestHosts> hosts(
       new TestHosts(prefix, absl::StrCat(prefix, "sw")));
   // From here on the destructor deletes whatever was made.
