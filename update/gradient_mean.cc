@@ -1,4 +1,4 @@
-#include "server/gradient_mean.h"
+#include "update/gradient_mean.h"
 
 namespace ps::server {
 

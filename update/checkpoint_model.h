@@ -1,5 +1,5 @@
-#ifndef PS_SERVER_CHECKPOINT_MODEL_H_
-#define PS_SERVER_CHECKPOINT_MODEL_H_
+#ifndef PS_UPDATE_CHECKPOINT_MODEL_H_
+#define PS_UPDATE_CHECKPOINT_MODEL_H_
 
 // The trained model in a job's checkpoints, for programs that use the
 // weights rather than resume the job (paramserver.load_checkpoint).
@@ -33,4 +33,4 @@ absl::StatusOr<CheckpointedModel> ReadCheckpointedModel(const std::string& dir);
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_CHECKPOINT_MODEL_H_
+#endif  // PS_UPDATE_CHECKPOINT_MODEL_H_

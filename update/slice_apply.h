@@ -1,10 +1,10 @@
-#ifndef PS_SERVER_SLICE_APPLY_H_
-#define PS_SERVER_SLICE_APPLY_H_
+#ifndef PS_UPDATE_SLICE_APPLY_H_
+#define PS_UPDATE_SLICE_APPLY_H_
 
 #include <functional>
 
 #include "absl/status/status.h"
-#include "server/shard_store.h"
+#include "update/shard_store.h"
 
 namespace ps::server {
 
@@ -18,4 +18,4 @@ absl::Status ForEachSlice(const ShardStore& store,
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_SLICE_APPLY_H_
+#endif  // PS_UPDATE_SLICE_APPLY_H_

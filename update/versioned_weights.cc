@@ -1,4 +1,4 @@
-#include "server/versioned_weights.h"
+#include "update/versioned_weights.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,5 +1,5 @@
-#ifndef PS_SERVER_VERSIONED_WEIGHTS_H_
-#define PS_SERVER_VERSIONED_WEIGHTS_H_
+#ifndef PS_UPDATE_VERSIONED_WEIGHTS_H_
+#define PS_UPDATE_VERSIONED_WEIGHTS_H_
 
 #include <memory>
 #include <vector>
@@ -63,4 +63,4 @@ class VersionedWeights {
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_VERSIONED_WEIGHTS_H_
+#endif  // PS_UPDATE_VERSIONED_WEIGHTS_H_

@@ -25,7 +25,7 @@
 #include "proto/parameter_server.pb.h"
 #include "server/push_message_proto.h"
 #include "server/push_stager.h"
-#include "server/shard_store.h"
+#include "update/shard_store.h"
 
 namespace ps::fuzz {
 namespace {

@@ -1,5 +1,5 @@
-#ifndef PS_SERVER_CHECKPOINT_H_
-#define PS_SERVER_CHECKPOINT_H_
+#ifndef PS_UPDATE_CHECKPOINT_H_
+#define PS_UPDATE_CHECKPOINT_H_
 
 #include <cstdint>
 #include <optional>
@@ -9,9 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
-#include "server/rank_registry.h"
-#include "server/server_stats.h"
-#include "server/shard_store.h"
+#include "update/coordinator_state.h"
+#include "update/shard_store.h"
 
 namespace ps::server {
 
@@ -41,7 +40,7 @@ struct ShardCheckpoint {
   uint64_t planned_steps = 0;
   std::vector<RankRecord> ranks;  // num_workers of them.
   ExampleCounts examples;
-  StalenessHistogram::State staleness;
+  StalenessHistogramState staleness;
   std::vector<SliceSnapshot> slices;  // In ShardStore slice order.
 };
 
@@ -104,4 +103,4 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> LoadNewestCheckpoint(
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_CHECKPOINT_H_
+#endif  // PS_UPDATE_CHECKPOINT_H_

@@ -1,4 +1,4 @@
-#include "server/shard_store.h"
+#include "update/shard_store.h"
 
 #include <cstdint>
 #include <cstring>

@@ -1,5 +1,5 @@
-#ifndef PS_SERVER_GRADIENT_MEAN_H_
-#define PS_SERVER_GRADIENT_MEAN_H_
+#ifndef PS_UPDATE_GRADIENT_MEAN_H_
+#define PS_UPDATE_GRADIENT_MEAN_H_
 
 #include <cstddef>
 
@@ -20,4 +20,4 @@ void DivideToFloats(const double* sum, size_t n, double total, float* out);
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_GRADIENT_MEAN_H_
+#endif  // PS_UPDATE_GRADIENT_MEAN_H_

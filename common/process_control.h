@@ -1,5 +1,5 @@
-#ifndef PS_SERVER_PROCESS_CONTROL_H_
-#define PS_SERVER_PROCESS_CONTROL_H_
+#ifndef PS_COMMON_PROCESS_CONTROL_H_
+#define PS_COMMON_PROCESS_CONTROL_H_
 
 #include <signal.h>
 
@@ -65,4 +65,4 @@ class SignalWatcher {
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_PROCESS_CONTROL_H_
+#endif  // PS_COMMON_PROCESS_CONTROL_H_

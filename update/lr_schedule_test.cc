@@ -1,4 +1,4 @@
-#include "server/lr_schedule.h"
+#include "update/lr_schedule.h"
 
 #include <cmath>
 #include <string>

@@ -1,5 +1,5 @@
-#ifndef PS_SERVER_LR_SCHEDULE_H_
-#define PS_SERVER_LR_SCHEDULE_H_
+#ifndef PS_UPDATE_LR_SCHEDULE_H_
+#define PS_UPDATE_LR_SCHEDULE_H_
 
 #include <cstdint>
 
@@ -47,4 +47,4 @@ class LearningRateSchedule {
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_LR_SCHEDULE_H_
+#endif  // PS_UPDATE_LR_SCHEDULE_H_

@@ -1,5 +1,5 @@
-#ifndef PS_SERVER_SHARD_STORE_H_
-#define PS_SERVER_SHARD_STORE_H_
+#ifndef PS_UPDATE_SHARD_STORE_H_
+#define PS_UPDATE_SHARD_STORE_H_
 
 #include <atomic>
 #include <cstdint>
@@ -16,9 +16,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/partition.h"
-#include "server/optimizer.h"
-#include "server/range_pool.h"
-#include "server/versioned_weights.h"
+#include "update/optimizer.h"
+#include "update/range_pool.h"
+#include "update/versioned_weights.h"
 
 namespace ps::server {
 
@@ -149,4 +149,4 @@ class ShardStore {
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_SHARD_STORE_H_
+#endif  // PS_UPDATE_SHARD_STORE_H_

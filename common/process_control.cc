@@ -1,4 +1,4 @@
-#include "server/process_control.h"
+#include "common/process_control.h"
 
 #include <pthread.h>
 

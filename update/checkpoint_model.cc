@@ -1,4 +1,4 @@
-#include "server/checkpoint_model.h"
+#include "update/checkpoint_model.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/partition.h"
-#include "server/checkpoint.h"
+#include "update/checkpoint.h"
 
 namespace ps::server {
 namespace {

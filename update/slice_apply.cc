@@ -1,4 +1,4 @@
-#include "server/slice_apply.h"
+#include "update/slice_apply.h"
 
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "server/checkpoint.h"
+#include "update/checkpoint.h"
 
 #include <algorithm>
 #include <cstring>
@@ -184,7 +184,7 @@ absl::Status DecodeExamples(absl::string_view r, int num_workers,
   return absl::OkStatus();
 }
 
-std::string EncodeStaleness(const StalenessHistogram::State& s) {
+std::string EncodeStaleness(const StalenessHistogramState& s) {
   std::string r;
   PutFixed32(&r, static_cast<uint32_t>(s.buckets.size()));
   for (uint64_t b : s.buckets) PutFixed64(&r, b);
@@ -196,8 +196,7 @@ std::string EncodeStaleness(const StalenessHistogram::State& s) {
   return r;
 }
 
-absl::Status DecodeStaleness(absl::string_view r,
-                             StalenessHistogram::State* s) {
+absl::Status DecodeStaleness(absl::string_view r, StalenessHistogramState* s) {
   uint32_t buckets = 0;
   if (!GetFixed32(&r, &buckets) || buckets != s->buckets.size()) {
     return Malformed("staleness record");

@@ -1,4 +1,4 @@
-#include "server/optimizer.h"
+#include "update/optimizer.h"
 
 #include <cmath>
 #include <cstring>

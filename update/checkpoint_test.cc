@@ -1,4 +1,4 @@
-#include "server/checkpoint.h"
+#include "update/checkpoint.h"
 
 #include <cstdio>
 #include <cstdlib>

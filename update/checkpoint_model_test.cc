@@ -1,4 +1,4 @@
-#include "server/checkpoint_model.h"
+#include "update/checkpoint_model.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -9,7 +9,7 @@
 #include "common/model_spec.h"
 #include "common/partition.h"
 #include "gtest/gtest.h"
-#include "server/checkpoint.h"
+#include "update/checkpoint.h"
 
 namespace ps::server {
 namespace {

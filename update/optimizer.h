@@ -1,5 +1,5 @@
-#ifndef PS_SERVER_OPTIMIZER_H_
-#define PS_SERVER_OPTIMIZER_H_
+#ifndef PS_UPDATE_OPTIMIZER_H_
+#define PS_UPDATE_OPTIMIZER_H_
 
 #include <cstdint>
 #include <memory>
@@ -14,7 +14,7 @@
 #include "absl/types/span.h"
 #include "common/model_spec.h"
 #include "common/tensor_codec.h"
-#include "server/range_pool.h"
+#include "update/range_pool.h"
 
 namespace ps::server {
 
@@ -145,4 +145,4 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_OPTIMIZER_H_
+#endif  // PS_UPDATE_OPTIMIZER_H_

@@ -1,5 +1,5 @@
-#ifndef PS_SERVER_RANGE_POOL_H_
-#define PS_SERVER_RANGE_POOL_H_
+#ifndef PS_UPDATE_RANGE_POOL_H_
+#define PS_UPDATE_RANGE_POOL_H_
 
 #include <cstddef>
 #include <deque>
@@ -78,4 +78,4 @@ class RangePool {
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_RANGE_POOL_H_
+#endif  // PS_UPDATE_RANGE_POOL_H_

@@ -1,4 +1,4 @@
-#include "server/range_pool.h"
+#include "update/range_pool.h"
 
 #include <algorithm>
 
