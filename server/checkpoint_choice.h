@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/checkpoint.h"
+#include "update/checkpoint.h"
 
 namespace ps::server {
 

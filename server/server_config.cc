@@ -12,7 +12,7 @@
 #include "common/cpu_affinity.h"
 #include "common/metrics_http.h"
 #include "server/failure_policy.h"
-#include "server/lr_schedule.h"
+#include "update/lr_schedule.h"
 
 namespace ps::server {
 namespace {

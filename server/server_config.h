@@ -16,9 +16,9 @@
 #include "server/auth.h"
 #include "server/checkpoint_choice.h"
 #include "server/checkpointer.h"
+#include "server/coordinator_options.h"
 #include "server/hostname_index.h"
-#include "server/optimizer.h"
-#include "server/update_coordinator.h"
+#include "update/optimizer.h"
 
 namespace ps::server {
 

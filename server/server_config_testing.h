@@ -13,8 +13,8 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/checkpointer.h"
-#include "server/lr_schedule.h"
 #include "server/server_config.h"
+#include "update/lr_schedule.h"
 
 namespace ps::server::testing {
 

@@ -22,7 +22,7 @@
 #include "common/cpu_affinity.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
-#include "server/process_control.h"
+#include "common/process_control.h"
 #include "server/server_config.h"
 #include "server/server_flags.h"
 #include "server/server_metrics_endpoint.h"

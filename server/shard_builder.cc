@@ -12,11 +12,11 @@
 #include "common/partition.h"
 #include "server/checkpoint_choice.h"
 #include "server/checkpointer.h"
-#include "server/lr_schedule.h"
-#include "server/optimizer.h"
-#include "server/shard_store.h"
 #include "server/update_coordinator.h"
 #include "spdlog/spdlog.h"
+#include "update/lr_schedule.h"
+#include "update/optimizer.h"
+#include "update/shard_store.h"
 
 namespace ps::server {
 namespace {

@@ -8,10 +8,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
-#include "server/checkpoint.h"
 #include "server/server_config.h"
 #include "server/server_metrics.h"
 #include "server/shard_host.h"
+#include "update/checkpoint.h"
 
 namespace ps::server {
 

@@ -15,9 +15,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
-#include "server/checkpoint.h"
 #include "server/coordinator_test_util.h"
 #include "server/server_config_testing.h"
+#include "update/checkpoint.h"
 
 namespace ps::server {
 namespace {

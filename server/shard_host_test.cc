@@ -8,10 +8,10 @@
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/checkpoint.h"
 #include "server/server_config.h"
 #include "server/server_config_testing.h"
 #include "server/shard_builder.h"
+#include "update/checkpoint.h"
 
 namespace ps::server {
 namespace {

@@ -5,8 +5,8 @@
 #include "common/consistency_mode.h"
 #include "common/cpu_affinity.h"
 #include "server/failure_policy.h"
-#include "server/lr_schedule.h"
 #include "spdlog/fmt/fmt.h"
+#include "update/lr_schedule.h"
 
 namespace ps::server {
 

@@ -5,7 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/lr_schedule.h"
+#include "update/lr_schedule.h"
 
 namespace ps::server {
 namespace {
