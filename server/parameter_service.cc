@@ -44,6 +44,19 @@ absl::StatusOr<uint64_t> TakeInitialValues(ShardStore& store,
   return 0;
 }
 
+// OK if `header` comes from the process its rank registered here; checked
+// before a call takes one of the rank's slots.
+absl::Status CheckCaller(const UpdateCoordinator& coordinator,
+                         const proto::RequestHeader& header) {
+  if (header.incarnation() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request of worker ", header.worker_rank(),
+        " carries no incarnation; requests carry the one it registered with"));
+  }
+  return coordinator.CheckRegistered(header.worker_rank(),
+                                     header.incarnation());
+}
+
 absl::Status Prefixed(absl::string_view what, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
@@ -142,39 +155,45 @@ grpc::Status ParameterService::Register(const proto::RegisterRequest& request,
   }
   const int rank = request.header().worker_rank();
   absl::StatusOr<ModelSpec> model = ModelSpecFromProto(request.declaration());
-  absl::StatusOr<DeclaredShard*> shard =
-      model.ok() ? host_->Declare(rank, *model) : model.status();
-  if (shard.ok()) {
-    absl::Status s = ValidateRequestHeader(
-        RequestHeaderFromProto(request.header()), (*shard)->identity);
-    if (s.ok() && rank != 0 && (*shard)->store->awaiting_initial_values()) {
-      s = absl::UnavailableError(absl::StrCat(
-          "rank ", rank, " must wait: rank 0 has not sent the values of ",
-          (*shard)->store->FirstTensorAwaitingValues(), " yet"));
-    }
-    if (!s.ok()) shard = s;
+  if (!model.ok()) {
+    spdlog::warn("worker {} refused: {}", rank, model.status().ToString());
+    return ToGrpcStatus(Prefixed("register refused", model.status()));
   }
+  // Every check runs before the host keeps a shard it built for this
+  // declaration: a refused rank 0 leaves no model behind.
+  absl::StatusOr<RankProgress> registered;
+  UpdateCoordinator* coordinator = nullptr;
+  absl::StatusOr<DeclaredShard*> shard = host_->Declare(
+      rank, *model, [&](DeclaredShard& declared) -> absl::Status {
+        if (absl::Status s = ValidateRequestHeader(
+                RequestHeaderFromProto(request.header()), declared.identity);
+            !s.ok()) {
+          return s;
+        }
+        if (rank != 0 && declared.store->awaiting_initial_values()) {
+          return absl::UnavailableError(absl::StrCat(
+              "rank ", rank, " must wait: rank 0 has not sent the values of ",
+              declared.store->FirstTensorAwaitingValues(), " yet"));
+        }
+        coordinator = declared.coordinator.get();
+        registered = coordinator->Register(rank, request.incarnation(),
+                                           request.planned_steps(),
+                                           request.max_examples_per_push());
+        return registered.status();
+      });
   if (!shard.ok()) {
     // Waiting for rank 0 is expected, not worth a warning.
     if (shard.status().code() != absl::StatusCode::kUnavailable) {
-      spdlog::warn("worker {} refused: {}", rank, shard.status().ToString());
+      spdlog::warn("worker {} (incarnation {}) refused: {}", rank,
+                   request.incarnation(), shard.status().ToString());
     }
     return ToGrpcStatus(Prefixed("register refused", shard.status()));
   }
-  UpdateCoordinator& coordinator = *(*shard)->coordinator;
-  absl::StatusOr<RankProgress> registered =
-      coordinator.Register(rank, request.incarnation(), request.planned_steps(),
-                           request.max_examples_per_push());
-  if (!registered.ok()) {
-    spdlog::warn("worker {} (incarnation {}) refused: {}", rank,
-                 request.incarnation(), registered.status().ToString());
-    return ToGrpcStatus(Prefixed("register refused", registered.status()));
-  }
   stats_.RecordRegistration(rank, request.incarnation());
   const RankProgress& progress = *registered;
-  response->set_mode(ConsistencyModeToProto(coordinator.options().mode));
-  response->set_num_workers(coordinator.options().num_workers);
-  response->set_version(coordinator.version());
+  response->set_mode(ConsistencyModeToProto(coordinator->options().mode));
+  response->set_num_workers(coordinator->options().num_workers);
+  response->set_version(coordinator->version());
   response->set_next_step(progress.next_step);
   response->set_epoch(progress.epoch);
   response->set_examples_done(progress.examples_done);
@@ -215,6 +234,10 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
     return absl::FailedPreconditionError(
         absl::StrCat("rank 0 has not sent the initial values of ",
                      store.FirstTensorAwaitingValues(), " yet"));
+  }
+  // Only the registered process takes one of the rank's slots.
+  if (absl::Status s = CheckCaller(coordinator, request.header()); !s.ok()) {
+    return s;
   }
   absl::StatusOr<RankCallLimiter::Slot> slot =
       calls_.Acquire(request.header().worker_rank());
@@ -351,8 +374,14 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
         !s.ok()) {
       return s;
     }
-    // Counted once the header is known good (the stager checked it).
+    // Counted once the header is known good (the stager checked it) and
+    // comes from the process the rank registered, so that no other process
+    // can take the rank's slots, or send rank 0's initial values.
     if (first_message) {
+      if (absl::Status s = CheckCaller(coordinator, request.header());
+          !s.ok()) {
+        return s;
+      }
       absl::StatusOr<RankCallLimiter::Slot> acquired =
           calls_.Acquire(request.header().worker_rank());
       if (!acquired.ok()) return acquired.status();

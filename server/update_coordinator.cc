@@ -139,7 +139,8 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitToStep(StagedPush push) {
     if (absl::Status s = policy_->AdmitPush(ViewLocked(), r, step); !s.ok()) {
       return s;
     }
-    if (absl::Status s = ranks_.CheckProgress(r, progress, push.num_examples);
+    if (absl::Status s =
+            ranks_.CheckProgress(r, step, progress, push.num_examples);
         !s.ok()) {
       return s;
     }
@@ -291,7 +292,8 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAtOnce(StagedPush push) {
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = ranks_.CheckProgress(r, progress, push.num_examples);
+    if (absl::Status s =
+            ranks_.CheckProgress(r, push.step, progress, push.num_examples);
         !s.ok()) {
       return s;
     }
