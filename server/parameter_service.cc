@@ -14,6 +14,7 @@
 #include "common/grpc_status.h"
 #include "server/push_message_proto.h"
 #include "server/push_stager.h"
+#include "server/register_precheck.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
@@ -100,13 +101,8 @@ ParameterService::ParameterService(ShardHost* host,
                   [this](ByteStream& stream) { return PushBytes(stream); });
   streams_.Handle(MethodPath("PushPull"),
                   [this](ByteStream& stream) { return PushPullBytes(stream); });
-  streams_.Handle(MethodPath("Register"), [this](ByteStream& stream) {
-    return ServeUnary<proto::RegisterRequest, proto::RegisterResponse>(
-        stream, [this](const proto::RegisterRequest& request,
-                       proto::RegisterResponse* response) {
-          return Register(request, response);
-        });
-  });
+  streams_.Handle(MethodPath("Register"),
+                  [this](ByteStream& stream) { return RegisterBytes(stream); });
   streams_.Handle(MethodPath("Heartbeat"), [this](ByteStream& stream) {
     return ServeUnary<proto::HeartbeatRequest, proto::HeartbeatResponse>(
         stream, [this](const proto::HeartbeatRequest& request,
@@ -140,6 +136,78 @@ void ParameterService::AnnounceLocalEndpoint(std::string socket_name,
                                              std::string secret) {
   local_endpoint_.set_socket_name(std::move(socket_name));
   local_endpoint_.set_secret(std::move(secret));
+}
+
+absl::Status ParameterService::PrecheckRegister(
+    const grpc::ByteBuffer& message) const {
+  const DeclarationLimits& limits = host_->limits();
+  const size_t bound = MaxRegisterBytes(limits);
+  if (message.Length() > bound) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a RegisterRequest of ", message.Length(), " bytes is larger than ",
+        bound, ", what a declaration within this server's limits takes (",
+        limits.max_tensors, " tensors, names of ", limits.max_name_bytes,
+        " bytes)"));
+  }
+  std::vector<grpc::Slice> slices;
+  if (!message.Dump(&slices).ok()) {
+    return absl::InvalidArgumentError("unreadable RegisterRequest");
+  }
+  std::string bytes;
+  bytes.reserve(message.Length());
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  absl::StatusOr<RegisterPreview> preview = PreviewRegister(bytes);
+  if (!preview.ok()) return preview.status();
+  const DeclaredShard* shard = host_->get();
+  const RequestHeaderFields header = RequestHeaderFromProto(preview->header);
+  if (absl::Status s = ValidateRequestHeader(
+          header, shard != nullptr
+                      ? shard->identity
+                      : ShardIdentity{header.partition_fingerprint,
+                                      options_.server_index,
+                                      options_.num_workers, options_.job_id});
+      !s.ok()) {
+    return s;
+  }
+  if (shard == nullptr && header.worker_rank != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("rank ", header.worker_rank,
+                     " must wait: rank 0 has not declared the model yet"));
+  }
+  if (preview->tensors > static_cast<uint64_t>(limits.max_tensors)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the declaration holds ", preview->tensors,
+                     " tensors; the limit is ", limits.max_tensors));
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status ParameterService::RegisterBytes(ByteStream& stream) {
+  grpc::ByteBuffer message;
+  if (!stream.Read(&message)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the call carried no RegisterRequest");
+  }
+  // Parsing costs many times the message: refused on what the bytes say
+  // first, then parsed one at a time.
+  if (absl::Status s = PrecheckRegister(message); !s.ok()) {
+    return ToGrpcStatus(Prefixed("register refused", s));
+  }
+  absl::MutexLock lock(&register_mu_);
+  proto::RegisterRequest request;
+  if (absl::Status s = ParseMessage(message, &request); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  message.Clear();
+  proto::RegisterResponse response;
+  grpc::Status status = Register(request, &response);
+  if (status.ok() && !stream.Write(SerializeMessage(response))) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "the client went away before the answer");
+  }
+  return status;
 }
 
 grpc::Status ParameterService::Register(const proto::RegisterRequest& request,

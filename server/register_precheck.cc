@@ -1,0 +1,88 @@
+#include "server/register_precheck.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+
+namespace ps::server {
+namespace {
+
+using ::google::protobuf::internal::WireFormatLite;
+using ::google::protobuf::io::CodedInputStream;
+
+constexpr int kHeaderField = 1;       // RegisterRequest.header
+constexpr int kDeclarationField = 5;  // RegisterRequest.declaration
+constexpr int kTensorsField = 1;      // ModelDeclaration.tensors
+// A varint's most bytes, and a field's tag and length around its value.
+constexpr size_t kVarint = 10;
+constexpr size_t kFraming = 1 + kVarint;
+// A TensorDeclaration but for its name and shape: dtype, no_weight_decay
+// and an Initializer of one kind, six doubles and two integers.
+constexpr size_t kTensorFixedBytes = 2 * kFraming + kFraming + 8 * kFraming;
+// Header, incarnation, plan, batch, seed and optimizer together.
+constexpr size_t kRequestFixedBytes = 1024;
+
+absl::Status Malformed(absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("malformed ps.proto.RegisterRequest: ", why));
+}
+
+// Counts the `tensors` fields of the ModelDeclaration that `input` is
+// limited to, skipping each.
+absl::Status CountTensors(CodedInputStream& input, uint64_t* tensors) {
+  for (uint32_t tag; (tag = input.ReadTag()) != 0;) {
+    if (WireFormatLite::GetTagFieldNumber(tag) == kTensorsField) ++*tensors;
+    if (!WireFormatLite::SkipField(&input, tag)) {
+      return Malformed("bad declaration");
+    }
+  }
+  return input.ConsumedEntireMessage() ? absl::OkStatus()
+                                       : Malformed("bad declaration");
+}
+
+}  // namespace
+
+size_t MaxRegisterBytes(const DeclarationLimits& limits) {
+  const size_t tensor = kFraming + kFraming + limits.max_name_bytes + kFraming +
+                        limits.max_rank * kVarint + kTensorFixedBytes;
+  return kRequestFixedBytes + static_cast<size_t>(limits.max_tensors) * tensor;
+}
+
+absl::StatusOr<RegisterPreview> PreviewRegister(absl::string_view bytes) {
+  CodedInputStream input(reinterpret_cast<const uint8_t*>(bytes.data()),
+                         static_cast<int>(bytes.size()));
+  RegisterPreview preview;
+  for (uint32_t tag; (tag = input.ReadTag()) != 0;) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    const bool delimited = WireFormatLite::GetTagWireType(tag) ==
+                           WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+    if (delimited && (field == kHeaderField || field == kDeclarationField)) {
+      uint32_t length = 0;
+      if (!input.ReadVarint32(&length)) return Malformed("bad length");
+      const CodedInputStream::Limit limit = input.PushLimit(length);
+      if (field == kHeaderField) {
+        // As protobuf does, a repeated message field merges.
+        std::string header;
+        if (!input.ReadString(&header, length) ||
+            !preview.header.MergeFromString(header)) {
+          return Malformed("bad header");
+        }
+      } else if (absl::Status s = CountTensors(input, &preview.tensors);
+                 !s.ok()) {
+        return s;
+      }
+      input.PopLimit(limit);
+      continue;
+    }
+    if (!WireFormatLite::SkipField(&input, tag)) return Malformed("bad field");
+  }
+  if (!input.ConsumedEntireMessage() ||
+      input.CurrentPosition() != static_cast<int>(bytes.size())) {
+    return Malformed("bad field");
+  }
+  return preview;
+}
+
+}  // namespace ps::server

@@ -1,0 +1,37 @@
+#ifndef PS_SERVER_REGISTER_PRECHECK_H_
+#define PS_SERVER_REGISTER_PRECHECK_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/model_spec.h"
+#include "proto/parameter_server.pb.h"
+
+namespace ps::server {
+
+// Parsing a RegisterRequest costs many times its size (a protobuf object
+// and a TensorSpec per declared tensor), so a Register is looked at before
+// it is parsed: its size, its header and how many tensors it declares.
+
+// The most bytes a RegisterRequest within `limits` may take: every tensor
+// with the longest name and shape and every initializer field, plus the
+// header and the optimizer.
+size_t MaxRegisterBytes(const DeclarationLimits& limits);
+
+// What a serialized RegisterRequest says before it is parsed.
+struct RegisterPreview {
+  proto::RequestHeader header;
+  // Tensors the declaration holds.
+  uint64_t tensors = 0;
+};
+
+// Reads the header of a serialized RegisterRequest and counts the tensors
+// of its declaration, skipping every other field unparsed.
+// InvalidArgument if the bytes are no RegisterRequest.
+absl::StatusOr<RegisterPreview> PreviewRegister(absl::string_view bytes);
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_REGISTER_PRECHECK_H_
