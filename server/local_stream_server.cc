@@ -16,9 +16,6 @@ namespace {
 // Hellos and method names are short; a larger frame there is not a client
 // of ours.
 constexpr size_t kMaxControlBytes = 1024;
-// How long a new connection may take to present the secret: a connection
-// holds a thread until then.
-constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
 // After a failed accept (out of descriptors): a pause before the next.
 constexpr absl::Duration kAcceptRetryPause = absl::Milliseconds(100);
 
@@ -239,7 +236,9 @@ void LocalStreamServer::AcceptLoop() {
 }
 
 bool LocalStreamServer::Admit(LocalSocket& socket) {
-  if (absl::Status s = socket.SetIdleTimeout(options_.idle_timeout); !s.ok()) {
+  if (absl::Status s = socket.SetIdleTimeout(
+          std::min(options_.hello_timeout, options_.idle_timeout));
+      !s.ok()) {
     spdlog::warn("local transport: {}", s.ToString());
     return false;
   }

@@ -25,6 +25,10 @@ struct LocalStreamServerOptions {
   // A connection whose peer sends or takes nothing for this long, within a
   // call or between calls, is closed (its call cancelled).
   absl::Duration idle_timeout = absl::InfiniteDuration();
+  // How long a new connection may take to present the secret (or
+  // idle_timeout, if shorter): until then it holds a thread and a place
+  // among max_connections.
+  absl::Duration hello_timeout = absl::Seconds(10);
   // Largest message a client may send.
   size_t max_message_bytes = 64 << 20;
 };

@@ -216,6 +216,27 @@ TEST_F(LocalStreamServerTest, AnIdlePeersCallIsCancelled) {
   EXPECT_EQ(call->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
+TEST_F(LocalStreamServerTest,
+       AConnectionWithoutTheSecretIsClosedAtTheHelloTimeout) {
+  LocalStreamServerOptions options;
+  options.hello_timeout = absl::Milliseconds(100);
+  options.idle_timeout = absl::Hours(1);
+  options.max_connections = 1;
+  Start(options);
+  absl::StatusOr<std::unique_ptr<LocalSocket>> silent =
+      LocalSocket::Connect(server_->socket_name());
+  ASSERT_TRUE(silent.ok()) << silent.status();
+  // The server closes it (after the refusal), though its idle limit is an
+  // hour.
+  Frame frame;
+  absl::Status read = absl::OkStatus();
+  while (read.ok()) read = (*silent)->ReadFrame(1 << 10, &frame);
+  EXPECT_EQ(read.code(), absl::StatusCode::kUnavailable) << read;
+  // Its place is free again for a real client.
+  std::unique_ptr<LocalCall> call = Call(kEcho);
+  ASSERT_NE(call, nullptr);
+}
+
 TEST_F(LocalStreamServerTest, ConnectionsBeyondTheBoundAreRefused) {
   LocalStreamServerOptions options;
   options.max_connections = 2;
