@@ -149,16 +149,7 @@ absl::Status ParameterService::PrecheckRegister(
         limits.max_tensors, " tensors, names of ", limits.max_name_bytes,
         " bytes)"));
   }
-  std::vector<grpc::Slice> slices;
-  if (!message.Dump(&slices).ok()) {
-    return absl::InvalidArgumentError("unreadable RegisterRequest");
-  }
-  std::string bytes;
-  bytes.reserve(message.Length());
-  for (const grpc::Slice& slice : slices) {
-    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
-  absl::StatusOr<RegisterPreview> preview = PreviewRegister(bytes);
+  absl::StatusOr<RegisterPreview> preview = PreviewRegister(message);
   if (!preview.ok()) return preview.status();
   const DeclaredShard* shard = host_->get();
   const RequestHeaderFields header = RequestHeaderFromProto(preview->header);

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 
 namespace ps::server {
 namespace {
@@ -50,9 +51,9 @@ size_t MaxRegisterBytes(const DeclarationLimits& limits) {
   return kRequestFixedBytes + static_cast<size_t>(limits.max_tensors) * tensor;
 }
 
-absl::StatusOr<RegisterPreview> PreviewRegister(absl::string_view bytes) {
-  CodedInputStream input(reinterpret_cast<const uint8_t*>(bytes.data()),
-                         static_cast<int>(bytes.size()));
+namespace {
+
+absl::StatusOr<RegisterPreview> Preview(CodedInputStream& input) {
   RegisterPreview preview;
   for (uint32_t tag; (tag = input.ReadTag()) != 0;) {
     const int field = WireFormatLite::GetTagFieldNumber(tag);
@@ -78,11 +79,24 @@ absl::StatusOr<RegisterPreview> PreviewRegister(absl::string_view bytes) {
     }
     if (!WireFormatLite::SkipField(&input, tag)) return Malformed("bad field");
   }
-  if (!input.ConsumedEntireMessage() ||
-      input.CurrentPosition() != static_cast<int>(bytes.size())) {
-    return Malformed("bad field");
-  }
+  if (!input.ConsumedEntireMessage()) return Malformed("bad field");
   return preview;
+}
+
+}  // namespace
+
+absl::StatusOr<RegisterPreview> PreviewRegister(absl::string_view bytes) {
+  CodedInputStream input(reinterpret_cast<const uint8_t*>(bytes.data()),
+                         static_cast<int>(bytes.size()));
+  return Preview(input);
+}
+
+absl::StatusOr<RegisterPreview> PreviewRegister(
+    const grpc::ByteBuffer& message) {
+  grpc::ByteBuffer shared(message);  // Shares the slices, copies no byte.
+  grpc::ProtoBufferReader reader(&shared);
+  CodedInputStream input(&reader);
+  return Preview(input);
 }
 
 }  // namespace ps::server

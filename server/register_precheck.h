@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/model_spec.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "proto/parameter_server.pb.h"
 
 namespace ps::server {
@@ -31,6 +32,9 @@ struct RegisterPreview {
 // of its declaration, skipping every other field unparsed.
 // InvalidArgument if the bytes are no RegisterRequest.
 absl::StatusOr<RegisterPreview> PreviewRegister(absl::string_view bytes);
+// The same, reading the message where it lies.
+absl::StatusOr<RegisterPreview> PreviewRegister(
+    const grpc::ByteBuffer& message);
 
 }  // namespace ps::server
 

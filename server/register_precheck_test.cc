@@ -29,6 +29,21 @@ TEST(RegisterPrecheckTest, ReadsTheHeaderAndCountsTensors) {
   EXPECT_EQ(preview->tensors, 4u);
 }
 
+TEST(RegisterPrecheckTest, ReadsAMessageInSlices) {
+  const std::string bytes =
+      Request(MlpModelSpec({8, 4, 2})).SerializeAsString();
+  grpc::Slice slices[3] = {grpc::Slice(bytes.substr(0, 5)),
+                           grpc::Slice(bytes.substr(5, 40)),
+                           grpc::Slice(bytes.substr(45))};
+  absl::StatusOr<RegisterPreview> preview =
+      PreviewRegister(grpc::ByteBuffer(slices, 3));
+  ASSERT_TRUE(preview.ok()) << preview.status();
+  EXPECT_EQ(preview->header.job_id(), "job-1");
+  EXPECT_EQ(preview->tensors, 4u);
+  grpc::Slice cut(bytes.substr(0, bytes.size() - 3));
+  EXPECT_FALSE(PreviewRegister(grpc::ByteBuffer(&cut, 1)).ok());
+}
+
 TEST(RegisterPrecheckTest, RefusesBytesThatAreNoRequest) {
   const std::string bytes =
       Request(MlpModelSpec({8, 4, 2})).SerializeAsString();
