@@ -7,9 +7,11 @@
 // hello.
 
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -97,10 +99,16 @@ class RawLocalConnection {
     }
     return header[4] == static_cast<uint8_t>(FrameType::kWelcome);
   }
-  // Waits until the server closed the connection (reading what it sent).
-  void AwaitClosed() {
+  // Reads what the server sends until it closes the connection (true), or
+  // until nothing came for `timeout` (false).
+  bool AwaitClosed(int timeout_seconds) {
+    timeval limit{timeout_seconds, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
     char buffer[4096];
-    while (recv(fd_, buffer, sizeof(buffer), 0) > 0) {
+    for (;;) {
+      const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
+      return n == 0 || errno == ECONNRESET || errno == EPIPE;
     }
   }
 
