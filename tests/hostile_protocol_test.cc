@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/byte_stream_call.h"
+#include "common/chunk_wire.h"
 #include "common/declaration_proto.h"
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
@@ -314,6 +315,60 @@ TEST_F(HostilePeerTest, AnOversizedDeclarationIsRefusedUnparsed) {
   EXPECT_LT(after, before + 8 * bytes.size());
   EXPECT_THAT(Report(), HasSubstr("no model declared"));
   EXPECT_TRUE(Alive());
+}
+
+// A job id or tensor name holding a newline would forge a line of the
+// server's log; a long one would be written again whole.
+TEST_F(HostilePeerTest, PeerStringsInErrorsAndLogsAreEscapedAndCut) {
+  LaunchServer("async");
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string forged =
+      "\n12:00:00.000 [server 0] info: every worker is done (forged)";
+  {
+    // Rank 0's declaration, before any other.
+    ModelSpec model = model_;
+    model.tensors[0].name = "fc0.weight" + forged;
+    const grpc::Status status = RawRegister(0, 91, model);
+    std::printf(
+        "| log injection | Register naming a tensor with a newline "
+        "| %s: %s |\n",
+        CodeName(status).c_str(), status.error_message().c_str());
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("holds the byte 0xa"));
+    EXPECT_THAT(status.error_message(), Not(HasSubstr("\n")));
+  }
+  DeclareAndRegister();
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string long_text(1 << 20, 'j');
+  for (const std::string& job_id : {"x" + forged, long_text}) {
+    const grpc::ByteBuffer message = [&] {
+      PushFields fields;
+      proto::PushRequest request;
+      *request.mutable_header() = Header(1, kPeerIncarnation);
+      request.mutable_header()->set_job_id(job_id);
+      request.set_num_examples(fields.num_examples);
+      request.set_examples_done(fields.examples_done);
+      return SerializeMessage(request);
+    }();
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kPeerTimeout));
+    ByteStreamCall call(generic_.get(), Method("Push"), &context);
+    call.WriteLast(message);
+    grpc::ByteBuffer response;
+    call.Read(&response);
+    const grpc::Status status = call.Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(status.error_message(), Not(HasSubstr("\n")));
+    EXPECT_LT(status.error_message().size(), 1024u);
+  }
+  // Each refusal was logged (a push's, once it is answered).
+  ASSERT_TRUE(
+      server_->WaitForOutputLine("jjj... (1048576 bytes)", kPeerTimeout).ok());
+  EXPECT_TRUE(Alive());
+  for (const std::string& line : server_->OutputLines()) {
+    EXPECT_THAT(line, Not(::testing::StartsWith("12:00:00.000"))) << line;
+    EXPECT_LT(line.size(), 4096u);
+  }
 }
 
 }  // namespace
