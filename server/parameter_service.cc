@@ -138,43 +138,6 @@ void ParameterService::AnnounceLocalEndpoint(std::string socket_name,
   local_endpoint_.set_secret(std::move(secret));
 }
 
-absl::Status ParameterService::PrecheckRegister(
-    const grpc::ByteBuffer& message) const {
-  const DeclarationLimits& limits = host_->limits();
-  const size_t bound = MaxRegisterBytes(limits);
-  if (message.Length() > bound) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a RegisterRequest of ", message.Length(), " bytes is larger than ",
-        bound, ", what a declaration within this server's limits takes (",
-        limits.max_tensors, " tensors, names of ", limits.max_name_bytes,
-        " bytes)"));
-  }
-  absl::StatusOr<RegisterPreview> preview = PreviewRegister(message);
-  if (!preview.ok()) return preview.status();
-  const DeclaredShard* shard = host_->get();
-  const RequestHeaderFields header = RequestHeaderFromProto(preview->header);
-  if (absl::Status s = ValidateRequestHeader(
-          header, shard != nullptr
-                      ? shard->identity
-                      : ShardIdentity{header.partition_fingerprint,
-                                      options_.server_index,
-                                      options_.num_workers, options_.job_id});
-      !s.ok()) {
-    return s;
-  }
-  if (shard == nullptr && header.worker_rank != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("rank ", header.worker_rank,
-                     " must wait: rank 0 has not declared the model yet"));
-  }
-  if (preview->tensors > static_cast<uint64_t>(limits.max_tensors)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the declaration holds ", preview->tensors,
-                     " tensors; the limit is ", limits.max_tensors));
-  }
-  return absl::OkStatus();
-}
-
 grpc::Status ParameterService::RegisterBytes(ByteStream& stream) {
   grpc::ByteBuffer message;
   if (!stream.Read(&message)) {
@@ -183,7 +146,11 @@ grpc::Status ParameterService::RegisterBytes(ByteStream& stream) {
   }
   // Parsing costs many times the message: refused on what the bytes say
   // first, then parsed one at a time.
-  if (absl::Status s = PrecheckRegister(message); !s.ok()) {
+  if (absl::Status s = PrecheckRegister(
+          message, host_->limits(),
+          {0, options_.server_index, options_.num_workers, options_.job_id},
+          host_->get() != nullptr);
+      !s.ok()) {
     return ToGrpcStatus(Prefixed("register refused", s));
   }
   absl::MutexLock lock(&register_mu_);

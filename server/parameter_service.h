@@ -115,14 +115,9 @@ class ParameterService final
   std::string Report() const;
 
  private:
-  // A Register's bytes: prechecked (PrecheckRegister), then parsed and
-  // served one at a time.
+  // A Register's bytes: prechecked (server/register_precheck.h), then
+  // parsed and served one at a time.
   grpc::Status RegisterBytes(ByteStream& stream);
-  // Refuses a serialized RegisterRequest before it is parsed: one larger
-  // than a declaration within the limits, one whose header does not match
-  // this shard (or, before the declaration, that is not rank 0's), one
-  // declaring more tensors than the limit.
-  absl::Status PrecheckRegister(const grpc::ByteBuffer& message) const;
   grpc::Status Register(const proto::RegisterRequest& request,
                         proto::RegisterResponse* response);
   grpc::Status Heartbeat(const proto::HeartbeatRequest& request,

@@ -3,9 +3,11 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/support/proto_buffer_reader.h"
+#include "server/push_message_proto.h"
 
 namespace ps::server {
 namespace {
@@ -97,6 +99,39 @@ absl::StatusOr<RegisterPreview> PreviewRegister(
   grpc::ProtoBufferReader reader(&shared);
   CodedInputStream input(&reader);
   return Preview(input);
+}
+
+absl::Status PrecheckRegister(const grpc::ByteBuffer& message,
+                              const DeclarationLimits& limits,
+                              const ShardIdentity& shard, bool declared) {
+  const size_t bound = MaxRegisterBytes(limits);
+  if (message.Length() > bound) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a RegisterRequest of ", message.Length(), " bytes is larger than ",
+        bound, ", what a declaration within this server's limits takes (",
+        limits.max_tensors, " tensors, names of ", limits.max_name_bytes,
+        " bytes)"));
+  }
+  absl::StatusOr<RegisterPreview> preview = PreviewRegister(message);
+  if (!preview.ok()) return preview.status();
+  const RequestHeaderFields header = RequestHeaderFromProto(preview->header);
+  ShardIdentity unchecked_fingerprint = shard;
+  unchecked_fingerprint.partition_fingerprint = header.partition_fingerprint;
+  if (absl::Status s = ValidateRequestHeader(header, unchecked_fingerprint);
+      !s.ok()) {
+    return s;
+  }
+  if (!declared && header.worker_rank != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("rank ", header.worker_rank,
+                     " must wait: rank 0 has not declared the model yet"));
+  }
+  if (preview->tensors > static_cast<uint64_t>(limits.max_tensors)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the declaration holds ", preview->tensors,
+                     " tensors; the limit is ", limits.max_tensors));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ps::server

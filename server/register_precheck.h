@@ -9,6 +9,7 @@
 #include "common/model_spec.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/parameter_server.pb.h"
+#include "server/request_header.h"
 
 namespace ps::server {
 
@@ -35,6 +36,16 @@ absl::StatusOr<RegisterPreview> PreviewRegister(absl::string_view bytes);
 // The same, reading the message where it lies.
 absl::StatusOr<RegisterPreview> PreviewRegister(
     const grpc::ByteBuffer& message);
+
+// Refuses a serialized RegisterRequest before it is parsed:
+// InvalidArgument for one larger than MaxRegisterBytes(limits), or that
+// declares more than limits.max_tensors tensors; as ValidateRequestHeader
+// for a header that does not match `shard` (whose fingerprint is not
+// checked here: a declaration that differs is named once parsed);
+// Unavailable for a rank other than 0 while no model is `declared`.
+absl::Status PrecheckRegister(const grpc::ByteBuffer& message,
+                              const DeclarationLimits& limits,
+                              const ShardIdentity& shard, bool declared);
 
 }  // namespace ps::server
 

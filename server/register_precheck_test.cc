@@ -76,5 +76,47 @@ TEST(RegisterPrecheckTest, TheLargestValidRequestFitsTheBound) {
   EXPECT_LE(MaxRegisterBytes(limits), 4 * bytes);
 }
 
+grpc::ByteBuffer Bytes(const proto::RegisterRequest& request) {
+  grpc::Slice slice(request.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+TEST(RegisterPrecheckTest, RefusesWhatTheBytesSayBeforeParsing) {
+  DeclarationLimits limits;
+  limits.max_tensors = 3;
+  const ShardIdentity shard{0, 0, 4, "job-1"};
+  proto::RegisterRequest request = Request(MlpModelSpec({8, 4}));
+  request.mutable_header()->set_protocol_version(kProtocolVersionCurrent);
+  request.mutable_header()->set_worker_rank(0);
+  // Any fingerprint: the declaration it names is compared once parsed.
+  request.mutable_header()->set_partition_fingerprint(12345);
+  EXPECT_TRUE(PrecheckRegister(Bytes(request), limits, shard, false).ok());
+
+  request.mutable_header()->set_worker_rank(1);
+  EXPECT_EQ(PrecheckRegister(Bytes(request), limits, shard, false).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(PrecheckRegister(Bytes(request), limits, shard, true).ok());
+
+  proto::RegisterRequest other_job = request;
+  other_job.mutable_header()->set_job_id("job-2\n");
+  const absl::Status job =
+      PrecheckRegister(Bytes(other_job), limits, shard, true);
+  EXPECT_EQ(job.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job.message().find('\n'), std::string::npos) << job;
+
+  proto::RegisterRequest many = Request(MlpModelSpec({8, 4, 2}));
+  *many.mutable_header() = request.header();
+  const absl::Status count = PrecheckRegister(Bytes(many), limits, shard, true);
+  EXPECT_EQ(count.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(count.message().find("4 tensors"), std::string::npos) << count;
+
+  // Larger than any request declaring 3 tensors (the size is checked first).
+  proto::RegisterRequest large = request;
+  large.mutable_header()->set_job_id(std::string(1 << 20, 'j'));
+  const absl::Status size = PrecheckRegister(Bytes(large), limits, shard, true);
+  EXPECT_EQ(size.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(size.message().find("is larger than"), std::string::npos) << size;
+}
+
 }  // namespace
 }  // namespace ps::server
