@@ -48,6 +48,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/cpu_affinity.h"
+#include "common/process_control.h"
 #include "deploy/local/binary_locator.h"
 #include "deploy/local/cluster_output.h"
 #include "deploy/local/generated_auth.h"
@@ -59,7 +60,6 @@
 #include "deploy/local/run_flags.h"
 #include "deploy/local/run_report.h"
 #include "deploy/local/training_progress.h"
-#include "server/process_control.h"
 
 ABSL_FLAG(int, num_servers, 2, "Parameter-server shards to start.");
 ABSL_FLAG(int, num_workers, 2, "Workers to start.");

@@ -1,0 +1,68 @@
+#ifndef PS_COMMON_PROCESS_CONTROL_H_
+#define PS_COMMON_PROCESS_CONTROL_H_
+
+#include <signal.h>
+
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+
+namespace ps::server {
+
+// Checks that every flag on the command line exists and its value parses,
+// so that such mistakes exit with the binary's bad-flag code like any other
+// bad value (absl::ParseCommandLine would exit 1). Handles --name=value,
+// --name value, --bool and --nobool.
+absl::Status CheckFlagSyntax(int argc, char** argv);
+
+// Writes `port` to `path` via `path.tmp` and rename, so a reader never sees
+// a partial number.
+absl::Status WritePortFile(const std::string& path, int port);
+
+// Why the server should stop and with which exit code, set once (the first
+// request wins) by the signal thread, the end of the job or a failure; main
+// waits on it. Thread-safe.
+class ShutdownRequest {
+ public:
+  struct Reason {
+    std::string text;
+    int exit_code = 0;
+    // Asked for by a signal: a stop from outside, whatever the exit code,
+    // rather than a failure.
+    bool by_signal = false;
+  };
+
+  void Request(const std::string& reason, int exit_code = 0);
+  void RequestBySignal(const std::string& reason, int exit_code);
+  Reason Wait();
+  bool requested();
+
+ private:
+  absl::Mutex mu_;
+  Reason reason_ ABSL_GUARDED_BY(mu_);
+};
+
+// Turns SIGINT/SIGTERM into a ShutdownRequest (RequestBySignal, with
+// `exit_code`) without doing anything in a signal handler: the signals are
+// blocked in every thread (the mask is set before any thread starts and
+// inherited) and this thread takes them with sigtimedwait. Stops when the
+// request is made, by a signal or otherwise. The request must outlive the
+// watcher.
+class SignalWatcher {
+ public:
+  // Must run before any other thread is created.
+  static void BlockShutdownSignals(sigset_t* set);
+
+  SignalWatcher(const sigset_t& set, int exit_code, ShutdownRequest* request);
+  ~SignalWatcher();
+
+ private:
+  std::thread thread_;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_COMMON_PROCESS_CONTROL_H_
