@@ -1,10 +1,7 @@
 #ifndef PS_SERVER_PROCESS_CONTROL_H_
 #define PS_SERVER_PROCESS_CONTROL_H_
 
-#include <signal.h>
-
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -43,24 +40,6 @@ class ShutdownRequest {
  private:
   absl::Mutex mu_;
   Reason reason_ ABSL_GUARDED_BY(mu_);
-};
-
-// Turns SIGINT/SIGTERM into a ShutdownRequest (RequestBySignal, with
-// `exit_code`) without doing anything in a signal handler: the signals are
-// blocked in every thread (the mask is set before any thread starts and
-// inherited) and this thread takes them with sigtimedwait. Stops when the
-// request is made, by a signal or otherwise. The request must outlive the
-// watcher.
-class SignalWatcher {
- public:
-  // Must run before any other thread is created.
-  static void BlockShutdownSignals(sigset_t* set);
-
-  SignalWatcher(const sigset_t& set, int exit_code, ShutdownRequest* request);
-  ~SignalWatcher();
-
- private:
-  std::thread thread_;
 };
 
 }  // namespace ps::server

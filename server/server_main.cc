@@ -27,11 +27,13 @@
 #include "common/chunk_wire.h"
 #include "common/cluster_address.h"
 #include "common/cpu_affinity.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/metrics_http.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
+#include "common/stop_signals.h"
 #include "server/auth.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
@@ -204,8 +206,6 @@ ABSL_FLAG(bool, extend, false,
 namespace ps::server {
 namespace {
 
-constexpr int kExitBadFlags = 2;
-constexpr int kExitFailed = 1;
 constexpr int kMaxServers = 4096;
 constexpr int kMaxWorkers = 65536;
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
@@ -660,8 +660,8 @@ absl::StatusOr<std::unique_ptr<DeclaredShard>> BuildShard(
   return shard;
 }
 
-// `signals` are blocked in every thread (main does it first).
-int Run(const ServerConfig& config, const sigset_t& signals) {
+// `signals` were installed first thing in main.
+int Run(const ServerConfig& config, StopSignals* signals) {
   // What a flood of refused calls made malloc keep goes back to the kernel.
   FreedMemoryTrimmer trimmer(absl::Seconds(2), size_t{16} << 20);
   ShutdownRequest shutdown;
@@ -714,7 +714,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
       // with FailedPrecondition: configuration, which no retry fixes.
       return s.code() == absl::StatusCode::kInvalidArgument ||
                      s.code() == absl::StatusCode::kFailedPrecondition
-                 ? kExitBadFlags
+                 ? kExitBadConfig
                  : kExitFailed;
     }
   }
@@ -751,7 +751,11 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
     }
   }
 
-  SignalWatcher watcher(signals, config.signal_exit_code, &shutdown);
+  // A signal asks for the shutdown; the first request wins.
+  signals->Watch([&shutdown, exit_code = config.signal_exit_code](int sig) {
+    shutdown.RequestBySignal(
+        absl::StrCat("signal ", sig, " (", strsignal(sig), ")"), exit_code);
+  });
 
   GrpcServerOptions server_options;
   server_options.max_message_bytes = config.max_message_bytes;
@@ -767,7 +771,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     shutdown.Request("startup failed");
-    return 1;
+    return kExitFailed;
   }
   const int port = (*server)->port();
   spdlog::info(
@@ -812,7 +816,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
       spdlog::error("{}", s.ToString());
       shutdown.Request("port file failed");
       (*server)->Shutdown();
-      return 1;
+      return kExitFailed;
     }
   }
 
@@ -852,11 +856,15 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
 }  // namespace ps::server
 
 int main(int argc, char** argv) {
-  // First, before any thread exists, so every thread inherits the mask: a
-  // blocked signal is queued even for PID 1, which the kernel otherwise
-  // spares from signals it has no handler for.
-  sigset_t signals;
-  ps::server::SignalWatcher::BlockShutdownSignals(&signals);
+  // First, before any thread exists, so every thread inherits the mask
+  // (common/stop_signals.h).
+  absl::StatusOr<std::unique_ptr<ps::StopSignals>> signals =
+      ps::StopSignals::Install({SIGINT, SIGTERM});
+  if (!signals.ok()) {
+    std::fprintf(stderr, "server: %s\n",
+                 std::string(signals.status().message()).c_str());
+    return ps::kExitFailed;
+  }
   // Before any thread allocates, so that the trimmer in Run can give back
   // what a flood of calls left behind.
   ps::UseOneMallocArena();
@@ -878,28 +886,28 @@ int main(int argc, char** argv) {
       "(never retry).");
   if (absl::Status s = ps::server::CheckFlagSyntax(argc, argv); !s.ok()) {
     std::fprintf(stderr, "server: %s\n", std::string(s.message()).c_str());
-    return ps::server::kExitBadFlags;
+    return ps::kExitBadConfig;
   }
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     std::fprintf(stderr, "server: unexpected argument \"%s\" (see --help)\n",
                  rest[1]);
-    return ps::server::kExitBadFlags;
+    return ps::kExitBadConfig;
   }
   absl::StatusOr<ps::server::ServerConfig> config =
       ps::server::ConfigFromFlags();
   if (!config.ok()) {
     std::fprintf(stderr, "server: %s\n",
                  std::string(config.status().message()).c_str());
-    return ps::server::kExitBadFlags;
+    return ps::kExitBadConfig;
   }
   if (!config->cpus.empty()) {
     if (absl::Status s = ps::RestrictProcessToCpus(config->cpus); !s.ok()) {
       std::fprintf(stderr, "server: --cpus: %s\n",
                    std::string(s.message()).c_str());
-      return ps::server::kExitBadFlags;
+      return ps::kExitBadConfig;
     }
   }
   ps::InitLogging("server", config->server_index);
-  return ps::server::Run(*config, signals);
+  return ps::server::Run(*config, signals->get());
 }

@@ -2,11 +2,9 @@
 //
 // Exit codes (also in --help): see kUsage below.
 
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -30,10 +28,12 @@
 #include "common/cluster_address.h"
 #include "common/consistency_mode.h"
 #include "common/cpu_affinity.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/metrics_http.h"
 #include "common/model_spec.h"
+#include "common/stop_signals.h"
 #include "kernels/device.h"
 #include "server/lr_schedule.h"
 #include "server/optimizer.h"
@@ -153,13 +153,6 @@ ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
 namespace ps::worker {
 namespace {
 
-// Exit codes, for a supervisor (a Kubernetes Job's podFailurePolicy) to
-// tell what is worth retrying.
-constexpr int kExitFailed = 1;        // Anything else: retry a few times.
-constexpr int kExitBadConfig = 2;     // Flags, data, model: never retry.
-constexpr int kExitServersLost = 3;   // Unreachable past --retry_timeout.
-constexpr int kExitTerminated = 143;  // SIGTERM/SIGINT: 128 + SIGTERM.
-
 constexpr char kUsage[] =
     "Trains its shard of Fashion-MNIST against the parameter servers.\n"
     "Exit codes: 0 trained to the end; 1 training failed (the log says why; "
@@ -169,61 +162,6 @@ constexpr char kUsage[] =
     "--retry_timeout (retry once they are back); 143 stopped by SIGTERM or "
     "SIGINT (the current step is abandoned; the servers let a restarted "
     "worker of the same rank resume).";
-
-// SIGTERM and SIGINT, through a self-pipe: the handler only writes the
-// signal's number, and Wait reads it on a normal thread.
-class StopSignals {
- public:
-  static absl::Status Install() {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-      return absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno)));
-    }
-    read_fd_ = fds[0];
-    write_fd_.store(fds[1]);
-    struct sigaction action = {};
-    action.sa_handler = &StopSignals::OnSignal;
-    // Calls in flight on other threads go on rather than fail with EINTR.
-    action.sa_flags = SA_RESTART;
-    sigemptyset(&action.sa_mask);
-    for (int sig : {SIGTERM, SIGINT}) {
-      if (sigaction(sig, &action, nullptr) != 0) {
-        return absl::InternalError(
-            absl::StrCat("sigaction: ", std::strerror(errno)));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // Blocks until a signal (returns its number) or Finish (returns 0).
-  static int Wait() {
-    unsigned char sig = 0;
-    while (true) {
-      const ssize_t n = read(read_fd_, &sig, 1);
-      if (n == 1) return sig;
-      if (n < 0 && errno == EINTR) continue;
-      return 0;  // Cannot happen while the write end is open.
-    }
-  }
-
-  static void Finish() { Send(0); }
-
- private:
-  static void OnSignal(int sig) { Send(sig); }
-
-  // Async-signal-safe.
-  static void Send(int sig) {
-    const int saved_errno = errno;
-    const unsigned char byte = static_cast<unsigned char>(sig);
-    (void)!write(write_fd_.load(), &byte, 1);
-    errno = saved_errno;
-  }
-
-  // The process's one piece of mutable global state: set once by Install,
-  // before the handler can run, then only read (also by the handler).
-  static inline int read_fd_ = -1;
-  static inline std::atomic<int> write_fd_{-1};
-};
 
 // Errors of calls to the servers: unreachable ones get their own code.
 int ServerCallExitCode(const absl::Status& status) {
@@ -612,12 +550,14 @@ int Run() {
 }  // namespace ps::worker
 
 int main(int argc, char** argv) {
-  // Before anything else: a handler, not a blocked mask, because OpenBLAS
-  // starts its threads before main with the signals unblocked, and such a
-  // thread would take a SIGTERM and (as PID 1, with no handler) drop it.
-  if (absl::Status s = ps::worker::StopSignals::Install(); !s.ok()) {
-    std::fprintf(stderr, "worker: %s\n", std::string(s.message()).c_str());
-    return ps::worker::kExitFailed;
+  // Before anything else, so that every thread inherits the mask
+  // (common/stop_signals.h).
+  absl::StatusOr<std::unique_ptr<ps::StopSignals>> signals =
+      ps::StopSignals::Install({SIGTERM, SIGINT});
+  if (!signals.ok()) {
+    std::fprintf(stderr, "worker: %s\n",
+                 std::string(signals.status().message()).c_str());
+    return ps::kExitFailed;
   }
   ps::KeepFreedMemory();
   // Debian's Abseil checks every lock order at run time; a release binary
@@ -626,23 +566,18 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(ps::worker::kUsage);
   absl::ParseCommandLine(argc, argv);
 
-  // Training runs on this thread; a signal ends the process from `stopper`,
-  // abandoning the step in flight: the shards treat that like a worker that
-  // died, and a replacement of the same rank resumes where it stood.
-  std::thread stopper([] {
-    const int sig = ps::worker::StopSignals::Wait();
-    if (sig == 0) return;  // Run returned.
+  // Training runs on this thread; a signal ends the process from the
+  // signals' thread, abandoning the step in flight: the shards treat that
+  // like a worker that died, and a replacement of the same rank resumes
+  // where it stood.
+  (*signals)->Watch([](int sig) {
     spdlog::warn(
         "stopping on signal {} ({}): the current step is abandoned "
         "(exit code {})",
-        sig, strsignal(sig), ps::worker::kExitTerminated);
+        sig, strsignal(sig), ps::kExitTerminated);
     spdlog::default_logger()->flush();
     std::fflush(nullptr);
-    std::_Exit(ps::worker::kExitTerminated);
+    std::_Exit(ps::kExitTerminated);
   });
-  const int code = ps::worker::Run();
-  // Ends `stopper`, unless a signal came first: then it exits the process.
-  ps::worker::StopSignals::Finish();
-  stopper.join();
-  return code;
+  return ps::worker::Run();
 }

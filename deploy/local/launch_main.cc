@@ -17,11 +17,9 @@
 
 #include <signal.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +29,6 @@
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -48,6 +45,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/cpu_affinity.h"
+#include "common/exit_codes.h"
+#include "common/stop_signals.h"
 #include "deploy/local/binary_locator.h"
 #include "deploy/local/cluster_output.h"
 #include "deploy/local/generated_auth.h"
@@ -340,39 +339,9 @@ absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0,
   return config;
 }
 
-// Turns SIGINT/SIGTERM/SIGHUP into RequestStop calls on a plain thread, so
-// nothing runs inside a signal handler. The signals must be blocked in every
-// thread (main blocks them before any thread starts).
-class SignalForwarder {
- public:
-  SignalForwarder(const sigset_t& signals, LocalCluster* cluster,
-                  ClusterOutput* out)
-      : thread_([this, signals, cluster, out] {
-          const timespec poll = {0, 100 * 1000 * 1000};
-          while (!done_.load()) {
-            const int signal = sigtimedwait(&signals, nullptr, &poll);
-            if (signal <= 0) continue;
-            out->LauncherLine(
-                LaunchLevel::kNotice,
-                absl::StrCat("got signal ", signal,
-                             ": stopping the cluster (repeat to kill at "
-                             "once)"));
-            cluster->RequestStop(signal);
-          }
-        }) {}
-  ~SignalForwarder() {
-    done_.store(true);
-    thread_.join();
-  }
-
- private:
-  std::atomic<bool> done_{false};
-  std::thread thread_;
-};
-
 int BadFlags(absl::string_view message) {
   std::fprintf(stderr, "launch: %s\n", std::string(message).c_str());
-  return 2;
+  return kExitBadConfig;
 }
 
 int Main(int argc, char** argv) {
@@ -537,7 +506,7 @@ int Main(int argc, char** argv) {
     if (!files.ok()) {
       std::fprintf(stderr, "launch: %s\n",
                    std::string(files.status().message()).c_str());
-      return 1;
+      return kExitFailed;
     }
     for (const FlagChange& change : changes) {
       segment.flags.emplace_back(change.name, change.to);
@@ -564,15 +533,19 @@ int Main(int argc, char** argv) {
   record.outcome.clear();
   if (absl::Status s = run->Write(record); !s.ok()) {
     std::fprintf(stderr, "launch: %s\n", std::string(s.message()).c_str());
-    return 1;
+    return kExitFailed;
   }
 
   // Before any thread exists, so that every thread inherits the mask and
-  // only the forwarder receives these signals. Children get a clean mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_signals, s);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // only the signals' thread receives these signals. Children get a clean
+  // mask.
+  absl::StatusOr<std::unique_ptr<StopSignals>> stop_signals =
+      StopSignals::Install({SIGINT, SIGTERM, SIGHUP});
+  if (!stop_signals.ok()) {
+    std::fprintf(stderr, "launch: %s\n",
+                 std::string(stop_signals.status().message()).c_str());
+    return kExitFailed;
+  }
   // A closed stdout (launch | head) must not kill us before the children.
   signal(SIGPIPE, SIG_IGN);
 
@@ -592,7 +565,7 @@ int Main(int argc, char** argv) {
   if (!logs.ok()) {
     std::fprintf(stderr, "launch: %s\n",
                  std::string(logs.status().message()).c_str());
-    return 1;
+    return kExitFailed;
   }
   ClusterOutput* out = logs->get();
   const std::string shown_dir = ShownPath(run_path, cwd);
@@ -642,7 +615,7 @@ int Main(int argc, char** argv) {
     if (!made.ok()) {
       std::fprintf(stderr, "launch: %s\n",
                    std::string(made.status().message()).c_str());
-      return 1;
+      return kExitFailed;
     }
     auth = *std::move(made);
     config->auth = auth->files();
@@ -655,10 +628,16 @@ int Main(int argc, char** argv) {
   }
   LocalCluster cluster(MakeClusterSpec(*config), out);
   ClusterResult result;
-  {
-    SignalForwarder forwarder(stop_signals, &cluster, out);
-    result = cluster.Run();
-  }
+  // Each signal becomes a RequestStop call, on a plain thread.
+  (*stop_signals)->Watch([&cluster, out](int signal) {
+    out->LauncherLine(LaunchLevel::kNotice,
+                      absl::StrCat("got signal ", signal,
+                                   ": stopping the cluster (repeat to kill at "
+                                   "once)"));
+    cluster.RequestStop(signal);
+  });
+  result = cluster.Run();
+  stop_signals->reset();
   progress_line.Finish();
 
   for (const std::string& line :
