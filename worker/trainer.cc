@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/model_file.h"
+#include "common/progress_line.h"
 
 namespace ps::worker {
 namespace {
@@ -205,9 +206,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
                  position / steps_per_epoch + 1, position % steps_per_epoch + 1,
                  clock);
   }
-  spdlog::info("training {} steps: {} epochs of {} steps, batch {} per worker",
-               planned_steps_, options_.epochs, steps_per_epoch,
-               options_.batch_size);
+  spdlog::info(
+      "{}", FormatProgressLine(PlanProgress{
+                static_cast<int64_t>(planned_steps_), options_.epochs,
+                static_cast<int64_t>(steps_per_epoch), options_.batch_size}));
 
   // A step refused as stale (the job completed it without us) is retried
   // with the same batch; this many in a row means something else is wrong.
@@ -266,10 +268,12 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
       const absl::Duration eta =
           elapsed * (static_cast<double>(planned_steps_ - position) /
                      (position - first_position));
-      spdlog::info("epoch {}/{} step {}/{} loss {:.4f} samples/s {:.0f} eta {}",
-                   epoch + 1, options_.epochs, step + 1, steps_per_epoch,
-                   interval_loss / interval_steps, samples_per_second,
-                   FormatEta(eta));
+      spdlog::info("{}", FormatProgressLine(StepProgress{
+                             static_cast<int>(epoch + 1), options_.epochs,
+                             static_cast<int64_t>(step + 1),
+                             static_cast<int64_t>(steps_per_epoch),
+                             interval_loss / interval_steps, samples_per_second,
+                             FormatEta(eta)}));
       interval_loss = 0;
       interval_steps = 0;
       interval_start = absl::Now();
@@ -284,9 +288,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
       if (!status.ok()) return status;
       absl::StatusOr<double> accuracy = TestAccuracy();
       if (!accuracy.ok()) return accuracy.status();
-      spdlog::info("epoch {}/{} step {} test accuracy {:.4f} after {:.1f}s",
-                   epoch + 1, options_.epochs, step + 1, *accuracy,
-                   absl::ToDoubleSeconds(absl::Now() - start));
+      spdlog::info("{}", FormatProgressLine(EvalProgress{
+                             static_cast<int>(epoch + 1), options_.epochs,
+                             static_cast<int64_t>(step + 1), *accuracy,
+                             absl::ToDoubleSeconds(absl::Now() - start)}));
     }
   }
   summary.steps = position - first_position;

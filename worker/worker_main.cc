@@ -33,6 +33,7 @@
 #include "common/malloc_tuning.h"
 #include "common/metrics_http.h"
 #include "common/model_spec.h"
+#include "common/progress_line.h"
 #include "common/stop_signals.h"
 #include "kernels/device.h"
 #include "server/lr_schedule.h"
@@ -541,7 +542,8 @@ int Run() {
   }
   if (*rank == 0) {
     // The launcher reads this line.
-    spdlog::info("final test accuracy: {:.4f}", summary->test_accuracy);
+    spdlog::info("{}",
+                 FormatProgressLine(FinalAccuracy{summary->test_accuracy}));
   }
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/exit_codes.h"
+#include "common/progress_line.h"
 #include "deploy/local/summary.h"
 
 namespace ps {
@@ -118,7 +119,7 @@ void LocalCluster::OnExit(int child, int generation, const std::string& name,
 void LocalCluster::OnLine(const ProcessId& who, absl::string_view line) {
   out_->ProcessLine(who, line);
   if (who.is_server || who.index != 0) return;
-  if (std::optional<double> accuracy = ParseFinalTestAccuracy(line)) {
+  if (std::optional<double> accuracy = FindFinalTestAccuracy(line)) {
     absl::MutexLock lock(&mu_);
     final_test_accuracy_ = accuracy;
   }
