@@ -84,7 +84,8 @@ absl::Status Trainer::SetModelWeights() {
 absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
                                                   uint64_t epoch,
                                                   uint64_t step_in_epoch,
-                                                  uint64_t clock, bool sync) {
+                                                  uint64_t clock,
+                                                  ConsistencyMode mode) {
   StepResult result;
   absl::Time mark = absl::Now();
   // Adds the time since `mark` to `phase`.
@@ -102,7 +103,7 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
   absl::Status status = LoadWeights(clock, &version);
   if (!status.ok()) return status;
   lap(result.timing.communication);
-  result.clock = sync ? std::max(clock, version) : clock;
+  result.clock = NextPushClock(mode, clock, version);
 
   absl::StatusOr<absl::Span<const uint32_t>> indices =
       plan.BatchIndices(step_in_epoch, options_.rank);
@@ -192,7 +193,6 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
   }
   model_->SetTraining(true);
   const uint64_t steps_per_epoch = sharder_.steps_per_epoch();
-  const bool sync = resume.mode == ConsistencyMode::kSync;
   absl::StatusOr<uint64_t> resume_step =
       sharder_.ResumeStep(options_.rank, resume.cursor.examples_done);
   if (!resume_step.ok()) return resume_step.status();
@@ -228,7 +228,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
     if (!plan.has_value() || plan->epoch() != epoch) {
       plan.emplace(sharder_.PlanEpoch(epoch));
     }
-    absl::StatusOr<StepResult> result = Step(*plan, epoch, step, clock, sync);
+    absl::StatusOr<StepResult> result =
+        Step(*plan, epoch, step, clock, resume.mode);
     if (result.ok() && result->stale) {
       if (++stale_retries > kMaxStaleRetries) {
         return absl::AbortedError(absl::StrFormat(
