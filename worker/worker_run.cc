@@ -284,6 +284,7 @@ int WorkerRun::Run() {
   }
 
   if (client != nullptr) {
+    // The Done RPC: the servers stop waiting for this rank.
     absl::Status done = client->Finish();
     if (!done.ok()) return fail(done, ServerCallExitCode(done));
   }

@@ -365,7 +365,7 @@ int Main(int argc, char** argv) {
   });
   result = cluster.Run();
   stop_signals->reset();
-  progress_line.Finish();
+  progress_line.Close();
 
   for (const std::string& line :
        FinishRun(result, *config, progress.History(),
