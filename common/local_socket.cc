@@ -28,8 +28,9 @@ constexpr size_t kDirectReadBytes = kReadBufferBytes / 2;
 constexpr FrameType kLastFrameType = FrameType::kStatus;
 constexpr int kListenBacklog = 128;
 // Socket buffers (the kernel caps them at net.core.wmem_max / rmem_max):
-// with the default ~200 KiB, a 1 MiB message costs a wake-up of each side
-// per fifth of it; with 4 MiB, about one.
+// larger than the default, so that a large message costs each side about
+// one wake-up rather than several (bench/README.md, "Small rounds, and the
+// same-host transport").
 constexpr int kSocketBufferBytes = 4 << 20;
 
 void EncodeHeader(uint32_t length, FrameType type, uint8_t* out) {

@@ -14,7 +14,8 @@ namespace ps::server {
 
 // A small fixed pool of helper threads that run the pieces of a loop
 // alongside the thread that asked, so that one large slice's update uses
-// every core instead of one (a 64 MiB SGD update: ~25 ms on one thread).
+// every core instead of one: a large slice's update on one thread held up
+// its step (bench/README.md, "Server memory and the update").
 //
 // The caller of Run always works on its own loop and only waits for pieces
 // a helper already started, so Run may be called from several threads at
