@@ -300,8 +300,9 @@ int Main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   std::string output = settings.Text("output");
-  if (output == "auto")
+  if (output == "auto") {
     output = config->program.empty() ? "progress" : "stream";
+  }
   LineWriter writer(LineWriter::FileSink(stdout));
   StreamedOutput streamed(&writer);
   TrainingProgress progress;
@@ -354,7 +355,6 @@ int Main(int argc, char** argv) {
                      auth->dir()));
   }
   LocalCluster cluster(MakeClusterSpec(*config), out);
-  ClusterResult result;
   // Each signal becomes a RequestStop call, on a plain thread.
   (*stop_signals)->Watch([&cluster, out](int signal) {
     out->LauncherLine(LaunchLevel::kNotice,
@@ -363,7 +363,7 @@ int Main(int argc, char** argv) {
                                    "once)"));
     cluster.RequestStop(signal);
   });
-  result = cluster.Run();
+  const ClusterResult result = cluster.Run();
   stop_signals->reset();
   progress_line.Close();
 
