@@ -96,30 +96,46 @@ absl::StatusOr<std::unique_ptr<LocalExchange>> LocalFromConfig(
 WorkerRun::WorkerRun(WorkerConfig config, int rank)
     : config_(std::move(config)), rank_(rank) {}
 
+WorkerRun::~WorkerRun() = default;
+
 int WorkerRun::Run() {
-  const WorkerConfig& config = config_;
-  if (rank_ == 0 && config.rank0_elsewhere) {
-    if (config.rank != -1) {
+  if (rank_ == 0 && config_.rank0_elsewhere) {
+    if (config_.rank != -1) {
       spdlog::error("bad flags: --rank0_elsewhere needs --rank=-1");
       return kExitBadConfig;
     }
     spdlog::info(
         "rank 0 runs in its own Job (--rank0_elsewhere): nothing to "
         "do here");
-    return 0;
+    return kExitOk;
   }
-  const int num_workers = config.num_workers;
+  for (std::optional<int> (WorkerRun::*step)() :
+       {&WorkerRun::CheckSettings, &WorkerRun::StartMetrics,
+        &WorkerRun::LoadDataAndModel, &WorkerRun::Connect,
+        &WorkerRun::Register}) {
+    if (std::optional<int> code = (this->*step)(); code.has_value()) {
+      return *code;
+    }
+  }
+  return Train();
+}
+
+int WorkerRun::Fail(const absl::Status& status, int code) {
+  spdlog::error("{} (exit code {})", status.ToString(), code);
+  return code;
+}
+
+std::optional<int> WorkerRun::CheckSettings() {
   absl::StatusOr<nn::ModelDescription> description =
-      nn::ModelDescription::FromFlag(config.model);
-  const bool local = config.local;
+      nn::ModelDescription::FromFlag(config_.model);
   absl::StatusOr<std::vector<std::string>> servers =
-      local ? std::vector<std::string>() : ResolveServers(config);
-  if (local && (rank_ != 0 || num_workers != 1)) {
+      config_.local ? std::vector<std::string>() : ResolveServers(config_);
+  if (config_.local && (rank_ != 0 || config_.num_workers != 1)) {
     servers = absl::InvalidArgumentError(
         "--local trains alone: --rank=0 and --num_workers=1");
   }
-  absl::Status flags = CheckWorkerConfig(config, rank_);
-  absl::StatusOr<std::vector<int>> cpus = CpusFromFlag("cpus", config.cpus);
+  absl::Status flags = CheckWorkerConfig(config_, rank_);
+  absl::StatusOr<std::vector<int>> cpus = CpusFromFlag("cpus", config_.cpus);
   for (const absl::Status& s :
        {description.status(), servers.status(), flags, cpus.status()}) {
     if (!s.ok()) {
@@ -127,6 +143,8 @@ int WorkerRun::Run() {
       return kExitBadConfig;
     }
   }
+  description_ = *std::move(description);
+  servers_ = *std::move(servers);
   if (!cpus->empty()) {
     if (absl::Status s = RestrictProcessToCpus(*cpus); !s.ok()) {
       spdlog::error("bad flags: --cpus: {}", s.message());
@@ -134,159 +152,170 @@ int WorkerRun::Run() {
     }
     spdlog::info("running on CPUs {}", FormatCpuList(*cpus));
   }
-  std::unique_ptr<MetricsEndpoint> endpoint;
-  std::unique_ptr<WorkerMetrics> metrics;
-  if (const int port = config.metrics_port; port > 0) {
-    absl::StatusOr<std::unique_ptr<MetricsEndpoint>> started =
-        MetricsEndpoint::Start(config.metrics_host, port);
-    if (!started.ok()) {
-      spdlog::error("--metrics_port: {}", started.status().message());
-      return kExitFailed;
-    }
-    endpoint = *std::move(started);
-    metrics = std::make_unique<WorkerMetrics>(endpoint->registry(), rank_);
-    spdlog::info("serving metrics on {}", endpoint->url());
-  }
+  return std::nullopt;
+}
 
-  const ModelSpec model_spec = description->Spec(config.seed);
+std::optional<int> WorkerRun::StartMetrics() {
+  const int port = config_.metrics_port;
+  if (port <= 0) return std::nullopt;
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> started =
+      MetricsEndpoint::Start(config_.metrics_host, port);
+  if (!started.ok()) {
+    spdlog::error("--metrics_port: {}", started.status().message());
+    return kExitFailed;
+  }
+  endpoint_ = *std::move(started);
+  metrics_ = std::make_unique<WorkerMetrics>(endpoint_->registry(), rank_);
+  spdlog::info("serving metrics on {}", endpoint_->url());
+  return std::nullopt;
+}
+
+std::optional<int> WorkerRun::LoadDataAndModel() {
+  model_spec_ = description_->Spec(config_.seed);
   // Declare would refuse it too, but only after the data is loaded.
-  if (absl::Status s = ValidateModelSpec(model_spec, DeclarationLimits());
+  if (absl::Status s = ValidateModelSpec(model_spec_, DeclarationLimits());
       !s.ok()) {
     spdlog::error("bad flags: --model: {}", s.message());
     return kExitBadConfig;
   }
-
-  auto fail = [](const absl::Status& status, int code) {
-    spdlog::error("{} (exit code {})", status.ToString(), code);
-    return code;
-  };
-  const std::string save_model = config.save_model;
-  if (rank_ == 0 && !save_model.empty()) {
-    if (absl::Status s = CheckWritable(save_model); !s.ok()) {
-      return fail(s, kExitBadConfig);
+  if (rank_ == 0 && !config_.save_model.empty()) {
+    if (absl::Status s = CheckWritable(config_.save_model); !s.ok()) {
+      return Fail(s, kExitBadConfig);
     }
   }
   // Missing or malformed data is a property of the image or --data_dir:
   // another try on the same configuration would fail the same way.
-  const std::string data_dir = config.data_dir;
   absl::StatusOr<LabeledImages> train =
-      LoadFashionMnist(data_dir, Split::kTrain);
-  if (!train.ok()) return fail(train.status(), kExitBadConfig);
-  absl::StatusOr<LabeledImages> test;
+      LoadFashionMnist(config_.data_dir, Split::kTrain);
+  if (!train.ok()) return Fail(train.status(), kExitBadConfig);
+  train_ = *std::move(train);
   if (rank_ == 0) {
-    test = LoadFashionMnist(data_dir, Split::kTest);
-    if (!test.ok()) return fail(test.status(), kExitBadConfig);
+    absl::StatusOr<LabeledImages> test =
+        LoadFashionMnist(config_.data_dir, Split::kTest);
+    if (!test.ok()) return Fail(test.status(), kExitBadConfig);
+    test_ = *std::move(test);
   }
-  if (train->example_size() != description->example_size()) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-                    "--model input size ", description->example_size(),
-                    " does not match the data's ", train->example_size(),
+  if (train_->example_size() != description_->example_size()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+                    "--model input size ", description_->example_size(),
+                    " does not match the data's ", train_->example_size(),
                     " pixels per image")),
                 kExitBadConfig);
   }
-
   absl::StatusOr<std::unique_ptr<kernels::Backend>> backend =
-      kernels::CreateBackend(config.device);
+      kernels::CreateBackend(config_.device);
   if (!backend.ok()) {
     // An explicit --device the node cannot provide, or a bad value.
-    return fail(backend.status(), kExitBadConfig);
+    return Fail(backend.status(), kExitBadConfig);
   }
-  const int batch_size = config.batch_size;
+  backend_ = *std::move(backend);
   nn::ModelOptions model_options;
-  model_options.max_batch = batch_size;
-  model_options.seed = config.seed;
+  model_options.max_batch = config_.batch_size;
+  model_options.seed = config_.seed;
   absl::StatusOr<std::unique_ptr<nn::Model>> model =
-      nn::CreateModel(*description, model_options, backend->get());
-  if (!model.ok()) return fail(model.status(), kExitFailed);
+      nn::CreateModel(*description_, model_options, backend_.get());
+  if (!model.ok()) return Fail(model.status(), kExitFailed);
+  model_ = *std::move(model);
+  return std::nullopt;
+}
 
-  std::unique_ptr<ParameterClient> client;
-  std::unique_ptr<LocalExchange> local_weights;
-  std::unique_ptr<WeightExchange> server_weights;
-  if (local) {
+std::optional<int> WorkerRun::Connect() {
+  if (config_.local) {
     absl::StatusOr<std::unique_ptr<LocalExchange>> made =
-        LocalFromConfig(config, model_spec);
-    if (!made.ok()) return fail(made.status(), kExitBadConfig);
-    local_weights = *std::move(made);
-  } else {
-    ClientOptions client_options;
-    client_options.servers = *servers;
-    client_options.rank = rank_;
-    client_options.job_id = config.job_id;
-    client_options.heartbeat_period = config.heartbeat_period;
-    client_options.local_transport = config.local_transport;
-    client_options.tls_ca_file = config.tls_ca;
-    client_options.tls_cert_file = config.tls_cert;
-    client_options.tls_key_file = config.tls_key;
-    client_options.tls_server_name = config.tls_server_name;
-    client_options.token_file = config.token_file;
-    client_options.chunk_elements =
-        uint64_t{1024} * config.chunk_kb / sizeof(float);
-    client_options.retry_timeout = config.retry_timeout;
-    // Servers may come up after the workers (pods start in any order).
-    client_options.connect_timeout = client_options.retry_timeout;
-    absl::StatusOr<std::unique_ptr<ParameterClient>> connected =
-        ParameterClient::Connect(client_options);
-    if (!connected.ok()) {
-      return fail(connected.status(), ServerCallExitCode(connected.status()));
-    }
-    client = *std::move(connected);
-    server_weights = ServerExchange(client.get());
+        LocalFromConfig(config_, model_spec_);
+    if (!made.ok()) return Fail(made.status(), kExitBadConfig);
+    local_weights_ = *std::move(made);
+    return std::nullopt;
   }
+  ClientOptions client_options;
+  client_options.servers = servers_;
+  client_options.rank = rank_;
+  client_options.job_id = config_.job_id;
+  client_options.heartbeat_period = config_.heartbeat_period;
+  client_options.local_transport = config_.local_transport;
+  client_options.tls_ca_file = config_.tls_ca;
+  client_options.tls_cert_file = config_.tls_cert;
+  client_options.tls_key_file = config_.tls_key;
+  client_options.tls_server_name = config_.tls_server_name;
+  client_options.token_file = config_.token_file;
+  client_options.chunk_elements =
+      uint64_t{1024} * config_.chunk_kb / sizeof(float);
+  client_options.retry_timeout = config_.retry_timeout;
+  // Servers may come up after the workers (pods start in any order).
+  client_options.connect_timeout = client_options.retry_timeout;
+  absl::StatusOr<std::unique_ptr<ParameterClient>> connected =
+      ParameterClient::Connect(client_options);
+  if (!connected.ok()) {
+    return Fail(connected.status(), ServerCallExitCode(connected.status()));
+  }
+  client_ = *std::move(connected);
+  server_weights_ = ServerExchange(client_.get());
+  return std::nullopt;
+}
+
+std::optional<int> WorkerRun::Register() {
   TrainerOptions options;
   options.rank = rank_;
-  options.num_workers = num_workers;
-  options.batch_size = batch_size;
-  options.epochs = config.epochs;
-  options.seed = config.seed;
-  options.max_steps = config.max_steps;
-  options.log_every = config.log_every;
+  options.num_workers = config_.num_workers;
+  options.batch_size = config_.batch_size;
+  options.epochs = config_.epochs;
+  options.seed = config_.seed;
+  options.max_steps = config_.max_steps;
+  options.log_every = config_.log_every;
   options.evaluate = rank_ == 0;
-  options.eval_every = config.eval_every;
-  options.save_model_path = rank_ == 0 ? save_model : "";
-  options.slowdown = absl::Milliseconds(config.slowdown_ms);
-  options.metrics = metrics.get();
+  options.eval_every = config_.eval_every;
+  options.save_model_path = rank_ == 0 ? config_.save_model : "";
+  options.slowdown = absl::Milliseconds(config_.slowdown_ms);
+  options.metrics = metrics_.get();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
-      options, local ? local_weights.get() : server_weights.get(), model->get(),
-      &*train, rank_ == 0 ? &*test : nullptr);
-  if (!trainer.ok()) return fail(trainer.status(), kExitBadConfig);
+      options,
+      config_.local ? static_cast<WeightExchange*>(local_weights_.get())
+                    : server_weights_.get(),
+      model_.get(), &*train_, rank_ == 0 ? &*test_ : nullptr);
+  if (!trainer.ok()) return Fail(trainer.status(), kExitBadConfig);
+  trainer_ = *std::move(trainer);
 
   absl::StatusOr<Registration> info =
-      local ? local_weights->Declare((*trainer)->planned_steps())
-            : client->Declare(model_spec, (*trainer)->planned_steps(),
-                              static_cast<uint32_t>(batch_size));
-  if (!info.ok()) return fail(info.status(), ServerCallExitCode(info.status()));
-  const std::string expected_mode = config.mode;
+      config_.local
+          ? local_weights_->Declare(trainer_->planned_steps())
+          : client_->Declare(model_spec_, trainer_->planned_steps(),
+                             static_cast<uint32_t>(config_.batch_size));
+  if (!info.ok()) return Fail(info.status(), ServerCallExitCode(info.status()));
+  registration_ = *std::move(info);
+  const std::string& expected_mode = config_.mode;
   if (!expected_mode.empty() &&
-      *ParseConsistencyMode(expected_mode) != info->mode) {
-    return fail(absl::FailedPreconditionError(absl::StrCat(
+      *ParseConsistencyMode(expected_mode) != registration_.mode) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
                     "--mode=", expected_mode, " but the servers run ",
-                    ConsistencyModeName(info->mode))),
+                    ConsistencyModeName(registration_.mode))),
                 kExitBadConfig);
   }
-  if (info->num_workers != num_workers) {
-    return fail(absl::FailedPreconditionError(absl::StrCat(
-                    "--num_workers=", num_workers, " but the servers expect ",
-                    info->num_workers)),
+  if (registration_.num_workers != config_.num_workers) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+                    "--num_workers=", config_.num_workers,
+                    " but the servers expect ", registration_.num_workers)),
                 kExitBadConfig);
   }
-  if (local) {
+  if (config_.local) {
     spdlog::info("training locally, without servers: device {}",
-                 (*backend)->name());
+                 backend_->name());
   } else {
     spdlog::info("registered with {} servers: mode {}, {} workers, device {}",
-                 servers->size(), ConsistencyModeName(info->mode), num_workers,
-                 (*backend)->name());
+                 servers_.size(), ConsistencyModeName(registration_.mode),
+                 config_.num_workers, backend_->name());
   }
+  return std::nullopt;
+}
 
-  absl::StatusOr<TrainingSummary> summary = (*trainer)->Run(*info);
+int WorkerRun::Train() {
+  absl::StatusOr<TrainingSummary> summary = trainer_->Run(registration_);
   if (!summary.ok()) {
-    return fail(summary.status(), ServerCallExitCode(summary.status()));
+    return Fail(summary.status(), ServerCallExitCode(summary.status()));
   }
-
-  if (client != nullptr) {
+  if (client_ != nullptr) {
     // The Done RPC: the servers stop waiting for this rank.
-    absl::Status done = client->Finish();
-    if (!done.ok()) return fail(done, ServerCallExitCode(done));
+    absl::Status done = client_->Finish();
+    if (!done.ok()) return Fail(done, ServerCallExitCode(done));
   }
   spdlog::info("trained {} steps on {} examples in {}, last loss {:.4f}",
                summary->steps, summary->examples,
@@ -308,7 +337,7 @@ int WorkerRun::Run() {
     spdlog::info("{}",
                  FormatProgressLine(FinalAccuracy{summary->test_accuracy}));
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace ps::worker
