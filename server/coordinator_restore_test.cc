@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "server/checkpoint.h"
 #include "server/coordinator_test_util.h"
 #include "server/update_coordinator.h"
+#include "update/checkpoint.h"
 
 namespace ps::server {
 namespace {

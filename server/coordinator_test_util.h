@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "server/push_stager.h"
-#include "server/shard_store.h"
 #include "server/update_coordinator.h"
 #include "spdlog/spdlog.h"
+#include "update/shard_store.h"
 
 namespace ps::server::testing {
 

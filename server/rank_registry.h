@@ -8,43 +8,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "update/coordinator_state.h"
 
 namespace ps::server {
-
-// Data progress of one rank: it has trained on `examples_done` examples of
-// its share of epoch `epoch`. Ordered by (epoch, examples_done).
-struct DataProgress {
-  uint64_t epoch = 0;
-  uint64_t examples_done = 0;
-
-  bool operator<(const DataProgress& o) const {
-    return epoch != o.epoch ? epoch < o.epoch : examples_done < o.examples_done;
-  }
-  bool operator==(const DataProgress& o) const {
-    return epoch == o.epoch && examples_done == o.examples_done;
-  }
-};
-
-// What a checkpoint keeps of a rank: its state as of the last update that
-// reached the weights (a sync push still waiting for its step is not in it).
-struct RankRecord {
-  uint64_t incarnation = 0;
-  uint64_t clock = 0;
-  DataProgress progress;
-  bool done = false;
-  // The most examples a push of the rank may carry (0: no bound).
-  uint32_t max_examples = 0;
-
-  bool operator==(const RankRecord& o) const {
-    return incarnation == o.incarnation && clock == o.clock &&
-           progress == o.progress && done == o.done &&
-           max_examples == o.max_examples;
-  }
-};
-
-// Examples of the pushes that reached the weights: epoch -> one count per
-// rank.
-using ExampleCounts = std::map<uint64_t, std::vector<uint64_t>>;
 
 // The shard's book of worker ranks: which process (incarnation) holds each
 // rank, whether it is alive (a lease renewed by every request), whether it

@@ -33,22 +33,22 @@
 #include "common/metrics_http.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
+#include "common/process_control.h"
 #include "common/stop_signals.h"
 #include "server/auth.h"
-#include "server/checkpoint.h"
 #include "server/checkpointer.h"
 #include "server/grpc_server.h"
 #include "server/hostname_index.h"
 #include "server/local_stream_server.h"
-#include "server/lr_schedule.h"
-#include "server/optimizer.h"
 #include "server/parameter_service.h"
-#include "server/process_control.h"
 #include "server/server_metrics.h"
 #include "server/shard_host.h"
-#include "server/shard_store.h"
 #include "server/update_coordinator.h"
 #include "spdlog/spdlog.h"
+#include "update/checkpoint.h"
+#include "update/lr_schedule.h"
+#include "update/optimizer.h"
+#include "update/shard_store.h"
 
 // Not a valid index: tells "not given" apart from -1.
 constexpr int kServerIndexUnset = -2;
@@ -752,10 +752,7 @@ int Run(const ServerConfig& config, StopSignals* signals) {
   }
 
   // A signal asks for the shutdown; the first request wins.
-  signals->Watch([&shutdown, exit_code = config.signal_exit_code](int sig) {
-    shutdown.RequestBySignal(
-        absl::StrCat("signal ", sig, " (", strsignal(sig), ")"), exit_code);
-  });
+  RequestShutdownOnSignal(signals, config.signal_exit_code, &shutdown);
 
   GrpcServerOptions server_options;
   server_options.max_message_bytes = config.max_message_bytes;

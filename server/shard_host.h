@@ -13,8 +13,8 @@
 #include "common/partition.h"
 #include "server/checkpointer.h"
 #include "server/request_header.h"
-#include "server/shard_store.h"
 #include "server/update_coordinator.h"
+#include "update/shard_store.h"
 
 namespace ps::server {
 

@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/tensor_codec.h"
-#include "server/gradient_mean.h"
-#include "server/slice_apply.h"
 #include "spdlog/spdlog.h"
+#include "update/gradient_mean.h"
+#include "update/slice_apply.h"
 
 namespace ps::server {
 namespace {

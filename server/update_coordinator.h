@@ -17,14 +17,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/consistency_mode.h"
-#include "server/checkpoint.h"
 #include "server/consistency_policy.h"
 #include "server/failure_policy.h"
-#include "server/lr_schedule.h"
 #include "server/push_stager.h"
 #include "server/rank_registry.h"
 #include "server/server_stats.h"
-#include "server/shard_store.h"
+#include "update/checkpoint.h"
+#include "update/lr_schedule.h"
+#include "update/shard_store.h"
 
 namespace ps::server {
 

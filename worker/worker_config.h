@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/optimizer.h"
+#include "update/optimizer.h"
 
 namespace ps::worker {
 

@@ -19,8 +19,8 @@
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/stop_signals.h"
-#include "server/optimizer.h"
 #include "spdlog/spdlog.h"
+#include "update/optimizer.h"
 #include "worker/worker_config.h"
 #include "worker/worker_run.h"
 

@@ -46,6 +46,7 @@
 #include "absl/time/time.h"
 #include "common/cpu_affinity.h"
 #include "common/exit_codes.h"
+#include "common/process_control.h"
 #include "common/stop_signals.h"
 #include "deploy/local/binary_locator.h"
 #include "deploy/local/cluster_output.h"
@@ -61,7 +62,6 @@
 #include "deploy/local/run_settings.h"
 #include "deploy/local/run_setup.h"
 #include "deploy/local/training_progress.h"
-#include "server/process_control.h"
 
 ABSL_FLAG(int, num_servers, 2, "Parameter-server shards to start.");
 ABSL_FLAG(int, num_workers, 2, "Workers to start.");

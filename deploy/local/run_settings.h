@@ -54,7 +54,7 @@ class RunSettings {
     std::string error;
     const auto it = flags_.find(name);
     if (it == flags_.end() ||
-        !absl::ParseFlag(it->second.text, &value, &error)) {
+        !absl::ParseFlag(absl::string_view(it->second.text), &value, &error)) {
       return T{};
     }
     return value;
