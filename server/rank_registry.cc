@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace ps::server {
 
@@ -146,14 +147,14 @@ void RankRegistry::RecordApplied(int rank, uint64_t step,
   counts[rank] += num_examples;
 }
 
-void RankRegistry::RaiseClock(int rank, uint64_t clock) {
-  ranks_[rank].clock = std::max(ranks_[rank].clock, clock);
+void RankRegistry::RaiseNextStep(int rank, uint64_t next_step) {
+  ranks_[rank].clock = std::max(ranks_[rank].clock, next_step);
 }
 
-std::vector<int> RankRegistry::ActiveBelowClock(uint64_t min_clock) const {
+std::vector<int> RankRegistry::ActiveBefore(uint64_t step) const {
   std::vector<int> below;
   for (int i = 0; i < num_workers(); ++i) {
-    if (active(i) && ranks_[i].clock < min_clock) below.push_back(i);
+    if (active(i) && ranks_[i].clock < step) below.push_back(i);
   }
   return below;
 }
@@ -220,6 +221,11 @@ std::string RankRegistry::RanksReport() const {
                     r.accepted.examples_done);
   }
   return states + details;
+}
+
+std::string DescribeWorkers(const std::vector<int>& ranks) {
+  return absl::StrCat(ranks.size() == 1 ? "worker " : "workers ",
+                      absl::StrJoin(ranks, ", "));
 }
 
 }  // namespace ps::server

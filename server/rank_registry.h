@@ -14,7 +14,7 @@ namespace ps::server {
 
 // The shard's book of worker ranks: which process (incarnation) holds each
 // rank, whether it is alive (a lease renewed by every request), whether it
-// is done, its clock and its data progress, and how many examples of each
+// is done, its next step and its data progress, and how many examples of each
 // epoch its applied pushes carried.
 //
 // Progress is kept twice: `accepted` (every push taken, including a sync
@@ -63,7 +63,7 @@ class RankRegistry {
   }
   bool dead(int rank) const { return ranks_[rank].dead; }
   bool done(int rank) const { return ranks_[rank].done; }
-  // Takes part in steps and clock minimums: neither dead, done, nor
+  // Takes part in steps and the ssp minimum: neither dead, done, nor
   // finishing (a finishing rank pushes no more; the others' steps go on
   // without it, as it waits for them).
   bool active(int rank) const {
@@ -105,14 +105,15 @@ class RankRegistry {
   // `num_examples` examples of epoch progress.epoch.
   void RecordApplied(int rank, uint64_t step, const DataProgress& progress,
                      uint32_t num_examples);
-  // The rank has done steps [0, clock) (a pull for `clock` says so).
-  void RaiseClock(int rank, uint64_t clock);
-  // Steps taken: the last accepted step + 1.
-  uint64_t clock(int rank) const { return ranks_[rank].clock; }
+  // The rank has done steps [0, next_step) (a pull for step `next_step`
+  // says so).
+  void RaiseNextStep(int rank, uint64_t next_step);
+  // Steps taken: the last accepted step + 1, or more once raised.
+  uint64_t next_step(int rank) const { return ranks_[rank].clock; }
   const DataProgress& accepted(int rank) const { return ranks_[rank].accepted; }
 
-  // Active ranks whose clock is below `min_clock`, in rank order.
-  std::vector<int> ActiveBelowClock(uint64_t min_clock) const;
+  // Active ranks whose next step is below `step`, in rank order.
+  std::vector<int> ActiveBefore(uint64_t step) const;
 
   std::vector<RankRecord> Records() const;
   const ExampleCounts& examples() const { return examples_; }
@@ -154,6 +155,9 @@ class RankRegistry {
   std::vector<Rank> ranks_;
   ExampleCounts examples_;
 };
+
+// "worker 2" or "workers 1, 3", for log lines and errors.
+std::string DescribeWorkers(const std::vector<int>& ranks);
 
 }  // namespace ps::server
 

@@ -62,16 +62,16 @@ TEST(RankRegistryTest, APushNotBeyondTheAcceptedProgressIsAReplay) {
   EXPECT_TRUE(ranks.IsReplay(0, {0, 0}));
   EXPECT_FALSE(ranks.IsReplay(0, {0, 32}));
   ranks.RecordAccepted(0, 3, {1, 64});
-  EXPECT_EQ(ranks.clock(0), 4u);
+  EXPECT_EQ(ranks.next_step(0), 4u);
   for (DataProgress p :
        {DataProgress{1, 64}, DataProgress{1, 32}, DataProgress{0, 60000}}) {
     EXPECT_TRUE(ranks.IsReplay(0, p)) << p.epoch << ":" << p.examples_done;
   }
   EXPECT_FALSE(ranks.IsReplay(0, {1, 65}));
   EXPECT_FALSE(ranks.IsReplay(0, {2, 0}));
-  // Progress and clock never go back.
+  // Progress and the next step never go back.
   ranks.RecordAccepted(0, 1, {0, 10});
-  EXPECT_EQ(ranks.clock(0), 4u);
+  EXPECT_EQ(ranks.next_step(0), 4u);
   EXPECT_EQ(ranks.accepted(0), (DataProgress{1, 64}));
 }
 
@@ -194,16 +194,16 @@ TEST(RankRegistryTest, StillTrainingLeavesOutDoneFinishingAndGoneRanks) {
             (std::vector<int>{2, 3}));
 }
 
-TEST(RankRegistryTest, ClockMinimumCountsOnlyActiveRanks) {
+TEST(RankRegistryTest, TheSspMinimumCountsOnlyActiveRanks) {
   RankRegistry ranks(3, kLease, kStart);
   ranks.RecordAccepted(0, 4, {0, 5});
-  ranks.RaiseClock(2, 2);
-  EXPECT_EQ(ranks.ActiveBelowClock(3), (std::vector<int>{1, 2}));
+  ranks.RaiseNextStep(2, 2);
+  EXPECT_EQ(ranks.ActiveBefore(3), (std::vector<int>{1, 2}));
   ranks.MarkDone(1);
-  EXPECT_EQ(ranks.ActiveBelowClock(3), std::vector<int>{2});
+  EXPECT_EQ(ranks.ActiveBefore(3), std::vector<int>{2});
   ranks.Touch(0, kStart + absl::Seconds(5));
   ranks.ExpireLeases(kStart + absl::Seconds(11));
-  EXPECT_TRUE(ranks.ActiveBelowClock(3).empty());
+  EXPECT_TRUE(ranks.ActiveBefore(3).empty());
 }
 
 TEST(RankRegistryTest, RestoreReplacesStateAndRestartsLeases) {
@@ -215,7 +215,7 @@ TEST(RankRegistryTest, RestoreReplacesStateAndRestartsLeases) {
   const absl::Time later = kStart + absl::Seconds(100);
   ASSERT_TRUE(ranks.Restore(records, examples, later).ok());
   EXPECT_EQ(ranks.Records(), records);
-  EXPECT_EQ(ranks.clock(0), 5u);
+  EXPECT_EQ(ranks.next_step(0), 5u);
   EXPECT_EQ(ranks.accepted(1), (DataProgress{1, 20}));
   EXPECT_TRUE(ranks.active(0));
   EXPECT_TRUE(ranks.ExpireLeases(later + kLease).empty());

@@ -31,6 +31,8 @@ struct DataProgress {
 // reached the weights (a sync push still waiting for its step is not in it).
 struct RankRecord {
   uint64_t incarnation = 0;
+  // The rank's next step: it has done steps [0, clock). The checkpoint file's
+  // name for it.
   uint64_t clock = 0;
   DataProgress progress;
   bool done = false;
