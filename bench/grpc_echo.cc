@@ -15,7 +15,6 @@
 #include "common/cpu_affinity.h"
 #include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
-#include "server/grpc_server.h"
 
 namespace ps::bench {
 namespace {
@@ -144,20 +143,27 @@ absl::StatusOr<Measurement> MeasureGrpcEcho(const MeasureOptions& options,
   EchoService service;
   // Started on a thread of the server's CPUs: the threads gRPC starts to
   // serve it inherit them.
-  absl::StatusOr<std::unique_ptr<server::GrpcServer>> server;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  absl::Status placed;
   std::thread([&] {
-    absl::Status placed = server_cpus.empty()
-                              ? absl::OkStatus()
-                              : RestrictThreadToCpus(server_cpus);
-    if (!placed.ok()) {
-      server = placed;
-      return;
-    }
-    server = server::GrpcServer::Start(
-        "127.0.0.1:0", &service, Echo::service_full_name(), kMaxMessageBytes);
+    placed = server_cpus.empty() ? absl::OkStatus()
+                                 : RestrictThreadToCpus(server_cpus);
+    if (!placed.ok()) return;
+    // A plain gRPC server with the parameter server's message limits.
+    grpc::ServerBuilder builder;
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(&service);
+    builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    builder.SetMaxSendMessageSize(kMaxMessageBytes);
+    server = builder.BuildAndStart();
   }).join();
-  if (!server.ok()) return server.status();
-  const int port = (*server)->port();
+  if (!placed.ok()) return placed;
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError("cannot start the echo server on 127.0.0.1");
+  }
 
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -175,7 +181,8 @@ absl::StatusOr<Measurement> MeasureGrpcEcho(const MeasureOptions& options,
     }
     return Download(stub.get(), chunk_bytes, dst);
   });
-  (*server)->Shutdown();
+  server->Shutdown();
+  server->Wait();
   return m;
 }
 

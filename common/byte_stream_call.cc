@@ -16,8 +16,9 @@ ByteStreamCall::ByteStreamCall(grpc::GenericStub* stub,
                          : nullptr),
       context_(context == nullptr ? owned_context_.get() : context) {
   // Corked, the call's metadata goes out with its first write instead of
-  // on its own: one completion-queue round trip less per call (~0.1-0.3 ms
-  // here, as much as the whole exchange of a small push). StartCall then
+  // on its own: one completion-queue round trip less per call, as much as
+  // the whole exchange of a small push (bench/README.md, "Small rounds, and
+  // the same-host transport"). StartCall then
   // performs no operation, so its tag never completes and is not awaited.
   context_->set_initial_metadata_corked(true);
   call_ = stub->PrepareCall(context_, method, &queue_);

@@ -24,12 +24,12 @@ namespace ps {
 // Serialized the usual way, a chunk's bytes are copied into the message's
 // string, then into gRPC's buffer; parsed, out of gRPC's buffer into a string,
 // then to where they belong: four user-space copies per direction on top of
-// the kernel's two (memmove was 30% of a 64 MiB push+pull's CPU). Here the
-// bytes are one slice of the gRPC buffer, pointing at their memory, and a
-// parsed message leaves them in the received slices for the reader to copy
-// once, straight to their destination. The result is the standard protobuf
-// encoding either way: a peer using the generated classes reads and writes
-// the same bytes.
+// the kernel's two, a large share of a transfer's CPU (bench/README.md, "Large
+// transfers over gRPC"). Here the bytes are one slice of the gRPC buffer,
+// pointing at their memory, and a parsed message leaves them in the received
+// slices for the reader to copy once, straight to their destination. The result
+// is the standard protobuf encoding either way: a peer using the generated
+// classes reads and writes the same bytes.
 
 // The most elements a chunk carries (32 MiB of float32): clients send and
 // ask for no more (ClientOptions.chunk_elements), and a server's message

@@ -14,10 +14,9 @@ namespace ps {
 // Which CPUs a process may run on (the `--cpus` flag of the server and the
 // worker). In a cluster a worker and its shards run on separate machines;
 // where they share one, giving each its own cores keeps the scheduler from
-// moving them onto each other's cores in the middle of a transfer: on this
-// 2-core VM, a worker on CPU 0 and two shards on CPU 1 move 16 MiB rounds
-// ~12% faster, at ~10% less CPU per byte, than the same three processes
-// left to the scheduler (bench/README.md).
+// moving them onto each other's cores in the middle of a transfer, which
+// makes transfers faster and cheaper in CPU (bench/README.md, "Large
+// transfers over gRPC").
 
 // Parses a CPU list in the kernel's list format (cpuset(7)): CPU numbers
 // and inclusive ranges separated by commas, e.g. "0-3,8". Returns the CPUs

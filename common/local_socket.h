@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -27,31 +28,15 @@ namespace ps {
 // gRPC's threads and HTTP/2 framing add several. The messages are the same
 // serialized protos, served by the same handlers.
 //
-// The socket is in Linux's abstract namespace (no file), reachable from the
-// same network namespace, so a connection is admitted only from a process
-// of the server's user that knows the server's secret, which the server
-// hands out over its authenticated gRPC port (ps.proto LocalEndpoint).
+// The socket is in Linux's abstract namespace (no file), reachable from
+// the same network namespace, so a connection is admitted only from a process
+// of the server's user that presents the server's secret, handed out over its
+// authenticated gRPC port (ps.proto LocalEndpoint).
 //
-// A connection carries one call at a time, and many calls one after the
-// other:
-//
-//   client                          server
-//   kHello(secret)            ->
-//                             <-    kWelcome, or kStatus(refusal) and close
-//   kCall(method)             ->
-//   kMessage...               ->    (the handler reads them)
-//   kHalfClose                ->
-//                             <-    kMessage... (the handler's answer)
-//                             <-    kStatus(code, message)
-//   kCall(method) ...               the next call
-//
-// A client cancels a call by closing the connection. The server drains what
-// the client still sends after the status until its kHalfClose, so that the
-// connection is ready for the next call.
-//
-// Each frame is an 8-byte header (payload length, little-endian uint32;
-// type; three zero bytes) and its payload.
+// The frames, the hello, a call's sequence, how it ends, errors and limits
+// are specified in docs/local_socket.md; this file reads and writes them.
 
+// The values are on the wire.
 enum class FrameType : uint8_t {
   kHello = 1,
   kWelcome = 2,
@@ -125,6 +110,12 @@ class LocalSocket {
   // Reads the next frame. DATA_LOSS for an unknown type or a payload above
   // `max_payload` bytes.
   absl::Status ReadFrame(size_t max_payload, Frame* frame);
+  // As above, and `admit(length)` is called once the header is read, before
+  // the payload is: a status other than OK fails the read with it (the
+  // payload stays unread), so that a caller can bound what its frames hold.
+  absl::Status ReadFrame(size_t max_payload,
+                         absl::FunctionRef<absl::Status(uint32_t)> admit,
+                         Frame* frame);
 
   // Whether input or a hang-up waits to be read, without waiting for it.
   bool HasInputOrHangup();

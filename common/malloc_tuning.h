@@ -13,17 +13,18 @@ namespace ps {
 // gRPC allocates a buffer of about a message (1 MiB) for every message
 // received or sent, and glibc by default gives freed memory back to the
 // kernel (trimming heaps; mapping blocks above a moving threshold afresh),
-// so every transfer faulted its pages in again inside recvmsg/sendmsg: ~15%
-// of a shard's CPU at 64 MiB pushes. Keeps freed memory instead, at most a
-// few transfers' worth. Called first thing in main, by servers and workers.
+// so every transfer faulted its pages in again inside recvmsg/sendmsg, a
+// large share of a shard's CPU at large pushes (bench/README.md, "Server
+// memory and the update"). Keeps freed memory instead, at most a few
+// transfers' worth. Called first thing in main, by servers and workers.
 void KeepFreedMemory();
 
 // Makes every thread allocate from malloc's main arena. glibc gives each
 // new thread an arena of its own (up to 8 per core), and malloc_trim gives
 // back only the free blocks inside those arenas, never their top: what a
-// burst freed at the top of a thread's arena stays resident for good
-// (after floods of 200 refused 1 MiB pushes a server kept 17 to 90 MiB
-// more, growing with each flood). With one arena, FreedMemoryTrimmer gives
+// burst freed at the top of a thread's arena stays resident for good, and
+// grows with each flood of refused pushes (bench/README.md, "Server memory
+// and the update"; tests/flood_test). With one arena, FreedMemoryTrimmer gives
 // everything back. Call first thing in main, before any thread allocates:
 // the arena limit is read once, when the second thread needs an arena.
 void UseOneMallocArena();

@@ -82,7 +82,7 @@ enum class OptimizerKind { kSgd = 1, kAdam = 2 };
 // "sgd", "adam".
 absl::string_view OptimizerKindName(OptimizerKind kind);
 
-// The servers' optimizer and its hyper-parameters (server/optimizer.h
+// The servers' optimizer and its hyper-parameters (update/optimizer.h
 // applies it); the defaults are the servers' flag defaults. Float32, as the
 // servers compute. Every field is validated whichever kind uses it.
 struct OptimizerSpec {

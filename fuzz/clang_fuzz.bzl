@@ -10,7 +10,7 @@ libFuzzer runtime and the system libraries pkg-config names.
 
 CLANGXX = "/usr/bin/clang++-14"
 
-# Debian's libraries the code under test links (common/ and server/ only).
+# Debian's libraries the code under test links (common/, update/ and server/ only).
 PKG_CONFIG_MODULES = " ".join([
     "grpc++",
     "protobuf",
@@ -38,7 +38,7 @@ COPTS = " ".join([
     SANITIZE,
     "-Wall",
     "-Wno-sign-compare",
-    # server/optimizer.cc means its `&` of bools (no branch).
+    # update/optimizer.cc means its `&` of bools (no branch).
     "-Wno-bitwise-instead-of-logical",
     "-I.",
     "-I$(GENDIR)",

@@ -13,7 +13,7 @@
 #include "pybind11/numpy.h"
 #include "pybind11/stl.h"
 #include "python/status_exceptions.h"
-#include "server/checkpoint_model.h"
+#include "update/checkpoint_model.h"
 
 namespace py = pybind11;
 

@@ -3,7 +3,7 @@
 
 // Saved models in paramserver._native: read_model and save_model (the
 // worker's --save_model files, common/model_file.h) and read_checkpoint
-// (the weights in the servers' checkpoints, server/checkpoint_model.h), as
+// (the weights in the servers' checkpoints, update/checkpoint_model.h), as
 // lists of (name, float32 array) in declaration order.
 
 #include "pybind11/pybind11.h"

@@ -22,6 +22,9 @@ PACKAGES=(
   # server tests/prometheus_metrics_test scrapes them with (the test starts
   # its own; where systemd runs, the package's service also starts on :9090).
   prometheus-cpp-dev prometheus
+  # Test hosts (tests/hosts/): namespaces, veth links and a bridge shaped by
+  # tc (ip, tc), and iperf3 for the raw TCP baseline of a link.
+  iproute2 iperf3
 )
 # The Kubernetes manifest checker (deploy/validate) is a Go program built
 # against Debian's Kubernetes API packages, and Debian's kustomize renders the

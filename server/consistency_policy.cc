@@ -27,8 +27,8 @@ class SyncPolicy final : public ConsistencyPolicy {
       return absl::FailedPreconditionError(
           absl::StrCat("step ", step, " from worker ", rank,
                        " is ahead: shard is at version ", view.version,
-                       " and collects step ", view.version,
-                       "; pull with clock ", step, " before pushing it"));
+                       " and collects step ", view.version, "; pull for step ",
+                       step, " before pushing it"));
     }
     if (has_part) {
       return absl::AlreadyExistsError(
@@ -43,8 +43,9 @@ class SyncPolicy final : public ConsistencyPolicy {
   }
 
   bool TakesPartWithoutPush(const StepView& view, int rank,
-                            uint64_t clock) const override {
-    return clock == view.version + 1 && !view.has_part[rank] && !view.applying;
+                            uint64_t next_step) const override {
+    return next_step == view.version + 1 && !view.has_part[rank] &&
+           !view.applying;
   }
 
   std::optional<std::vector<int>> StepReady(
@@ -65,27 +66,27 @@ class SyncPolicy final : public ConsistencyPolicy {
     return missing;
   }
 
-  bool PullReady(const StepView& view, uint64_t clock) const override {
-    return view.version >= clock;
+  bool PullReady(const StepView& view, uint64_t step) const override {
+    return view.version >= step;
   }
 
   std::vector<int> RanksBlocking(const StepView& view,
-                                 uint64_t clock) const override {
+                                 uint64_t step) const override {
     std::vector<int> blocking;
-    if (view.version >= clock) return blocking;
+    if (view.version >= step) return blocking;
     for (int r = 0; r < view.ranks.num_workers(); ++r) {
       if (!view.has_part[r] && view.ranks.active(r)) blocking.push_back(r);
     }
     return blocking;
   }
 
-  std::string SlowPullMessage(int rank, uint64_t clock,
+  std::string SlowPullMessage(int rank, uint64_t step,
                               const std::string& waiting_on, double waited,
                               uint64_t version) const override {
     return absl::StrFormat(
-        "step %d waiting on workers [%s] for %.0f s (pull for clock %d from "
+        "step %d waiting on workers [%s] for %.0f s (pull for step %d from "
         "worker %d, version %d)",
-        clock - 1, waiting_on, waited, clock, rank, version);
+        step - 1, waiting_on, waited, step, rank, version);
   }
 
   uint64_t ResumeStep(const StepView& view, int /*rank*/) const override {
@@ -98,18 +99,18 @@ class SyncPolicy final : public ConsistencyPolicy {
   bool FastForwardsAfterRestore() const override { return true; }
 };
 
-// ssp and async: each push is applied as it comes, and each rank keeps its
-// own clock; they differ only in when a pull waits.
+// ssp and async: each push is applied as it comes, and each rank goes at its
+// own pace; they differ only in when a pull waits.
 class PerPushPolicy : public ConsistencyPolicy {
  public:
   bool CollectsSteps() const override { return false; }
 
   absl::Status AdmitPush(const StepView& view, int rank,
                          uint64_t step) const override {
-    const uint64_t clock = view.ranks.clock(rank);
-    if (step < clock) {
+    const uint64_t next_step = view.ranks.next_step(rank);
+    if (step < next_step) {
       return absl::AlreadyExistsError(
-          absl::StrCat("worker ", rank, " already pushed step ", clock - 1,
+          absl::StrCat("worker ", rank, " already pushed step ", next_step - 1,
                        "; got step ", step, " again"));
     }
     return absl::OkStatus();
@@ -119,7 +120,7 @@ class PerPushPolicy : public ConsistencyPolicy {
     return false;
   }
   bool TakesPartWithoutPush(const StepView& /*view*/, int /*rank*/,
-                            uint64_t /*clock*/) const override {
+                            uint64_t /*next_step*/) const override {
     return false;
   }
   std::optional<std::vector<int>> StepReady(
@@ -127,20 +128,20 @@ class PerPushPolicy : public ConsistencyPolicy {
     return std::nullopt;
   }
   uint64_t ResumeStep(const StepView& view, int rank) const override {
-    return view.ranks.clock(rank);
+    return view.ranks.next_step(rank);
   }
   uint64_t PlannedUpdates(uint64_t planned_steps,
                           int num_workers) const override {
     return planned_steps * static_cast<uint64_t>(num_workers);
   }
   bool FastForwardsAfterRestore() const override { return false; }
-  std::string SlowPullMessage(int rank, uint64_t clock,
+  std::string SlowPullMessage(int rank, uint64_t step,
                               const std::string& waiting_on, double waited,
                               uint64_t version) const final {
     return absl::StrFormat(
-        "pull for clock %d from worker %d waiting on workers [%s] for %.0f s "
+        "pull for step %d from worker %d waiting on workers [%s] for %.0f s "
         "(%s, version %d)",
-        clock, rank, waiting_on, waited, WaitRule(), version);
+        step, rank, waiting_on, waited, WaitRule(), version);
   }
 
  private:
@@ -155,13 +156,13 @@ class SspPolicy final : public PerPushPolicy {
 
   ConsistencyMode mode() const override { return ConsistencyMode::kSsp; }
 
-  bool PullReady(const StepView& view, uint64_t clock) const override {
-    return RanksBlocking(view, clock).empty();
+  bool PullReady(const StepView& view, uint64_t step) const override {
+    return RanksBlocking(view, step).empty();
   }
   std::vector<int> RanksBlocking(const StepView& view,
-                                 uint64_t clock) const override {
-    if (clock <= staleness_) return {};
-    return view.ranks.ActiveBelowClock(clock - staleness_);
+                                 uint64_t step) const override {
+    if (step <= staleness_) return {};
+    return view.ranks.ActiveBefore(step - staleness_);
   }
 
  private:
@@ -176,11 +177,11 @@ class AsyncPolicy final : public PerPushPolicy {
  public:
   ConsistencyMode mode() const override { return ConsistencyMode::kAsync; }
 
-  bool PullReady(const StepView& /*view*/, uint64_t /*clock*/) const override {
+  bool PullReady(const StepView& /*view*/, uint64_t /*step*/) const override {
     return true;
   }
   std::vector<int> RanksBlocking(const StepView& /*view*/,
-                                 uint64_t /*clock*/) const override {
+                                 uint64_t /*step*/) const override {
     return {};
   }
 

@@ -30,11 +30,14 @@ struct StepView {
 // UpdateCoordinator keeps the state and applies updates; it asks its policy,
 // chosen once from the mode, for every such decision.
 //
+// A pull for step t asks for the weights step t trains on (its rank has done
+// steps [0, t)); a rank's next step is the step after its last.
+//
 // - sync: a push for step t is taken while version == t and waits in the
 //   step; step t is applied once every active rank has its part; a pull for
-//   clock c waits until version >= c.
-// - ssp(s): each push is applied as it comes; a pull for clock c waits until
-//   every active rank has clock >= c - s.
+//   step t waits until version >= t.
+// - ssp(s): each push is applied as it comes; a pull for step t waits until
+//   every active rank's next step is >= t - s.
 // - async: each push is applied as it comes; a pull never waits.
 //
 // Immutable after construction; the decisions read only their arguments, so
@@ -61,12 +64,12 @@ class ConsistencyPolicy {
   // `rank` its part, with weight 0, in the step being collected.
   virtual bool ReplayTakesPart(const StepView& view, int rank,
                                uint64_t step) const = 0;
-  // `rank` has done steps [0, clock) and has no part in the step being
+  // `rank` has done steps [0, next_step) and has no part in the step being
   // collected: whether it takes part with weight 0, since it will not push
   // that step here (its push was lost in a restart of this shard, or the
   // step went on without it elsewhere).
   virtual bool TakesPartWithoutPush(const StepView& view, int rank,
-                                    uint64_t clock) const = 0;
+                                    uint64_t next_step) const = 0;
   // Whether step `view.version` may be applied now: then the ranks it goes
   // on without (dead, neither done nor finishing), in rank order; nullopt
   // while an active rank's part is missing, nobody has a part yet, or the
@@ -74,14 +77,15 @@ class ConsistencyPolicy {
   virtual std::optional<std::vector<int>> StepReady(
       const StepView& view) const = 0;
 
-  // Whether a pull for `clock` may be answered now.
-  virtual bool PullReady(const StepView& view, uint64_t clock) const = 0;
-  // The ranks a pull for `clock` waits for, in rank order; empty if none.
+  // Whether a pull for step `step` may be answered now.
+  virtual bool PullReady(const StepView& view, uint64_t step) const = 0;
+  // The ranks a pull for step `step` waits for, in rank order; empty if
+  // none.
   virtual std::vector<int> RanksBlocking(const StepView& view,
-                                         uint64_t clock) const = 0;
-  // The line logged when `rank`'s pull for `clock` has waited `waited`
+                                         uint64_t step) const = 0;
+  // The line logged when `rank`'s pull for step `step` has waited `waited`
   // seconds on `waiting_on` ("1, 2").
-  virtual std::string SlowPullMessage(int rank, uint64_t clock,
+  virtual std::string SlowPullMessage(int rank, uint64_t step,
                                       const std::string& waiting_on,
                                       double waited,
                                       uint64_t version) const = 0;
@@ -93,7 +97,7 @@ class ConsistencyPolicy {
   virtual uint64_t PlannedUpdates(uint64_t planned_steps,
                                   int num_workers) const = 0;
   // Whether a shard restored from a checkpoint may move its version forward
-  // to the clock the workers are at (sync: steps are global, and the
+  // to the step the workers are at (sync: steps are global, and the
   // workers' pushes since the checkpoint are lost on this shard).
   virtual bool FastForwardsAfterRestore() const = 0;
 };

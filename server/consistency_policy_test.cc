@@ -132,7 +132,7 @@ TEST_F(PolicyTest, SyncGivesAWeightZeroPartToARankThatMovedOn) {
 TEST_F(PolicyTest, SyncCountsGlobalSteps) {
   auto sync = ConsistencyPolicy::Create(ConsistencyMode::kSync, 0);
   version_ = 7;
-  ranks_.RaiseClock(1, 3);
+  ranks_.RaiseNextStep(1, 3);
   EXPECT_EQ(sync->ResumeStep(View(), 1), 7u);
   EXPECT_EQ(sync->PlannedUpdates(100, 3), 100u);
   EXPECT_TRUE(sync->FastForwardsAfterRestore());
@@ -140,15 +140,15 @@ TEST_F(PolicyTest, SyncCountsGlobalSteps) {
 
 TEST_F(PolicyTest, SspPullWaitsForRanksBeyondTheBound) {
   auto ssp = ConsistencyPolicy::Create(ConsistencyMode::kSsp, 2);
-  ranks_.RaiseClock(0, 6);
-  ranks_.RaiseClock(1, 3);
-  ranks_.RaiseClock(2, 4);
-  // A pull for clock c needs every active rank at c - 2 or beyond.
+  ranks_.RaiseNextStep(0, 6);
+  ranks_.RaiseNextStep(1, 3);
+  ranks_.RaiseNextStep(2, 4);
+  // A pull for step t needs every active rank at next step t - 2 or beyond.
   EXPECT_TRUE(ssp->PullReady(View(), 5));
   EXPECT_FALSE(ssp->PullReady(View(), 6));
   EXPECT_THAT(ssp->RanksBlocking(View(), 6), ElementsAre(1));
   EXPECT_THAT(ssp->RanksBlocking(View(), 7), ElementsAre(1, 2));
-  EXPECT_TRUE(ssp->PullReady(View(), 2)) << "within the bound of clock 0";
+  EXPECT_TRUE(ssp->PullReady(View(), 2)) << "within the bound of step 0";
   ranks_.MarkDone(1);
   EXPECT_THAT(ssp->RanksBlocking(View(), 7), ElementsAre(2));
   EXPECT_THAT(ssp->SlowPullMessage(0, 7, "2", 5, 9),
@@ -157,17 +157,17 @@ TEST_F(PolicyTest, SspPullWaitsForRanksBeyondTheBound) {
 
 TEST_F(PolicyTest, AsyncPullNeverWaits) {
   auto async = ConsistencyPolicy::Create(ConsistencyMode::kAsync, 0);
-  ranks_.RaiseClock(0, 100);
+  ranks_.RaiseNextStep(0, 100);
   EXPECT_TRUE(async->PullReady(View(), 100));
   EXPECT_THAT(async->RanksBlocking(View(), 100), IsEmpty());
 }
 
-TEST_F(PolicyTest, SspAndAsyncApplyEachPushAndKeepEachRanksClock) {
+TEST_F(PolicyTest, SspAndAsyncApplyEachPushAndKeepEachRanksNextStep) {
   for (ConsistencyMode mode :
        {ConsistencyMode::kSsp, ConsistencyMode::kAsync}) {
     SCOPED_TRACE(ConsistencyModeName(mode));
     auto policy = ConsistencyPolicy::Create(mode, 1);
-    ranks_.RaiseClock(1, 5);
+    ranks_.RaiseNextStep(1, 5);
     version_ = 20;
     EXPECT_FALSE(policy->CollectsSteps());
     has_part_.assign(3, true);

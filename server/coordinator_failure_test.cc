@@ -208,14 +208,14 @@ TEST(CoordinatorFailureTest, WaitingPullsAndHeartbeatsKeepWorkersAlive) {
   }
 }
 
-TEST(CoordinatorFailureTest, SspClockMinimumIgnoresDeadRanksUntilTheyReturn) {
+TEST(CoordinatorFailureTest, SspMinimumIgnoresDeadRanksUntilTheyReturn) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = Make(store.get(), ShortLease(ConsistencyMode::kSsp, 2));
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).ok());
-  // s = 0: clock 1 needs rank 1 at clock 1, until rank 1 is dead.
+  // s = 0: a pull for step 1 needs rank 1 at step 1, until rank 1 is dead.
   EXPECT_EQ(*Pull(*coord, 0, 1), 1u);
   ASSERT_TRUE(coord->Commit(ConstantPush(*store, 0, 1, 1.0f)).ok());
-  // A restarted rank 1 registers and resumes at its recorded clock; the
+  // A restarted rank 1 registers and resumes at its recorded next step; the
   // minimum counts it again from then on.
   const auto [rejoined, blocking] = Unstalled([&] {
     absl::StatusOr<RankProgress> rejoined = coord->Register(1, 7, 0);

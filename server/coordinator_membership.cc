@@ -1,6 +1,7 @@
-// UpdateCoordinator's side facing the workers as members of the job:
-// admission and leases, registration, heartbeats, Done, and waiting pulls.
-// The update path is in update_coordinator.cc.
+// UpdateCoordinator's calls from the workers as members of the job:
+// registration, heartbeats, Done, leases, and the waits (pulls, the final
+// pull, barriers). The members' state is Membership's (membership.h); the
+// update path is in update_coordinator.cc.
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -16,76 +17,61 @@ namespace {
 
 constexpr absl::Duration kMaxCheckInterval = absl::Milliseconds(250);
 
-std::string Workers(const std::vector<int>& ranks) {
-  return absl::StrCat(ranks.size() == 1 ? "worker " : "workers ",
-                      absl::StrJoin(ranks, ", "));
-}
-
 }  // namespace
 
-absl::Status UpdateCoordinator::AdmitLocked(int rank, uint64_t incarnation) {
-  if (shutdown_) return absl::UnavailableError("server is shutting down");
-  if (!failure_.ok()) return failure_;
-  if (absl::Status s = ranks_.CheckIncarnation(rank, incarnation); !s.ok()) {
-    return s;
-  }
-  if (ranks_.Touch(rank, absl::Now())) {
-    // Rare, so logged under the lock.
-    spdlog::info("worker {} is live again", rank);
-  }
-  return absl::OkStatus();
-}
-
-std::vector<int> UpdateCoordinator::RanksBlocking(uint64_t clock) const {
+std::vector<int> UpdateCoordinator::RanksBlocking(uint64_t step) const {
   absl::MutexLock lock(&mu_);
-  return policy_->RanksBlocking(ViewLocked(), clock);
+  return policy_->RanksBlocking(ViewLocked(), step);
 }
 
-absl::Status UpdateCoordinator::NoteClockLocked(int rank, uint64_t clock) {
-  if (absl::Status s = CheckClockLocked(rank, "clock", clock); !s.ok()) {
+absl::Status UpdateCoordinator::NoteNextStepLocked(int rank,
+                                                   uint64_t next_step) {
+  // Named as the request's field (PullRequest.clock, HeartbeatRequest.clock).
+  if (absl::Status s = members_.CheckWithinPlan(rank, "clock", next_step);
+      !s.ok()) {
     return s;
   }
-  // The rank has done steps [0, clock), even if a restarted shard lost some
-  // of its pushes.
-  ranks_.RaiseClock(rank, clock);
-  MaybeFastForwardLocked(clock);
+  // The rank has done steps [0, next_step), even if a restarted shard lost
+  // some of its pushes.
+  members_.ranks().RaiseNextStep(rank, next_step);
+  MaybeFastForwardLocked(next_step);
   // Waiting for a push that will not come would wait for ever (the rank's
   // waiting pull and its heartbeats keep it alive).
-  if (!policy_->TakesPartWithoutPush(ViewLocked(), rank, clock)) {
+  if (!policy_->TakesPartWithoutPush(ViewLocked(), rank, next_step)) {
     return absl::OkStatus();
   }
   spdlog::warn(
-      "worker {} is at clock {} without a push for step {} here; it takes "
-      "part with weight 0",
-      rank, clock, version_);
-  has_part_[rank] = true;
+      "worker {} moved on to step {} without a push for step {} here; it "
+      "takes part with weight 0",
+      rank, next_step, version_);
+  parts_.AddWithoutPush(rank);
   return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::AwaitPull(
-    int rank, uint64_t incarnation, uint64_t clock,
+    int rank, uint64_t incarnation, uint64_t step,
     absl::FunctionRef<bool()> cancelled) {
   absl::Status admitted;
   // A step that failed was logged; the wait below sees the version.
   (void)ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    admitted = AdmitLocked(rank, incarnation);
-    if (admitted.ok()) admitted = NoteClockLocked(rank, clock);
+    admitted = members_.Admit(rank, incarnation, absl::Now());
+    if (admitted.ok()) admitted = NoteNextStepLocked(rank, step);
     return admitted;
   });
   if (!admitted.ok()) return admitted;
   return WaitAsRank(
       rank, incarnation,
-      [this, clock]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return policy_->PullReady(ViewLocked(), clock);
+      [this, step]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return policy_->PullReady(ViewLocked(), step);
       },
-      [this, clock]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return policy_->RanksBlocking(ViewLocked(), clock);
+      [this, step]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return policy_->RanksBlocking(ViewLocked(), step);
       },
       [&](const std::string& waiting_on, double waited, uint64_t version) {
-        spdlog::warn("{}", policy_->SlowPullMessage(rank, clock, waiting_on,
+        spdlog::warn("{}", policy_->SlowPullMessage(rank, step, waiting_on,
                                                     waited, version));
       },
-      cancelled, absl::StrCat("pull for clock ", clock));
+      cancelled, absl::StrCat("pull for step ", step));
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::AwaitOthersFinished(
@@ -94,19 +80,18 @@ absl::StatusOr<uint64_t> UpdateCoordinator::AwaitOthersFinished(
   // Steps go on without it: one may have been waiting only for it. A step
   // that failed was logged.
   (void)ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    admitted = AdmitLocked(rank, incarnation);
-    if (admitted.ok()) ranks_.MarkFinishing(rank);
+    admitted = members_.Admit(rank, incarnation, absl::Now());
+    if (admitted.ok()) members_.ranks().MarkFinishing(rank);
     return admitted;
   });
   if (!admitted.ok()) return admitted;
   return WaitAsRank(
       rank, incarnation,
       [this, rank]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return ranks_.StillTraining(rank, absl::Now(), options_.rejoin_grace)
-            .empty();
+        return members_.OthersTraining(rank, absl::Now()).empty();
       },
       [this, rank]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return ranks_.StillTraining(rank, absl::Now(), options_.rejoin_grace);
+        return members_.OthersTraining(rank, absl::Now());
       },
       [&](const std::string& waiting_on, double waited, uint64_t version) {
         spdlog::info(
@@ -125,7 +110,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::WaitAsRank(
   const absl::Time start = absl::Now();
   absl::Time next_log = start + options_.slow_wait_log;
   auto is_ready = [this, ready]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return shutdown_ || !failure_.ok() || ready();
+    return !members_.Running().ok() || ready();
   };
   for (;;) {
     bool log_due = false;
@@ -135,16 +120,15 @@ absl::StatusOr<uint64_t> UpdateCoordinator::WaitAsRank(
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&is_ready),
                                options_.poll_interval)) {
-        if (shutdown_) return absl::UnavailableError("server is shutting down");
-        if (!failure_.ok()) return failure_;
+        if (absl::Status s = members_.Running(); !s.ok()) return s;
         return version_;
       }
       // A replaced process stops waiting; a waiting one is alive.
-      if (absl::Status s = ranks_.CheckIncarnation(rank, incarnation);
+      if (absl::Status s = members_.ranks().CheckIncarnation(rank, incarnation);
           !s.ok()) {
         return s;
       }
-      ranks_.Touch(rank, absl::Now());
+      members_.ranks().Touch(rank, absl::Now());
       log_due = absl::Now() >= next_log;
       if (log_due) {
         waiting_on = blocking();
@@ -172,138 +156,69 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
         "worker ", rank,
         " registers without an incarnation; every process picks one"));
   }
-  uint64_t previous = 0;
-  absl::StatusOr<RankProgress> result;
+  RankProgress progress;
+  bool replaced = false;
   {
     absl::MutexLock lock(&mu_);
-    result = RegisterLocked(rank, incarnation, planned_steps,
-                            max_examples_per_push, &previous);
+    absl::StatusOr<Membership::Registration> registration = members_.Register(
+        rank, incarnation, planned_steps, max_examples_per_push, absl::Now());
+    if (!registration.ok()) return registration.status();
+    const DataProgress& accepted = members_.ranks().accepted(rank);
+    progress = {policy_->ResumeStep(ViewLocked(), rank), accepted.epoch,
+                accepted.examples_done};
+    const uint64_t previous = registration->previous_incarnation;
+    replaced = previous != 0 && previous != incarnation;
+    if (replaced) {
+      spdlog::log(registration->extension_join ? spdlog::level::info
+                                               : spdlog::level::warn,
+                  "worker {} rejoined: incarnation {} replaces {}; it resumes "
+                  "at step {}, epoch {}, examples_done {}",
+                  rank, incarnation, previous, progress.next_step,
+                  progress.epoch, progress.examples_done);
+    }
   }
   // Without mu_, which a checkpoint's snapshot takes.
-  if (result.ok() && previous != 0 && previous != incarnation &&
-      options_.on_new_incarnation) {
-    options_.on_new_incarnation();
-  }
-  return result;
-}
-
-absl::StatusOr<RankProgress> UpdateCoordinator::RegisterLocked(
-    int rank, uint64_t incarnation, uint64_t planned_steps,
-    uint32_t max_examples_per_push, uint64_t* previous_incarnation) {
-  if (shutdown_) return absl::UnavailableError("server is shutting down");
-  if (!failure_.ok()) return failure_;
-  if (planned_steps != 0 && plan_open_) {
-    // An extended run: its workers' plan replaces the checkpoint's.
-    if (planned_steps != planned_steps_) {
-      spdlog::info(
-          "worker {} plans {} steps where the restored run planned {}: the "
-          "run goes on under the new plan (--extend), which bounds the steps "
-          "and spans the learning-rate schedule",
-          rank, planned_steps, planned_steps_);
-    }
-    planned_steps_ = planned_steps;
-    plan_open_ = false;
-    plan_restored_ = false;
-  }
-  if (planned_steps != 0 && planned_steps_ != 0 &&
-      planned_steps != planned_steps_) {
-    if (plan_restored_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker ", rank, " plans ", planned_steps,
-          " steps but the run of the restored checkpoint planned ",
-          planned_steps_,
-          "; a resumed run keeps its plan (same --epochs, --max_steps and "
-          "--batch_size), and servers started with --extend take a new one"));
-    }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", rank, " plans ", planned_steps,
-        " steps but the workers registered before it plan ", planned_steps_,
-        "; every worker must plan the same (same --epochs, --max_steps and "
-        "--batch_size)"));
-  }
-  if (planned_steps == 0 && planned_steps_ == 0 &&
-      options_.lr_schedule.has_value() &&
-      options_.lr_schedule->kind() == LrScheduleKind::kCosine) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--lr_schedule=cosine needs the planned number of steps, and worker ",
-        rank, " registered with planned_steps 0"));
-  }
-  if (planned_steps != 0) {
-    planned_steps_ = planned_steps;
-    plan_restored_ = false;
-  }
-  const uint64_t previous = ranks_.SetIncarnation(rank, incarnation);
-  *previous_incarnation = previous;
-  ranks_.SetMaxExamples(rank, max_examples_per_push);
-  ranks_.Touch(rank, absl::Now());
-  const DataProgress& progress = ranks_.accepted(rank);
-  const RankProgress result{policy_->ResumeStep(ViewLocked(), rank),
-                            progress.epoch, progress.examples_done};
-  if (previous != 0 && previous != incarnation) {
-    // Every worker of an extended run is a new process: no news.
-    spdlog::log(
-        extension_joins_[rank] ? spdlog::level::info : spdlog::level::warn,
-        "worker {} rejoined: incarnation {} replaces {}; it resumes at step "
-        "{}, epoch {}, examples_done {}",
-        rank, incarnation, previous, result.next_step, result.epoch,
-        result.examples_done);
-  }
-  extension_joins_[rank] = false;
-  return result;
+  if (replaced && options_.on_new_incarnation) options_.on_new_incarnation();
+  return progress;
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::Heartbeat(int rank,
                                                       uint64_t incarnation,
-                                                      uint64_t clock) {
+                                                      uint64_t next_step) {
   return ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (absl::Status s = AdmitLocked(rank, incarnation); !s.ok()) return s;
-    return clock > 0 ? NoteClockLocked(rank, clock) : absl::OkStatus();
+    if (absl::Status s = members_.Admit(rank, incarnation, absl::Now());
+        !s.ok()) {
+      return s;
+    }
+    return next_step > 0 ? NoteNextStepLocked(rank, next_step)
+                         : absl::OkStatus();
   });
 }
 
 absl::Status UpdateCoordinator::CheckRegistered(int rank,
                                                 uint64_t incarnation) const {
   absl::MutexLock lock(&mu_);
-  const uint64_t registered = ranks_.incarnation(rank);
-  if (registered == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", rank, " has not registered with this server"));
-  }
-  if (incarnation != registered) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", rank, " registered as incarnation ", registered,
-                     ", not ", incarnation));
-  }
-  return absl::OkStatus();
+  return members_.CheckRegistered(rank, incarnation);
 }
 
 bool UpdateCoordinator::MarkDone(int rank) {
   // The step may have been waiting only for this rank. A step that failed
   // was logged.
   (void)ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ranks_.MarkDone(rank);
+    members_.ranks().MarkDone(rank);
     return absl::OkStatus();
   });
   MaybeFinish();
   absl::MutexLock lock(&mu_);
-  return finished_;
+  return members_.finished();
 }
 
 void UpdateCoordinator::CheckLeases() {
   std::vector<int> dead;
   auto expire = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (shutdown_ || !failure_.ok()) return absl::OkStatus();
-    dead = ranks_.ExpireLeases(absl::Now());
-    if (dead.empty() || options_.on_worker_failure != FailurePolicy::kFail) {
-      return absl::OkStatus();
-    }
-    // Not Aborted: a worker retries a step refused with that (stale), and
-    // this ends the job.
-    failure_ = absl::FailedPreconditionError(absl::StrCat(
-        Workers(dead), dead.size() == 1 ? " is" : " are",
-        " dead (no heartbeat for ", absl::FormatDuration(ranks_.lease()),
-        "); --on_worker_failure=fail stops the job"));
-    return failure_;
+    dead = members_.ExpireLeases(absl::Now());
+    // Under kFail the job failed with them.
+    return dead.empty() ? absl::OkStatus() : members_.failure();
   };
   // Under kElastic a step may go on without the dead (one that failed was
   // logged); under kFail the job fails instead and no step is taken.
@@ -315,7 +230,7 @@ void UpdateCoordinator::CheckLeases() {
     spdlog::warn(
         "{} {} dead (no heartbeat for {}); going on without {} "
         "(--on_worker_failure=elastic)",
-        Workers(dead), dead.size() == 1 ? "is" : "are",
+        DescribeWorkers(dead), dead.size() == 1 ? "is" : "are",
         absl::FormatDuration(options_.worker_timeout),
         dead.size() == 1 ? "it" : "them");
   }
@@ -328,7 +243,10 @@ void UpdateCoordinator::CheckerLoop() {
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&shutdown_), interval)) return;
+      auto shut_down = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return members_.shut_down();
+      };
+      if (mu_.AwaitWithTimeout(absl::Condition(&shut_down), interval)) return;
     }
     CheckLeases();
     // Dead ranks count as finished once their rejoin grace has passed.
@@ -337,18 +255,14 @@ void UpdateCoordinator::CheckerLoop() {
 }
 
 void UpdateCoordinator::MaybeFinish() {
-  absl::Status outcome;
+  std::optional<absl::Status> outcome;
   {
     absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    if (failure_.ok() &&
-        !ranks_.AllFinished(absl::Now(), options_.rejoin_grace)) {
-      return;
-    }
-    outcome = failure_;
-    finished_ = true;
+    outcome = members_.EndIfOver(absl::Now());
   }
-  if (options_.on_finished) options_.on_finished(outcome);
+  if (outcome.has_value() && options_.on_finished) {
+    options_.on_finished(*outcome);
+  }
 }
 
 absl::Status UpdateCoordinator::AwaitBarrier(
@@ -359,15 +273,14 @@ absl::Status UpdateCoordinator::AwaitBarrier(
   }
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = AdmitLocked(rank, incarnation); !s.ok()) return s;
-    barriers_[rank] = std::max(barriers_[rank], generation);
+    if (absl::Status s = members_.Admit(rank, incarnation, absl::Now());
+        !s.ok()) {
+      return s;
+    }
+    members_.ReachBarrier(rank, generation);
   }
   auto behind = [this, generation]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    std::vector<int> ranks;
-    for (int r = 0; r < ranks_.num_workers(); ++r) {
-      if (ranks_.active(r) && barriers_[r] < generation) ranks.push_back(r);
-    }
-    return ranks;
+    return members_.BehindBarrier(generation);
   };
   absl::StatusOr<uint64_t> reached = WaitAsRank(
       rank, incarnation,

@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "server/checkpoint.h"
 #include "server/coordinator_test_util.h"
 #include "server/update_coordinator.h"
+#include "update/checkpoint.h"
 
 namespace ps::server {
 namespace {
@@ -194,7 +194,7 @@ TEST_F(SyncRestartTest, APushForALaterStepFastForwards) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_F(SyncRestartTest, APullForALaterClockFastForwards) {
+TEST_F(SyncRestartTest, APullForALaterStepFastForwards) {
   EXPECT_EQ(*Pull(*coord_, 0, 4), 4u);
   // Rank 1 had not finished step 3 here: stale, it pulls again.
   EXPECT_EQ(coord_->Commit(ConstantPush(*store_, 1, 3, 1)).status().code(),
@@ -204,19 +204,19 @@ TEST_F(SyncRestartTest, APullForALaterClockFastForwards) {
 TEST_F(SyncRestartTest, APushLostInTheCrashTakesPartWithWeightZero) {
   const auto before = AllWeights(*store_);
   ASSERT_TRUE(coord_->Commit(ConstantPush(*store_, 0, 2, 4)).ok());
-  // Rank 1 pushed step 2 before the crash and now pulls for clock 3.
+  // Rank 1 pushed step 2 before the crash and now pulls for step 3.
   EXPECT_EQ(*Pull(*coord_, 1, 3), 3u);
   ExpectShiftedBy(before, AllWeights(*store_), 4.0f);
 }
 
 // The worker is one step ahead and blocked on another shard, so it does
-// not pull here: only its heartbeats say where it is. Without the clock in
+// not pull here: only its heartbeats say where it is. Without its step in
 // them, this shard would wait for its lost push for as long as they keep it
 // alive, and the other shard for this one.
 TEST_F(SyncRestartTest, AHeartbeatPastALostPushTakesPartWithWeightZero) {
   const auto before = AllWeights(*store_);
   ASSERT_TRUE(coord_->Commit(ConstantPush(*store_, 0, 2, 4)).ok());
-  // A heartbeat without a clock changes nothing.
+  // A heartbeat without a step changes nothing.
   EXPECT_EQ(*coord_->Heartbeat(1, IncarnationOf(1)), 2u);
   EXPECT_EQ(*coord_->Heartbeat(1, IncarnationOf(1), 3), 3u);
   ExpectShiftedBy(before, AllWeights(*store_), 4.0f);
@@ -306,7 +306,7 @@ TEST(CoordinatorRestoreTest, ANewIncarnationIsAnnounced) {
   EXPECT_EQ(announced.load(), 2);
 }
 
-TEST(CoordinatorRestoreTest, WithoutARestartALaterClockWaits) {
+TEST(CoordinatorRestoreTest, WithoutARestartALaterStepWaits) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = Make(store.get(), FastOptions(ConsistencyMode::kSync, 2));
   const absl::Time give_up = absl::Now() + absl::Milliseconds(50);

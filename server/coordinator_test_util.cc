@@ -1,6 +1,8 @@
 #include "server/coordinator_test_util.h"
 
+#include <cmath>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "common/model_spec.h"
@@ -78,6 +80,52 @@ StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
   return p;
 }
 
+std::unique_ptr<ShardStore> MakeAdamStore() {
+  OptimizerConfig adam;
+  adam.learning_rate = 0.01f;
+  return MakeStore({30, 20, 10}, adam);
+}
+
+std::vector<StagedPush> RandomPushes(const ShardStore& store) {
+  std::vector<StagedPush> pushes;
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const uint32_t examples[kRandomPushRanks] = {7, 64, 1, 33};
+  for (int r = 0; r < kRandomPushRanks; ++r) {
+    StagedPush p = ConstantPush(store, r, 0, 0.0f, examples[r]);
+    std::vector<std::vector<float>> values = GradientValues(p);
+    for (std::vector<float>& g : values) {
+      for (float& v : g) v = dist(rng) * std::pow(10.0f, r);
+    }
+    SetGradientValues(p, values);
+    pushes.push_back(std::move(p));
+  }
+  return pushes;
+}
+
+std::vector<std::vector<float>> ReferenceMeanStep() {
+  auto store = MakeAdamStore();
+  std::vector<StagedPush> pushes = RandomPushes(*store);
+  double total = 0;
+  std::vector<std::vector<std::vector<float>>> values;  // [rank][slice]
+  for (const StagedPush& p : pushes) {
+    total += p.num_examples;
+    values.push_back(GradientValues(p));
+  }
+  for (int s = 0; s < store->num_slices(); ++s) {
+    std::vector<float> g(store->slices()[s].num_elements);
+    for (size_t i = 0; i < g.size(); ++i) {
+      double sum = 0;
+      for (size_t r = 0; r < pushes.size(); ++r) {
+        sum += static_cast<double>(pushes[r].num_examples) * values[r][s][i];
+      }
+      g[i] = static_cast<float>(sum / total);
+    }
+    EXPECT_TRUE(store->ApplyGradient(s, g).ok());
+  }
+  return AllWeights(*store);
+}
+
 std::vector<std::vector<float>> GradientValues(const StagedPush& push) {
   std::vector<std::vector<float>> values;
   for (const SliceGradient& g : push.gradients) {
@@ -126,8 +174,8 @@ void ExpectBitIdentical(const std::vector<std::vector<float>>& a,
 }
 
 absl::StatusOr<uint64_t> Pull(UpdateCoordinator& coordinator, int rank,
-                              uint64_t clock) {
-  return coordinator.AwaitPull(rank, IncarnationOf(rank), clock,
+                              uint64_t step) {
+  return coordinator.AwaitPull(rank, IncarnationOf(rank), step,
                                [] { return false; });
 }
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "server/push_stager.h"
-#include "server/shard_store.h"
 #include "server/update_coordinator.h"
 #include "spdlog/spdlog.h"
+#include "update/shard_store.h"
 
 namespace ps::server::testing {
 
@@ -47,6 +47,20 @@ StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
                         float value, uint32_t num_examples = 1,
                         uint64_t base_version = 0);
 
+// A store of an MLP trained with Adam (learning rate 0.01).
+std::unique_ptr<ShardStore> MakeAdamStore();
+
+// Ranks of RandomPushes.
+inline constexpr int kRandomPushRanks = 4;
+// One push for step 0 from each of kRandomPushRanks ranks, in rank order:
+// random gradients of very different sizes and example counts, the same on
+// every call, so that any change in summation order shows in the low bits.
+std::vector<StagedPush> RandomPushes(const ShardStore& store);
+// The weights of a MakeAdamStore after one update by the documented sync
+// formula, g = sum_r(n_r * g_r) / sum_r(n_r) in rank order, over
+// RandomPushes, applied straight to the store.
+std::vector<std::vector<float>> ReferenceMeanStep();
+
 // Each slice's gradient in `push`, decoded.
 std::vector<std::vector<float>> GradientValues(const StagedPush& push);
 // Replaces `push`'s gradients with `values`, one vector per slice.
@@ -65,7 +79,7 @@ void ExpectBitIdentical(const std::vector<std::vector<float>>& a,
 
 // AwaitPull without cancellation, as IncarnationOf(rank).
 absl::StatusOr<uint64_t> Pull(UpdateCoordinator& coordinator, int rank,
-                              uint64_t clock);
+                              uint64_t step);
 
 // Sends spdlog's default logger to a string for the object's life.
 class LogCapture {

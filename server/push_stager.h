@@ -12,8 +12,8 @@
 #include "absl/strings/cord.h"
 #include "absl/types/span.h"
 #include "server/request_header.h"
-#include "server/shard_store.h"
 #include "server/slice_gradient.h"
+#include "update/shard_store.h"
 
 namespace ps::server {
 

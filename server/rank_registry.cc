@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace ps::server {
 
@@ -101,26 +102,36 @@ std::vector<int> RankRegistry::StillTraining(
   return training;
 }
 
-absl::Status RankRegistry::CheckProgress(int rank, const DataProgress& progress,
+absl::Status RankRegistry::CheckProgress(int rank, uint64_t step,
+                                         const DataProgress& progress,
                                          uint32_t num_examples) const {
   const Rank& r = ranks_[rank];
-  if (!r.progress_continuous || progress.epoch < r.accepted.epoch) {
-    return absl::OkStatus();
+  if (progress.epoch < r.accepted.epoch) return absl::OkStatus();
+  // Steps the push may be past the record: one, or after a restore those
+  // since the restored clock (the worker's pushes for them were lost).
+  uint64_t steps = 1;
+  uint64_t batch = num_examples;
+  if (!r.progress_continuous) {
+    steps = step >= r.applied_clock ? step - r.applied_clock + 1 : 1;
+    if (r.max_examples != 0) batch = r.max_examples;
   }
-  if (progress.epoch > r.accepted.epoch + 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("epoch ", progress.epoch, " of worker ", rank,
-                     " skips epochs: its last accepted push was in epoch ",
-                     r.accepted.epoch));
+  if (progress.epoch - r.accepted.epoch > steps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "epoch ", progress.epoch, " of worker ", rank,
+        " skips epochs: its last accepted push was in epoch ", r.accepted.epoch,
+        ", ", steps, " step(s) before step ", step));
   }
   const uint64_t done_before =
       progress.epoch == r.accepted.epoch ? r.accepted.examples_done : 0;
+  // Saturating: steps x batch may not fit.
+  const uint64_t reach =
+      batch != 0 && steps > UINT64_MAX / batch ? UINT64_MAX : steps * batch;
   if (progress.examples_done > done_before &&
-      progress.examples_done - done_before > num_examples) {
+      progress.examples_done - done_before > reach) {
     return absl::InvalidArgumentError(absl::StrCat(
         "examples_done ", progress.examples_done, " of worker ", rank,
-        " in epoch ", progress.epoch, " is more than num_examples ",
-        num_examples, " past its last accepted position, ", done_before,
+        " in epoch ", progress.epoch, " is more than ", steps, " x ", batch,
+        " examples past its last accepted position, ", done_before,
         ": a push moves the cursor by its own batch"));
   }
   return absl::OkStatus();
@@ -146,14 +157,14 @@ void RankRegistry::RecordApplied(int rank, uint64_t step,
   counts[rank] += num_examples;
 }
 
-void RankRegistry::RaiseClock(int rank, uint64_t clock) {
-  ranks_[rank].clock = std::max(ranks_[rank].clock, clock);
+void RankRegistry::RaiseNextStep(int rank, uint64_t next_step) {
+  ranks_[rank].clock = std::max(ranks_[rank].clock, next_step);
 }
 
-std::vector<int> RankRegistry::ActiveBelowClock(uint64_t min_clock) const {
+std::vector<int> RankRegistry::ActiveBefore(uint64_t step) const {
   std::vector<int> below;
   for (int i = 0; i < num_workers(); ++i) {
-    if (active(i) && ranks_[i].clock < min_clock) below.push_back(i);
+    if (active(i) && ranks_[i].clock < step) below.push_back(i);
   }
   return below;
 }
@@ -220,6 +231,11 @@ std::string RankRegistry::RanksReport() const {
                     r.accepted.examples_done);
   }
   return states + details;
+}
+
+std::string DescribeWorkers(const std::vector<int>& ranks) {
+  return absl::StrCat(ranks.size() == 1 ? "worker " : "workers ",
+                      absl::StrJoin(ranks, ", "));
 }
 
 }  // namespace ps::server

@@ -8,47 +8,13 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "update/coordinator_state.h"
 
 namespace ps::server {
 
-// Data progress of one rank: it has trained on `examples_done` examples of
-// its share of epoch `epoch`. Ordered by (epoch, examples_done).
-struct DataProgress {
-  uint64_t epoch = 0;
-  uint64_t examples_done = 0;
-
-  bool operator<(const DataProgress& o) const {
-    return epoch != o.epoch ? epoch < o.epoch : examples_done < o.examples_done;
-  }
-  bool operator==(const DataProgress& o) const {
-    return epoch == o.epoch && examples_done == o.examples_done;
-  }
-};
-
-// What a checkpoint keeps of a rank: its state as of the last update that
-// reached the weights (a sync push still waiting for its step is not in it).
-struct RankRecord {
-  uint64_t incarnation = 0;
-  uint64_t clock = 0;
-  DataProgress progress;
-  bool done = false;
-  // The most examples a push of the rank may carry (0: no bound).
-  uint32_t max_examples = 0;
-
-  bool operator==(const RankRecord& o) const {
-    return incarnation == o.incarnation && clock == o.clock &&
-           progress == o.progress && done == o.done &&
-           max_examples == o.max_examples;
-  }
-};
-
-// Examples of the pushes that reached the weights: epoch -> one count per
-// rank.
-using ExampleCounts = std::map<uint64_t, std::vector<uint64_t>>;
-
 // The shard's book of worker ranks: which process (incarnation) holds each
 // rank, whether it is alive (a lease renewed by every request), whether it
-// is done, its clock and its data progress, and how many examples of each
+// is done, its next step and its data progress, and how many examples of each
 // epoch its applied pushes carried.
 //
 // Progress is kept twice: `accepted` (every push taken, including a sync
@@ -97,7 +63,7 @@ class RankRegistry {
   }
   bool dead(int rank) const { return ranks_[rank].dead; }
   bool done(int rank) const { return ranks_[rank].done; }
-  // Takes part in steps and clock minimums: neither dead, done, nor
+  // Takes part in steps and the ssp minimum: neither dead, done, nor
   // finishing (a finishing rank pushes no more; the others' steps go on
   // without it, as it waits for them).
   bool active(int rank) const {
@@ -127,11 +93,14 @@ class RankRegistry {
   // follow the rank's accepted progress: a worker's cursor moves by its
   // batch, within an epoch or into the next one (replays stay behind it).
   // InvalidArgument naming the field otherwise, so that a peer cannot claim
-  // progress that would make the rank's real pushes replays. Unchecked
-  // until the rank's first push after a restore: its worker may be ahead of
-  // the restored record. (A restarted worker resumes from the smallest
-  // record over the shards, so registering changes nothing.)
-  absl::Status CheckProgress(int rank, const DataProgress& progress,
+  // progress that would make the rank's real pushes replays. The rank's
+  // first push after a restore, for `step`, may be ahead of the restored
+  // record (its pushes since were lost), by at most one epoch and one batch
+  // (the registered max_examples_per_push, else `num_examples`) per step
+  // since the record's clock. (A restarted worker resumes from the
+  // smallest record over the shards, so registering changes nothing.)
+  absl::Status CheckProgress(int rank, uint64_t step,
+                             const DataProgress& progress,
                              uint32_t num_examples) const;
   // A push for `step` ending at `progress` was taken.
   void RecordAccepted(int rank, uint64_t step, const DataProgress& progress);
@@ -139,14 +108,15 @@ class RankRegistry {
   // `num_examples` examples of epoch progress.epoch.
   void RecordApplied(int rank, uint64_t step, const DataProgress& progress,
                      uint32_t num_examples);
-  // The rank has done steps [0, clock) (a pull for `clock` says so).
-  void RaiseClock(int rank, uint64_t clock);
-  // Steps taken: the last accepted step + 1.
-  uint64_t clock(int rank) const { return ranks_[rank].clock; }
+  // The rank has done steps [0, next_step) (a pull for step `next_step`
+  // says so).
+  void RaiseNextStep(int rank, uint64_t next_step);
+  // Steps taken: the last accepted step + 1, or more once raised.
+  uint64_t next_step(int rank) const { return ranks_[rank].clock; }
   const DataProgress& accepted(int rank) const { return ranks_[rank].accepted; }
 
-  // Active ranks whose clock is below `min_clock`, in rank order.
-  std::vector<int> ActiveBelowClock(uint64_t min_clock) const;
+  // Active ranks whose next step is below `step`, in rank order.
+  std::vector<int> ActiveBefore(uint64_t step) const;
 
   std::vector<RankRecord> Records() const;
   const ExampleCounts& examples() const { return examples_; }
@@ -188,6 +158,9 @@ class RankRegistry {
   std::vector<Rank> ranks_;
   ExampleCounts examples_;
 };
+
+// "worker 2" or "workers 1, 3", for log lines and errors.
+std::string DescribeWorkers(const std::vector<int>& ranks);
 
 }  // namespace ps::server
 

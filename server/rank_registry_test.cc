@@ -62,45 +62,53 @@ TEST(RankRegistryTest, APushNotBeyondTheAcceptedProgressIsAReplay) {
   EXPECT_TRUE(ranks.IsReplay(0, {0, 0}));
   EXPECT_FALSE(ranks.IsReplay(0, {0, 32}));
   ranks.RecordAccepted(0, 3, {1, 64});
-  EXPECT_EQ(ranks.clock(0), 4u);
+  EXPECT_EQ(ranks.next_step(0), 4u);
   for (DataProgress p :
        {DataProgress{1, 64}, DataProgress{1, 32}, DataProgress{0, 60000}}) {
     EXPECT_TRUE(ranks.IsReplay(0, p)) << p.epoch << ":" << p.examples_done;
   }
   EXPECT_FALSE(ranks.IsReplay(0, {1, 65}));
   EXPECT_FALSE(ranks.IsReplay(0, {2, 0}));
-  // Progress and clock never go back.
+  // Progress and the next step never go back.
   ranks.RecordAccepted(0, 1, {0, 10});
-  EXPECT_EQ(ranks.clock(0), 4u);
+  EXPECT_EQ(ranks.next_step(0), 4u);
   EXPECT_EQ(ranks.accepted(0), (DataProgress{1, 64}));
 }
 
 TEST(RankRegistryTest, ProgressMovesByAtMostTheBatchWithinOrIntoAnEpoch) {
   RankRegistry ranks(1, kLease, kStart);
-  EXPECT_TRUE(ranks.CheckProgress(0, {0, 32}, 32).ok());
-  EXPECT_TRUE(ranks.CheckProgress(0, {0, 20}, 32).ok());
+  EXPECT_TRUE(ranks.CheckProgress(0, 0, {0, 32}, 32).ok());
+  EXPECT_TRUE(ranks.CheckProgress(0, 0, {0, 20}, 32).ok());
   ranks.SetIncarnation(0, 7);  // A restarted worker resumes from the record.
-  EXPECT_FALSE(ranks.CheckProgress(0, {0, 6400}, 32).ok());
-  const absl::Status ahead = ranks.CheckProgress(0, {0, 33}, 32);
+  EXPECT_FALSE(ranks.CheckProgress(0, 0, {0, 6400}, 32).ok());
+  const absl::Status ahead = ranks.CheckProgress(0, 0, {0, 33}, 32);
   EXPECT_EQ(ahead.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(ahead.message().find("examples_done 33"), std::string::npos)
       << ahead;
   ranks.RecordAccepted(0, 0, {0, 32});
-  EXPECT_TRUE(ranks.CheckProgress(0, {0, 64}, 32).ok());
-  EXPECT_TRUE(ranks.CheckProgress(0, {0, 32}, 0).ok());   // An empty share.
-  EXPECT_TRUE(ranks.CheckProgress(0, {0, 10}, 10).ok());  // A replay.
-  EXPECT_FALSE(ranks.CheckProgress(0, {0, ~uint64_t{0}}, 32).ok());
-  EXPECT_TRUE(ranks.CheckProgress(0, {1, 32}, 32).ok());  // The next epoch.
-  EXPECT_FALSE(ranks.CheckProgress(0, {1, 64}, 32).ok());
-  const absl::Status skips = ranks.CheckProgress(0, {2, 32}, 32);
+  EXPECT_TRUE(ranks.CheckProgress(0, 0, {0, 64}, 32).ok());
+  EXPECT_TRUE(ranks.CheckProgress(0, 0, {0, 32}, 0).ok());   // An empty share.
+  EXPECT_TRUE(ranks.CheckProgress(0, 0, {0, 10}, 10).ok());  // A replay.
+  EXPECT_FALSE(ranks.CheckProgress(0, 0, {0, ~uint64_t{0}}, 32).ok());
+  EXPECT_TRUE(ranks.CheckProgress(0, 0, {1, 32}, 32).ok());  // The next epoch.
+  EXPECT_FALSE(ranks.CheckProgress(0, 0, {1, 64}, 32).ok());
+  const absl::Status skips = ranks.CheckProgress(0, 0, {2, 32}, 32);
   EXPECT_NE(skips.message().find("skips epochs"), std::string::npos) << skips;
 
   // A restored record may be behind the worker, until its next push.
   ASSERT_TRUE(
       ranks.Restore({RankRecord{1, 1, {0, 32}, false}}, {}, kStart).ok());
-  EXPECT_TRUE(ranks.CheckProgress(0, {3, 320}, 32).ok());
-  ranks.RecordAccepted(0, 9, {3, 320});
-  EXPECT_FALSE(ranks.CheckProgress(0, {3, 400}, 32).ok());
+  // By at most a batch and an epoch per step since its clock (1).
+  const absl::Status far = ranks.CheckProgress(0, 1, {0, ~uint64_t{0}}, 32);
+  EXPECT_EQ(far.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(far.message().find("1 x 32 examples past"), std::string::npos)
+      << far;
+  EXPECT_TRUE(ranks.CheckProgress(0, 1, {0, 64}, 32).ok());
+  EXPECT_FALSE(ranks.CheckProgress(0, 1, {0, 65}, 32).ok());
+  EXPECT_FALSE(ranks.CheckProgress(0, 1, {2, 0}, 32).ok());
+  EXPECT_TRUE(ranks.CheckProgress(0, 12, {3, 320}, 32).ok());
+  ranks.RecordAccepted(0, 12, {3, 320});
+  EXPECT_FALSE(ranks.CheckProgress(0, 13, {3, 400}, 32).ok());
 }
 
 TEST(RankRegistryTest, APushMayCarryAtMostTheRanksRegisteredBatch) {
@@ -194,16 +202,16 @@ TEST(RankRegistryTest, StillTrainingLeavesOutDoneFinishingAndGoneRanks) {
             (std::vector<int>{2, 3}));
 }
 
-TEST(RankRegistryTest, ClockMinimumCountsOnlyActiveRanks) {
+TEST(RankRegistryTest, TheSspMinimumCountsOnlyActiveRanks) {
   RankRegistry ranks(3, kLease, kStart);
   ranks.RecordAccepted(0, 4, {0, 5});
-  ranks.RaiseClock(2, 2);
-  EXPECT_EQ(ranks.ActiveBelowClock(3), (std::vector<int>{1, 2}));
+  ranks.RaiseNextStep(2, 2);
+  EXPECT_EQ(ranks.ActiveBefore(3), (std::vector<int>{1, 2}));
   ranks.MarkDone(1);
-  EXPECT_EQ(ranks.ActiveBelowClock(3), std::vector<int>{2});
+  EXPECT_EQ(ranks.ActiveBefore(3), std::vector<int>{2});
   ranks.Touch(0, kStart + absl::Seconds(5));
   ranks.ExpireLeases(kStart + absl::Seconds(11));
-  EXPECT_TRUE(ranks.ActiveBelowClock(3).empty());
+  EXPECT_TRUE(ranks.ActiveBefore(3).empty());
 }
 
 TEST(RankRegistryTest, RestoreReplacesStateAndRestartsLeases) {
@@ -215,7 +223,7 @@ TEST(RankRegistryTest, RestoreReplacesStateAndRestartsLeases) {
   const absl::Time later = kStart + absl::Seconds(100);
   ASSERT_TRUE(ranks.Restore(records, examples, later).ok());
   EXPECT_EQ(ranks.Records(), records);
-  EXPECT_EQ(ranks.clock(0), 5u);
+  EXPECT_EQ(ranks.next_step(0), 5u);
   EXPECT_EQ(ranks.accepted(1), (DataProgress{1, 20}));
   EXPECT_TRUE(ranks.active(0));
   EXPECT_TRUE(ranks.ExpireLeases(later + kLease).empty());

@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "update/coordinator_state.h"
 
 namespace ps::server {
 
@@ -23,8 +24,8 @@ class ServerMetrics;
 // Thread-safe; Add is one brief critical section.
 class StalenessHistogram {
  public:
-  static constexpr int kExactBuckets = 32;
-  static constexpr int kNumBuckets = kExactBuckets + 59;  // Up to 2^64 - 1.
+  static constexpr int kExactBuckets = StalenessHistogramState::kExactBuckets;
+  static constexpr int kNumBuckets = StalenessHistogramState::kNumBuckets;
 
   void Add(uint64_t staleness);
 
@@ -41,12 +42,7 @@ class StalenessHistogram {
   static int BucketOf(uint64_t staleness);
 
   // Everything the histogram holds, for checkpoints.
-  struct State {
-    std::array<uint64_t, kNumBuckets> buckets = {};
-    uint64_t count = 0;
-    uint64_t max = 0;
-    double sum = 0;
-  };
+  using State = StalenessHistogramState;
   State state() const;
   void Restore(const State& state);
 

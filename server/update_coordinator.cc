@@ -1,40 +1,23 @@
 #include "server/update_coordinator.h"
 
-#include <algorithm>
-#include <functional>
-#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "common/tensor_codec.h"
-#include "server/gradient_mean.h"
-#include "server/slice_apply.h"
 #include "spdlog/spdlog.h"
+#include "update/slice_apply.h"
 
 namespace ps::server {
-namespace {
-
-std::string Workers(const std::vector<int>& ranks) {
-  return absl::StrCat(ranks.size() == 1 ? "worker " : "workers ",
-                      absl::StrJoin(ranks, ", "));
-}
-
-}  // namespace
 
 UpdateCoordinator::UpdateCoordinator(ShardStore* store,
                                      CoordinatorOptions options)
     : store_(store),
       options_(std::move(options)),
       policy_(ConsistencyPolicy::Create(options_.mode, options_.staleness)),
-      ranks_(options_.num_workers, options_.worker_timeout, absl::Now()) {
+      members_(options_, absl::Now()),
+      parts_(options_.num_workers) {
   absl::MutexLock lock(&mu_);
-  has_part_.resize(options_.num_workers, false);
-  pending_.resize(options_.num_workers);
-  barriers_.resize(options_.num_workers, 0);
-  extension_joins_.resize(options_.num_workers, false);
   recovering_ = options_.fast_forward_after_restart &&
                 policy_->FastForwardsAfterRestore();
 }
@@ -91,61 +74,46 @@ absl::StatusOr<uint64_t> UpdateCoordinator::Commit(StagedPush push) {
                                   : CommitAtOnce(std::move(push));
 }
 
-absl::Status UpdateCoordinator::CheckClockLocked(int rank,
-                                                 absl::string_view what,
-                                                 uint64_t clock) const {
-  // Each rank trains planned_steps_ batches, and a step (sync) or a rank's
-  // clock (ssp, async) moves only with one of them.
-  const uint64_t ranks = static_cast<uint64_t>(options_.num_workers);
-  if (planned_steps_ == 0 ||
-      planned_steps_ > std::numeric_limits<uint64_t>::max() / ranks) {
-    return absl::OkStatus();  // No plan to bound it by.
-  }
-  const uint64_t limit = planned_steps_ * ranks;
-  if (clock <= limit) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(what, " ", clock, " of worker ", rank,
-                   " is beyond every step of this job (", options_.num_workers,
-                   " workers x ", planned_steps_,
-                   " planned steps): no worker of it gets there"));
+StepView UpdateCoordinator::ViewLocked() const {
+  return StepView{version_, parts_.applying(), parts_.has_part(),
+                  members_.ranks()};
 }
 
-StepView UpdateCoordinator::ViewLocked() const {
-  return StepView{version_, applying_, has_part_, ranks_};
+absl::StatusOr<PushVerdict> UpdateCoordinator::AdmitPushLocked(
+    const StagedPush& push) {
+  // The fast-forward does nothing but in sync after --restore
+  // (recovering_).
+  absl::StatusOr<PushVerdict> verdict = AdmitPush(
+      push, *policy_, members_,
+      [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return ViewLocked(); },
+      [this, &push]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        if (push.step > version_) MaybeFastForwardLocked(push.step);
+      },
+      absl::Now());
+  // An empty share is no replayed batch.
+  if (verdict.ok() && *verdict == PushVerdict::kReplay &&
+      push.num_examples > 0) {
+    ++replays_;
+  }
+  return verdict;
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::CommitToStep(StagedPush push) {
   const int r = push.rank;
   const uint64_t step = push.step;
-  const DataProgress progress{push.epoch, push.examples_done};
   // The push that completes the step applies it, on this thread.
   return ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (absl::Status s = AdmitLocked(r, push.incarnation); !s.ok()) return s;
-    if (ranks_.done(r)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker ", r, " already said it is done; push for step ", step));
-    }
-    if (absl::Status s = CheckClockLocked(r, "step", step); !s.ok()) return s;
-    if (absl::Status s = ranks_.CheckExamples(r, push.num_examples); !s.ok()) {
-      return s;
-    }
-    if (ranks_.IsReplay(r, progress)) {
+    absl::StatusOr<PushVerdict> verdict = AdmitPushLocked(push);
+    if (!verdict.ok()) return verdict.status();
+    if (*verdict == PushVerdict::kReplay) {
       // The batch is already in; at most it counts as taking part.
-      if (push.num_examples > 0) ++replays_;  // Not an empty share.
-      if (policy_->ReplayTakesPart(ViewLocked(), r, step)) has_part_[r] = true;
+      if (policy_->ReplayTakesPart(ViewLocked(), r, step)) {
+        parts_.AddWithoutPush(r);
+      }
       return absl::OkStatus();
     }
-    if (step > version_) MaybeFastForwardLocked(step);
-    if (absl::Status s = policy_->AdmitPush(ViewLocked(), r, step); !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = ranks_.CheckProgress(r, progress, push.num_examples);
-        !s.ok()) {
-      return s;
-    }
-    has_part_[r] = true;
-    ranks_.RecordAccepted(r, step, progress);
-    pending_[r] = std::move(push);
+    members_.ranks().RecordAccepted(r, step, {push.epoch, push.examples_done});
+    parts_.Add(std::move(push));
     return absl::OkStatus();
   });
 }
@@ -162,41 +130,16 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ApplyIfReadyAfter(
   return ApplyStep(*std::move(ready));
 }
 
-std::optional<UpdateCoordinator::ReadyStep>
-UpdateCoordinator::TakeReadyStepLocked() {
+std::optional<ReadyStep> UpdateCoordinator::TakeReadyStepLocked() {
   std::optional<std::vector<int>> missing = policy_->StepReady(ViewLocked());
   if (!missing.has_value()) return std::nullopt;
-  ReadyStep ready;
-  ready.step = version_;
-  ready.learning_rate = LearningRateLocked(version_);
-  for (std::optional<StagedPush>& pending : pending_) {
-    if (pending.has_value()) ready.pushes.push_back(*std::move(pending));
-    pending.reset();
-  }
-  // A worker-set learning rate (its scheduler's): the lowest rank's.
-  for (const StagedPush& p : ready.pushes) {
-    if (p.learning_rate.has_value()) {
-      ready.learning_rate = p.learning_rate;
-      break;
-    }
-  }
-  // Parts stay marked until version_ moves, so repeats are refused meanwhile.
-  applying_ = true;
-  if (*missing != last_missing_) {
-    if (!missing->empty()) {
-      spdlog::warn("step {} goes on without dead {}", version_,
-                   Workers(*missing));
-    } else {
-      spdlog::info("step {}: every live worker takes part again", version_);
-    }
-    last_missing_ = *std::move(missing);
-  }
-  return ready;
+  return parts_.Take(version_, LearningRateLocked(version_),
+                     *std::move(missing));
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::ApplyStep(ReadyStep ready) {
   absl::MutexLock apply_lock(&apply_mu_);
-  absl::Status applied = ApplyAggregate(ready);
+  absl::Status applied = ApplyReadyStep(*store_, ready);
   WarnOfIncompleteUpdate(absl::StrCat("step ", ready.step));
   absl::MutexLock lock(&mu_);
   for (const StagedPush& p : ready.pushes) {
@@ -204,12 +147,12 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ApplyStep(ReadyStep ready) {
       staleness_.Add(version_ >= p.base_version ? version_ - p.base_version
                                                 : 0);
     }
-    ranks_.RecordApplied(p.rank, ready.step, {p.epoch, p.examples_done},
-                         applied.ok() ? p.num_examples : 0);
+    members_.ranks().RecordApplied(p.rank, ready.step,
+                                   {p.epoch, p.examples_done},
+                                   applied.ok() ? p.num_examples : 0);
   }
-  std::fill(has_part_.begin(), has_part_.end(), false);
+  parts_.Applied();
   version_ = ready.step + 1;
-  applying_ = false;
   recovering_ = false;
   if (!applied.ok()) {
     spdlog::error("update for step {} failed: {}", ready.step,
@@ -218,36 +161,6 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ApplyStep(ReadyStep ready) {
                                             " failed: ", applied.message()));
   }
   return version_;
-}
-
-absl::Status UpdateCoordinator::ApplyAggregate(ReadyStep& ready) {
-  double total_examples = 0;
-  for (const StagedPush& p : ready.pushes) total_examples += p.num_examples;
-  // Only weight-0 pushes: nothing was learned, so nothing changes.
-  if (total_examples == 0) return absl::OkStatus();
-  return ForEachSlice(*store_, [&](int slice) {
-    // g = sum_r (n_r * g_r) / sum_r n_r, always in rank order, so the sum
-    // is the same bits whatever order the pushes arrived in. Computed a
-    // block at a time as the update reads it, from the pushes where they
-    // lie: elementwise, so the blocks change no bit.
-    auto aggregate = [&](uint64_t begin, absl::Span<char> scratch) {
-      const size_t n = scratch.size() / sizeof(float);
-      double sum[Optimizer::kGradientBlock] = {};
-      for (const StagedPush& p : ready.pushes) {
-        if (p.num_examples == 0) continue;
-        for (size_t done = 0; done < n;) {
-          const EncodedFloats g =
-              p.gradients[slice].View(begin + done, n - done, scratch);
-          AddWeighted(g, p.num_examples, sum + done);
-          done += g.size();
-        }
-      }
-      float mean[Optimizer::kGradientBlock];
-      DivideToFloats(sum, n, total_examples, mean);
-      return EncodeInto(absl::MakeConstSpan(mean, n), scratch);
-    };
-    return store_->ApplyGradient(slice, aggregate, ready.learning_rate);
-  });
 }
 
 void UpdateCoordinator::WarnOfIncompleteUpdate(absl::string_view what) {
@@ -271,34 +184,17 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAtOnce(StagedPush push) {
   std::optional<float> learning_rate;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = AdmitLocked(r, push.incarnation); !s.ok()) return s;
-    if (ranks_.done(r)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker ", r, " already said it is done; push for step ", push.step));
-    }
-    if (absl::Status s = CheckClockLocked(r, "step", push.step); !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = ranks_.CheckExamples(r, push.num_examples); !s.ok()) {
-      return s;
-    }
-    if (ranks_.IsReplay(r, progress)) {
-      if (push.num_examples > 0) ++replays_;  // Not an empty share.
-      ranks_.RaiseClock(r, push.step + 1);
+    absl::StatusOr<PushVerdict> verdict = AdmitPushLocked(push);
+    if (!verdict.ok()) return verdict.status();
+    RankRegistry& ranks = members_.ranks();
+    if (*verdict == PushVerdict::kReplay) {
+      ranks.RaiseNextStep(r, push.step + 1);
       return version_;
-    }
-    if (absl::Status s = policy_->AdmitPush(ViewLocked(), r, push.step);
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = ranks_.CheckProgress(r, progress, push.num_examples);
-        !s.ok()) {
-      return s;
     }
     if (push.num_examples == 0) {
       // Takes its step, changes no weight.
-      ranks_.RecordAccepted(r, push.step, progress);
-      ranks_.RecordApplied(r, push.step, progress, 0);
+      ranks.RecordAccepted(r, push.step, progress);
+      ranks.RecordApplied(r, push.step, progress, 0);
       return version_;
     }
     version_at_apply = version_;
@@ -325,30 +221,29 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAtOnce(StagedPush push) {
                      ? version_at_apply - push.base_version
                      : 0);
   absl::MutexLock lock(&mu_);
-  ranks_.RecordAccepted(r, push.step, progress);
-  ranks_.RecordApplied(r, push.step, progress, push.num_examples);
+  members_.ranks().RecordAccepted(r, push.step, progress);
+  members_.ranks().RecordApplied(r, push.step, progress, push.num_examples);
   return ++version_;
 }
 
-void UpdateCoordinator::MaybeFastForwardLocked(uint64_t clock) {
-  if (!recovering_ || clock <= version_ || applying_) return;
+void UpdateCoordinator::MaybeFastForwardLocked(uint64_t step) {
+  if (!recovering_ || step <= version_ || parts_.applying()) return;
   // Step version_ is under way: it is current.
-  if (std::find(has_part_.begin(), has_part_.end(), true) != has_part_.end()) {
-    return;
-  }
+  if (parts_.any_part()) return;
   spdlog::warn(
       "fast-forwarded from version {} to {} after restore: {} updates of this "
       "shard lost",
-      version_, clock, clock - version_);
-  updates_lost_ += clock - version_;
-  version_ = clock;
+      version_, step, step - version_);
+  updates_lost_ += step - version_;
+  version_ = step;
 }
 
 std::optional<float> UpdateCoordinator::LearningRateLocked(
     uint64_t update) const {
   if (!options_.lr_schedule.has_value()) return std::nullopt;
   return options_.lr_schedule->At(
-      update, policy_->PlannedUpdates(planned_steps_, options_.num_workers));
+      update,
+      policy_->PlannedUpdates(members_.planned_steps(), options_.num_workers));
 }
 
 uint64_t UpdateCoordinator::version() const {
@@ -358,12 +253,12 @@ uint64_t UpdateCoordinator::version() const {
 
 absl::Status UpdateCoordinator::failure() const {
   absl::MutexLock lock(&mu_);
-  return failure_;
+  return members_.failure();
 }
 
 void UpdateCoordinator::Shutdown() {
   absl::MutexLock lock(&mu_);
-  shutdown_ = true;
+  members_.Shutdown();
 }
 
 CheckpointIdentity UpdateCoordinator::identity() const {
@@ -387,9 +282,9 @@ ShardCheckpoint UpdateCoordinator::Snapshot() {
   c.staleness = staleness_.state();
   absl::MutexLock lock(&mu_);
   c.version = version_;
-  c.planned_steps = planned_steps_;
-  c.ranks = ranks_.Records();
-  c.examples = ranks_.examples();
+  c.planned_steps = members_.planned_steps();
+  c.ranks = members_.ranks().Records();
+  c.examples = members_.ranks().examples();
   return c;
 }
 
@@ -416,13 +311,8 @@ absl::Status UpdateCoordinator::Restore(const ShardCheckpoint& checkpoint) {
   staleness_.Restore(checkpoint.staleness);
   absl::MutexLock lock(&mu_);
   version_ = checkpoint.version;
-  planned_steps_ = checkpoint.planned_steps;
-  plan_restored_ = planned_steps_ != 0;
-  plan_open_ = options_.replan_after_restore;
-  extension_joins_.assign(options_.num_workers, options_.replan_after_restore);
-  ranks_ = std::move(ranks);
-  std::fill(has_part_.begin(), has_part_.end(), false);
-  for (std::optional<StagedPush>& pending : pending_) pending.reset();
+  members_.Restore(std::move(ranks), checkpoint.planned_steps);
+  parts_.Clear();
   return absl::OkStatus();
 }
 
@@ -430,7 +320,8 @@ std::string UpdateCoordinator::Report() const {
   // Before mu_: it is never held while a slice lock is taken.
   const uint64_t incomplete = store_->IncompleteUpdates();
   absl::MutexLock lock(&mu_);
-  return absl::StrCat(ranks_.RanksReport(), "\n", ranks_.ExamplesPerEpochLine(),
+  const RankRegistry& ranks = members_.ranks();
+  return absl::StrCat(ranks.RanksReport(), "\n", ranks.ExamplesPerEpochLine(),
                       "\nreplayed pushes acknowledged, not applied: ", replays_,
                       "\nupdates lost in restarts: ", updates_lost_,
                       "\nslice updates that kept non-finite results out: ",

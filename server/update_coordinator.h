@@ -2,7 +2,6 @@
 #define PS_SERVER_UPDATE_COORDINATOR_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,57 +15,17 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/consistency_mode.h"
-#include "server/checkpoint.h"
 #include "server/consistency_policy.h"
-#include "server/failure_policy.h"
-#include "server/lr_schedule.h"
+#include "server/coordinator_options.h"
+#include "server/membership.h"
+#include "server/push_admission.h"
 #include "server/push_stager.h"
-#include "server/rank_registry.h"
 #include "server/server_stats.h"
-#include "server/shard_store.h"
+#include "server/step_parts.h"
+#include "update/checkpoint.h"
+#include "update/shard_store.h"
 
 namespace ps::server {
-
-struct CoordinatorOptions {
-  ConsistencyMode mode = ConsistencyMode::kSync;
-  int num_workers = 1;
-  // ssp only: a pull for clock c proceeds once every live rank's clock is
-  // >= c - s.
-  int staleness = 0;
-  FailurePolicy on_worker_failure = FailurePolicy::kElastic;
-  // A rank not heard from (any request) for this long is dead.
-  absl::Duration worker_timeout = absl::Seconds(10);
-  // A dead rank holds the job open this long after its lease ran out, so
-  // that a restarted worker can rejoin before the shards exit.
-  absl::Duration rejoin_grace = absl::Seconds(60);
-  // A pull that has waited this long logs which ranks it waits for.
-  absl::Duration slow_wait_log = absl::Seconds(5);
-  // How often a waiting pull checks whether its caller gave up.
-  absl::Duration poll_interval = absl::Milliseconds(100);
-  // The learning rate of each update; unset: the optimizer's own.
-  std::optional<LearningRateSchedule> lr_schedule;
-  // sync, for a shard restarted with --restore: until a step completes, the
-  // first pull or push for a clock beyond the version moves the version
-  // there (the updates since the checkpoint are lost on this shard).
-  bool fast_forward_after_restart = false;
-  // After a Restore, the first registration that plans steps sets the plan
-  // (the run is extended: more epochs, so the step bound and the
-  // learning-rate schedule's horizon move with it) instead of having to
-  // match the checkpoint's; later registrations must match it.
-  bool replan_after_restore = false;
-  // Called, without locks held, after a rank registered as a new process
-  // replacing another (a restarted or extended run's worker), so that a
-  // checkpoint records it: a shard restored from one that does not would
-  // refuse the new process's requests. Must not block for long.
-  std::function<void()> on_new_incarnation;
-  // Called once, on some thread and without locks held, when the job is
-  // over: OK once every rank is done (or every rank is done or dead, one at
-  // least done); the failure (FailedPrecondition) when a worker died under
-  // kFail. It
-  // must only signal (e.g. wake main).
-  std::function<void(const absl::Status&)> on_finished;
-};
 
 // Where a rank stands, as told to a registering worker.
 struct RankProgress {
@@ -77,25 +36,34 @@ struct RankProgress {
 
 // Decides when validated pushes reach the shard's weights and when pulls may
 // be answered, tracking the workers' liveness and data progress. `version`
-// counts updates applied. The rules of each consistency mode are its
-// ConsistencyPolicy's (server/consistency_policy.h); here:
+// counts updates applied. Steps count from 0; a pull for step t asks for the
+// weights step t trains on (its rank has done steps [0, t)). The rules of
+// each consistency mode are its ConsistencyPolicy's
+// (server/consistency_policy.h); here:
 //
 // - sync: step t's pushes are combined in rank order, weighted by
 //   num_examples, so the result is bit-identical whatever the arrival
-//   order; version = t + 1. A pull for version + 1 from a rank that did not
-//   push step `version` here takes part in it with weight 0: the rank has
-//   moved on (its push was lost in a restart of this shard, or the step went
-//   on without it elsewhere) and will not push it. Every event that may
-//   complete a step (a push, a pull or heartbeat with a clock, a final pull,
-//   Done, a lease running out) goes through ApplyIfReadyAfter, the one place
-//   a step is taken and applied.
+//   order; version = t + 1. A pull for step version + 1 from a rank that did
+//   not push step `version` here takes part in it with weight 0: the rank
+//   has moved on (its push was lost in a restart of this shard, or the step
+//   went on without it elsewhere) and will not push it. Every event that may
+//   complete a step (a push, a pull or heartbeat naming a step, a final
+//   pull, Done, a lease running out) goes through ApplyIfReadyAfter, the one
+//   place a step is taken and applied.
 // - ssp and async: each push is applied as it comes.
+//
+// Its parts, one idea each: Membership (server/membership.h) keeps the
+// workers as members of the job (registration, leases, the plan, barriers,
+// the end of the job); StepParts (server/step_parts.h) collects the sync
+// step and ApplyReadyStep applies it; AdmitPush (server/push_admission.h) is
+// the one admission check of both commit paths. This class holds them under
+// one lock, applies updates and runs the waits.
 //
 // Liveness: every request renews the rank's lease (a waiting pull too);
 // a rank not heard from within worker_timeout is declared dead by a checker
 // thread, which re-evaluates the waits, so a dead worker never blocks the
-// others. Under kElastic the step or clock minimum goes on without it; under
-// kFail every waiting and later request gets FailedPrecondition (not
+// others. Under kElastic the step or the ssp minimum goes on without it;
+// under kFail every waiting and later request gets FailedPrecondition (not
 // Aborted, which tells a worker to retry a stale step). A rank heard from
 // again is live again; a restarted process (new incarnation) rejoins through
 // Register, and requests from the incarnation it replaced are refused.
@@ -111,10 +79,12 @@ struct RankProgress {
 // lock; Commit takes `mu_` only briefly. Updates are applied one at a time
 // under `apply_mu_` (slices of one update in parallel), outside `mu_`, so a
 // waiting pull or a refused push never waits behind the optimizer, and a
-// checkpoint taken under `apply_mu_` never sees half an update. Lock order:
-// apply_mu_, then mu_ or a slice lock; mu_ is never held while a slice lock
-// is taken. Does not own the store, which must outlive it. Owns the checker
-// thread, stopped by Shutdown or the destructor.
+// checkpoint taken under `apply_mu_` never sees half an update. `mu_` guards
+// the version, the Membership and the StepParts together (they are not
+// thread-safe themselves: every wait's condition reads them at once). Lock
+// order: apply_mu_, then mu_ or a slice lock; mu_ is never held while a
+// slice lock is taken. Does not own the store, which must outlive it. Owns
+// the checker thread, stopped by Shutdown or the destructor.
 class UpdateCoordinator {
  public:
   static absl::StatusOr<std::unique_ptr<UpdateCoordinator>> Create(
@@ -128,12 +98,12 @@ class UpdateCoordinator {
   // taken (sync: the update of its step may still be pending).
   absl::StatusOr<uint64_t> Commit(StagedPush push);
 
-  // Blocks until `rank`'s pull for `clock` may be answered and returns the
-  // version then. Cancelled once `cancelled()` (polled, called without any
+  // Blocks until `rank`'s pull for step `step` may be answered and returns
+  // the version then. Cancelled once `cancelled()` (polled, called without any
   // lock held) says the caller gave up; Unavailable after Shutdown;
   // FailedPrecondition if the job failed. `incarnation` 0 is not checked.
   absl::StatusOr<uint64_t> AwaitPull(int rank, uint64_t incarnation,
-                                     uint64_t clock,
+                                     uint64_t step,
                                      absl::FunctionRef<bool()> cancelled);
   // For a rank's final pull (ps.proto PullRequest.after_others_finish):
   // marks `rank` finishing, then blocks until every other rank is done,
@@ -160,11 +130,12 @@ class UpdateCoordinator {
   absl::StatusOr<RankProgress> Register(int rank, uint64_t incarnation,
                                         uint64_t planned_steps,
                                         uint32_t max_examples_per_push = 0);
-  // The rank is alive and has done steps [0, clock) (0: not known); returns
-  // the version. Like a pull for `clock`, it tells a restarted sync shard
-  // that the rank will not push a step whose push was lost here.
+  // The rank is alive and has done steps [0, next_step) (0: not known);
+  // returns the version. Like a pull for step `next_step`, it tells a
+  // restarted sync shard that the rank will not push a step whose push was
+  // lost here.
   absl::StatusOr<uint64_t> Heartbeat(int rank, uint64_t incarnation,
-                                     uint64_t clock = 0);
+                                     uint64_t next_step = 0);
   // OK if `incarnation` is the one `rank` registered with here;
   // FailedPrecondition naming the rank otherwise (none registered, or
   // another one since).
@@ -177,8 +148,8 @@ class UpdateCoordinator {
   // checker thread calls it every worker_timeout / 4 (at most 250 ms).
   void CheckLeases();
 
-  // Ranks a pull for `clock` is waiting for; empty if it need not wait.
-  std::vector<int> RanksBlocking(uint64_t clock) const;
+  // Ranks a pull for step `step` is waiting for; empty if it need not wait.
+  std::vector<int> RanksBlocking(uint64_t step) const;
 
   uint64_t version() const;
   // FailedPrecondition once a worker died under FailurePolicy::kFail; OK
@@ -206,19 +177,16 @@ class UpdateCoordinator {
   const StalenessHistogram& staleness() const { return staleness_; }
 
  private:
-  // A sync step ready to be applied, taken out of the parts.
-  struct ReadyStep {
-    uint64_t step = 0;
-    std::optional<float> learning_rate;
-    std::vector<StagedPush> pushes;
-  };
-
   UpdateCoordinator(ShardStore* store, CoordinatorOptions options);
 
   // A push into the step being collected (the policy collects steps).
   absl::StatusOr<uint64_t> CommitToStep(StagedPush push);
   // A push applied as it comes (the policy does not collect steps).
   absl::StatusOr<uint64_t> CommitAtOnce(StagedPush push);
+  // The admission check both commit paths share (AdmitPush), with this
+  // coordinator's state; counts the replays.
+  absl::StatusOr<PushVerdict> AdmitPushLocked(const StagedPush& push)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The one path by which a step is applied: runs `event` under mu_ (it may
   // give a rank its part in the step being collected, or let the step go on
   // without one); then, if the step is ready, takes it and applies it on
@@ -230,48 +198,25 @@ class UpdateCoordinator {
   // Applies a step taken by TakeReadyStepLocked; returns the new version.
   absl::StatusOr<uint64_t> ApplyStep(ReadyStep step)
       ABSL_LOCKS_EXCLUDED(mu_, apply_mu_);
-  // Combines the pushes into one gradient per slice and applies it.
-  absl::Status ApplyAggregate(ReadyStep& step)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   // Warns when the update just applied for `what` kept elements as they were
   // because their result would not have been finite.
   void WarnOfIncompleteUpdate(absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
 
-  // Register's part under mu_; sets `previous_incarnation` to the rank's
-  // incarnation before (0: none).
-  absl::StatusOr<RankProgress> RegisterLocked(int rank, uint64_t incarnation,
-                                              uint64_t planned_steps,
-                                              uint32_t max_examples_per_push,
-                                              uint64_t* previous_incarnation)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Refuses requests after Shutdown or a failure and from a replaced
-  // incarnation; otherwise renews the rank's lease.
-  absl::Status AdmitLocked(int rank, uint64_t incarnation)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the policy decides on; valid while mu_ is held.
   StepView ViewLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // If the policy says step version_ may be applied, takes it out of the
   // parts. Only ApplyIfReadyAfter calls it.
   std::optional<ReadyStep> TakeReadyStepLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `rank` has done steps [0, clock) (it pulls for `clock`, or said so in a
-  // heartbeat): raises its clock and, if the policy says so, gives it a
-  // weight-0 part in a step it will not push here. InvalidArgument, with
-  // nothing changed, for a clock beyond the job's plan.
-  absl::Status NoteClockLocked(int rank, uint64_t clock)
+  // `rank` has done steps [0, next_step) (it pulls for step `next_step`, or
+  // said so in a heartbeat): raises its next step and, if the policy says
+  // so, gives it a weight-0 part in a step it will not push here.
+  // InvalidArgument, with nothing changed, for a step beyond the job's plan.
+  absl::Status NoteNextStepLocked(int rank, uint64_t next_step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // InvalidArgument naming `what` when `clock` lies beyond every step the
-  // job's workers can take (num_workers x planned steps), so that a peer
-  // cannot move a rank's clock (or a restored shard's version) where the
-  // real worker's requests would all be refused. OK while nothing is
-  // planned.
-  absl::Status CheckClockLocked(int rank, absl::string_view what,
-                                uint64_t clock) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // sync, after --restore: moves version_ forward to `clock` if allowed.
-  void MaybeFastForwardLocked(uint64_t clock)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // sync, after --restore: moves version_ forward to `step` if allowed.
+  void MaybeFastForwardLocked(uint64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::optional<float> LearningRateLocked(uint64_t update) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Waits, as `rank` (kept alive, and stopped if a new incarnation replaced
@@ -285,7 +230,7 @@ class UpdateCoordinator {
       absl::FunctionRef<void(const std::string&, double, uint64_t)> log_slow,
       absl::FunctionRef<bool()> cancelled, absl::string_view what);
   // Calls on_finished once the job is over.
-  void MaybeFinish();
+  void MaybeFinish() ABSL_LOCKS_EXCLUDED(mu_);
   void CheckerLoop();
 
   ShardStore* const store_;
@@ -293,37 +238,24 @@ class UpdateCoordinator {
   const std::unique_ptr<const ConsistencyPolicy> policy_;
   StalenessHistogram staleness_;
 
+  // Lock order: apply_mu_, then mu_ or a slice lock; mu_ is never held while
+  // a slice lock is taken.
+  //
   // Held for the whole of one update's application.
   absl::Mutex apply_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   // The store's incomplete slice updates as of the last warning.
   uint64_t incomplete_updates_seen_ ABSL_GUARDED_BY(apply_mu_) = 0;
+  // Guards the state every decision and wait reads together: the version,
+  // the members and the step being collected.
   mutable absl::Mutex mu_;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-  RankRegistry ranks_ ABSL_GUARDED_BY(mu_);
-  uint64_t planned_steps_ ABSL_GUARDED_BY(mu_) = 0;
-  // planned_steps_ is a restored checkpoint's, not yet confirmed by a
-  // registration.
-  bool plan_restored_ ABSL_GUARDED_BY(mu_) = false;
-  // replan_after_restore: the next plan registered replaces planned_steps_.
-  bool plan_open_ ABSL_GUARDED_BY(mu_) = false;
-  // replan_after_restore, per rank: not registered since the Restore.
-  std::vector<bool> extension_joins_ ABSL_GUARDED_BY(mu_);
-  // sync, per rank: its part in step version_ (StepView::has_part), and its
-  // push for it (none for a weight-0 part).
-  std::vector<bool> has_part_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::optional<StagedPush>> pending_ ABSL_GUARDED_BY(mu_);
-  // Per rank: the highest barrier generation it has reached.
-  std::vector<uint64_t> barriers_ ABSL_GUARDED_BY(mu_);
-  // sync: step version_ was taken and is being applied.
-  bool applying_ ABSL_GUARDED_BY(mu_) = false;
-  // sync: ranks the last step went on without (to log changes only).
-  std::vector<int> last_missing_ ABSL_GUARDED_BY(mu_);
+  Membership members_ ABSL_GUARDED_BY(mu_);
+  // sync: the parts of step version_.
+  StepParts parts_ ABSL_GUARDED_BY(mu_);
+  // sync, after --restore: no step completed yet (MaybeFastForwardLocked).
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t updates_lost_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t replays_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
 
   std::thread checker_;
 };

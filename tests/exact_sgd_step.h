@@ -28,7 +28,7 @@ struct ExactStep {
   std::vector<std::vector<double>> bound;
 };
 
-// One synchronous step of plain SGD (w -= lr g, as server/optimizer.h with no
+// One synchronous step of plain SGD (w -= lr g, as update/optimizer.h with no
 // momentum or weight decay) on the MLP of worker/mlp.h: x W + b per layer,
 // ReLU between layers, softmax cross-entropy averaged over the step's
 // examples. `weights` holds each tensor of MlpModelSpec(layer_sizes) in its

@@ -16,8 +16,8 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/checkpoint.h"
 #include "tests/cluster_runner.h"
+#include "update/checkpoint.h"
 
 namespace ps::testing {
 namespace {

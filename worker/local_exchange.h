@@ -8,9 +8,9 @@
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
-#include "server/lr_schedule.h"
-#include "server/optimizer.h"
-#include "server/shard_store.h"
+#include "update/lr_schedule.h"
+#include "update/optimizer.h"
+#include "update/shard_store.h"
 #include "worker/weight_exchange.h"
 
 namespace ps::worker {

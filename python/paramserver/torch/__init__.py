@@ -1,0 +1,80 @@
+"""PyTorch training through the parameter servers, in Horovod's conventions.
+
+A single-process script becomes a worker with a few lines::
+
+    import paramserver.torch as ps
+    ps.init()                              # rank, size, servers: launcher
+    model = Net()
+    ps.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = ps.DistributedOptimizer(
+        torch.optim.Adam(model.parameters(), lr=1e-3),
+        named_parameters=model.named_parameters())
+    for x, y in loader:                    # this rank's shard of the data
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    ps.shutdown()
+
+Where the optimizer runs (``placement``):
+
+- ``"server"`` (the default; the classic parameter server; sync, ssp and
+  async): each gradient is pushed as soon as autograd has accumulated it (a
+  hook on the parameter's gradient accumulator, so sending overlaps the
+  rest of backward); ``step()`` sends what is left and writes the servers'
+  updated weights into the parameters. The wrapped optimizer's kind and
+  hyper-parameters go to the servers with the declaration, and the servers
+  build that optimizer: ``torch.optim.SGD`` (momentum, weight decay;
+  neither dampening nor Nesterov) or ``torch.optim.Adam`` (L2 weight decay;
+  not amsgrad). Param groups may differ in weight decay only where it is 0
+  (biases, norms): the servers hold one optimizer, and a tensor opts out of
+  its weight decay. Every push carries the groups' current learning rate,
+  so a learning-rate scheduler that changes ``param_groups`` takes effect
+  on the servers at the next step. A server started with an optimizer flag
+  that says otherwise refuses the declaration; one started without takes
+  the declared optimizer. Any other optimizer is refused, naming
+  placement='worker'.
+- ``"worker"`` (sync only; any PyTorch optimizer): the servers only average
+  gradients (the declaration asks them for SGD at learning rate 1 without
+  momentum, which applies w - mean(pushes)); ``step()`` puts the average
+  into ``.grad`` and steps the wrapped optimizer locally.
+- ``"auto"``: "server" if the servers implement the wrapped optimizer with
+  its settings, else "worker".
+
+Parameters alias the client's weight buffers in "server" placement: each
+step's pull lands in them with no copy. Only float32 CPU parameters are
+supported. Only trainable parameters (requires_grad, in the optimizer) are
+pushed; other tensors given to broadcast_parameters before the optimizer
+is created (buffers, frozen parameters) get rank 0's values once.
+
+``save_model(path, module)`` writes a state_dict in the format of the
+servers' and the C++ worker's models; ``load_model(path)`` reads one, or
+the servers' checkpoints in a directory, as a state_dict.
+"""
+
+# The package by idea: _runtime (init, rank and size, shutdown), _broadcast
+# (rank 0's values to every rank), _server_optimizer (the servers'
+# optimizer for a torch one; placement), _declaration (the tensors a
+# DistributedOptimizer declares), _optimizer (gradient hooks and step()),
+# _model_files (save_model, load_model).
+from paramserver.torch import _runtime
+from paramserver.torch._broadcast import broadcast_parameters
+from paramserver.torch._model_files import load_model, save_model
+from paramserver.torch._optimizer import DistributedOptimizer
+from paramserver.torch._runtime import (init, is_initialized, local_rank,
+                                        local_size, mode, rank, shutdown,
+                                        size)
+
+__all__ = [
+    "init", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "mode", "broadcast_parameters", "DistributedOptimizer", "shutdown",
+    "save_model", "load_model",
+]
+
+
+def __getattr__(name):
+    # `_state` was this module's global before it became a package; tests
+    # read it (ps._state.client). It is rebound by init() and shutdown(),
+    # so it is looked up each time rather than imported.
+    if name == "_state":
+        return _runtime.state()
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

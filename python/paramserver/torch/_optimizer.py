@@ -1,0 +1,263 @@
+"""DistributedOptimizer: gradient hooks that push during backward, and
+step(), which finishes the servers' step and puts its result into the
+parameters. Placement (where the optimizer runs) is described in the
+package's docstring.
+"""
+
+import numpy as np
+import torch
+
+import paramserver
+from paramserver.torch import _runtime
+from paramserver.torch._broadcast import (broadcast_after_declaration,
+                                          broadcast_declared)
+from paramserver.torch._declaration import (group_of, hyperparameters,
+                                            tensor_specs,
+                                            trainable_parameters)
+from paramserver.torch._server_optimizer import (SUMMATION_LR, declared_spec,
+                                                 resolve_placement)
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    """Methods mixed into a subclass of the wrapped optimizer's class, as
+    Horovod does, so that isinstance(), schedulers and state_dict() behave
+    as for the optimizer itself. See DistributedOptimizer()."""
+
+    def __init__(self, params, named_parameters, placement, planned_steps,
+                 backward_passes_per_step, seed):
+        super(self.__class__, self).__init__(params)
+        state = _runtime.require_init()
+        if state.optimizer is not None:
+            raise ValueError("paramserver: one DistributedOptimizer per "
+                             "process (the servers hold one model)")
+        self._client = state.client
+        self._placement = placement
+        self._passes_per_step = int(backward_passes_per_step)
+        if self._passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        self.num_examples = 1
+        self._trainable = trainable_parameters(self.param_groups,
+                                               named_parameters)
+        spec, wd_flags = declared_spec(
+            placement, type(self).__mro__[1], self.param_groups,
+            [group_of(self.param_groups, p) for _, p in self._trainable])
+        self._hyper = hyperparameters(self.param_groups)
+
+        specs, self._extra = tensor_specs(self._trainable, state.pending,
+                                          wd_flags)
+        self._client.declare(specs, planned_steps or 0, seed, spec)
+        if placement == "worker" and self._client.mode != "sync":
+            raise paramserver.FailedPreconditionError(
+                "placement='worker' averages gradients in sync mode only; "
+                "the servers run --mode=%s" % self._client.mode)
+        self._uploaded_crc = broadcast_declared(
+            self._client, self._trainable, self._extra,
+            alias=placement == "server")
+        state.pending = {}
+        state.optimizer = self
+
+        # Where a restarted rank resumes: its step and data position.
+        self.registration = self._client.registration
+        self._epoch = self.registration.epoch
+        self._step_number = self.registration.next_step
+        if placement == "worker":
+            self._zero_summation_state(self._step_number)
+            self._step_number += 1
+        self._push = None
+        self._sent = set()
+        self._passes = [0] * len(self._trainable)
+        self._zeros = {}
+        self._grad_accs = []
+        self._register_hooks()
+
+    # -- construction ------------------------------------------------------
+
+    def _zero_summation_state(self, step):
+        """Worker placement: one server step that pushes s itself, leaving
+        s = 0 exactly on the servers (s - mean(s, s, ...)), so that the first
+        training step's mean gradient is exact too. See _send."""
+        weights = self._client.weights
+        push = self._client.start_step(step, pull_after=True)
+        for i, w in enumerate(weights):
+            push.send(i, w)
+        push.finish_with_pull()
+        self._sum_state = [np.zeros_like(w) for w in weights]
+
+    def _broadcast_after_declaration(self, named):
+        """broadcast_parameters(named) after this optimizer declared."""
+        # Rank 0's parameters must still be what it uploaded until its
+        # first step in server placement: the servers keep those.
+        check = (self._placement == "server" and self._client.rank == 0 and
+                 self._step_number == self._client.registration.next_step)
+        broadcast_after_declaration(self._client, self._trainable,
+                                    self._extra, named,
+                                    self._uploaded_crc if check else None)
+
+    def _register_hooks(self):
+        for i, (_, p) in enumerate(self._trainable):
+            # The gradient accumulator, whose hooks run once p.grad holds
+            # this backward's sum (torch 1.13 has no post-accumulate hook).
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            acc.register_hook(self._make_hook(i, p))
+            self._grad_accs.append(acc)
+
+    def _make_hook(self, i, p):
+        def hook(*unused):
+            self._passes[i] += 1
+            if self._passes[i] == self._passes_per_step:
+                self._send(i, p.grad)
+        return hook
+
+    # -- a step ------------------------------------------------------------
+
+    def _learning_rate(self):
+        """What this step's push asks the servers to apply."""
+        if self._placement == "worker":
+            return SUMMATION_LR
+        rates = {float(g["lr"]) for g in self.param_groups}
+        if len(rates) > 1:
+            self._abort(
+                "paramserver: the param_groups' learning rates differ (%s); "
+                "the servers apply one per step: schedule every group alike, "
+                "or use placement='worker'" %
+                ", ".join(map(repr, sorted(rates))))
+        return rates.pop()
+
+    def _start(self):
+        if self._push is None:
+            self._push_lr = self._learning_rate()
+            self._push = self._client.start_step(
+                self._step_number, pull_after=True,
+                num_examples=int(self.num_examples), epoch=self._epoch,
+                learning_rate=self._push_lr)
+        return self._push
+
+    def _abort(self, message):
+        """Cancels the open step (nothing is applied) and raises."""
+        self._push = None
+        self._sent = set()
+        self._passes = [0] * len(self._trainable)
+        raise paramserver.FailedPreconditionError(message)
+
+    def _send(self, i, grad):
+        if i in self._sent:
+            self._abort(
+                "paramserver: a gradient of %s was computed again before "
+                "step(); this step was cancelled (for gradient accumulation "
+                "set backward_passes_per_step)" % self._trainable[i][0])
+        push = self._start()
+        if grad is None:
+            values = self._zeros_for(i)
+        else:
+            values = grad.detach().numpy()
+            if self._placement == "worker":
+                # The servers hold s (every rank knows it) and apply
+                # s - mean(pushes); pushing s - g leaves mean(g) there.
+                values = self._sum_state[i] - values
+        self._sent.add(i)
+        push.send(i, values)
+
+    def _zeros_for(self, i):
+        if self._placement == "worker":
+            return self._sum_state[i]  # s - 0.
+        # Extra (broadcast-only) tensors: an update of zero.
+        if i not in self._zeros:
+            self._zeros[i] = np.zeros(self._client.model[i].shape, np.float32)
+        return self._zeros[i]
+
+    def _check_hyperparameters(self):
+        if self._placement != "server":
+            return
+        now = hyperparameters(self.param_groups)
+        for gi, (before, after) in enumerate(zip(self._hyper, now)):
+            for key in before:
+                if before[key] != after.get(key):
+                    self._abort(
+                        "paramserver: param_groups[%d]['%s'] changed from %r "
+                        "to %r, but the servers run the optimizer declared "
+                        "with %r; only the learning rate may change (each "
+                        "push carries it), or use placement='worker'" %
+                        (gi, key, before[key], after.get(key), before[key]))
+
+    def step(self, closure=None):
+        """Finishes the step: pushes what the hooks have not sent, then
+        puts the new weights (server placement) or the ranks' mean
+        gradient, stepped by the wrapped optimizer (worker placement), into
+        the parameters."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._check_hyperparameters()
+        push = self._start()
+        if self._push_lr != self._learning_rate():
+            self._abort("paramserver: the learning rate changed between "
+                        "backward() and step(); this step was cancelled")
+        for i in range(len(self._client.weights)):
+            if i in self._sent:
+                continue
+            if i < len(self._trainable):
+                self._send(i, self._trainable[i][1].grad)
+            else:
+                push.send(i, self._zeros_for(i))
+        try:
+            push.finish_with_pull()
+        finally:
+            self._push = None
+            self._sent = set()
+            self._passes = [0] * len(self._trainable)
+        self._step_number += 1
+        if self._placement == "worker":
+            weights = self._client.weights
+            for i, (_, p) in enumerate(self._trainable):
+                self._sum_state[i][...] = weights[i]
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                p.grad.copy_(torch.from_numpy(weights[i]))
+            super(self.__class__, self).step()
+        return loss
+
+    def set_epoch(self, epoch):
+        """Tells the servers which epoch the next steps' batches come from,
+        as DistributedSampler.set_epoch: with ``num_examples`` they record
+        where in the data each rank is, for a restarted rank to resume."""
+        self._epoch = int(epoch)
+
+    def pull_final(self):
+        """Server placement: puts into the parameters the weights once every
+        rank has finished (in ssp and async, others may still be training
+        after this rank's last step)."""
+        if self._placement != "server":
+            raise paramserver.FailedPreconditionError(
+                "paramserver: pull_final is for placement='server'")
+        self._client.pull_final(self._step_number)
+
+    @property
+    def step_number(self):
+        """Steps this rank has finished (the servers' clock for it)."""
+        return self._step_number
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, placement="server",
+                         planned_steps=None, backward_passes_per_step=1,
+                         seed=1):
+    """Wraps `optimizer` so that step() trains through the servers.
+
+    Collective: every rank creates it; it declares the model (the
+    optimizer's trainable parameters, named by `named_parameters`, plus
+    whatever broadcast_parameters was given before) with the servers'
+    optimizer, and gives every rank rank 0's values. `planned_steps`: the
+    steps this rank trains, recorded by the servers (their own
+    --lr_schedule only applies to pushes without a learning rate, which
+    this layer never sends). Set ``opt.num_examples``
+    to weight this rank's gradient in a sync step by its batch (default:
+    every rank alike). Returns an instance of a subclass of the
+    optimizer's class.
+    """
+    _runtime.require_init()
+    placement = resolve_placement(placement, optimizer)
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    named = list(named_parameters) if named_parameters is not None else None
+    return cls(optimizer.param_groups, named, placement, planned_steps,
+               backward_passes_per_step, seed)

@@ -1,0 +1,109 @@
+"""This process's place in the job: init(), rank and size, shutdown().
+
+One state per process, as Horovod's: what init() learnt from the launcher's
+environment, the client it opened, and the DistributedOptimizer once one is
+created. Not thread-safe; a training script calls these from one thread.
+"""
+
+import os
+
+import paramserver
+
+
+class _State:
+    """What init() learnt; one per process, as Horovod's."""
+
+    def __init__(self, client):
+        self.client = client
+        self.rank = client.rank
+        self.size = _env_int("PS_NUM_WORKERS", "WORLD_SIZE", 1)
+        self.local_rank = _env_int("PS_LOCAL_RANK", "LOCAL_RANK", self.rank)
+        self.local_size = _env_int("PS_LOCAL_NUM_WORKERS", "LOCAL_WORLD_SIZE",
+                                   self.size)
+        # Tensors given to broadcast_parameters before the declaration.
+        self.pending = {}
+        self.optimizer = None
+        self.finished = False
+
+
+_state = None
+
+
+def _env_int(name, fallback, default):
+    value = os.environ.get(name) or os.environ.get(fallback)
+    return int(value) if value else default
+
+
+def init(servers=None, rank=None, job_id=None, connect_timeout=None,
+         retry_timeout=None, **options):
+    """Connects to the servers the launcher's environment names.
+
+    The arguments override PS_SERVERS, PS_RANK and PS_JOB_ID (for running
+    without the launcher); `options` are paramserver.Client's others:
+    tls_ca_file=... (over the PS_TLS_* variables, which apply also when
+    `servers` is given), local_transport=False (gRPC even on one host).
+    Calling it again does nothing.
+    """
+    global _state
+    if _state is not None:
+        return
+    client = paramserver.Client(servers=servers, rank=rank, job_id=job_id,
+                                connect_timeout=connect_timeout,
+                                retry_timeout=retry_timeout, **options)
+    _state = _State(client)
+
+
+def is_initialized():
+    """Whether init() has been called (and not shutdown())."""
+    return _state is not None
+
+
+def state():
+    """The process's state, or None before init()."""
+    return _state
+
+
+def require_init():
+    """The process's state; raises ValueError before init()."""
+    if _state is None:
+        raise ValueError("paramserver.torch: call init() first")
+    return _state
+
+
+def rank():
+    """This worker's rank in [0, size())."""
+    return require_init().rank
+
+
+def size():
+    """The number of workers."""
+    return require_init().size
+
+
+def local_rank():
+    """This worker's rank among the workers of its host."""
+    return require_init().local_rank
+
+
+def local_size():
+    """The number of workers on this host."""
+    return require_init().local_size
+
+
+def mode():
+    """The servers' consistency mode, once DistributedOptimizer declared."""
+    return require_init().client.mode
+
+
+def shutdown():
+    """Tells the servers this rank is done and closes the connections."""
+    global _state
+    if _state is None:
+        return
+    try:
+        if _state.optimizer is not None and not _state.finished:
+            _state.client.finish()
+            _state.finished = True
+    finally:
+        _state.client.close()
+        _state = None

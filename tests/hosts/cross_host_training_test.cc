@@ -1,0 +1,134 @@
+// A job of the real server and worker binaries on three test hosts joined by
+// 1 Gbit/s links: server 0 alone on host 0, server 1 with worker 0 on host
+// 1, worker 1 alone on host 2. A worker reaches a server of another host
+// over gRPC only (the same-host socket is not there), and the job trains.
+// Skips (saying why) where network namespaces cannot be made.
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "common/subprocess.h"
+#include "gtest/gtest.h"
+#include "tests/cluster_runner.h"
+#include "tests/hosts/test_hosts.h"
+
+namespace ps::testing {
+namespace {
+
+constexpr int64_t kGbit = 1000 * 1000 * 1000;
+// Bounds a hang only: the job takes seconds.
+constexpr absl::Duration kTimeout = absl::Seconds(300);
+// The default model, 784-256-128-10, in float32: what one pull or push of
+// the whole model moves, at the least.
+constexpr int64_t kModelBytes =
+    4 * ((784 * 256 + 256) + (256 * 128 + 128) + (128 * 10 + 10));
+
+// Starts `argv` on `host`; its lines also go to the test log, prefixed.
+std::unique_ptr<Subprocess> StartOn(const TestHosts& hosts, int host,
+                                    const std::string& name,
+                                    std::vector<std::string> argv) {
+  SubprocessOptions options;
+  options.argv = std::move(argv);
+  options.name = name;
+  options.kill_grace = absl::Seconds(2);
+  const std::string prefix = absl::StrCat("[", name, "] ");
+  options.line_callback = [prefix](absl::string_view line) {
+    std::fprintf(stderr, "%s%.*s\n", prefix.c_str(),
+                 static_cast<int>(line.size()), line.data());
+  };
+  absl::StatusOr<std::unique_ptr<Subprocess>> child =
+      hosts.Start(host, std::move(options));
+  EXPECT_TRUE(child.ok()) << child.status();
+  return child.ok() ? *std::move(child) : nullptr;
+}
+
+TEST(CrossHostTrainingTest, WorkersReachServersOfOtherHostsOverGrpc) {
+  if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
+    GTEST_SKIP() << "no test hosts on this machine: " << why;
+  }
+  absl::StatusOr<std::unique_ptr<TestHosts>> made = TestHosts::Create(3, kGbit);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const TestHosts& hosts = **made;
+
+  constexpr int kServerHost[] = {0, 1};
+  constexpr int kWorkerHost[] = {1, 2};
+  std::vector<std::unique_ptr<Subprocess>> servers;
+  std::vector<std::string> addresses;
+  for (int index : {0, 1}) {
+    const int host = kServerHost[index];
+    const std::string port_file =
+        TempPath(absl::StrCat("server-", index, ".port"));
+    std::filesystem::remove(port_file);
+    servers.push_back(StartOn(
+        hosts, host, absl::StrCat("server ", index),
+        {RunfilePath("server/server"), absl::StrCat("--server_index=", index),
+         "--num_servers=2", "--num_workers=2",
+         absl::StrCat("--host=", hosts.address(host)), "--port=0",
+         absl::StrCat("--port_file=", port_file), "--mode=sync",
+         "--optimizer=sgd", "--learning_rate=0.05"}));
+    ASSERT_NE(servers.back(), nullptr);
+    absl::StatusOr<int> port =
+        WaitForPortFile(port_file, kTimeout, servers.back().get());
+    ASSERT_TRUE(port.ok()) << port.status();
+    addresses.push_back(absl::StrCat(hosts.address(host), ":", *port));
+  }
+
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int rank : {0, 1}) {
+    workers.push_back(
+        StartOn(hosts, kWorkerHost[rank], absl::StrCat("worker ", rank),
+                {RunfilePath("worker/worker"), absl::StrCat("--rank=", rank),
+                 "--num_workers=2",
+                 absl::StrCat("--servers=", absl::StrJoin(addresses, ",")),
+                 "--batch_size=32", "--epochs=1", "--max_steps=40",
+                 "--device=cpu", "--mode=sync", "--log_every=20"}));
+    ASSERT_NE(workers.back(), nullptr);
+  }
+  for (int rank : {0, 1}) {
+    const std::optional<ExitStatus> exit = workers[rank]->WaitFor(kTimeout);
+    ASSERT_TRUE(exit.has_value()) << "worker " << rank << " still runs";
+    ASSERT_TRUE(exit->success()) << "worker " << rank << " " << exit->ToString()
+                                 << ": " << workers[rank]->LastLines(20);
+  }
+
+  // It trained: well above chance (0.1) after 40 steps.
+  absl::StatusOr<std::string> accuracy = workers[0]->WaitForOutputLine(
+      "final test accuracy: ", absl::ZeroDuration());
+  ASSERT_TRUE(accuracy.ok()) << accuracy.status();
+  double value = 0;
+  ASSERT_TRUE(absl::SimpleAtod(
+      accuracy->substr(accuracy->rfind("final test accuracy: ") +
+                       std::string("final test accuracy: ").size()),
+      &value))
+      << *accuracy;
+  EXPECT_GT(value, 0.3);
+
+  // Across hosts the same-host endpoint a server announces cannot be
+  // reached, and the worker says it goes through gRPC; beside its own
+  // host's server it does not.
+  const std::vector<std::string> alone = workers[1]->OutputLines();
+  const std::vector<std::string> beside = workers[0]->OutputLines();
+  for (const std::string& address : addresses) {
+    EXPECT_NE(LineWith(alone, address, "through gRPC"), "") << address;
+  }
+  EXPECT_NE(LineWith(beside, addresses[0], "through gRPC"), "");
+  EXPECT_EQ(LineWith(beside, addresses[1], "through gRPC"), "");
+
+  // Worker 1's weights and gradients crossed its link: at least one whole
+  // model each way.
+  absl::StatusOr<TestHosts::LinkBytes> bytes = hosts.Bytes(2);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_GE(bytes->sent, kModelBytes);
+  EXPECT_GE(bytes->received, kModelBytes);
+}
+
+}  // namespace
+}  // namespace ps::testing

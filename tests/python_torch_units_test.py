@@ -1,0 +1,237 @@
+"""paramserver.torch's modules that need no servers: which torch optimizers
+the servers run (_server_optimizer), what a DistributedOptimizer declares
+(_declaration), and the process state before init() (_runtime).
+
+Run by //tests:python_torch_units_test on Debian's /usr/bin/python3; the
+layer as a whole, against real servers, is python_torch_test.py's.
+"""
+
+import warnings
+
+import pytest
+import torch
+
+import paramserver.torch as ps
+from paramserver.torch import _declaration, _runtime, _server_optimizer
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+        self.norm = torch.nn.BatchNorm1d(2)
+        self.frozen = torch.nn.Parameter(torch.ones(2), requires_grad=False)
+
+
+def groups(opt):
+    return opt.param_groups
+
+
+# -- _server_optimizer ------------------------------------------------------
+
+
+def test_sgd_maps_to_the_servers_sgd_with_its_settings():
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.25, momentum=0.5,
+                          weight_decay=0.125)
+    spec, why = _server_optimizer.server_spec(torch.optim.SGD, groups(opt))
+    assert why is None
+    assert (spec.kind, spec.learning_rate, spec.momentum,
+            spec.weight_decay) == ("sgd", 0.25, 0.5, 0.125)
+
+
+def test_adam_maps_to_the_servers_adam_with_its_settings():
+    opt = torch.optim.Adam(Net().parameters(), lr=0.5, betas=(0.75, 0.875),
+                           eps=0.25)
+    spec, why = _server_optimizer.server_spec(torch.optim.Adam, groups(opt))
+    assert why is None
+    assert (spec.kind, spec.learning_rate, spec.beta1, spec.beta2,
+            spec.epsilon) == ("adam", 0.5, 0.75, 0.875, 0.25)
+
+
+def test_adamw_is_adam_only_without_decay():
+    net = Net()
+    plain = torch.optim.AdamW(net.parameters(), weight_decay=0)
+    spec, _ = _server_optimizer.server_spec(torch.optim.AdamW, groups(plain))
+    assert spec.kind == "adam"
+    decayed = torch.optim.AdamW(net.parameters(), weight_decay=0.01)
+    spec, why = _server_optimizer.server_spec(torch.optim.AdamW,
+                                              groups(decayed))
+    assert spec is None
+    assert "not AdamW" in why
+
+
+def test_what_the_servers_lack_is_named():
+    opt = torch.optim.SGD(Net().parameters(), lr=0.1, momentum=0.9,
+                          nesterov=True)
+    spec, why = _server_optimizer.server_spec(torch.optim.SGD, groups(opt))
+    assert spec is None
+    assert "param_groups[0] sets nesterov=True" in why
+
+
+def test_groups_that_differ_but_in_learning_rate_or_zero_decay_are_refused():
+    net = Net()
+    same = torch.optim.SGD([
+        {"params": [net.fc.weight], "weight_decay": 0.5},
+        {"params": [net.fc.bias], "weight_decay": 0},
+    ], lr=0.1)
+    spec, why = _server_optimizer.server_spec(torch.optim.SGD, groups(same))
+    assert why is None and spec.weight_decay == 0.5
+    differ = torch.optim.SGD([
+        {"params": [net.fc.weight], "momentum": 0.5},
+        {"params": [net.fc.bias], "momentum": 0.25},
+    ], lr=0.1)
+    spec, why = _server_optimizer.server_spec(torch.optim.SGD, groups(differ))
+    assert spec is None
+    assert "momentum differ" in why
+
+
+def test_auto_placement_is_the_server_where_it_can_run_the_optimizer():
+    net = Net()
+    resolve = _server_optimizer.resolve_placement
+    assert resolve("auto", torch.optim.SGD(net.parameters(), lr=1)) == "server"
+    assert resolve("auto", torch.optim.RMSprop(net.parameters())) == "worker"
+    assert resolve("worker", torch.optim.SGD(net.parameters(), lr=1)) == \
+        "worker"
+    with pytest.raises(ValueError, match="placement is 'auto'"):
+        resolve("gpu", torch.optim.SGD(net.parameters(), lr=1))
+
+
+def test_worker_placement_declares_plain_summation_without_decay():
+    net = Net()
+    opt = torch.optim.RMSprop(net.parameters(), weight_decay=0.5)
+    spec, flags = _server_optimizer.declared_spec(
+        "worker", torch.optim.RMSprop, groups(opt), [groups(opt)[0]] * 3)
+    assert (spec.kind, spec.learning_rate, spec.momentum) == ("sgd", 1.0, 0.0)
+    assert flags == [False] * 3
+
+
+def test_server_placement_refuses_what_the_servers_cannot_run():
+    opt = torch.optim.RMSprop(Net().parameters())
+    with pytest.raises(ValueError, match="use placement='worker'"):
+        _server_optimizer.declared_spec("server", torch.optim.RMSprop,
+                                        groups(opt), [])
+
+
+def test_server_placement_flags_the_tensors_of_decayed_groups():
+    net = Net()
+    opt = torch.optim.SGD([
+        {"params": [net.fc.weight], "weight_decay": 0.5},
+        {"params": [net.fc.bias], "weight_decay": 0},
+    ], lr=0.1)
+    _, flags = _server_optimizer.declared_spec(
+        "server", torch.optim.SGD, groups(opt), groups(opt))
+    assert flags == [True, False]
+
+
+# -- _declaration -----------------------------------------------------------
+
+
+# The optimizer lists fc.bias twice on purpose (declared once).
+@pytest.mark.filterwarnings("ignore:optimizer contains a parameter group")
+def test_trainable_parameters_are_named_in_the_optimizers_order():
+    net = Net()
+    opt = torch.optim.SGD([net.fc.bias, net.fc.weight, net.fc.bias,
+                           net.frozen], lr=0.1)
+    got = _declaration.trainable_parameters(groups(opt),
+                                            list(net.named_parameters()))
+    assert [name for name, _ in got] == ["fc.bias", "fc.weight"]
+    assert got[0][1] is net.fc.bias
+
+
+def test_unnamed_parameters_are_numbered_with_a_warning():
+    net = Net()
+    opt = torch.optim.SGD(net.fc.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _declaration.trainable_parameters(groups(opt), None)
+    assert [name for name, _ in got] == ["param.0.0", "param.0.1"]
+    assert any("no named_parameters" in str(w.message) for w in caught)
+
+
+def test_a_parameter_missing_from_named_parameters_is_an_error():
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="not in named_parameters"):
+        _declaration.trainable_parameters(
+            groups(opt), list(net.fc.named_parameters()))
+
+
+def test_only_dense_float32_cpu_parameters_are_taken():
+    p = torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))
+    opt = torch.optim.SGD([p], lr=0.1)
+    with pytest.raises(TypeError, match="only dense float32 CPU"):
+        _declaration.trainable_parameters(groups(opt), [("p", p)])
+
+
+def test_an_optimizer_without_trainable_parameters_is_an_error():
+    net = Net()
+    opt = torch.optim.SGD([net.frozen], lr=0.1)
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        _declaration.trainable_parameters(groups(opt),
+                                          list(net.named_parameters()))
+
+
+def test_hyperparameters_leave_out_the_learning_rate():
+    opt = torch.optim.SGD(Net().parameters(), lr=0.1, momentum=0.5)
+    (got,) = _declaration.hyperparameters(groups(opt))
+    assert "lr" not in got and got["momentum"] == 0.5
+
+
+def test_the_declaration_is_the_trainables_then_the_other_pending_tensors():
+    net = Net()
+    opt = torch.optim.SGD(net.fc.parameters(), lr=0.1)
+    trainable = _declaration.trainable_parameters(
+        groups(opt), list(net.named_parameters()))
+    specs, extra = _declaration.tensor_specs(
+        trainable, dict(net.state_dict()), [True, False])
+    names = [s.name for s in specs]
+    assert names[:2] == ["fc.weight", "fc.bias"]
+    # The state_dict's entries of trainable parameters are not declared
+    # twice; buffers and frozen parameters follow, integers included.
+    assert sorted(names[2:]) == sorted(
+        ["frozen", "norm.weight", "norm.bias", "norm.running_mean",
+         "norm.running_var", "norm.num_batches_tracked"])
+    assert [s.weight_decay for s in specs[:2]] == [True, False]
+    assert not any(s.weight_decay for s in specs[2:])
+    assert [i for i, _ in extra] == list(range(2, len(specs)))
+    assert all(s.initializer.kind == "from_rank0" for s in specs)
+
+
+def test_tensors_named_alike_or_of_other_dtypes_are_refused():
+    net = Net()
+    opt = torch.optim.SGD(net.fc.parameters(), lr=0.1)
+    trainable = _declaration.trainable_parameters(
+        groups(opt), list(net.named_parameters()))
+    with pytest.raises(ValueError, match="two tensors named alike"):
+        _declaration.tensor_specs(trainable, {"fc.weight": torch.zeros(1)},
+                                  [False, False])
+    with pytest.raises(TypeError, match="cannot broadcast"):
+        _declaration.tensor_specs(
+            trainable, {"c": torch.zeros(1, dtype=torch.complex64)},
+            [False, False])
+
+
+# -- _runtime and the package -----------------------------------------------
+
+
+def test_before_init_the_calls_say_so():
+    assert not ps.is_initialized()
+    assert ps._state is None and _runtime.state() is None
+    for call in (ps.rank, ps.size, ps.local_rank, ps.local_size, ps.mode):
+        with pytest.raises(ValueError, match="call init"):
+            call()
+    with pytest.raises(ValueError, match="call init"):
+        ps.broadcast_parameters(Net().state_dict())
+    ps.shutdown()  # Nothing to do, no error.
+
+
+def test_the_package_exports_what_torch_py_did():
+    assert sorted(ps.__all__) == sorted([
+        "init", "is_initialized", "rank", "size", "local_rank", "local_size",
+        "mode", "broadcast_parameters", "DistributedOptimizer", "shutdown",
+        "save_model", "load_model"])
+    for name in ps.__all__:
+        assert callable(getattr(ps, name)), name
+    with pytest.raises(AttributeError):
+        ps.no_such_name  # noqa: B018
