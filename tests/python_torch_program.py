@@ -21,6 +21,15 @@ from python_launch import report
 STEPS = 20
 BATCH = 32  # Per rank; the single-process reference uses BATCH * ranks.
 FEATURES, HIDDEN, CLASSES = 10, 16, 4
+# Below the model's gradient norms (0.18 to 0.36 over the 20 steps): the
+# clipping scenarios clip every step.
+CLIP_NORM = 0.05
+
+
+def clip(model):
+    """The edit the gradient-edit scenarios make between backward and
+    step, as training scripts do."""
+    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
 
 
 def make_model(seed):
@@ -89,6 +98,42 @@ def equivalence(out_dir, optimizer_name, placement, stop_rank1_at=None):
              **{n: p.detach().numpy() for n, p in model.named_parameters()})
     report({"placement": opt._placement, "steps": opt.step_number,
             "resumed_at": resumed_at, "lr": opt.param_groups[0]["lr"]})
+
+
+def edits(out_dir, how, placement, passes, declared_passes):
+    """Like equivalence with "sgd", but each step accumulates `passes`
+    backward passes (DistributedOptimizer told `declared_passes`) and then
+    `how`: "step"; "clip_pattern": synchronize(), clip, step() inside
+    skip_synchronize() (Horovod's pattern); "clip_then_step": clip, step().
+    A refused step raises: the job fails with the layer's message."""
+    passes = int(passes)
+    model = make_model(seed=7 if ps.rank() == 0 else 100 + ps.rank())
+    ps.broadcast_parameters(model.state_dict(), root_rank=0)
+    wrapped, _ = make_optimizer("sgd", model)
+    opt = ps.DistributedOptimizer(
+        wrapped, named_parameters=model.named_parameters(),
+        placement=placement, backward_passes_per_step=int(declared_passes))
+    x, y = make_data(STEPS * passes * BATCH * ps.size())
+    for step in range(STEPS):
+        opt.zero_grad()
+        for j in range(passes):
+            begin = ((step * passes + j) * ps.size() + ps.rank()) * BATCH
+            F.cross_entropy(model(x[begin:begin + BATCH]),
+                            y[begin:begin + BATCH]).backward()
+        if how == "clip_pattern":
+            opt.synchronize()
+            clip(model)
+            with opt.skip_synchronize():
+                opt.step()
+        elif how == "clip_then_step":
+            clip(model)
+            opt.step()
+        else:
+            opt.step()
+    np.savez("%s/rank%d.npz" % (out_dir, ps.rank()),
+             **{n: p.detach().numpy() for n, p in model.named_parameters()})
+    report({"placement": opt._placement, "steps": opt.step_number,
+            "class": type(opt).__name__})
 
 
 class WithBuffers(nn.Module):
@@ -235,7 +280,7 @@ def main():
     ps.init()
     scenarios = {"equivalence": equivalence, "declaration": declaration,
                  "converge": converge, "mismatch": mismatch, "save": save,
-                 "auto_placement": auto_placement}
+                 "auto_placement": auto_placement, "edits": edits}
     scenarios[scenario](out_dir, *sys.argv[3:])
     ps.shutdown()
 

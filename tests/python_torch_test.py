@@ -22,17 +22,22 @@ PROGRAM = "tests/python_torch_program.py"
 TWO_BY_TWO = ["--num_servers=2", "--num_workers=2"]
 
 
-def single_process(optimizer_name, ranks=2):
-    """The workers' STEPS steps in one process at batch BATCH * ranks."""
+def single_process(optimizer_name, ranks=2, passes=1, clip=False):
+    """The workers' STEPS steps in one process at batch BATCH * ranks,
+    each accumulating `passes` backward passes, clipped if `clip`."""
     torch.set_num_threads(1)
     model = program.make_model(seed=7)
     opt, scheduler = program.make_optimizer(optimizer_name, model)
     batch = program.BATCH * ranks
-    x, y = program.make_data(program.STEPS * batch)
+    x, y = program.make_data(program.STEPS * passes * batch)
     for step in range(program.STEPS):
         opt.zero_grad()
-        F.cross_entropy(model(x[step * batch:(step + 1) * batch]),
-                        y[step * batch:(step + 1) * batch]).backward()
+        for j in range(passes):
+            begin = (step * passes + j) * batch
+            F.cross_entropy(model(x[begin:begin + batch]),
+                            y[begin:begin + batch]).backward()
+        if clip:
+            program.clip(model)
         opt.step()
         if scheduler is not None:
             scheduler.step()
@@ -48,9 +53,9 @@ def check_equivalence(tmp_path, optimizer_name, placement, flags):
     return job
 
 
-def check_weights(tmp_path, optimizer_name, num_ranks=2):
+def check_weights(tmp_path, optimizer_name, num_ranks=2, **reference_args):
     """The ranks' saved weights against single-process PyTorch."""
-    reference = single_process(optimizer_name, num_ranks)
+    reference = single_process(optimizer_name, num_ranks, **reference_args)
     ranks = [np.load(tmp_path / ("rank%d.npz" % r)) for r in range(num_ranks)]
     initial = {n: p.detach().numpy()
                for n, p in program.make_model(seed=7).named_parameters()}
@@ -238,3 +243,4 @@ def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
                 p.wait()
         log.close()
     check_weights(tmp_path, "sgd")
+

@@ -54,8 +54,9 @@ the servers' checkpoints in a directory, as a state_dict.
 # The package by idea: _runtime (init, rank and size, shutdown), _broadcast
 # (rank 0's values to every rank), _server_optimizer (the servers'
 # optimizer for a torch one; placement), _declaration (the tensors a
-# DistributedOptimizer declares), _optimizer (gradient hooks and step()),
-# _model_files (save_model, load_model).
+# DistributedOptimizer declares), _gradients (what a step pushed, and the
+# edits and passes it refuses), _optimizer (gradient hooks, synchronize()
+# and step()), _model_files (save_model, load_model).
 from paramserver.torch import _runtime
 from paramserver.torch._broadcast import broadcast_parameters
 from paramserver.torch._model_files import load_model, save_model
