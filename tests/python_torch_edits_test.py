@@ -59,7 +59,10 @@ def test_clipping_between_synchronize_and_step_matches_single_process(
     # the gradient of the combined batch.
     assert differs_from_the_plain_step(clip=True)
     job = run_edits(tmp_path, "clip_pattern", "worker", 1, 1, transport)
+    # Named for what it is (an AttributeError names 'DistributedSGD'),
+    # and still an SGD for schedulers and isinstance().
     assert job.result(0)["class"] == "DistributedSGD"
+    assert job.result(0)["is_sgd"]
     check_weights(tmp_path, "sgd", clip=True)
 
 

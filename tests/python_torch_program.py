@@ -19,6 +19,7 @@ import paramserver.torch as ps
 from python_launch import report
 
 STEPS = 20
+EPOCHS, STEPS_PER_EPOCH = 4, 5  # The equivalence loop's STEPS.
 BATCH = 32  # Per rank; the single-process reference uses BATCH * ranks.
 FEATURES, HIDDEN, CLASSES = 10, 16, 4
 # Below the model's gradient norms (0.18 to 0.36 over the 20 steps): the
@@ -69,8 +70,8 @@ def equivalence(out_dir, optimizer_name, placement, stop_rank1_at=None):
     """STEPS steps at BATCH per rank; saves every rank's final weights.
 
     With `stop_rank1_at`, rank 1's first incarnation writes OUT_DIR/stopped
-    before that step and waits to be killed; restarted, it resumes where
-    the servers say it stopped."""
+    before that step and waits to be killed; restarted, it resumes its
+    epoch loop where the servers say it stopped."""
     model = make_model(seed=7 if ps.rank() == 0 else 100 + ps.rank())
     ps.broadcast_parameters(model.state_dict(), root_rank=0)
     wrapped, _ = make_optimizer(optimizer_name, model)
@@ -81,19 +82,23 @@ def equivalence(out_dir, optimizer_name, placement, stop_rank1_at=None):
     scheduler = (torch.optim.lr_scheduler.StepLR(opt, 5, gamma=0.5)
                  if optimizer_name.endswith("+step") else None)
     x, y = make_data(STEPS * BATCH * ps.size())
-    resumed_at = opt.registration.next_step
-    for step in range(resumed_at, STEPS):
-        if (stop_rank1_at is not None and ps.rank() == 1 and
-                resumed_at == 0 and step == int(stop_rank1_at)):
-            open("%s/stopped" % out_dir, "w").close()
-            time.sleep(3600)  # Until killed.
-        begin = (step * ps.size() + ps.rank()) * BATCH
-        opt.zero_grad()
-        F.cross_entropy(model(x[begin:begin + BATCH]),
-                        y[begin:begin + BATCH]).backward()
-        opt.step()
-        if scheduler is not None:
-            scheduler.step()
+    resumed_at = opt.resume_position(STEPS_PER_EPOCH)
+    for epoch in range(resumed_at[0], EPOCHS):
+        opt.set_epoch(epoch)
+        first = resumed_at[1] if epoch == resumed_at[0] else 0
+        for step in range(epoch * STEPS_PER_EPOCH + first,
+                          (epoch + 1) * STEPS_PER_EPOCH):
+            if (stop_rank1_at is not None and ps.rank() == 1 and
+                    opt.resume_step == 0 and step == int(stop_rank1_at)):
+                open("%s/stopped" % out_dir, "w").close()
+                time.sleep(3600)  # Until killed.
+            begin = (step * ps.size() + ps.rank()) * BATCH
+            opt.zero_grad()
+            F.cross_entropy(model(x[begin:begin + BATCH]),
+                            y[begin:begin + BATCH]).backward()
+            opt.step()
+            if scheduler is not None:
+                scheduler.step()
     np.savez("%s/rank%d.npz" % (out_dir, ps.rank()),
              **{n: p.detach().numpy() for n, p in model.named_parameters()})
     report({"placement": opt._placement, "steps": opt.step_number,
@@ -133,7 +138,8 @@ def edits(out_dir, how, placement, passes, declared_passes):
     np.savez("%s/rank%d.npz" % (out_dir, ps.rank()),
              **{n: p.detach().numpy() for n, p in model.named_parameters()})
     report({"placement": opt._placement, "steps": opt.step_number,
-            "class": type(opt).__name__})
+            "class": type(opt).__name__,
+            "is_sgd": isinstance(opt, torch.optim.SGD)})
 
 
 class WithBuffers(nn.Module):

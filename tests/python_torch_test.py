@@ -199,7 +199,8 @@ def wait_for(path, processes, deadline_s=120):
 def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
     """Without the launcher (which ends a job when a worker dies): a server
     started without optimizer flags (it takes the declared SGD) and two
-    workers started here. Rank 1 is killed before step 10 and restarted;
+    workers started here. Rank 1 is killed before step 12 and restarted;
+    its epoch loop resumes at epoch 2's third step (5 steps an epoch), and
     the job ends as single-process PyTorch does."""
     port_file = tmp_path / "port"
     log = open(tmp_path / "log.txt", "w")
@@ -221,7 +222,7 @@ def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
         def start(rank):
             return subprocess.Popen(
                 [python_launch.PYTHON, python_launch.runfile(PROGRAM),
-                 "equivalence", str(tmp_path), "sgd", "server", "10"],
+                 "equivalence", str(tmp_path), "sgd", "server", "12"],
                 env=dict(env, PS_RANK=str(rank), PS_LOCAL_RANK=str(rank)),
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -234,7 +235,8 @@ def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
                    .decode(errors="replace") for w in workers]
         for w, output in zip(workers, outputs):
             assert w.returncode == 0, output
-        assert '"resumed_at": 10' in outputs[1], outputs[1]
+        assert '"resumed_at": [2, 2]' in outputs[1], outputs[1]
+        assert '"resumed_at": [0, 0]' in outputs[0], outputs[0]
         assert server.wait(timeout=python_launch.TIMEOUT_S) == 0
     finally:
         for p in workers + [server]:
