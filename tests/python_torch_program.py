@@ -263,6 +263,33 @@ def converge(out_dir):
     report({"before": before, "after": loss(), "mode": ps.mode()})
 
 
+def replay(out_dir):
+    """Two steps in epoch 1, then set_epoch(0) and num_examples = 0: each
+    would make the servers skip every later push as a replay."""
+    model = nn.Linear(2, 1)
+    opt = ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  named_parameters=model.named_parameters())
+    opt.set_epoch(1)
+    x = torch.ones(4, 2)
+    for _ in range(2):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    found = {}
+    try:
+        opt.set_epoch(0)
+    except paramserver.Error as e:
+        found["earlier_epoch"] = str(e)
+    opt.num_examples = 0
+    opt.zero_grad()
+    model(x).sum().backward()
+    try:
+        opt.step()
+    except paramserver.Error as e:
+        found["no_examples"] = str(e)
+    report(found)
+
+
 def mismatch(out_dir):
     """Wraps Adam while the servers were started with --optimizer=sgd: the
     servers refuse the declaration."""
@@ -286,7 +313,8 @@ def main():
     ps.init()
     scenarios = {"equivalence": equivalence, "declaration": declaration,
                  "converge": converge, "mismatch": mismatch, "save": save,
-                 "auto_placement": auto_placement, "edits": edits}
+                 "auto_placement": auto_placement, "edits": edits,
+                 "replay": replay}
     scenarios[scenario](out_dir, *sys.argv[3:])
     ps.shutdown()
 

@@ -142,6 +142,19 @@ def test_buffers_are_broadcast_and_only_trainables_pushed(tmp_path):
             assert "use placement='worker'" in refused[name], refused[name]
 
 
+def test_what_would_make_every_push_a_replay_is_refused(tmp_path):
+    # The servers skip a push whose data cursor does not move past the
+    # rank's last one: an earlier epoch, or no examples, would freeze the
+    # weights while the job reports success.
+    job = python_launch.run(PROGRAM, ["replay", tmp_path],
+                            ["--num_servers=1", "--num_workers=1",
+                             "--optimizer=sgd"])
+    found = job.result(0)
+    assert "set_epoch(0), but the servers recorded epoch 1" in \
+        found["earlier_epoch"], found
+    assert "num_examples is 0" in found["no_examples"], found
+
+
 def check_converges(tmp_path, flags):
     job = python_launch.run(
         PROGRAM, ["converge", tmp_path],

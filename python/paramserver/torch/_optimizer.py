@@ -145,6 +145,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _start(self):
         if self._push is None:
+            if int(self.num_examples) < 1:
+                # The data cursor would not advance: the servers would take
+                # every push for a replay and apply none.
+                self._abort("paramserver: num_examples is %r; it is this "
+                            "rank's batch size, >= 1" % (self.num_examples,))
             self._push_lr = self._learning_rate()
             self._push = self._client.start_step(
                 self._step_number, pull_after=True,
@@ -301,7 +306,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def set_epoch(self, epoch):
         """Tells the servers which epoch the next steps' batches come from,
         as DistributedSampler.set_epoch: with ``num_examples`` they record
-        where in the data each rank is, for a restarted rank to resume."""
+        where in the data each rank is, for a restarted rank to resume.
+        An epoch before the one the servers recorded is refused: they would
+        take its pushes for replays of batches they have, and apply none."""
+        recorded = self._client.cursor[0]
+        if int(epoch) < recorded:
+            raise paramserver.FailedPreconditionError(
+                "paramserver: set_epoch(%d), but the servers recorded epoch "
+                "%d for this rank: its pushes would be skipped as replays. A "
+                "restarted rank resumes from resume_position()" %
+                (int(epoch), recorded))
         self._epoch = int(epoch)
 
     def pull_final(self):
