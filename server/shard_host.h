@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/model_spec.h"
@@ -60,6 +61,13 @@ class ShardHost {
   // (FailedPrecondition naming the first difference). InvalidArgument for a
   // declaration that is malformed or over the limits.
   absl::StatusOr<DeclaredShard*> Declare(int rank, const ModelSpec& model);
+  // As above, and `admit` (called under the host's lock, so registrations
+  // are serialized) decides on the shard before the caller gets it; a shard
+  // built here is installed only if `admit` says OK, so that a refused
+  // Register leaves no model behind.
+  absl::StatusOr<DeclaredShard*> Declare(
+      int rank, const ModelSpec& model,
+      absl::FunctionRef<absl::Status(DeclaredShard&)> admit);
 
   // The shard, or null before the model is declared.
   DeclaredShard* get() const { return shard_.load(std::memory_order_acquire); }
