@@ -322,6 +322,13 @@ absl::Status LocalSocket::ReadExactly(uint8_t* out, size_t size) {
 }
 
 absl::Status LocalSocket::ReadFrame(size_t max_payload, Frame* frame) {
+  return ReadFrame(
+      max_payload, [](uint32_t) { return absl::OkStatus(); }, frame);
+}
+
+absl::Status LocalSocket::ReadFrame(
+    size_t max_payload, absl::FunctionRef<absl::Status(uint32_t)> admit,
+    Frame* frame) {
   if (absl::Status s = Fill(kHeaderBytes); !s.ok()) return s;
   const uint8_t* h = read_buffer_.get() + read_begin_;
   const uint32_t length =
@@ -337,6 +344,7 @@ absl::Status LocalSocket::ReadFrame(size_t max_payload, Frame* frame) {
                                             " bytes exceeds the limit of ",
                                             max_payload));
   }
+  if (absl::Status s = admit(length); !s.ok()) return s;
   read_begin_ += kHeaderBytes;
   frame->type = static_cast<FrameType>(type);
   grpc::Slice payload(length);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -109,6 +110,12 @@ class LocalSocket {
   // Reads the next frame. DATA_LOSS for an unknown type or a payload above
   // `max_payload` bytes.
   absl::Status ReadFrame(size_t max_payload, Frame* frame);
+  // As above, and `admit(length)` is called once the header is read, before
+  // the payload is: a status other than OK fails the read with it (the
+  // payload stays unread), so that a caller can bound what its frames hold.
+  absl::Status ReadFrame(size_t max_payload,
+                         absl::FunctionRef<absl::Status(uint32_t)> admit,
+                         Frame* frame);
 
   // Whether input or a hang-up waits to be read, without waiting for it.
   bool HasInputOrHangup();

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/peer_text.h"
 
 namespace ps {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 absl::Status InvalidTensor(int id, const TensorSpec& t,
                            absl::string_view problem) {
   return absl::InvalidArgumentError(
-      absl::StrCat("tensor ", id, " \"", t.name, "\": ", problem));
+      absl::StrCat("tensor ", id, " \"", PeerText(t.name), "\": ", problem));
 }
 
 bool Finite(double x) { return std::isfinite(x); }

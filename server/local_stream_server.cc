@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/peer_text.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
@@ -16,9 +17,6 @@ namespace {
 // Hellos and method names are short; a larger frame there is not a client
 // of ours.
 constexpr size_t kMaxControlBytes = 1024;
-// How long a new connection may take to present the secret: a connection
-// holds a thread until then.
-constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
 // After a failed accept (out of descriptors): a pause before the next.
 constexpr absl::Duration kAcceptRetryPause = absl::Milliseconds(100);
 
@@ -45,11 +43,16 @@ void Refuse(LocalSocket& socket, grpc::StatusCode code,
 // One call as its handler sees it, on the connection's socket.
 class LocalCallStream final : public ByteStream {
  public:
+  // `receiving` counts the bytes of frames being received on every
+  // connection, at most `max_receiving_bytes`.
   LocalCallStream(LocalSocket& socket, absl::string_view method,
-                  size_t max_message_bytes)
+                  size_t max_message_bytes, std::atomic<size_t>* receiving,
+                  size_t max_receiving_bytes)
       : socket_(socket),
         method_(method),
-        max_message_bytes_(max_message_bytes) {}
+        max_message_bytes_(max_message_bytes),
+        receiving_(*receiving),
+        max_receiving_bytes_(max_receiving_bytes) {}
 
   bool Read(grpc::ByteBuffer* message) override {
     if (half_closed_ || broken_) return false;
@@ -123,15 +126,33 @@ class LocalCallStream final : public ByteStream {
   }
 
   bool ReadFrame(Frame* frame) {
-    absl::Status s = socket_.ReadFrame(max_message_bytes_, frame);
+    size_t reserved = 0;
+    absl::Status s = socket_.ReadFrame(
+        max_message_bytes_,
+        [&](uint32_t length) {
+          if (receiving_.fetch_add(length) + length > max_receiving_bytes_) {
+            receiving_.fetch_sub(length);
+            return absl::ResourceExhaustedError(absl::StrCat(
+                "a message of ", length,
+                " bytes would take the messages "
+                "being received on this server's local connections past ",
+                max_receiving_bytes_, " bytes"));
+          }
+          reserved = length;
+          return absl::OkStatus();
+        },
+        frame);
+    // Received whole (the handler holds it now) or not at all.
+    receiving_.fetch_sub(reserved);
     if (!s.ok()) Break(s);
     return s.ok();
   }
 
   void Break(const absl::Status& why) {
     broken_ = true;
-    if (absl::IsDeadlineExceeded(why) || absl::IsDataLoss(why)) {
-      spdlog::warn("cancelled a local {} call: {}", std::string(method_),
+    if (absl::IsDeadlineExceeded(why) || absl::IsDataLoss(why) ||
+        absl::IsResourceExhausted(why)) {
+      spdlog::warn("cancelled a local {} call: {}", PeerText(method_),
                    std::string(why.message()));
     }
   }
@@ -139,6 +160,8 @@ class LocalCallStream final : public ByteStream {
   LocalSocket& socket_;
   const absl::string_view method_;
   const size_t max_message_bytes_;
+  std::atomic<size_t>& receiving_;
+  const size_t max_receiving_bytes_;
   bool half_closed_ = false;
   bool broken_ = false;
 };
@@ -239,7 +262,9 @@ void LocalStreamServer::AcceptLoop() {
 }
 
 bool LocalStreamServer::Admit(LocalSocket& socket) {
-  if (absl::Status s = socket.SetIdleTimeout(options_.idle_timeout); !s.ok()) {
+  if (absl::Status s = socket.SetIdleTimeout(
+          std::min(options_.hello_timeout, options_.idle_timeout));
+      !s.ok()) {
     spdlog::warn("local transport: {}", s.ToString());
     return false;
   }
@@ -301,11 +326,14 @@ void LocalStreamServer::Serve(Connection& connection) {
 
 bool LocalStreamServer::ServeCall(LocalSocket& socket,
                                   absl::string_view method) {
-  LocalCallStream stream(socket, method, options_.max_message_bytes);
+  LocalCallStream stream(
+      socket, method, options_.max_message_bytes, &receiving_bytes_,
+      std::max(options_.max_receiving_bytes, options_.max_message_bytes));
   const StreamHandler* handler = methods_->Find(method);
   if (handler == nullptr) {
-    return stream.Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                      absl::StrCat("no method ", method)));
+    return stream.Finish(
+        grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                     absl::StrCat("no method ", PeerText(method))));
   }
   return stream.Finish((*handler)(stream));
 }

@@ -25,8 +25,17 @@ struct LocalStreamServerOptions {
   // A connection whose peer sends or takes nothing for this long, within a
   // call or between calls, is closed (its call cancelled).
   absl::Duration idle_timeout = absl::InfiniteDuration();
+  // How long a new connection may take to present the secret (or
+  // idle_timeout, if shorter): until then it holds a thread and a place
+  // among max_connections.
+  absl::Duration hello_timeout = absl::Seconds(10);
   // Largest message a client may send.
   size_t max_message_bytes = 64 << 20;
+  // Bytes of messages being received on all connections together (a frame
+  // counts from its header until its last byte; at least max_message_bytes):
+  // a message beyond breaks its connection, so that half-sent frames cannot
+  // hold more memory than this.
+  size_t max_receiving_bytes = 256 << 20;
 };
 
 // Serves `methods` to clients on this host over the same-host transport
@@ -53,6 +62,8 @@ class LocalStreamServer {
   // Calls served so far, and connections admitted.
   int64_t calls() const { return calls_.load(); }
   int64_t connections() const { return connections_admitted_.load(); }
+  // Bytes of the messages being received now (max_receiving_bytes).
+  size_t receiving_bytes() const { return receiving_bytes_.load(); }
 
   // The abstract socket's name and the secret a client presents.
   const std::string& socket_name() const { return socket_name_; }
@@ -98,6 +109,7 @@ class LocalStreamServer {
   std::thread accept_thread_;
   std::atomic<int64_t> calls_{0};
   std::atomic<int64_t> connections_admitted_{0};
+  std::atomic<size_t> receiving_bytes_{0};
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

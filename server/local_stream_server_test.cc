@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "client/local_channel.h"
 #include "common/local_socket.h"
+#include "common/raw_local_connection.h"
 #include "gtest/gtest.h"
 #include "server/byte_stream.h"
 #include "server/byte_stream_testing.h"
@@ -216,6 +217,27 @@ TEST_F(LocalStreamServerTest, AnIdlePeersCallIsCancelled) {
   EXPECT_EQ(call->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
+TEST_F(LocalStreamServerTest,
+       AConnectionWithoutTheSecretIsClosedAtTheHelloTimeout) {
+  LocalStreamServerOptions options;
+  options.hello_timeout = absl::Milliseconds(100);
+  options.idle_timeout = absl::Hours(1);
+  options.max_connections = 1;
+  Start(options);
+  absl::StatusOr<std::unique_ptr<LocalSocket>> silent =
+      LocalSocket::Connect(server_->socket_name());
+  ASSERT_TRUE(silent.ok()) << silent.status();
+  // The server closes it (after the refusal), though its idle limit is an
+  // hour.
+  Frame frame;
+  absl::Status read = absl::OkStatus();
+  while (read.ok()) read = (*silent)->ReadFrame(1 << 10, &frame);
+  EXPECT_EQ(read.code(), absl::StatusCode::kUnavailable) << read;
+  // Its place is free again for a real client.
+  std::unique_ptr<LocalCall> call = Call(kEcho);
+  ASSERT_NE(call, nullptr);
+}
+
 TEST_F(LocalStreamServerTest, ConnectionsBeyondTheBoundAreRefused) {
   LocalStreamServerOptions options;
   options.max_connections = 2;
@@ -247,6 +269,47 @@ TEST_F(LocalStreamServerTest, AMessageAboveTheLimitBreaksTheConnection) {
   ASSERT_NE(call, nullptr);
   call->WriteLast(TextMessage(std::string(1001, 'x')));
   EXPECT_EQ(call->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(LocalStreamServerTest, HalfSentMessagesHoldAtMostTheReceivingBound) {
+  LocalStreamServerOptions options;
+  options.max_message_bytes = 1000;
+  options.max_receiving_bytes = 1500;
+  Start(options);
+  // A frame of 1000 bytes stops after 400: its 1000 bytes are held.
+  ::ps::testing::RawLocalConnection half(server_->socket_name());
+  ASSERT_TRUE(half.ok());
+  ASSERT_TRUE(half.Hello(server_->secret()));
+  ASSERT_TRUE(half.SendFrame(FrameType::kCall, kEcho));
+  ASSERT_TRUE(half.SendHeader(FrameType::kMessage, 1000));
+  ASSERT_TRUE(half.SendZeros(400));
+  while (server_->receiving_bytes() != 1000)
+    absl::SleepFor(absl::Milliseconds(1));
+  // Another 1000 bytes would pass the bound: that connection breaks.
+  {
+    std::unique_ptr<LocalCall> call = Call(kEcho);
+    ASSERT_NE(call, nullptr);
+    call->WriteLast(TextMessage(std::string(1000, 'x')));
+    EXPECT_EQ(call->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
+  // Smaller messages still fit.
+  {
+    std::unique_ptr<LocalCall> call =
+        Channel(server_->secret())->StartCall(kEcho).value();
+    ASSERT_TRUE(call->Write(TextMessage("a")));
+    grpc::ByteBuffer answer;
+    ASSERT_TRUE(call->Read(&answer));
+    EXPECT_EQ(MessageText(answer), "a");
+  }
+  // Once the half-sent frame's connection is gone, its bytes are free.
+  half.Close();
+  while (server_->receiving_bytes() != 0) absl::SleepFor(absl::Milliseconds(1));
+  std::unique_ptr<LocalCall> call =
+      Channel(server_->secret())->StartCall(kEcho).value();
+  ASSERT_TRUE(call->Write(TextMessage(std::string(1000, 'y'))));
+  grpc::ByteBuffer answer;
+  ASSERT_TRUE(call->Read(&answer));
+  EXPECT_EQ(MessageText(answer), std::string(1000, 'y'));
 }
 
 TEST_F(LocalStreamServerTest, ShutdownCancelsCallsLeftAtItsDeadline) {

@@ -14,6 +14,7 @@
 #include "common/grpc_status.h"
 #include "server/push_message_proto.h"
 #include "server/push_stager.h"
+#include "server/register_precheck.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
@@ -42,6 +43,19 @@ absl::StatusOr<uint64_t> TakeInitialValues(ShardStore& store,
                      : "rank 0's initial values were already taken; kept "
                        "the first ones");
   return 0;
+}
+
+// OK if `header` comes from the process its rank registered here; checked
+// before a call takes one of the rank's slots.
+absl::Status CheckCaller(const UpdateCoordinator& coordinator,
+                         const proto::RequestHeader& header) {
+  if (header.incarnation() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request of worker ", header.worker_rank(),
+        " carries no incarnation; requests carry the one it registered with"));
+  }
+  return coordinator.CheckRegistered(header.worker_rank(),
+                                     header.incarnation());
 }
 
 absl::Status Prefixed(absl::string_view what, const absl::Status& s) {
@@ -87,13 +101,8 @@ ParameterService::ParameterService(ShardHost* host,
                   [this](ByteStream& stream) { return PushBytes(stream); });
   streams_.Handle(MethodPath("PushPull"),
                   [this](ByteStream& stream) { return PushPullBytes(stream); });
-  streams_.Handle(MethodPath("Register"), [this](ByteStream& stream) {
-    return ServeUnary<proto::RegisterRequest, proto::RegisterResponse>(
-        stream, [this](const proto::RegisterRequest& request,
-                       proto::RegisterResponse* response) {
-          return Register(request, response);
-        });
-  });
+  streams_.Handle(MethodPath("Register"),
+                  [this](ByteStream& stream) { return RegisterBytes(stream); });
   streams_.Handle(MethodPath("Heartbeat"), [this](ByteStream& stream) {
     return ServeUnary<proto::HeartbeatRequest, proto::HeartbeatResponse>(
         stream, [this](const proto::HeartbeatRequest& request,
@@ -129,6 +138,36 @@ void ParameterService::AnnounceLocalEndpoint(std::string socket_name,
   local_endpoint_.set_secret(std::move(secret));
 }
 
+grpc::Status ParameterService::RegisterBytes(ByteStream& stream) {
+  grpc::ByteBuffer message;
+  if (!stream.Read(&message)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the call carried no RegisterRequest");
+  }
+  // Parsing costs many times the message: refused on what the bytes say
+  // first, then parsed one at a time.
+  if (absl::Status s = PrecheckRegister(
+          message, host_->limits(),
+          {0, options_.server_index, options_.num_workers, options_.job_id},
+          host_->get() != nullptr);
+      !s.ok()) {
+    return ToGrpcStatus(Prefixed("register refused", s));
+  }
+  absl::MutexLock lock(&register_mu_);
+  proto::RegisterRequest request;
+  if (absl::Status s = ParseMessage(message, &request); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  message.Clear();
+  proto::RegisterResponse response;
+  grpc::Status status = Register(request, &response);
+  if (status.ok() && !stream.Write(SerializeMessage(response))) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "the client went away before the answer");
+  }
+  return status;
+}
+
 grpc::Status ParameterService::Register(const proto::RegisterRequest& request,
                                         proto::RegisterResponse* response) {
   // Everything but the fingerprint, which the declaration gives.
@@ -142,39 +181,45 @@ grpc::Status ParameterService::Register(const proto::RegisterRequest& request,
   }
   const int rank = request.header().worker_rank();
   absl::StatusOr<ModelSpec> model = ModelSpecFromProto(request.declaration());
-  absl::StatusOr<DeclaredShard*> shard =
-      model.ok() ? host_->Declare(rank, *model) : model.status();
-  if (shard.ok()) {
-    absl::Status s = ValidateRequestHeader(
-        RequestHeaderFromProto(request.header()), (*shard)->identity);
-    if (s.ok() && rank != 0 && (*shard)->store->awaiting_initial_values()) {
-      s = absl::UnavailableError(absl::StrCat(
-          "rank ", rank, " must wait: rank 0 has not sent the values of ",
-          (*shard)->store->FirstTensorAwaitingValues(), " yet"));
-    }
-    if (!s.ok()) shard = s;
+  if (!model.ok()) {
+    spdlog::warn("worker {} refused: {}", rank, model.status().ToString());
+    return ToGrpcStatus(Prefixed("register refused", model.status()));
   }
+  // Every check runs before the host keeps a shard it built for this
+  // declaration: a refused rank 0 leaves no model behind.
+  absl::StatusOr<RankProgress> registered;
+  UpdateCoordinator* coordinator = nullptr;
+  absl::StatusOr<DeclaredShard*> shard = host_->Declare(
+      rank, *model, [&](DeclaredShard& declared) -> absl::Status {
+        if (absl::Status s = ValidateRequestHeader(
+                RequestHeaderFromProto(request.header()), declared.identity);
+            !s.ok()) {
+          return s;
+        }
+        if (rank != 0 && declared.store->awaiting_initial_values()) {
+          return absl::UnavailableError(absl::StrCat(
+              "rank ", rank, " must wait: rank 0 has not sent the values of ",
+              declared.store->FirstTensorAwaitingValues(), " yet"));
+        }
+        coordinator = declared.coordinator.get();
+        registered = coordinator->Register(rank, request.incarnation(),
+                                           request.planned_steps(),
+                                           request.max_examples_per_push());
+        return registered.status();
+      });
   if (!shard.ok()) {
     // Waiting for rank 0 is expected, not worth a warning.
     if (shard.status().code() != absl::StatusCode::kUnavailable) {
-      spdlog::warn("worker {} refused: {}", rank, shard.status().ToString());
+      spdlog::warn("worker {} (incarnation {}) refused: {}", rank,
+                   request.incarnation(), shard.status().ToString());
     }
     return ToGrpcStatus(Prefixed("register refused", shard.status()));
   }
-  UpdateCoordinator& coordinator = *(*shard)->coordinator;
-  absl::StatusOr<RankProgress> registered =
-      coordinator.Register(rank, request.incarnation(), request.planned_steps(),
-                           request.max_examples_per_push());
-  if (!registered.ok()) {
-    spdlog::warn("worker {} (incarnation {}) refused: {}", rank,
-                 request.incarnation(), registered.status().ToString());
-    return ToGrpcStatus(Prefixed("register refused", registered.status()));
-  }
   stats_.RecordRegistration(rank, request.incarnation());
   const RankProgress& progress = *registered;
-  response->set_mode(ConsistencyModeToProto(coordinator.options().mode));
-  response->set_num_workers(coordinator.options().num_workers);
-  response->set_version(coordinator.version());
+  response->set_mode(ConsistencyModeToProto(coordinator->options().mode));
+  response->set_num_workers(coordinator->options().num_workers);
+  response->set_version(coordinator->version());
   response->set_next_step(progress.next_step);
   response->set_epoch(progress.epoch);
   response->set_examples_done(progress.examples_done);
@@ -215,6 +260,10 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
     return absl::FailedPreconditionError(
         absl::StrCat("rank 0 has not sent the initial values of ",
                      store.FirstTensorAwaitingValues(), " yet"));
+  }
+  // Only the registered process takes one of the rank's slots.
+  if (absl::Status s = CheckCaller(coordinator, request.header()); !s.ok()) {
+    return s;
   }
   absl::StatusOr<RankCallLimiter::Slot> slot =
       calls_.Acquire(request.header().worker_rank());
@@ -351,8 +400,14 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
         !s.ok()) {
       return s;
     }
-    // Counted once the header is known good (the stager checked it).
+    // Counted once the header is known good (the stager checked it) and
+    // comes from the process the rank registered, so that no other process
+    // can take the rank's slots, or send rank 0's initial values.
     if (first_message) {
+      if (absl::Status s = CheckCaller(coordinator, request.header());
+          !s.ok()) {
+        return s;
+      }
       absl::StatusOr<RankCallLimiter::Slot> acquired =
           calls_.Acquire(request.header().worker_rank());
       if (!acquired.ok()) return acquired.status();

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "server/blocking_stream_service.h"
@@ -114,6 +115,9 @@ class ParameterService final
   std::string Report() const;
 
  private:
+  // A Register's bytes: prechecked (server/register_precheck.h), then
+  // parsed and served one at a time.
+  grpc::Status RegisterBytes(ByteStream& stream);
   grpc::Status Register(const proto::RegisterRequest& request,
                         proto::RegisterResponse* response);
   grpc::Status Heartbeat(const proto::HeartbeatRequest& request,
@@ -160,6 +164,9 @@ class ParameterService final
   const ServiceOptions options_;
   ServerStats stats_;
   RankCallLimiter calls_;
+  // Held while a Register is parsed and served: parsing one costs many
+  // times its bytes, so only one is parsed at a time.
+  absl::Mutex register_mu_;
   // Written before serving only; empty: none.
   proto::LocalEndpoint local_endpoint_;
   // Last: destroyed first, it waits for handlers that use the members above.

@@ -31,7 +31,8 @@ absl::StatusOr<PushVerdict> AdmitPush(const StagedPush& push,
   if (absl::Status s = policy.AdmitPush(view(), r, push.step); !s.ok()) {
     return s;
   }
-  if (absl::Status s = ranks.CheckProgress(r, progress, push.num_examples);
+  if (absl::Status s =
+          ranks.CheckProgress(r, push.step, progress, push.num_examples);
       !s.ok()) {
     return s;
   }

@@ -102,26 +102,36 @@ std::vector<int> RankRegistry::StillTraining(
   return training;
 }
 
-absl::Status RankRegistry::CheckProgress(int rank, const DataProgress& progress,
+absl::Status RankRegistry::CheckProgress(int rank, uint64_t step,
+                                         const DataProgress& progress,
                                          uint32_t num_examples) const {
   const Rank& r = ranks_[rank];
-  if (!r.progress_continuous || progress.epoch < r.accepted.epoch) {
-    return absl::OkStatus();
+  if (progress.epoch < r.accepted.epoch) return absl::OkStatus();
+  // Steps the push may be past the record: one, or after a restore those
+  // since the restored clock (the worker's pushes for them were lost).
+  uint64_t steps = 1;
+  uint64_t batch = num_examples;
+  if (!r.progress_continuous) {
+    steps = step >= r.applied_clock ? step - r.applied_clock + 1 : 1;
+    if (r.max_examples != 0) batch = r.max_examples;
   }
-  if (progress.epoch > r.accepted.epoch + 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("epoch ", progress.epoch, " of worker ", rank,
-                     " skips epochs: its last accepted push was in epoch ",
-                     r.accepted.epoch));
+  if (progress.epoch - r.accepted.epoch > steps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "epoch ", progress.epoch, " of worker ", rank,
+        " skips epochs: its last accepted push was in epoch ", r.accepted.epoch,
+        ", ", steps, " step(s) before step ", step));
   }
   const uint64_t done_before =
       progress.epoch == r.accepted.epoch ? r.accepted.examples_done : 0;
+  // Saturating: steps x batch may not fit.
+  const uint64_t reach =
+      batch != 0 && steps > UINT64_MAX / batch ? UINT64_MAX : steps * batch;
   if (progress.examples_done > done_before &&
-      progress.examples_done - done_before > num_examples) {
+      progress.examples_done - done_before > reach) {
     return absl::InvalidArgumentError(absl::StrCat(
         "examples_done ", progress.examples_done, " of worker ", rank,
-        " in epoch ", progress.epoch, " is more than num_examples ",
-        num_examples, " past its last accepted position, ", done_before,
+        " in epoch ", progress.epoch, " is more than ", steps, " x ", batch,
+        " examples past its last accepted position, ", done_before,
         ": a push moves the cursor by its own batch"));
   }
   return absl::OkStatus();

@@ -93,11 +93,14 @@ class RankRegistry {
   // follow the rank's accepted progress: a worker's cursor moves by its
   // batch, within an epoch or into the next one (replays stay behind it).
   // InvalidArgument naming the field otherwise, so that a peer cannot claim
-  // progress that would make the rank's real pushes replays. Unchecked
-  // until the rank's first push after a restore: its worker may be ahead of
-  // the restored record. (A restarted worker resumes from the smallest
-  // record over the shards, so registering changes nothing.)
-  absl::Status CheckProgress(int rank, const DataProgress& progress,
+  // progress that would make the rank's real pushes replays. The rank's
+  // first push after a restore, for `step`, may be ahead of the restored
+  // record (its pushes since were lost), by at most one epoch and one batch
+  // (the registered max_examples_per_push, else `num_examples`) per step
+  // since the record's clock. (A restarted worker resumes from the
+  // smallest record over the shards, so registering changes nothing.)
+  absl::Status CheckProgress(int rank, uint64_t step,
+                             const DataProgress& progress,
                              uint32_t num_examples) const;
   // A push for `step` ending at `progress` was taken.
   void RecordAccepted(int rank, uint64_t step, const DataProgress& progress);

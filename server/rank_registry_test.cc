@@ -77,30 +77,38 @@ TEST(RankRegistryTest, APushNotBeyondTheAcceptedProgressIsAReplay) {
 
 TEST(RankRegistryTest, ProgressMovesByAtMostTheBatchWithinOrIntoAnEpoch) {
   RankRegistry ranks(1, kLease, kStart);
-  EXPECT_TRUE(ranks.CheckProgress(0, {0, 32}, 32).ok());
-  EXPECT_TRUE(ranks.CheckProgress(0, {0, 20}, 32).ok());
+  EXPECT_TRUE(ranks.CheckProgress(0, 0, {0, 32}, 32).ok());
+  EXPECT_TRUE(ranks.CheckProgress(0, 0, {0, 20}, 32).ok());
   ranks.SetIncarnation(0, 7);  // A restarted worker resumes from the record.
-  EXPECT_FALSE(ranks.CheckProgress(0, {0, 6400}, 32).ok());
-  const absl::Status ahead = ranks.CheckProgress(0, {0, 33}, 32);
+  EXPECT_FALSE(ranks.CheckProgress(0, 0, {0, 6400}, 32).ok());
+  const absl::Status ahead = ranks.CheckProgress(0, 0, {0, 33}, 32);
   EXPECT_EQ(ahead.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(ahead.message().find("examples_done 33"), std::string::npos)
       << ahead;
   ranks.RecordAccepted(0, 0, {0, 32});
-  EXPECT_TRUE(ranks.CheckProgress(0, {0, 64}, 32).ok());
-  EXPECT_TRUE(ranks.CheckProgress(0, {0, 32}, 0).ok());   // An empty share.
-  EXPECT_TRUE(ranks.CheckProgress(0, {0, 10}, 10).ok());  // A replay.
-  EXPECT_FALSE(ranks.CheckProgress(0, {0, ~uint64_t{0}}, 32).ok());
-  EXPECT_TRUE(ranks.CheckProgress(0, {1, 32}, 32).ok());  // The next epoch.
-  EXPECT_FALSE(ranks.CheckProgress(0, {1, 64}, 32).ok());
-  const absl::Status skips = ranks.CheckProgress(0, {2, 32}, 32);
+  EXPECT_TRUE(ranks.CheckProgress(0, 0, {0, 64}, 32).ok());
+  EXPECT_TRUE(ranks.CheckProgress(0, 0, {0, 32}, 0).ok());   // An empty share.
+  EXPECT_TRUE(ranks.CheckProgress(0, 0, {0, 10}, 10).ok());  // A replay.
+  EXPECT_FALSE(ranks.CheckProgress(0, 0, {0, ~uint64_t{0}}, 32).ok());
+  EXPECT_TRUE(ranks.CheckProgress(0, 0, {1, 32}, 32).ok());  // The next epoch.
+  EXPECT_FALSE(ranks.CheckProgress(0, 0, {1, 64}, 32).ok());
+  const absl::Status skips = ranks.CheckProgress(0, 0, {2, 32}, 32);
   EXPECT_NE(skips.message().find("skips epochs"), std::string::npos) << skips;
 
   // A restored record may be behind the worker, until its next push.
   ASSERT_TRUE(
       ranks.Restore({RankRecord{1, 1, {0, 32}, false}}, {}, kStart).ok());
-  EXPECT_TRUE(ranks.CheckProgress(0, {3, 320}, 32).ok());
-  ranks.RecordAccepted(0, 9, {3, 320});
-  EXPECT_FALSE(ranks.CheckProgress(0, {3, 400}, 32).ok());
+  // By at most a batch and an epoch per step since its clock (1).
+  const absl::Status far = ranks.CheckProgress(0, 1, {0, ~uint64_t{0}}, 32);
+  EXPECT_EQ(far.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(far.message().find("1 x 32 examples past"), std::string::npos)
+      << far;
+  EXPECT_TRUE(ranks.CheckProgress(0, 1, {0, 64}, 32).ok());
+  EXPECT_FALSE(ranks.CheckProgress(0, 1, {0, 65}, 32).ok());
+  EXPECT_FALSE(ranks.CheckProgress(0, 1, {2, 0}, 32).ok());
+  EXPECT_TRUE(ranks.CheckProgress(0, 12, {3, 320}, 32).ok());
+  ranks.RecordAccepted(0, 12, {3, 320});
+  EXPECT_FALSE(ranks.CheckProgress(0, 13, {3, 400}, 32).ok());
 }
 
 TEST(RankRegistryTest, APushMayCarryAtMostTheRanksRegisteredBatch) {

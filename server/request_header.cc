@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/peer_text.h"
 
 namespace ps::server {
 
@@ -16,7 +17,7 @@ absl::Status ValidateRequestHeader(const RequestHeaderFields& header,
   }
   if (header.job_id != shard.job_id) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the request is of job \"", header.job_id,
+        absl::StrCat("the request is of job \"", PeerText(header.job_id),
                      "\" but this server is of job \"", shard.job_id,
                      "\": two jobs use the same server addresses"));
   }

@@ -53,9 +53,10 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-// The child's stderr goes to `stderr_path`.
+// The child's stderr (and, with `and_stdout`, its stdout) goes to
+// `stderr_path`.
 pid_t Spawn(const std::vector<std::string>& flags,
-            const std::string& stderr_path) {
+            const std::string& stderr_path, bool and_stdout = false) {
   std::vector<std::string> args = {"server/server"};
   args.insert(args.end(), flags.begin(), flags.end());
   std::vector<char*> argv;
@@ -65,6 +66,7 @@ pid_t Spawn(const std::vector<std::string>& flags,
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (and_stdout) posix_spawn_file_actions_adddup2(&actions, 2, 1);
   pid_t pid = -1;
   const int rc =
       posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
@@ -149,6 +151,22 @@ TEST(ServerBinaryTest, ExitsWithTwoNamingTheBadFlag) {
     ChildGuard guard{pid};
     EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 2) << name;
     EXPECT_NE(ReadFile(log).find(name), std::string::npos) << ReadFile(log);
+  }
+}
+
+TEST(ServerBinaryTest, HelpListsTheServersFlags) {
+  const std::string log = TempPath("help.log");
+  pid_t pid = Spawn({"--help"}, log, /*and_stdout=*/true);
+  ChildGuard guard{pid};
+  ASSERT_TRUE(WaitForExit(pid, absl::Seconds(30)).has_value());
+  const std::string help = ReadFile(log);
+  EXPECT_NE(help.find("Exit codes: 0 every worker is done"), std::string::npos)
+      << help;
+  for (const char* flag : {"--server_index", "--mode", "--checkpoint_dir",
+                           "--extend", "--metrics_port"}) {
+    EXPECT_NE(help.find(absl::StrCat("    ", flag, " (")), std::string::npos)
+        << flag << " in:\n"
+        << help;
   }
 }
 

@@ -20,6 +20,12 @@ void ShardHost::Install(std::unique_ptr<DeclaredShard> shard) {
 
 absl::StatusOr<DeclaredShard*> ShardHost::Declare(int rank,
                                                   const ModelSpec& model) {
+  return Declare(rank, model, [](DeclaredShard&) { return absl::OkStatus(); });
+}
+
+absl::StatusOr<DeclaredShard*> ShardHost::Declare(
+    int rank, const ModelSpec& model,
+    absl::FunctionRef<absl::Status(DeclaredShard&)> admit) {
   if (absl::Status s = ValidateModelSpec(model, limits_); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (owned_ != nullptr) {
@@ -28,6 +34,7 @@ absl::StatusOr<DeclaredShard*> ShardHost::Declare(int rank,
         !s.ok()) {
       return s;
     }
+    if (absl::Status s = admit(*owned_); !s.ok()) return s;
     return owned_.get();
   }
   if (rank != 0) {
@@ -37,6 +44,8 @@ absl::StatusOr<DeclaredShard*> ShardHost::Declare(int rank,
   absl::StatusOr<std::unique_ptr<DeclaredShard>> built = builder_(model);
   if (!built.ok()) return built.status();
   (*built)->declared_by = "rank 0";
+  // Refused: the shard built for it is dropped here, unpublished.
+  if (absl::Status s = admit(**built); !s.ok()) return s;
   owned_ = *std::move(built);
   shard_.store(owned_.get(), std::memory_order_release);
   spdlog::info(
@@ -55,6 +64,17 @@ absl::StatusOr<DeclaredShard*> ShardHost::Require(
         absl::StrCat(what, " before any model was declared: register first"));
   }
   return shard;
+}
+
+void ShardHost::StopAndCheckpoint() {
+  DeclaredShard* shard = get();
+  if (shard == nullptr) return;
+  shard->coordinator->Shutdown();
+  if (shard->checkpointer != nullptr &&
+      !shard->store->awaiting_initial_values()) {
+    absl::StatusOr<std::string> written = shard->checkpointer->WriteNow();
+    (void)written;  // Logged by the checkpointer.
+  }
 }
 
 }  // namespace ps::server

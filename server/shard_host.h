@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/model_spec.h"
@@ -60,6 +61,13 @@ class ShardHost {
   // (FailedPrecondition naming the first difference). InvalidArgument for a
   // declaration that is malformed or over the limits.
   absl::StatusOr<DeclaredShard*> Declare(int rank, const ModelSpec& model);
+  // As above, and `admit` (called under the host's lock, so registrations
+  // are serialized) decides on the shard before the caller gets it; a shard
+  // built here is installed only if `admit` says OK, so that a refused
+  // Register leaves no model behind.
+  absl::StatusOr<DeclaredShard*> Declare(
+      int rank, const ModelSpec& model,
+      absl::FunctionRef<absl::Status(DeclaredShard&)> admit);
 
   // The shard, or null before the model is declared.
   DeclaredShard* get() const { return shard_.load(std::memory_order_acquire); }
@@ -67,6 +75,13 @@ class ShardHost {
   absl::StatusOr<DeclaredShard*> Require(absl::string_view what) const;
 
   const DeclarationLimits& limits() const { return limits_; }
+
+  // At exit: wakes the shard's waiting pulls and stops its updates
+  // (UpdateCoordinator::Shutdown), so that calls still in flight end soon,
+  // then writes its final checkpoint, unless it keeps none or still waits
+  // for rank 0's initial values (it has nothing to keep). Nothing without a
+  // shard. A failed write is logged by the checkpointer.
+  void StopAndCheckpoint();
 
  private:
   const Builder builder_;

@@ -52,24 +52,6 @@ constexpr size_t kChunkElements = 256 * 1024;
 // these floods (measured when malloc gave each thread an arena of its own).
 constexpr size_t kMemoryMargin = 24 * kMiB;
 
-// VmRSS of process `pid`, from /proc; 0 if it cannot be read.
-size_t ResidentBytes(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string field;
-  while (status >> field) {
-    if (field == "VmRSS:") {
-      size_t kib = 0;
-      status >> kib;
-      return kib * 1024;
-    }
-  }
-  return 0;
-}
-
-std::string MiB(size_t bytes) {
-  return absl::StrCat(static_cast<double>(bytes / (kMiB / 10)) / 10, " MiB");
-}
-
 // Calls started all at once, each sending one message and then nothing,
 // never reading: a client that leaves them hanging. A thread of its own
 // collects how each call ends. Destroying it cancels every call still open

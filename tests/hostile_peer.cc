@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -31,8 +32,46 @@ std::string CodeName(const grpc::Status& status) {
 
 HostilePeerTest::HostilePeerTest(ModelSpec model) : model_(std::move(model)) {}
 
+size_t ResidentBytes(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string field;
+  while (status >> field) {
+    if (field == "VmRSS:") {
+      size_t kib = 0;
+      status >> kib;
+      return kib * 1024;
+    }
+  }
+  return 0;
+}
+
+int ThreadCount(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string field;
+  while (status >> field) {
+    if (field == "Threads:") {
+      int threads = 0;
+      status >> threads;
+      return threads;
+    }
+  }
+  return 0;
+}
+
+std::string MiB(size_t bytes) {
+  constexpr size_t kTenthMiB = (size_t{1} << 20) / 10;
+  return absl::StrCat(static_cast<double>(bytes / kTenthMiB) / 10, " MiB");
+}
+
 void HostilePeerTest::StartServer(absl::string_view mode,
                                   const std::vector<std::string>& extra_flags) {
+  LaunchServer(mode, extra_flags);
+  if (::testing::Test::HasFatalFailure()) return;
+  DeclareAndRegister();
+}
+
+void HostilePeerTest::LaunchServer(
+    absl::string_view mode, const std::vector<std::string>& extra_flags) {
   const std::string port_file =
       TempPath(absl::StrCat("hostile-", mode, ".port"));
   std::filesystem::remove(port_file);
@@ -63,7 +102,9 @@ void HostilePeerTest::StartServer(absl::string_view mode,
   stub_ = proto::ParameterServer::NewStub(channel_);
   generic_ = std::make_unique<grpc::GenericStub>(channel_);
   fingerprint_ = Partition::Create(model_, 1)->fingerprint();
+}
 
+void HostilePeerTest::DeclareAndRegister() {
   ClientOptions client_options;
   client_options.servers = {address_};
   client_options.rank = 0;
@@ -73,18 +114,35 @@ void HostilePeerTest::StartServer(absl::string_view mode,
   ASSERT_TRUE(client.ok()) << client.status();
   rank0_ = *std::move(client);
   ASSERT_TRUE(rank0_->Declare(model_, kPeerPlannedSteps).ok());
-
-  proto::RegisterRequest request;
-  *request.mutable_header() = Header(1, kPeerIncarnation);
-  ModelSpecToProto(model_, request.mutable_declaration());
-  request.set_incarnation(kPeerIncarnation);
-  request.set_planned_steps(kPeerPlannedSteps);
-  request.set_max_examples_per_push(kPeerBatch);
-  proto::RegisterResponse response;
-  grpc::ClientContext context;
-  const grpc::Status registered = stub_->Register(&context, request, &response);
+  const grpc::Status registered = RawRegister(1, kPeerIncarnation, model_);
   ASSERT_TRUE(registered.ok()) << registered.error_message();
   ASSERT_TRUE(Snapshot(&before_).ok());
+}
+
+grpc::Status HostilePeerTest::RawRegister(int rank, uint64_t incarnation,
+                                          const ModelSpec& model,
+                                          uint32_t batch) {
+  proto::RegisterRequest request;
+  *request.mutable_header() = Header(rank, incarnation);
+  request.mutable_header()->set_partition_fingerprint(
+      Partition::Create(model, 1)->fingerprint());
+  ModelSpecToProto(model, request.mutable_declaration());
+  request.set_incarnation(incarnation);
+  request.set_planned_steps(kPeerPlannedSteps);
+  request.set_max_examples_per_push(batch);
+  proto::RegisterResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kPeerTimeout));
+  return stub_->Register(&context, request, &response);
+}
+
+std::string HostilePeerTest::Report() {
+  proto::StatsRequest request;
+  proto::StatsResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kPeerTimeout));
+  if (!stub_->Stats(&context, request, &response).ok()) return "";
+  return response.report();
 }
 
 proto::RequestHeader HostilePeerTest::Header(int rank,
@@ -170,6 +228,7 @@ grpc::ByteBuffer HostilePeerTest::PushMessage(const PushFields& fields,
   message.set_num_examples(fields.num_examples);
   message.set_epoch(fields.epoch);
   message.set_examples_done(fields.examples_done);
+  message.set_initial_values(fields.initial_values);
   proto::TensorChunk chunk;
   chunk.set_tensor_id(tensor);
   chunk.set_dtype(proto::DTYPE_FLOAT32);

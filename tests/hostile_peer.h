@@ -5,6 +5,9 @@
 // against our proto, which can send what no worker of ours sends. Shared by
 // the hostile-request and flood tests.
 
+#include <sys/types.h>
+
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,7 +47,16 @@ struct PushFields {
   uint32_t num_examples = kPeerBatch;
   uint64_t epoch = 0;
   uint64_t examples_done = kPeerBatch;
+  // Rank 0's initial values rather than a gradient.
+  bool initial_values = false;
 };
+
+// VmRSS and the thread count of process `pid`, from /proc; 0 if they
+// cannot be read.
+size_t ResidentBytes(pid_t pid);
+int ThreadCount(pid_t pid);
+// "12.3 MiB".
+std::string MiB(size_t bytes);
 
 // One server shard (the real binary), rank 0 declared through the client
 // library, rank 1 registered by hand with kPeerIncarnation (the raw peer
@@ -58,6 +70,17 @@ class HostilePeerTest : public ::testing::Test {
   // fails.
   void StartServer(absl::string_view mode,
                    const std::vector<std::string>& extra_flags = {});
+  // StartServer's parts: the server process and the channel to it, with no
+  // model declared; then the declaration, rank 1's registration and
+  // before_.
+  void LaunchServer(absl::string_view mode,
+                    const std::vector<std::string>& extra_flags = {});
+  void DeclareAndRegister();
+  // Rank `rank`'s Register as the raw peer sends it, declaring `model`.
+  grpc::Status RawRegister(int rank, uint64_t incarnation,
+                           const ModelSpec& model, uint32_t batch = kPeerBatch);
+  // The server's Stats report.
+  std::string Report();
 
   proto::RequestHeader Header(int rank, uint64_t incarnation) const;
 

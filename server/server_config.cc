@@ -1,0 +1,275 @@
+#include "server/server_config.h"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/cluster_address.h"
+#include "common/consistency_mode.h"
+#include "common/cpu_affinity.h"
+#include "common/metrics_http.h"
+#include "server/failure_policy.h"
+#include "update/lr_schedule.h"
+
+namespace ps::server {
+namespace {
+
+constexpr int kMaxServers = 4096;
+constexpr int kMaxWorkers = 65536;
+constexpr absl::Duration kMaxDurationFlag = absl::Hours(24);
+constexpr int64_t kMaxCheckpointSeconds = int64_t{86400} * 365;
+
+absl::Status OutOfRange(absl::string_view flag, int64_t value, int64_t lo,
+                        int64_t hi) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--", flag, " must be in [", lo, ", ", hi, "], got ", value));
+}
+
+absl::Status CheckDuration(absl::string_view flag, absl::Duration value) {
+  if (value > absl::ZeroDuration() && value <= kMaxDurationFlag) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--", flag, " must be in (0, 24h], got ", absl::FormatDuration(value)));
+}
+
+// --server_index, --num_servers, --num_workers and the declaration limits.
+absl::Status LayoutFlags(const ServerFlags& f, const MachineFacts& machine,
+                         ServerConfig& c) {
+  c.num_servers = f.num_servers;
+  if (c.num_servers < 1 || c.num_servers > kMaxServers) {
+    return OutOfRange("num_servers", c.num_servers, 1, kMaxServers);
+  }
+  c.server_index = f.server_index;
+  if (c.server_index == kServerIndexUnset) {
+    return absl::InvalidArgumentError(
+        "--server_index is required: 0-based, or -1 to take it from the "
+        "hostname");
+  }
+  if (c.server_index == -1) {
+    absl::StatusOr<int> from_hostname = machine.index_from_hostname();
+    if (!from_hostname.ok()) return from_hostname.status();
+    c.server_index = *from_hostname;
+  }
+  if (c.server_index < 0 || c.server_index >= c.num_servers) {
+    return OutOfRange("server_index", c.server_index, 0, c.num_servers - 1);
+  }
+  if (f.num_workers < 1 || f.num_workers > kMaxWorkers) {
+    return OutOfRange("num_workers", f.num_workers, 1, kMaxWorkers);
+  }
+  c.coordinator.num_workers = f.num_workers;
+  if (f.max_model_bytes < 0) {
+    return OutOfRange("max_model_bytes", f.max_model_bytes, 0, INT64_MAX);
+  }
+  c.limits.max_model_bytes =
+      f.max_model_bytes > 0
+          ? static_cast<uint64_t>(f.max_model_bytes)
+          : static_cast<uint64_t>(c.num_servers) * machine.memory_bytes / 8;
+  c.limits.max_tensors = f.max_tensors;
+  if (c.limits.max_tensors < 1 || c.limits.max_tensors > 10000000) {
+    return OutOfRange("max_tensors", c.limits.max_tensors, 1, 10000000);
+  }
+  return absl::OkStatus();
+}
+
+// --host, --port, --port_file, --mode and --staleness.
+absl::Status ServingFlags(const ServerFlags& f, ServerConfig& c) {
+  if (f.host.empty()) return absl::InvalidArgumentError("--host is empty");
+  if (f.port < 0 || f.port > 65535) return OutOfRange("port", f.port, 0, 65535);
+  // An IPv6 literal needs brackets before the port.
+  c.address = f.host.find(':') != std::string::npos
+                  ? absl::StrCat("[", f.host, "]:", f.port)
+                  : absl::StrCat(f.host, ":", f.port);
+  c.port_file = f.port_file;
+
+  absl::StatusOr<ConsistencyMode> mode = ParseConsistencyMode(f.mode);
+  if (!mode.ok()) return mode.status();
+  c.coordinator.mode = *mode;
+  c.coordinator.staleness = f.staleness;
+  if (f.staleness < 0 || f.staleness > 1000000) {
+    return OutOfRange("staleness", f.staleness, 0, 1000000);
+  }
+  if (f.staleness != 0 && *mode != ConsistencyMode::kSsp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--staleness=", f.staleness, " only applies to --mode=ssp, not --mode=",
+        ConsistencyModeName(*mode)));
+  }
+  return absl::OkStatus();
+}
+
+// The optimizer's flags: each one given is recorded as given.
+absl::Status OptimizerFlags(const ServerFlags& f, ServerConfig& c) {
+  if (f.optimizer.has_value()) {
+    absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(*f.optimizer);
+    if (!kind.ok()) return kind.status();
+    c.optimizer.kind = *kind;
+    c.optimizer_given.optimizer = true;
+  }
+  auto set = [](std::optional<float> flag, float& field, bool& given) {
+    if (!flag.has_value()) return;
+    field = *flag;
+    given = true;
+  };
+  OptimizerConfig& o = c.optimizer;
+  OptimizerFlagsGiven& g = c.optimizer_given;
+  set(f.learning_rate, o.learning_rate, g.learning_rate);
+  set(f.momentum, o.momentum, g.momentum);
+  set(f.weight_decay, o.weight_decay, g.weight_decay);
+  set(f.beta1, o.beta1, g.beta1);
+  set(f.beta2, o.beta2, g.beta2);
+  set(f.epsilon, o.epsilon, g.epsilon);
+  return ValidateOptimizerConfig(o);
+}
+
+// The liveness, learning-rate and checkpoint flags.
+absl::Status FaultFlags(const ServerFlags& f, ServerConfig& c) {
+  CoordinatorOptions& o = c.coordinator;
+  o.worker_timeout = f.worker_timeout;
+  o.slow_wait_log = f.slow_wait_log;
+  o.rejoin_grace = f.rejoin_grace;
+  for (absl::Status s : {CheckDuration("worker_timeout", o.worker_timeout),
+                         CheckDuration("rejoin_grace", o.rejoin_grace),
+                         CheckDuration("slow_wait_log", o.slow_wait_log)}) {
+    if (!s.ok()) return s;
+  }
+  absl::StatusOr<FailurePolicy> policy =
+      ParseFailurePolicy(f.on_worker_failure);
+  if (!policy.ok()) return policy.status();
+  o.on_worker_failure = *policy;
+
+  absl::StatusOr<LrScheduleKind> schedule = ParseLrSchedule(f.lr_schedule);
+  if (!schedule.ok()) return schedule.status();
+  absl::StatusOr<LearningRateSchedule> lr = LearningRateSchedule::Create(
+      *schedule, c.optimizer.learning_rate, f.min_learning_rate);
+  if (!lr.ok()) return lr.status();
+  o.lr_schedule = *lr;
+
+  const int64_t steps = f.checkpoint_every_steps;
+  const int64_t seconds = f.checkpoint_every_seconds;
+  if (steps < 0) {
+    return OutOfRange("checkpoint_every_steps", steps, 0, INT64_MAX);
+  }
+  if (seconds < 0 || seconds > kMaxCheckpointSeconds) {
+    return OutOfRange("checkpoint_every_seconds", seconds, 0,
+                      kMaxCheckpointSeconds);
+  }
+  if (f.restore && f.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--restore needs --checkpoint_dir (where to restore from)");
+  }
+  if (f.extend && !f.restore) {
+    return absl::InvalidArgumentError(
+        "--extend needs --restore (it says how a checkpoint is restored)");
+  }
+  c.restore = f.extend    ? RestoreMode::kExtend
+              : f.restore ? RestoreMode::kRestore
+                          : RestoreMode::kNone;
+  if (!f.checkpoint_dir.empty()) {
+    CheckpointPolicy policy;
+    policy.dir = f.checkpoint_dir;
+    policy.every_updates = static_cast<uint64_t>(steps);
+    policy.every = absl::Seconds(seconds);
+    c.checkpoints = policy;
+  }
+  // Only a restarted sync shard can be behind the workers' clock.
+  o.fast_forward_after_restart = f.restore;
+  o.replan_after_restore = f.extend;
+  return absl::OkStatus();
+}
+
+// The per-process resources: CPUs, threads, calls, streams.
+absl::Status ResourceFlags(const ServerFlags& f, ServerConfig& c) {
+  absl::StatusOr<std::vector<int>> cpus = CpusFromFlag("cpus", f.cpus);
+  if (!cpus.ok()) return cpus.status();
+  c.cpus = *std::move(cpus);
+  if (f.non_finite_gradients != "refuse" && f.non_finite_gradients != "skip") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--non_finite_gradients must be refuse or skip, got \"",
+                     f.non_finite_gradients, "\""));
+  }
+  c.refuse_non_finite = f.non_finite_gradients == "refuse";
+  c.max_threads = f.max_threads;
+  if (c.max_threads < 0 || c.max_threads > 100000) {
+    return OutOfRange("max_threads", c.max_threads, 0, 100000);
+  }
+  // A worker holds a push-and-pull stream, a heartbeat and at times a pull.
+  if (c.max_threads == 0) c.max_threads = 64 + 4 * c.coordinator.num_workers;
+  c.max_calls_per_rank = f.max_calls_per_rank;
+  if (c.max_calls_per_rank < 0 || c.max_calls_per_rank > 10000) {
+    return OutOfRange("max_calls_per_rank", c.max_calls_per_rank, 0, 10000);
+  }
+  c.stream_idle_timeout = f.stream_idle_timeout;
+  c.local_transport = f.local_transport;
+  return CheckDuration("stream_idle_timeout", c.stream_idle_timeout);
+}
+
+// The job, the signal exit code, authentication and the side ports.
+absl::Status AccessFlags(const ServerFlags& f, ServerConfig& c) {
+  c.job_id = f.job_id;
+  if (absl::Status s = ValidateJobId(c.job_id); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
+  }
+  c.signal_exit_code = f.signal_exit_code;
+  if (c.signal_exit_code < 0 || c.signal_exit_code > 255) {
+    return OutOfRange("signal_exit_code", c.signal_exit_code, 0, 255);
+  }
+  absl::StatusOr<ServerAuth> auth =
+      LoadServerAuth({f.tls_cert, f.tls_key, f.tls_client_ca, f.token_file});
+  if (!auth.ok()) return auth.status();
+  c.auth = *std::move(auth);
+  c.health_port = f.health_port;
+  if (c.health_port < -1 || c.health_port > 65535) {
+    return OutOfRange("health_port", c.health_port, -1, 65535);
+  }
+  if (c.health_port > 0 && c.health_port == f.port) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--health_port must differ from --port (both ", c.health_port, ")"));
+  }
+  c.metrics_host = f.metrics_host;
+  c.metrics_port = f.metrics_port;
+  if (absl::Status s = ValidateMetricsFlags(c.metrics_host, c.metrics_port);
+      !s.ok()) {
+    return s;
+  }
+  if (c.metrics_port > 0 &&
+      (c.metrics_port == f.port || c.metrics_port == c.health_port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_port must differ from --port and "
+                     "--health_port (",
+                     c.metrics_port, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+MachineFacts MachineFacts::OfThisMachine() {
+  MachineFacts facts;
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_size > 0) {
+    facts.memory_bytes =
+        static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+  }
+  return facts;
+}
+
+absl::StatusOr<ServerConfig> MakeServerConfig(const ServerFlags& flags,
+                                              const MachineFacts& machine) {
+  ServerConfig c;
+  if (absl::Status s = LayoutFlags(flags, machine, c); !s.ok()) return s;
+  if (absl::Status s = ServingFlags(flags, c); !s.ok()) return s;
+  if (absl::Status s = OptimizerFlags(flags, c); !s.ok()) return s;
+  const int mb = flags.max_message_mb;
+  if (mb < 1 || mb > 2047) return OutOfRange("max_message_mb", mb, 1, 2047);
+  c.max_message_bytes = mb << 20;
+  if (absl::Status s = FaultFlags(flags, c); !s.ok()) return s;
+  if (absl::Status s = ResourceFlags(flags, c); !s.ok()) return s;
+  if (absl::Status s = AccessFlags(flags, c); !s.ok()) return s;
+  return c;
+}
+
+}  // namespace ps::server

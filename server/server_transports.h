@@ -1,0 +1,67 @@
+#ifndef PS_SERVER_SERVER_TRANSPORTS_H_
+#define PS_SERVER_SERVER_TRANSPORTS_H_
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "server/grpc_server.h"
+#include "server/local_stream_server.h"
+#include "server/parameter_service.h"
+#include "server/server_config.h"
+#include "server/server_metrics.h"
+#include "server/shard_host.h"
+
+namespace ps::server {
+
+// How calls reach the shard: ParameterService's handlers, served over gRPC
+// (TCP, authenticated as the flags say) and, with --local_transport, to
+// workers on this host over the same-host transport (a Unix socket whose
+// name and secret the gRPC port hands to registered workers).
+//
+// Thread-compatible: one thread (main) starts and stops it. Destroying it
+// stops gRPC, then the same-host transport, then the service whose handlers
+// they run.
+class ServerTransports {
+ public:
+  // Builds the service for `host` and, with config.local_transport, starts
+  // the same-host transport; when that fails it logs why, and workers on
+  // this host use gRPC as workers elsewhere do. `config`, `host` and
+  // `metrics` (null: none) must outlive this.
+  ServerTransports(const ServerConfig& config, ShardHost* host,
+                   ServerMetrics* metrics);
+  ~ServerTransports();
+
+  ServerTransports(const ServerTransports&) = delete;
+  ServerTransports& operator=(const ServerTransports&) = delete;
+
+  // Serves gRPC on config.address (and the health port), once.
+  // Unavailable naming the address when it cannot listen there.
+  absl::Status Listen();
+
+  // After Listen: the port bound, and the health-only port (0: none).
+  int port() const;
+  int health_port() const;
+  // Whether workers on this host are served over the Unix socket.
+  bool serves_local() const { return local_ != nullptr; }
+
+  // Stops gRPC now (health checks answer NOT_SERVING, calls in progress are
+  // cancelled): a start-up that fails after Listen.
+  void StopListening();
+
+  // Stops both transports, cancelling the calls still running at
+  // `deadline`, then logs the same-host transport's counts and the
+  // service's final report.
+  void Shutdown(absl::Time deadline);
+
+ private:
+  const ServerConfig& config_;
+  ParameterService service_;
+  // Declared after the service, whose handlers they run: destroyed first.
+  std::unique_ptr<LocalStreamServer> local_;
+  std::unique_ptr<GrpcServer> grpc_;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_SERVER_TRANSPORTS_H_
