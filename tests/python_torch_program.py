@@ -290,6 +290,21 @@ def replay(out_dir):
     report(found)
 
 
+def untrained(out_dir, placement):
+    """Three steps at learning rate 0 (set after the declaration, which
+    takes a positive one; each push carries it): the weights never
+    change, and shutdown() warns."""
+    model = nn.Linear(2, 1)
+    opt = ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1),
+                                  named_parameters=model.named_parameters(),
+                                  placement=placement)
+    opt.param_groups[0]["lr"] = 0.0
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.ones(4, 2)).sum().backward()
+        opt.step()
+
+
 def mismatch(out_dir):
     """Wraps Adam while the servers were started with --optimizer=sgd: the
     servers refuse the declaration."""
@@ -314,7 +329,7 @@ def main():
     scenarios = {"equivalence": equivalence, "declaration": declaration,
                  "converge": converge, "mismatch": mismatch, "save": save,
                  "auto_placement": auto_placement, "edits": edits,
-                 "replay": replay}
+                 "replay": replay, "untrained": untrained}
     scenarios[scenario](out_dir, *sys.argv[3:])
     ps.shutdown()
 

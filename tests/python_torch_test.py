@@ -12,6 +12,7 @@ import subprocess
 import time
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -49,6 +50,7 @@ def check_equivalence(tmp_path, optimizer_name, placement, flags):
         PROGRAM, ["equivalence", tmp_path, optimizer_name, placement],
         TWO_BY_TWO + ["--mode=sync"] + flags)
     assert job.result(0)["placement"] == placement
+    assert "parameters are still those" not in job.output  # They trained.
     check_weights(tmp_path, optimizer_name)
     return job
 
@@ -153,6 +155,17 @@ def test_what_would_make_every_push_a_replay_is_refused(tmp_path):
     assert "set_epoch(0), but the servers recorded epoch 1" in \
         found["earlier_epoch"], found
     assert "num_examples is 0" in found["no_examples"], found
+
+
+@pytest.mark.parametrize("placement", ["server", "worker"])
+def test_a_rank_whose_weights_never_changed_warns_at_shutdown(tmp_path,
+                                                             placement):
+    job = python_launch.run(PROGRAM, ["untrained", tmp_path, placement],
+                            ["--num_servers=1", "--num_workers=2",
+                             "--mode=sync", "--optimizer=sgd"])
+    for rank in (0, 1):
+        assert ("rank %d took 3 steps, and its parameters are still those"
+                % rank) in job.output, job.output
 
 
 def check_converges(tmp_path, flags):

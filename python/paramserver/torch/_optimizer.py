@@ -5,6 +5,8 @@ package's docstring.
 """
 
 import contextlib
+import warnings
+import zlib
 
 import numpy as np
 import torch
@@ -71,6 +73,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._hook_error = None  # Why a hook cancelled the step.
         self._skip_synchronize = False
         self._zeros = {}
+        self._first_step = self._step_number
+        self._start_crc = self._trainable_crc()
         self._grad_accs = []
         self._register_hooks()
 
@@ -326,6 +330,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise paramserver.FailedPreconditionError(
                 "paramserver: pull_final is for placement='server'")
         self._client.pull_final(self._step_number)
+
+    def _trainable_crc(self):
+        crc = 0
+        for _, p in self._trainable:
+            crc = zlib.crc32(np.ascontiguousarray(p.detach().numpy()), crc)
+        return crc
+
+    def warn_if_untrained(self):
+        """A RuntimeWarning if this rank took steps but its parameters are
+        still those it started with: the servers applied nothing (pushes
+        skipped as replays of batches they had, or a learning rate of 0).
+        shutdown() calls it, so such a job does not end as if it trained."""
+        steps = self._step_number - self._first_step
+        if steps > 0 and self._trainable_crc() == self._start_crc:
+            warnings.warn(
+                "paramserver: rank %d took %d steps, and its parameters are "
+                "still those it started with: the servers applied none of "
+                "them (pushes skipped as replays of batches they had? a "
+                "learning rate of 0?)" % (self._client.rank, steps),
+                RuntimeWarning, stacklevel=3)
 
     @property
     def resume_step(self):
