@@ -1,5 +1,7 @@
 #include "common/consistency_mode.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace ps {
@@ -22,6 +24,29 @@ absl::string_view ConsistencyModeName(ConsistencyMode mode) {
       return "async";
   }
   return "unknown";
+}
+
+absl::Status CheckStaleness(ConsistencyMode mode, int64_t staleness) {
+  if (staleness < 0 || staleness > kMaxStaleness) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--staleness must be in [0, ", kMaxStaleness, "], got ", staleness));
+  }
+  if (staleness != 0 && mode != ConsistencyMode::kSsp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--staleness applies only to --mode=ssp, not --mode=",
+                     ConsistencyModeName(mode)));
+  }
+  if (mode == ConsistencyMode::kSsp && staleness == 0) {
+    return absl::InvalidArgumentError(
+        "--mode=ssp needs --staleness=N (N >= 1 steps a worker may lead the "
+        "slowest; 0 would be --mode=sync)");
+  }
+  return absl::OkStatus();
+}
+
+uint64_t NextPushClock(ConsistencyMode mode, uint64_t clock, uint64_t version) {
+  if (mode == ConsistencyMode::kSync) return std::max(clock, version);
+  return clock;
 }
 
 }  // namespace ps

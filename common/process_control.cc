@@ -106,27 +106,12 @@ bool ShutdownRequest::requested() {
   return !reason_.text.empty();
 }
 
-void SignalWatcher::BlockShutdownSignals(sigset_t* set) {
-  sigemptyset(set);
-  sigaddset(set, SIGINT);
-  sigaddset(set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, set, nullptr);
+void RequestShutdownOnSignal(StopSignals* signals, int exit_code,
+                             ShutdownRequest* request) {
+  signals->Watch([exit_code, request](int sig) {
+    request->RequestBySignal(
+        absl::StrCat("signal ", sig, " (", strsignal(sig), ")"), exit_code);
+  });
 }
-
-SignalWatcher::SignalWatcher(const sigset_t& set, int exit_code,
-                             ShutdownRequest* request)
-    : thread_([set, exit_code, request] {
-        const timespec poll = {0, 200 * 1000 * 1000};
-        while (!request->requested()) {
-          const int sig = sigtimedwait(&set, nullptr, &poll);
-          if (sig > 0) {
-            request->RequestBySignal(
-                absl::StrCat("signal ", sig, " (", strsignal(sig), ")"),
-                exit_code);
-          }
-        }
-      }) {}
-
-SignalWatcher::~SignalWatcher() { thread_.join(); }
 
 }  // namespace ps::server

@@ -1,14 +1,12 @@
 #ifndef PS_COMMON_PROCESS_CONTROL_H_
 #define PS_COMMON_PROCESS_CONTROL_H_
 
-#include <signal.h>
-
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/stop_signals.h"
 
 namespace ps::server {
 
@@ -45,23 +43,12 @@ class ShutdownRequest {
   Reason reason_ ABSL_GUARDED_BY(mu_);
 };
 
-// Turns SIGINT/SIGTERM into a ShutdownRequest (RequestBySignal, with
-// `exit_code`) without doing anything in a signal handler: the signals are
-// blocked in every thread (the mask is set before any thread starts and
-// inherited) and this thread takes them with sigtimedwait. Stops when the
-// request is made, by a signal or otherwise. The request must outlive the
-// watcher.
-class SignalWatcher {
- public:
-  // Must run before any other thread is created.
-  static void BlockShutdownSignals(sigset_t* set);
-
-  SignalWatcher(const sigset_t& set, int exit_code, ShutdownRequest* request);
-  ~SignalWatcher();
-
- private:
-  std::thread thread_;
-};
+// Turns each signal `signals` takes into request->RequestBySignal (with
+// `exit_code`), on the signals' thread (StopSignals::Watch). The first
+// request wins, so signals after it change nothing. `request` must outlive
+// `signals`.
+void RequestShutdownOnSignal(StopSignals* signals, int exit_code,
+                             ShutdownRequest* request);
 
 }  // namespace ps::server
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -68,19 +69,21 @@ TEST(ShutdownRequestTest, TheFirstRequestWins) {
   EXPECT_FALSE(reason.by_signal);
 }
 
-TEST(SignalWatcherTest, ASignalBecomesARequestBySignal) {
+TEST(RequestShutdownOnSignalTest, ASignalBecomesARequestBySignal) {
   // No other thread runs yet: the mask holds for the whole process.
-  sigset_t signals;
-  SignalWatcher::BlockShutdownSignals(&signals);
+  absl::StatusOr<std::unique_ptr<StopSignals>> signals =
+      StopSignals::Install({SIGINT, SIGTERM});
+  ASSERT_TRUE(signals.ok()) << signals.status();
   ShutdownRequest request;
   {
-    SignalWatcher watcher(signals, 7, &request);
+    RequestShutdownOnSignal(signals->get(), 7, &request);
     ASSERT_EQ(kill(getpid(), SIGTERM), 0);
     const ShutdownRequest::Reason reason = request.Wait();
     EXPECT_TRUE(reason.by_signal);
     EXPECT_EQ(reason.exit_code, 7);
     EXPECT_NE(reason.text.find("signal 15"), std::string::npos) << reason.text;
-  }  // The watcher stops once the request is made.
+  }
+  signals->reset();  // Stops the signals' thread before `request` goes.
 }
 
 }  // namespace

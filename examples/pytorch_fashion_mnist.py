@@ -12,9 +12,10 @@ The servers run the torch.optim.Adam wrapped here (the declaration carries
 it), at the learning rate CosineAnnealingLR sets for each step (every push
 carries it). Every rank trains on its shard of each epoch; rank 0
 evaluates on the test set after each epoch and prints "final test
-accuracy: X" at the end, which the launcher's summary repeats. A rank the
-launcher restarts goes on from the epoch and step the servers recorded for
-it, so it trains no step twice.
+accuracy: X" at the end, which the launcher's summary repeats (the line
+is defined in common/progress_line.h). A rank the launcher restarts goes on
+from the epoch and step the servers recorded for it, so it trains no step
+twice.
 """
 
 import argparse

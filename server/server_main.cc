@@ -20,9 +20,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/cpu_affinity.h"
+#include "common/exit_codes.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/process_control.h"
+#include "common/stop_signals.h"
 #include "server/server_config.h"
 #include "server/server_flags.h"
 #include "server/server_metrics_endpoint.h"
@@ -35,16 +37,14 @@
 namespace ps::server {
 namespace {
 
-constexpr int kExitBadFlags = 2;
-constexpr int kExitFailed = 1;
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
 // Under --on_worker_failure=fail: how long the other workers' requests are
 // still answered (with FAILED_PRECONDITION, naming the dead worker) before
 // the exit.
 constexpr absl::Duration kFailureGrace = absl::Seconds(2);
 
-// `signals` are blocked in every thread (main does it first).
-int Run(const ServerConfig& config, const sigset_t& signals) {
+// `signals` were installed first thing in main.
+int Run(const ServerConfig& config, StopSignals* signals) {
   // What a flood of refused calls made malloc keep goes back to the kernel.
   FreedMemoryTrimmer trimmer(absl::Seconds(2), size_t{16} << 20);
   ShutdownRequest shutdown;
@@ -78,7 +78,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
     // with FailedPrecondition: configuration, which no retry fixes.
     return s.code() == absl::StatusCode::kInvalidArgument ||
                    s.code() == absl::StatusCode::kFailedPrecondition
-               ? kExitBadFlags
+               ? kExitBadConfig
                : kExitFailed;
   }
   if (*restored != nullptr) host.Install(*std::move(restored));
@@ -86,12 +86,13 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
   ServerTransports transports(
       config, &host, metrics != nullptr ? metrics->metrics().get() : nullptr);
 
-  SignalWatcher watcher(signals, config.signal_exit_code, &shutdown);
+  // A signal asks for the shutdown; the first request wins.
+  RequestShutdownOnSignal(signals, config.signal_exit_code, &shutdown);
 
   if (absl::Status s = transports.Listen(); !s.ok()) {
     spdlog::error("{}", s.ToString());
     shutdown.Request("startup failed");
-    return 1;
+    return kExitFailed;
   }
   const DeclaredShard* shard = host.get();
   for (const std::string& line : StartupSummary(
@@ -108,7 +109,7 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
       spdlog::error("{}", s.ToString());
       shutdown.Request("port file failed");
       transports.StopListening();
-      return 1;
+      return kExitFailed;
     }
   }
 
@@ -133,11 +134,15 @@ int Run(const ServerConfig& config, const sigset_t& signals) {
 }  // namespace ps::server
 
 int main(int argc, char** argv) {
-  // First, before any thread exists, so every thread inherits the mask: a
-  // blocked signal is queued even for PID 1, which the kernel otherwise
-  // spares from signals it has no handler for.
-  sigset_t signals;
-  ps::server::SignalWatcher::BlockShutdownSignals(&signals);
+  // First, before any thread exists, so every thread inherits the mask
+  // (common/stop_signals.h).
+  absl::StatusOr<std::unique_ptr<ps::StopSignals>> signals =
+      ps::StopSignals::Install({SIGINT, SIGTERM});
+  if (!signals.ok()) {
+    std::fprintf(stderr, "server: %s\n",
+                 std::string(signals.status().message()).c_str());
+    return ps::kExitFailed;
+  }
   // Before any thread allocates, so that the trimmer in Run can give back
   // what a flood of calls left behind.
   ps::UseOneMallocArena();
@@ -160,13 +165,13 @@ int main(int argc, char** argv) {
   ps::server::ListServerFlagsInHelp();
   if (absl::Status s = ps::server::CheckFlagSyntax(argc, argv); !s.ok()) {
     std::fprintf(stderr, "server: %s\n", std::string(s.message()).c_str());
-    return ps::server::kExitBadFlags;
+    return ps::kExitBadConfig;
   }
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     std::fprintf(stderr, "server: unexpected argument \"%s\" (see --help)\n",
                  rest[1]);
-    return ps::server::kExitBadFlags;
+    return ps::kExitBadConfig;
   }
   absl::StatusOr<ps::server::ServerConfig> config =
       ps::server::MakeServerConfig(ps::server::ServerFlagValues(),
@@ -174,15 +179,15 @@ int main(int argc, char** argv) {
   if (!config.ok()) {
     std::fprintf(stderr, "server: %s\n",
                  std::string(config.status().message()).c_str());
-    return ps::server::kExitBadFlags;
+    return ps::kExitBadConfig;
   }
   if (!config->cpus.empty()) {
     if (absl::Status s = ps::RestrictProcessToCpus(config->cpus); !s.ok()) {
       std::fprintf(stderr, "server: --cpus: %s\n",
                    std::string(s.message()).c_str());
-      return ps::server::kExitBadFlags;
+      return ps::kExitBadConfig;
     }
   }
   ps::InitLogging("server", config->server_index);
-  return ps::server::Run(*config, signals);
+  return ps::server::Run(*config, signals->get());
 }

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/model_file.h"
+#include "common/progress_line.h"
 
 namespace ps::worker {
 namespace {
@@ -83,7 +84,8 @@ absl::Status Trainer::SetModelWeights() {
 absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
                                                   uint64_t epoch,
                                                   uint64_t step_in_epoch,
-                                                  uint64_t clock, bool sync) {
+                                                  uint64_t clock,
+                                                  ConsistencyMode mode) {
   StepResult result;
   absl::Time mark = absl::Now();
   // Adds the time since `mark` to `phase`.
@@ -101,7 +103,7 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
   absl::Status status = LoadWeights(clock, &version);
   if (!status.ok()) return status;
   lap(result.timing.communication);
-  result.clock = sync ? std::max(clock, version) : clock;
+  result.clock = NextPushClock(mode, clock, version);
 
   absl::StatusOr<absl::Span<const uint32_t>> indices =
       plan.BatchIndices(step_in_epoch, options_.rank);
@@ -191,7 +193,6 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
   }
   model_->SetTraining(true);
   const uint64_t steps_per_epoch = sharder_.steps_per_epoch();
-  const bool sync = resume.mode == ConsistencyMode::kSync;
   absl::StatusOr<uint64_t> resume_step =
       sharder_.ResumeStep(options_.rank, resume.cursor.examples_done);
   if (!resume_step.ok()) return resume_step.status();
@@ -205,9 +206,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
                  position / steps_per_epoch + 1, position % steps_per_epoch + 1,
                  clock);
   }
-  spdlog::info("training {} steps: {} epochs of {} steps, batch {} per worker",
-               planned_steps_, options_.epochs, steps_per_epoch,
-               options_.batch_size);
+  spdlog::info(
+      "{}", FormatProgressLine(PlanProgress{
+                static_cast<int64_t>(planned_steps_), options_.epochs,
+                static_cast<int64_t>(steps_per_epoch), options_.batch_size}));
 
   // A step refused as stale (the job completed it without us) is retried
   // with the same batch; this many in a row means something else is wrong.
@@ -226,7 +228,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
     if (!plan.has_value() || plan->epoch() != epoch) {
       plan.emplace(sharder_.PlanEpoch(epoch));
     }
-    absl::StatusOr<StepResult> result = Step(*plan, epoch, step, clock, sync);
+    absl::StatusOr<StepResult> result =
+        Step(*plan, epoch, step, clock, resume.mode);
     if (result.ok() && result->stale) {
       if (++stale_retries > kMaxStaleRetries) {
         return absl::AbortedError(absl::StrFormat(
@@ -266,10 +269,12 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
       const absl::Duration eta =
           elapsed * (static_cast<double>(planned_steps_ - position) /
                      (position - first_position));
-      spdlog::info("epoch {}/{} step {}/{} loss {:.4f} samples/s {:.0f} eta {}",
-                   epoch + 1, options_.epochs, step + 1, steps_per_epoch,
-                   interval_loss / interval_steps, samples_per_second,
-                   FormatEta(eta));
+      spdlog::info("{}", FormatProgressLine(StepProgress{
+                             static_cast<int>(epoch + 1), options_.epochs,
+                             static_cast<int64_t>(step + 1),
+                             static_cast<int64_t>(steps_per_epoch),
+                             interval_loss / interval_steps, samples_per_second,
+                             FormatEta(eta)}));
       interval_loss = 0;
       interval_steps = 0;
       interval_start = absl::Now();
@@ -284,9 +289,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run(const Registration& resume) {
       if (!status.ok()) return status;
       absl::StatusOr<double> accuracy = TestAccuracy();
       if (!accuracy.ok()) return accuracy.status();
-      spdlog::info("epoch {}/{} step {} test accuracy {:.4f} after {:.1f}s",
-                   epoch + 1, options_.epochs, step + 1, *accuracy,
-                   absl::ToDoubleSeconds(absl::Now() - start));
+      spdlog::info("{}", FormatProgressLine(EvalProgress{
+                             static_cast<int>(epoch + 1), options_.epochs,
+                             static_cast<int64_t>(step + 1), *accuracy,
+                             absl::ToDoubleSeconds(absl::Now() - start)}));
     }
   }
   summary.steps = position - first_position;

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/parameter_client.h"
+#include "common/consistency_mode.h"
 #include "worker/dataset.h"
 #include "worker/idx_reader.h"
 #include "worker/nn/model.h"
@@ -99,11 +100,11 @@ class Trainer {
           const LabeledImages* test, EpochSharder sharder);
 
   // One step: pull for `clock`, compute the gradient of this rank's share of
-  // batch `step_in_epoch`, push it. In sync mode the push is for the version
-  // pulled, which is ahead of `clock` when the job went on without us.
+  // batch `step_in_epoch`, push it, for the step NextPushClock(mode, ...)
+  // says (common/consistency_mode.h).
   absl::StatusOr<StepResult> Step(const EpochPlan& plan, uint64_t epoch,
                                   uint64_t step_in_epoch, uint64_t clock,
-                                  bool sync);
+                                  ConsistencyMode mode);
   // Puts the weights for `clock` into the model: those the last step's
   // push brought back if they are for `clock`, else pulled.
   absl::Status LoadWeights(uint64_t clock, uint64_t* version);

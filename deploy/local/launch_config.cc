@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/cluster_address.h"
+#include "common/consistency_mode.h"
 #include "common/model_spec.h"
 #include "common/worker_environment.h"
 #include "worker/nn/model_description.h"
@@ -56,7 +57,6 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
            CheckRange("epochs", config.epochs, 1, 100000),
            CheckRange("batch_size", config.batch_size, 1, 1 << 20),
            CheckOneOf("mode", config.mode, {"sync", "ssp", "async"}),
-           CheckRange("staleness", config.staleness, 0, 1000000),
            CheckOneOf("optimizer", config.optimizer, {"", "adam", "sgd"}),
            CheckRange("seed", config.seed, 0, INT64_MAX),
            CheckOneOf("device", config.device, {"auto", "cpu", "cuda"}),
@@ -80,14 +80,11 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("--model: ", model.status().message()));
   }
-  if (config.staleness != 0 && config.mode != "ssp") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--staleness applies only to --mode=ssp, not --mode=", config.mode));
-  }
-  if (config.mode == "ssp" && config.staleness == 0) {
-    return absl::InvalidArgumentError(
-        "--mode=ssp needs --staleness=N (N >= 1 steps a worker may lead the "
-        "slowest; 0 would be --mode=sync)");
+  // The mode parses: CheckOneOf above.
+  if (absl::Status status =
+          CheckStaleness(*ParseConsistencyMode(config.mode), config.staleness);
+      !status.ok()) {
+    return status;
   }
   if (config.metrics_port_base != 0) {
     const int last = config.num_servers + config.num_workers - 1;

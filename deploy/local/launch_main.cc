@@ -17,11 +17,9 @@
 
 #include <signal.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +29,6 @@
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -48,9 +45,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/cpu_affinity.h"
+#include "common/exit_codes.h"
 #include "common/process_control.h"
+#include "common/stop_signals.h"
 #include "deploy/local/binary_locator.h"
 #include "deploy/local/cluster_output.h"
+#include "deploy/local/config_from_settings.h"
 #include "deploy/local/generated_auth.h"
 #include "deploy/local/launch_config.h"
 #include "deploy/local/line_writer.h"
@@ -59,6 +59,8 @@
 #include "deploy/local/run_directory.h"
 #include "deploy/local/run_flags.h"
 #include "deploy/local/run_report.h"
+#include "deploy/local/run_settings.h"
+#include "deploy/local/run_setup.h"
 #include "deploy/local/training_progress.h"
 
 ABSL_FLAG(int, num_servers, 2, "Parameter-server shards to start.");
@@ -199,180 +201,9 @@ std::string UserDirectory() {
   return cwd;
 }
 
-// Resolves a binary flag: the user's path, or the sibling build output.
-absl::StatusOr<std::string> BinaryFromFlag(const LauncherLocation& location,
-                                           const std::string& cwd,
-                                           absl::string_view flag_name,
-                                           const std::string& value,
-                                           absl::string_view workspace_path,
-                                           absl::string_view target) {
-  if (value.empty()) {
-    return FindSiblingBinary(location, workspace_path, target, flag_name);
-  }
-  std::string path = ResolveUserPath(value, cwd);
-  if (absl::Status status = CheckExecutable(flag_name, path); !status.ok()) {
-    return status;
-  }
-  return path;
-}
-
-// Flags that configure our worker binary, which a program given after "--"
-// does not read.
-constexpr const char* kWorkerBinaryFlags[] = {
-    "model",      "seed",       "epochs",       "batch_size",    "data_dir",
-    "device",     "save_model", "worker_flags", "worker_binary", "log_every",
-    "eval_every", "max_steps",  "retry_timeout"};
-
-absl::Status CheckNoWorkerBinaryFlags() {
-  for (const char* name : kWorkerBinaryFlags) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    // Set to something else than its default: a value that would be
-    // silently ignored.
-    if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--", name,
-          " configures our worker binary; a program given after -- reads "
-          "its own arguments (and PS_RANK, PS_SERVERS, ... from its "
-          "environment)"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<LaunchConfig> ConfigFromFlags(const char* argv0,
-                                             const std::string& cwd,
-                                             std::vector<std::string> program,
-                                             const std::string& run_dir) {
-  LaunchConfig config;
-  config.num_servers = absl::GetFlag(FLAGS_num_servers);
-  config.num_workers = absl::GetFlag(FLAGS_num_workers);
-  config.model = absl::GetFlag(FLAGS_model);
-  config.epochs = absl::GetFlag(FLAGS_epochs);
-  config.batch_size = absl::GetFlag(FLAGS_batch_size);
-  config.mode = absl::GetFlag(FLAGS_mode);
-  config.staleness = absl::GetFlag(FLAGS_staleness);
-  config.optimizer = absl::GetFlag(FLAGS_optimizer);
-  config.learning_rate = absl::GetFlag(FLAGS_learning_rate);
-  config.lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
-  if (absl::GetFlag(FLAGS_checkpoints)) {
-    config.checkpoint_dir =
-        absl::GetFlag(FLAGS_checkpoint_dir).empty()
-            ? absl::StrCat(run_dir, "/checkpoints")
-            : ResolveUserPath(absl::GetFlag(FLAGS_checkpoint_dir), cwd);
-  } else if (!absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
-    return absl::InvalidArgumentError(
-        "--checkpoint_dir with --nocheckpoints: choose one");
-  }
-  config.seed = absl::GetFlag(FLAGS_seed);
-  config.job_id = absl::GetFlag(FLAGS_job_id);
-  if (config.job_id.empty()) {
-    absl::BitGen gen;
-    config.job_id = absl::StrFormat("launch-%d-%08x", getpid(),
-                                    absl::Uniform<uint32_t>(gen));
-  }
-  config.data_dir = ResolveUserPath(absl::GetFlag(FLAGS_data_dir), cwd);
-  config.device = absl::GetFlag(FLAGS_device);
-  config.save_model = ResolveUserPath(absl::GetFlag(FLAGS_save_model), cwd);
-  config.log_every = absl::GetFlag(FLAGS_log_every);
-  config.eval_every = absl::GetFlag(FLAGS_eval_every);
-  config.max_steps = absl::GetFlag(FLAGS_max_steps);
-  config.retry_timeout = absl::GetFlag(FLAGS_retry_timeout);
-  config.metrics_port_base = absl::GetFlag(FLAGS_metrics_port_base);
-  config.base_port = absl::GetFlag(FLAGS_base_port);
-  config.startup_timeout = absl::GetFlag(FLAGS_startup_timeout);
-  config.shutdown_timeout = absl::GetFlag(FLAGS_shutdown_timeout);
-  config.kill_grace = absl::GetFlag(FLAGS_kill_grace);
-  config.max_restarts = absl::GetFlag(FLAGS_max_restarts);
-  config.restart_backoff = absl::GetFlag(FLAGS_restart_backoff);
-  absl::StatusOr<AuthMode> auth = ParseAuthMode(absl::GetFlag(FLAGS_auth));
-  if (!auth.ok()) return auth.status();
-  const bool with_auth = *auth != AuthMode::kNone;
-  absl::StatusOr<std::vector<std::string>> server_flags =
-      ParseExtraFlags("server_flags", absl::GetFlag(FLAGS_server_flags),
-                      ReservedServerFlags(with_auth));
-  if (!server_flags.ok()) return server_flags.status();
-  config.extra_server_flags = *std::move(server_flags);
-  absl::StatusOr<std::vector<std::string>> worker_flags =
-      ParseExtraFlags("worker_flags", absl::GetFlag(FLAGS_worker_flags),
-                      ReservedWorkerFlags(with_auth));
-  if (!worker_flags.ok()) return worker_flags.status();
-  config.extra_worker_flags = *std::move(worker_flags);
-  config.program = std::move(program);
-  const std::string output = absl::GetFlag(FLAGS_output);
-  if (output != "auto" && output != "progress" && output != "stream") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--output must be one of auto|progress|stream, got '", output, "'"));
-  }
-  if (absl::GetFlag(FLAGS_progress_interval) <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--progress_interval must be positive");
-  }
-
-  const LauncherLocation location{SelfExecutable(), argv0,
-                                  EnvOrEmpty("RUNFILES_DIR")};
-  absl::StatusOr<std::string> server = BinaryFromFlag(
-      location, cwd, "server_binary", absl::GetFlag(FLAGS_server_binary),
-      "server/server", "//server:server");
-  if (!server.ok()) return server.status();
-  config.server_binary = *server;
-  if (!config.program.empty()) {
-    if (absl::Status status = CheckNoWorkerBinaryFlags(); !status.ok()) {
-      return status;
-    }
-    if (absl::Status status = ValidateLaunchConfig(config); !status.ok()) {
-      return status;
-    }
-    return config;
-  }
-  absl::StatusOr<std::string> worker = BinaryFromFlag(
-      location, cwd, "worker_binary", absl::GetFlag(FLAGS_worker_binary),
-      "worker/worker", "//worker:worker");
-  if (!worker.ok()) return worker.status();
-  config.worker_binary = *worker;
-
-  if (absl::Status status = ValidateLaunchConfig(config); !status.ok()) {
-    return status;
-  }
-  struct stat info;
-  if (stat(config.data_dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--data_dir=", config.data_dir, " is not a directory"));
-  }
-  return config;
-}
-
-// Turns SIGINT/SIGTERM/SIGHUP into RequestStop calls on a plain thread, so
-// nothing runs inside a signal handler. The signals must be blocked in every
-// thread (main blocks them before any thread starts).
-class SignalForwarder {
- public:
-  SignalForwarder(const sigset_t& signals, LocalCluster* cluster,
-                  ClusterOutput* out)
-      : thread_([this, signals, cluster, out] {
-          const timespec poll = {0, 100 * 1000 * 1000};
-          while (!done_.load()) {
-            const int signal = sigtimedwait(&signals, nullptr, &poll);
-            if (signal <= 0) continue;
-            out->LauncherLine(
-                LaunchLevel::kNotice,
-                absl::StrCat("got signal ", signal,
-                             ": stopping the cluster (repeat to kill at "
-                             "once)"));
-            cluster->RequestStop(signal);
-          }
-        }) {}
-  ~SignalForwarder() {
-    done_.store(true);
-    thread_.join();
-  }
-
- private:
-  std::atomic<bool> done_{false};
-  std::thread thread_;
-};
-
 int BadFlags(absl::string_view message) {
   std::fprintf(stderr, "launch: %s\n", std::string(message).c_str());
-  return 2;
+  return kExitBadConfig;
 }
 
 int Main(int argc, char** argv) {
@@ -424,82 +255,18 @@ int Main(int argc, char** argv) {
                                  "' (a worker program goes after --)"));
   }
   const std::string cwd = UserDirectory();
-  const std::set<std::string> given = FlagsOnCommandLine(flag_count, argv);
-
-  // The run: a new one, or the one --resume or --extend names.
-  std::unique_ptr<RunDirectory> run;
-  RunRecord record;
-  std::string run_path;
-  const bool resuming = !absl::GetFlag(FLAGS_resume).empty();
-  const bool extending = !absl::GetFlag(FLAGS_extend).empty();
-  std::vector<FlagChange> changes;  // --extend's.
-  if (resuming && extending) {
-    return BadFlags(
-        "--resume and --extend both name a run: give one (--extend resumes "
-        "it with the flags you change)");
-  }
-  if (resuming || extending) {
-    const char* how = resuming ? "--resume" : "--extend";
-    if (given.count("run_dir") > 0) {
-      return BadFlags(
-          absl::StrCat(how, " names the run's directory: no --run_dir"));
-    }
-    run_path = ResolveUserPath(
-        absl::GetFlag(resuming ? FLAGS_resume : FLAGS_extend), cwd);
-    const std::string shown = ShownPath(run_path, cwd);
-    absl::StatusOr<std::unique_ptr<RunDirectory>> opened =
-        RunDirectory::Open(run_path);
-    if (!opened.ok()) return BadFlags(opened.status().message());
-    run = *std::move(opened);
-    absl::StatusOr<RunRecord> read = run->Read();
-    if (!read.ok()) return BadFlags(read.status().message());
-    record = *std::move(read);
-    if (resuming && record.state == "finished") {
-      std::string epochs = "?";
-      for (const auto& [name, value] : CurrentFlags(record)) {
-        if (name == "epochs") epochs = value;
-      }
-      return BadFlags(absl::StrCat(
-          "the run in ", shown, " already finished (", record.outcome,
-          "): nothing to resume. To train it further: --extend=", shown,
-          " --epochs=N (N > ", epochs,
-          ", the new total; another --learning_rate may come with it)"));
-    }
-    if (extending && !record.program.empty()) {
-      return BadFlags(absl::StrCat(
-          "the run in ", shown,
-          " runs a program given after --, whose epochs and learning rate "
-          "are its own arguments: the launcher cannot extend it (--resume="
-          "DIR goes on with it as it is)"));
-    }
-    if (!program.empty() && program != record.program) {
-      return BadFlags(
-          absl::StrCat(how, " runs the run's own program: give none after --"));
-    }
-    program = record.program;
-    if (resuming) {
-      if (absl::Status s = ApplyRecordedFlags(record, given); !s.ok()) {
-        return BadFlags(s.message());
-      }
-    } else {
-      absl::StatusOr<std::vector<FlagChange>> changed =
-          ApplyExtension(record, given, cwd);
-      if (!changed.ok()) return BadFlags(changed.status().message());
-      changes = *std::move(changed);
-      if (absl::Status s = CheckExtension(record.state, CurrentFlags(record),
-                                          changes, shown);
-          !s.ok()) {
-        return BadFlags(s.message());
-      }
-    }
-    absl::SetFlag(&FLAGS_job_id, record.job_id);
-  } else {
-    run_path = absl::GetFlag(FLAGS_run_dir).empty()
-                   ? absl::StrCat(cwd, "/runs/", NewRunName(absl::Now()))
-                   : ResolveUserPath(absl::GetFlag(FLAGS_run_dir), cwd);
-  }
-  absl::StatusOr<LaunchConfig> config =
-      ConfigFromFlags(argv[0], cwd, program, run_path);
+  // The run's settings are a value from here on: --resume and --extend set
+  // the run's own in it, never in the flag registry.
+  absl::StatusOr<RunSetup> setup = RunSetup::Plan(
+      RunSettings::FromFlagsDefinedIn("deploy/local/launch_main.cc"),
+      FlagsOnCommandLine(flag_count, argv), std::move(program), cwd,
+      absl::Now());
+  if (!setup.ok()) return BadFlags(setup.status().message());
+  const RunSettings& settings = setup->settings();
+  const LauncherLocation location{SelfExecutable(), argv[0],
+                                  EnvOrEmpty("RUNFILES_DIR")};
+  absl::StatusOr<LaunchConfig> config = ConfigFromSettings(
+      settings, location, cwd, setup->program(), setup->path());
   if (!config.ok()) return BadFlags(config.status().message());
   for (const std::string& warning : LaunchConfigWarnings(*config)) {
     std::fprintf(stderr, "launch: warning: %s\n", warning.c_str());
@@ -512,115 +279,49 @@ int Main(int argc, char** argv) {
   }
   // Servers restore an extended run's checkpoints with --extend: the newest
   // may be of the run before the extension.
-  config->extend = extending || WasExtended(record);
-  RunSegment segment;
-  segment.kind = extending ? "extend" : resuming ? "resume" : "start";
-  segment.started = SegmentTime(absl::Now());
-  std::string kept_dir;  // --extend: where the checkpoints from before are.
-  if (extending) {
-    if (config->checkpoint_dir.empty()) {
-      return BadFlags(absl::StrCat(
-          "the run in ", ShownPath(run_path, cwd),
-          " kept no checkpoints (--nocheckpoints): there is nothing to "
-          "extend; start a new run"));
-    }
-    // The run as it was stays at hand, whatever becomes of the extension.
-    // Segment 1 is the start, also in a run.txt that kept no segments.
-    const std::string kept = absl::StrCat(
-        "before-segment-", std::max<size_t>(record.segments.size(), 1) + 1);
-    kept_dir = absl::StrCat(config->checkpoint_dir, "/", kept);
-    absl::StatusOr<int> files = KeepCheckpoints(config->checkpoint_dir, kept);
-    if (absl::IsNotFound(files.status())) {
-      return BadFlags(absl::StrCat(files.status().message(),
-                                   ": there is nothing to extend"));
-    }
-    if (!files.ok()) {
-      std::fprintf(stderr, "launch: %s\n",
-                   std::string(files.status().message()).c_str());
-      return 1;
-    }
-    for (const FlagChange& change : changes) {
-      segment.flags.emplace_back(change.name, change.to);
-    }
-  }
-  if (!resuming && !extending) {
-    absl::StatusOr<std::unique_ptr<RunDirectory>> created =
-        RunDirectory::Create(run_path);
-    if (!created.ok()) return BadFlags(created.status().message());
-    run = *std::move(created);
-    record.job_id = config->job_id;
-    record.flags = CurrentRunFlags(cwd);
-    record.program = program;
-  } else if (record.segments.empty()) {
-    // A run.txt of a launcher that kept no segments.
-    record.segments.push_back(
-        {"start",
-         "unknown",
-         {},
-         absl::StrCat(record.state, ": ", record.outcome)});
-  }
-  record.segments.push_back(segment);
-  record.state = "running";
-  record.outcome.clear();
-  if (absl::Status s = run->Write(record); !s.ok()) {
+  config->extend = setup->extended();
+  if (absl::Status s = setup->Begin(*config, absl::Now()); !s.ok()) {
+    if (absl::IsInvalidArgument(s)) return BadFlags(s.message());
     std::fprintf(stderr, "launch: %s\n", std::string(s.message()).c_str());
-    return 1;
+    return kExitFailed;
   }
 
   // Before any thread exists, so that every thread inherits the mask and
-  // only the forwarder receives these signals. Children get a clean mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_signals, s);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // only the signals' thread receives these signals. Children get a clean
+  // mask.
+  absl::StatusOr<std::unique_ptr<StopSignals>> stop_signals =
+      StopSignals::Install({SIGINT, SIGTERM, SIGHUP});
+  if (!stop_signals.ok()) {
+    std::fprintf(stderr, "launch: %s\n",
+                 std::string(stop_signals.status().message()).c_str());
+    return kExitFailed;
+  }
   // A closed stdout (launch | head) must not kill us before the children.
   signal(SIGPIPE, SIG_IGN);
 
-  std::string output = absl::GetFlag(FLAGS_output);
-  if (output == "auto") output = program.empty() ? "progress" : "stream";
+  std::string output = settings.Text("output");
+  if (output == "auto") {
+    output = config->program.empty() ? "progress" : "stream";
+  }
   LineWriter writer(LineWriter::FileSink(stdout));
   StreamedOutput streamed(&writer);
   TrainingProgress progress;
   ProgressTap tap(&progress, &streamed);
-  ProgressOutput progress_line(stdout, isatty(fileno(stdout)) == 1,
-                               absl::GetFlag(FLAGS_progress_interval),
-                               &progress);
+  ProgressOutput progress_line(
+      stdout, isatty(fileno(stdout)) == 1,
+      settings.Get<absl::Duration>("progress_interval"), &progress);
   ClusterOutput* console =
       output == "stream" ? static_cast<ClusterOutput*>(&tap) : &progress_line;
   absl::StatusOr<std::unique_ptr<LogFiles>> logs =
-      LogFiles::Create(run->File("logs"), console);
+      LogFiles::Create(setup->dir().File("logs"), console);
   if (!logs.ok()) {
     std::fprintf(stderr, "launch: %s\n",
                  std::string(logs.status().message()).c_str());
-    return 1;
+    return kExitFailed;
   }
   ClusterOutput* out = logs->get();
-  const std::string shown_dir = ShownPath(run_path, cwd);
-  out->LauncherLine(
-      LaunchLevel::kNotice,
-      absl::StrCat(
-          resuming    ? "resuming run "
-          : extending ? "extending run "
-                      : "run ",
-          shown_dir, ": ", config->num_servers, " servers, ",
-          config->num_workers, " workers, ", config->mode,
-          program.empty()
-              ? absl::StrCat(", ", config->epochs,
-                             config->epochs == 1 ? " epoch of " : " epochs of ",
-                             config->model)
-              : "",
-          " (logs in ", shown_dir, "/logs/)"));
-  if (extending) {
-    std::vector<std::string> changed;
-    for (const FlagChange& change : changes) {
-      changed.push_back(absl::StrCat("--", change.name, "=", change.to,
-                                     " (was ", change.from, ")"));
-    }
-    out->LauncherLine(LaunchLevel::kNotice,
-                      absl::StrCat("from its checkpoints, with ",
-                                   absl::StrJoin(changed, ", "),
-                                   "; the checkpoints from before are kept in ",
-                                   ShownPath(kept_dir, cwd), "/"));
+  for (const std::string& line : setup->OpeningLines(*config)) {
+    out->LauncherLine(LaunchLevel::kNotice, line);
   }
   if (config->metrics_port_base != 0) {
     out->LauncherLine(LaunchLevel::kNotice, MetricsPortsLine(*config));
@@ -635,14 +336,14 @@ int Main(int argc, char** argv) {
   // Made after the flags are checked; removed when Main returns, after
   // every process has stopped.
   std::unique_ptr<GeneratedAuth> auth;
-  if (const AuthMode mode = *ParseAuthMode(absl::GetFlag(FLAGS_auth));
+  if (const AuthMode mode = *ParseAuthMode(settings.Text("auth"));
       mode != AuthMode::kNone) {
     absl::StatusOr<std::unique_ptr<GeneratedAuth>> made =
         GeneratedAuth::Create(mode);
     if (!made.ok()) {
       std::fprintf(stderr, "launch: %s\n",
                    std::string(made.status().message()).c_str());
-      return 1;
+      return kExitFailed;
     }
     auth = *std::move(made);
     config->auth = auth->files();
@@ -654,16 +355,22 @@ int Main(int argc, char** argv) {
                      auth->dir()));
   }
   LocalCluster cluster(MakeClusterSpec(*config), out);
-  ClusterResult result;
-  {
-    SignalForwarder forwarder(stop_signals, &cluster, out);
-    result = cluster.Run();
-  }
-  progress_line.Finish();
+  // Each signal becomes a RequestStop call, on a plain thread.
+  (*stop_signals)->Watch([&cluster, out](int signal) {
+    out->LauncherLine(LaunchLevel::kNotice,
+                      absl::StrCat("got signal ", signal,
+                                   ": stopping the cluster (repeat to kill at "
+                                   "once)"));
+    cluster.RequestStop(signal);
+  });
+  const ClusterResult result = cluster.Run();
+  stop_signals->reset();
+  progress_line.Close();
 
   for (const std::string& line :
-       FinishRun(result, *config, progress.History(), resuming || extending,
-                 cwd, *run, &record)) {
+       FinishRun(result, *config, progress.History(),
+                 setup->kind() != LaunchKind::kStart, cwd, setup->dir(),
+                 setup->record())) {
     out->LauncherLine(LaunchLevel::kNotice, line);
   }
   return result.ExitCode();

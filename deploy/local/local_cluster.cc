@@ -13,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/exit_codes.h"
+#include "common/progress_line.h"
 #include "deploy/local/summary.h"
 
 namespace ps {
@@ -71,8 +73,8 @@ std::string Seconds(absl::Duration d) {
 }  // namespace
 
 int ClusterResult::ExitCode() const {
-  if (stop_signal != 0) return 128 + stop_signal;
-  return status.ok() ? 0 : 1;
+  if (stop_signal != 0) return ExitCodeForSignal(stop_signal);
+  return status.ok() ? kExitOk : kExitFailed;
 }
 
 LocalCluster::LocalCluster(ClusterSpec spec, ClusterOutput* out)
@@ -117,7 +119,7 @@ void LocalCluster::OnExit(int child, int generation, const std::string& name,
 void LocalCluster::OnLine(const ProcessId& who, absl::string_view line) {
   out_->ProcessLine(who, line);
   if (who.is_server || who.index != 0) return;
-  if (std::optional<double> accuracy = ParseFinalTestAccuracy(line)) {
+  if (std::optional<double> accuracy = FindFinalTestAccuracy(line)) {
     absl::MutexLock lock(&mu_);
     final_test_accuracy_ = accuracy;
   }
@@ -195,7 +197,8 @@ absl::Status LocalCluster::HandleExits(Phase phase) {
     const std::string how = absl::StrCat(
         status.ToString(),
         quoted.empty() ? " (no output)" : absl::StrCat(": ", quoted));
-    const bool bad_config = status.exited() && status.exit_code() == 2;
+    const bool bad_config =
+        status.exited() && status.exit_code() == kExitBadConfig;
     std::string context;  // Goes before the last line, as it always did.
     std::string why_not;  // Why it was not restarted; after the last line.
     if (phase != Phase::kTraining) {

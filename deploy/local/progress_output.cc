@@ -182,7 +182,7 @@ void ProgressOutput::LauncherLine(LaunchLevel level, absl::string_view text) {
   PrintLocked(absl::StrCat("[launch] ", mark, text));
 }
 
-void ProgressOutput::Finish() {
+void ProgressOutput::Close() {
   absl::MutexLock lock(&mu_);
   if (!bar_shown_) return;
   std::fputc('\n', out_);

@@ -33,7 +33,7 @@ class ProgressOutput : public ClusterOutput {
 
   // Leaves the bar's last state on its own line; later output starts on a
   // fresh one.
-  void Finish();
+  void Close();
 
  private:
   // Writes a whole line, above the bar if one is shown.

@@ -51,12 +51,11 @@ std::set<std::string> FlagsOnCommandLine(int argc, char** argv) {
 }
 
 std::vector<std::pair<std::string, std::string>> CurrentRunFlags(
-    const std::string& cwd) {
+    const RunSettings& settings, const std::string& cwd) {
   std::vector<std::pair<std::string, std::string>> flags;
   for (const std::string& name : RunDefiningFlags()) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr) continue;
-    std::string value = flag->CurrentValue();
+    if (!settings.Has(name)) continue;
+    std::string value = settings.Text(name);
     if (IsPathFlag(name)) value = ResolveUserPath(value, cwd);
     flags.emplace_back(name, value);
   }
@@ -64,7 +63,8 @@ std::vector<std::pair<std::string, std::string>> CurrentRunFlags(
 }
 
 absl::Status ApplyRecordedFlags(const RunRecord& record,
-                                const std::set<std::string>& given) {
+                                const std::set<std::string>& given,
+                                RunSettings* settings) {
   for (const std::string& name : RunDefiningFlags()) {
     if (given.count(name) > 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -76,15 +76,13 @@ absl::Status ApplyRecordedFlags(const RunRecord& record,
     }
   }
   for (const auto& [name, value] : CurrentFlags(record)) {
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr) {
+    if (!settings->Has(name)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the run's flag --", name, " is unknown to this launcher"));
     }
-    std::string error;
-    if (!flag->ParseFrom(value, &error)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the run's flag --", name, "=", value, ": ", error));
+    if (absl::Status s = settings->Set(name, value); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the run's flag --", name, "=", value, ": ", s.message()));
     }
   }
   return absl::OkStatus();
@@ -119,31 +117,30 @@ const char* WhyFixedOnExtend(absl::string_view name) {
 
 absl::StatusOr<std::vector<FlagChange>> ApplyExtension(
     const RunRecord& record, const std::set<std::string>& given,
-    const std::string& cwd) {
+    const std::string& cwd, RunSettings* settings) {
   // The command line's values, before the run's replace them.
   std::map<std::string, std::string> wanted;
   for (const std::string& name : RunDefiningFlags()) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr || given.count(name) == 0) continue;
-    std::string value = flag->CurrentValue();
+    if (!settings->Has(name) || given.count(name) == 0) continue;
+    std::string value = settings->Text(name);
     if (IsPathFlag(name)) value = ResolveUserPath(value, cwd);
     wanted[name] = value;
   }
-  if (absl::Status s = ApplyRecordedFlags(record, {}); !s.ok()) return s;
+  if (absl::Status s = ApplyRecordedFlags(record, {}, settings); !s.ok()) {
+    return s;
+  }
   std::vector<FlagChange> changes;
   for (const auto& [name, value] : wanted) {
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    const std::string run_value = flag->CurrentValue();
+    const std::string run_value = settings->Text(name);
     if (value == run_value) continue;
     if (const char* why = WhyFixedOnExtend(name); why != nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--", name, "=", value, ": an extended run keeps its --", name, "=",
           run_value, ", since ", why, "; for another value start a new run"));
     }
-    std::string error;
-    if (!flag->ParseFrom(value, &error)) {
+    if (absl::Status s = settings->Set(name, value); !s.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--", name, "=", value, ": ", error));
+          absl::StrCat("--", name, "=", value, ": ", s.message()));
     }
     changes.push_back({name, run_value, value});
   }

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "deploy/local/run_directory.h"
+#include "deploy/local/run_settings.h"
 
 namespace ps {
 
@@ -21,16 +22,17 @@ const std::vector<std::string>& RunDefiningFlags();
 // "--noname"; stops at "--").
 std::set<std::string> FlagsOnCommandLine(int argc, char** argv);
 
-// The run-defining flags' current values; the path flags among them made
-// absolute against `cwd` (where the user typed the command).
+// The run-defining flags' values in `settings`; the path flags among them
+// made absolute against `cwd` (where the user typed the command).
 std::vector<std::pair<std::string, std::string>> CurrentRunFlags(
-    const std::string& cwd);
+    const RunSettings& settings, const std::string& cwd);
 
-// Sets every flag `record` holds (CurrentFlags: as its last extension left
-// them). Fails naming the first run-defining flag that is also in `given`,
-// or a recorded value that no longer parses.
+// Sets in `settings` every flag `record` holds (CurrentFlags: as its last
+// extension left them). Fails naming the first run-defining flag that is
+// also in `given`, or a recorded value that no longer parses.
 absl::Status ApplyRecordedFlags(const RunRecord& record,
-                                const std::set<std::string>& given);
+                                const std::set<std::string>& given,
+                                RunSettings* settings);
 
 // Why a run-defining flag keeps its value when the run is extended, e.g.
 // "the checkpoints hold the run's model"; nullptr for the flags an
@@ -46,14 +48,15 @@ struct FlagChange {
   std::string to;
 };
 
-// For --extend: sets every flag `record` holds, then the run-defining flags
-// in `given` (their command-line values, paths made absolute against `cwd`)
-// that differ from the run's, and returns those. InvalidArgument naming the
-// flag and why when one of them may not change (WhyFixedOnExtend); a flag
-// given with the run's own value is no change.
+// For --extend: sets in `settings` every flag `record` holds, then the
+// run-defining flags in `given` (their command-line values, which `settings`
+// holds on entry, paths made absolute against `cwd`) that differ from the
+// run's, and returns those. InvalidArgument naming the flag and why when one
+// of them may not change (WhyFixedOnExtend); a flag given with the run's own
+// value is no change.
 absl::StatusOr<std::vector<FlagChange>> ApplyExtension(
     const RunRecord& record, const std::set<std::string>& given,
-    const std::string& cwd);
+    const std::string& cwd, RunSettings* settings);
 
 // Whether `changes` make an extension of a run in `state` whose flags were
 // `before`: it must change something, and a finished run must plan more

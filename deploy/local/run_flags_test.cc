@@ -3,15 +3,8 @@
 #include <cstdint>
 #include <string>
 
-#include "absl/flags/flag.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-
-// A few of the launcher's run-defining flags, as launch_main defines them.
-ABSL_FLAG(int, epochs, 10, "");
-ABSL_FLAG(int64_t, max_steps, 0, "");
-ABSL_FLAG(std::string, model, "784-256-128-10", "");
-ABSL_FLAG(double, learning_rate, 0, "");
 
 namespace ps {
 namespace {
@@ -19,6 +12,16 @@ namespace {
 using ::testing::HasSubstr;
 
 using Flags = std::vector<std::pair<std::string, std::string>>;
+
+// A few of the launcher's run-defining flags, as launch_main defines them.
+RunSettings Settings() {
+  RunSettings settings;
+  settings.Define("epochs", RunSettings::Type::kInt, "10");
+  settings.Define("max_steps", RunSettings::Type::kInt64, "0");
+  settings.Define("model", RunSettings::Type::kString, "784-256-128-10");
+  settings.Define("learning_rate", RunSettings::Type::kDouble, "0");
+  return settings;
+}
 
 RunRecord Record(const std::string& state) {
   RunRecord record;
@@ -33,15 +36,17 @@ RunRecord Record(const std::string& state) {
 
 TEST(RunFlagsTest, AnExtensionSetsTheRunsFlagsThenTheChangedOnes) {
   // As parsed from: --extend=DIR --epochs=8 --learning_rate=0.0005 --model=mlp
-  absl::SetFlag(&FLAGS_epochs, 8);
-  absl::SetFlag(&FLAGS_learning_rate, 0.0005);
-  absl::SetFlag(&FLAGS_model, "mlp");
-  absl::SetFlag(&FLAGS_max_steps, 7);  // Not given: the run's value wins.
+  RunSettings settings = Settings();
+  ASSERT_TRUE(settings.Set("epochs", "8").ok());
+  ASSERT_TRUE(settings.Set("learning_rate", "0.0005").ok());
+  ASSERT_TRUE(settings.Set("model", "mlp").ok());
+  // Not given: the run's value wins.
+  ASSERT_TRUE(settings.Set("max_steps", "7").ok());
   RunRecord record = Record("finished");
   record.segments = {{"start", "t", {}, "finished: x"},
                      {"extend", "t", {{"epochs", "6"}}, "finished: y"}};
-  absl::StatusOr<std::vector<FlagChange>> changes =
-      ApplyExtension(record, {"epochs", "learning_rate", "model"}, "/cwd");
+  absl::StatusOr<std::vector<FlagChange>> changes = ApplyExtension(
+      record, {"epochs", "learning_rate", "model"}, "/cwd", &settings);
   ASSERT_TRUE(changes.ok()) << changes.status();
   ASSERT_EQ(changes->size(), 2u);
   EXPECT_EQ((*changes)[0].name, "epochs");
@@ -50,18 +55,19 @@ TEST(RunFlagsTest, AnExtensionSetsTheRunsFlagsThenTheChangedOnes) {
   EXPECT_EQ((*changes)[1].name, "learning_rate");
   EXPECT_EQ((*changes)[1].from, "0");
   EXPECT_EQ((*changes)[1].to, "0.0005");
-  EXPECT_EQ(absl::GetFlag(FLAGS_epochs), 8);
-  EXPECT_EQ(absl::GetFlag(FLAGS_learning_rate), 0.0005);
-  EXPECT_EQ(absl::GetFlag(FLAGS_max_steps), 0);
+  EXPECT_EQ(settings.Get<int>("epochs"), 8);
+  EXPECT_EQ(settings.Get<double>("learning_rate"), 0.0005);
+  EXPECT_EQ(settings.Get<int64_t>("max_steps"), 0);
   EXPECT_TRUE(
       CheckExtension(record.state, CurrentFlags(record), *changes, "runs/r")
           .ok());
 }
 
 TEST(RunFlagsTest, AnExtensionKeepsTheFlagsThatDefineTheState) {
-  absl::SetFlag(&FLAGS_model, "cnn");
+  RunSettings settings = Settings();
+  ASSERT_TRUE(settings.Set("model", "cnn").ok());
   const absl::Status refused =
-      ApplyExtension(Record("finished"), {"model"}, "/cwd").status();
+      ApplyExtension(Record("finished"), {"model"}, "/cwd", &settings).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.message(),
               HasSubstr("--model=cnn: an extended run keeps its --model=mlp, "
@@ -78,10 +84,28 @@ TEST(RunFlagsTest, AnExtensionKeepsTheFlagsThatDefineTheState) {
 }
 
 TEST(RunFlagsTest, AResumeNamesTheWayToChangeAFlag) {
-  EXPECT_THAT(ApplyRecordedFlags(Record("stopped"), {"epochs"}).message(),
-              HasSubstr("--extend=DIR goes on with another value"));
-  EXPECT_THAT(ApplyRecordedFlags(Record("stopped"), {"model"}).message(),
-              HasSubstr("for another value start a new run"));
+  RunSettings settings = Settings();
+  EXPECT_THAT(
+      ApplyRecordedFlags(Record("stopped"), {"epochs"}, &settings).message(),
+      HasSubstr("--extend=DIR goes on with another value"));
+  EXPECT_THAT(
+      ApplyRecordedFlags(Record("stopped"), {"model"}, &settings).message(),
+      HasSubstr("for another value start a new run"));
+}
+
+TEST(RunFlagsTest, AResumeSetsTheRunsFlagsInTheSettingsOnly) {
+  RunSettings settings = Settings();
+  ASSERT_TRUE(ApplyRecordedFlags(Record("stopped"), {}, &settings).ok());
+  EXPECT_EQ(settings.Get<int>("epochs"), 5);
+  EXPECT_EQ(settings.Text("model"), "mlp");
+  RunRecord bad = Record("stopped");
+  bad.flags.push_back({"epochs", "many"});
+  EXPECT_THAT(ApplyRecordedFlags(bad, {}, &settings).message(),
+              HasSubstr("the run's flag --epochs=many: Illegal value"));
+  RunRecord unknown = Record("stopped");
+  unknown.flags.push_back({"gone", "1"});
+  EXPECT_THAT(ApplyRecordedFlags(unknown, {}, &settings).message(),
+              HasSubstr("the run's flag --gone is unknown to this launcher"));
 }
 
 TEST(RunFlagsTest, AFinishedRunIsExtendedOnlyByALongerPlan) {

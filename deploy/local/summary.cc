@@ -1,32 +1,9 @@
 #include "deploy/local/summary.h"
 
-#include <cmath>
-
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace ps {
-
-std::optional<double> ParseFinalTestAccuracy(absl::string_view line) {
-  constexpr absl::string_view kMarker = "final test accuracy:";
-  const size_t at = line.find(kMarker);
-  if (at == absl::string_view::npos) return std::nullopt;
-  absl::string_view rest =
-      absl::StripLeadingAsciiWhitespace(line.substr(at + kMarker.size()));
-  size_t end = 0;
-  while (end < rest.size() &&
-         (absl::ascii_isdigit(rest[end]) || rest[end] == '.')) {
-    ++end;
-  }
-  double value = 0;
-  if (end == 0 || !absl::SimpleAtod(rest.substr(0, end), &value) ||
-      !std::isfinite(value) || value < 0 || value > 1) {
-    return std::nullopt;
-  }
-  return value;
-}
 
 std::vector<std::string> SummaryLines(const ClusterResult& result) {
   std::vector<std::string> lines;

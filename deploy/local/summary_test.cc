@@ -9,27 +9,6 @@ namespace ps {
 namespace {
 
 using ::testing::Contains;
-using ::testing::Optional;
-
-TEST(SummaryTest, ParsesFinalTestAccuracyFromALogLine) {
-  EXPECT_THAT(ParseFinalTestAccuracy("final test accuracy: 0.8912"),
-              Optional(0.8912));
-  EXPECT_THAT(ParseFinalTestAccuracy(
-                  "12:00:01.000 [worker 0] info: final test accuracy: 0.75 "
-                  "(7500/10000)"),
-              Optional(0.75));
-  EXPECT_THAT(ParseFinalTestAccuracy("final test accuracy:1"), Optional(1.0));
-}
-
-TEST(SummaryTest, IgnoresLinesWithoutAValidAccuracy) {
-  for (const char* line :
-       {"epoch 3/10 step 120/469 loss 0.4123",
-        "final test accuracy:", "final test accuracy: n/a",
-        "final test accuracy: 1.5", "final test accuracy: -0.2",
-        "final test accuracy: 0.5.1", "test accuracy: 0.9"}) {
-    EXPECT_FALSE(ParseFinalTestAccuracy(line).has_value()) << line;
-  }
-}
 
 TEST(SummaryTest, ReportsOutcomeAccuracyAndEachProcess) {
   ClusterResult result;

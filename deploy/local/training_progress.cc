@@ -1,107 +1,73 @@
 #include "deploy/local/training_progress.h"
 
 #include <algorithm>
-#include <cinttypes>
-#include <cmath>
-#include <cstdio>
+#include <optional>
+#include <variant>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/progress_line.h"
 
 namespace ps {
-namespace {
-
-// The message of one of our worker's info lines, "" for other lines.
-std::string InfoMessage(absl::string_view line) {
-  constexpr absl::string_view kMarker = "] info: ";
-  const size_t at = line.find(kMarker);
-  // Our pattern puts it right after the time and "[worker N".
-  if (at == absl::string_view::npos || at > 40) return "";
-  return std::string(line.substr(at + kMarker.size()));
-}
-
-bool Probability(double value) {
-  return std::isfinite(value) && value >= 0 && value <= 1;
-}
-
-}  // namespace
-
 TrainingProgress::LineKind TrainingProgress::Feed(int rank,
                                                   absl::string_view line) {
-  const std::string message = InfoMessage(line);
+  const absl::string_view message = InfoMessageOf(line);
   if (message.empty()) return LineKind::kOther;
-  int epoch = 0, epochs = 0;
-  int64_t step = 0, steps = 0;
-  double loss = 0, rate = 0, accuracy = 0, seconds = 0;
-  char eta[32] = {0};
-  if (std::sscanf(message.c_str(),
-                  "epoch %d/%d step %" SCNd64 "/%" SCNd64
-                  " loss %lf samples/s %lf eta %31s",
-                  &epoch, &epochs, &step, &steps, &loss, &rate, eta) == 7 &&
-      epoch >= 1 && epoch <= epochs && step >= 1 && step <= steps &&
-      std::isfinite(loss) && std::isfinite(rate)) {
+  const std::optional<ProgressLine> parsed = ParseProgressLine(message);
+  if (!parsed.has_value()) return LineKind::kOther;
+  if (const auto* p = std::get_if<StepProgress>(&*parsed)) {
     absl::MutexLock lock(&mu_);
-    ranks_[rank] = RankState{epoch, step, loss};
-    Accumulator& acc = epochs_[epoch];
-    acc.loss_sum += loss;
+    ranks_[rank] = RankState{p->epoch, p->step, p->loss};
+    Accumulator& acc = epochs_[p->epoch];
+    acc.loss_sum += p->loss;
     ++acc.losses;
-    max_epoch_ = std::max(max_epoch_, epoch);
+    max_epoch_ = std::max(max_epoch_, p->epoch);
     ProgressSnapshot& s = latest_;
-    const int64_t done = (epoch - 1) * steps + step;
+    const int64_t steps = p->steps_per_epoch;
+    const int64_t done = (p->epoch - 1) * steps + p->step;
     const int64_t shown =
         s.started ? (s.epoch - 1) * s.steps_per_epoch + s.step : -1;
     if (done >= shown) {
-      s.epoch = epoch;
-      s.step = step;
-      s.eta = eta;
+      s.epoch = p->epoch;
+      s.step = p->step;
+      s.eta = p->eta;
     }
     s.started = true;
-    s.epochs = epochs;
+    s.epochs = p->epochs;
     s.steps_per_epoch = steps;
-    s.samples_per_second = rate;
+    s.samples_per_second = p->samples_per_second;
     s.fraction = std::min(
         1.0, static_cast<double>((s.epoch - 1) * steps + s.step) /
-                 static_cast<double>(std::max<int64_t>(1, epochs * steps)));
+                 static_cast<double>(std::max<int64_t>(1, p->epochs * steps)));
     double sum = 0;
     for (const auto& [r, state] : ranks_) sum += state.loss;
     s.loss = sum / ranks_.size();
     return LineKind::kStep;
   }
   if (rank != 0) return LineKind::kOther;
-  int64_t planned = 0;
-  if (std::sscanf(message.c_str(),
-                  "training %" SCNd64 " steps: %d epochs of %" SCNd64 " steps",
-                  &planned, &epochs, &steps) == 3 &&
-      planned > 0 && epochs > 0 && steps > 0) {
+  if (const auto* p = std::get_if<PlanProgress>(&*parsed)) {
     absl::MutexLock lock(&mu_);
-    latest_.epochs = epochs;
-    latest_.steps_per_epoch = steps;
+    latest_.epochs = p->epochs;
+    latest_.steps_per_epoch = p->steps_per_epoch;
     return LineKind::kStart;
   }
-  if (std::sscanf(message.c_str(),
-                  "epoch %d/%d step %" SCNd64 " test accuracy %lf after %lfs",
-                  &epoch, &epochs, &step, &accuracy, &seconds) == 5 &&
-      epoch >= 1 && Probability(accuracy)) {
+  if (const auto* p = std::get_if<EvalProgress>(&*parsed)) {
     absl::MutexLock lock(&mu_);
-    epochs_[epoch].test_accuracy = accuracy;
-    max_epoch_ = std::max(max_epoch_, epoch);
-    latest_.last_test_accuracy = accuracy;
-    latest_.last_eval_epoch = epoch;
-    latest_.last_eval_at_epoch_end = step == latest_.steps_per_epoch;
+    epochs_[p->epoch].test_accuracy = p->accuracy;
+    max_epoch_ = std::max(max_epoch_, p->epoch);
+    latest_.last_test_accuracy = p->accuracy;
+    latest_.last_eval_epoch = p->epoch;
+    latest_.last_eval_at_epoch_end = p->step == latest_.steps_per_epoch;
     return LineKind::kTestAccuracy;
   }
-  if (std::sscanf(message.c_str(), "final test accuracy: %lf", &accuracy) ==
-          1 &&
-      Probability(accuracy)) {
-    absl::MutexLock lock(&mu_);
-    if (max_epoch_ > 0) epochs_[max_epoch_].test_accuracy = accuracy;
-    latest_.last_test_accuracy = accuracy;
-    latest_.fraction = 1;
-    return LineKind::kFinalAccuracy;
-  }
-  return LineKind::kOther;
+  const double accuracy = std::get<FinalAccuracy>(*parsed).accuracy;
+  absl::MutexLock lock(&mu_);
+  if (max_epoch_ > 0) epochs_[max_epoch_].test_accuracy = accuracy;
+  latest_.last_test_accuracy = accuracy;
+  latest_.fraction = 1;
+  return LineKind::kFinalAccuracy;
 }
 
 ProgressSnapshot TrainingProgress::Snapshot() const {

@@ -43,10 +43,11 @@ struct ProgressSnapshot {
   double fraction = 0;
 };
 
-// Reads our worker binary's log lines ("... [worker 0] info: epoch 2/10 step
-// 100/469 loss 0.4311 samples/s 21325 eta 0:12", "... test accuracy 0.8710
-// after 9.1s", "final test accuracy: 0.8971") and keeps the job's progress
-// and per-epoch history. Lines of other programs are not recognized.
+// Reads the progress lines of our worker binary's log (common/progress_line.h:
+// "... [worker 0] info: epoch 2/10 step 100/469 loss 0.4311 samples/s 21325
+// eta 0:12", "... test accuracy 0.8710 after 9.1s", "final test accuracy:
+// 0.8971") and keeps the job's progress and per-epoch history. Lines of
+// other programs are not recognized.
 //
 // Thread-safety: every method may be called from any thread.
 class TrainingProgress {

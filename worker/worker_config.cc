@@ -1,0 +1,120 @@
+#include "worker/worker_config.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/auth_files.h"
+#include "common/cluster_address.h"
+#include "common/consistency_mode.h"
+#include "common/metrics_http.h"
+
+namespace ps::worker {
+namespace {
+
+// The authentication flags go together as ClientOptions says; their files
+// are read now so that an error names the flag.
+absl::Status CheckAuthFlags(const WorkerConfig& config) {
+  const std::string ca = config.tls_ca;
+  const std::string cert = config.tls_cert;
+  const std::string key = config.tls_key;
+  const std::string token = config.token_file;
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together: this worker's certificate and "
+        "its private key");
+  }
+  if (ca.empty()) {
+    if (!cert.empty() || !token.empty() || !config.tls_server_name.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls_cert, --tls_server_name and --token_file need --tls_ca: "
+          "the worker checks the servers' certificates with it, and sends a "
+          "token only over TLS");
+    }
+    return absl::OkStatus();
+  }
+  for (absl::Status s : {
+           ReadPemFile("--tls_ca", ca, "CERTIFICATE").status(),
+           cert.empty()
+               ? absl::OkStatus()
+               : ReadPemFile("--tls_cert", cert, "CERTIFICATE").status(),
+           key.empty() ? absl::OkStatus()
+                       : ReadPemFile("--tls_key", key, "PRIVATE KEY").status(),
+           token.empty() ? absl::OkStatus()
+                         : ReadTokenFile("--token_file", token).status(),
+       }) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int> ResolveRank(const WorkerConfig& config,
+                                const char* job_completion_index) {
+  if (config.rank != -1) return config.rank;
+  return RankFromEnv(job_completion_index);
+}
+
+absl::StatusOr<std::vector<std::string>> ResolveServers(
+    const WorkerConfig& config) {
+  const std::string list = config.servers;
+  const std::string pattern = config.server_pattern;
+  if (list.empty() == pattern.empty()) {
+    return absl::InvalidArgumentError(
+        "give exactly one of --servers and --server_pattern");
+  }
+  if (!list.empty()) return ParseServerList(list);
+  return ExpandServerPattern(pattern, config.num_servers);
+}
+
+absl::Status CheckWorkerConfig(const WorkerConfig& config, int rank) {
+  const int num_workers = config.num_workers;
+  if (num_workers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num_workers must be at least 1, got ", num_workers));
+  }
+  if (rank < 0 || rank >= num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank must be in [0, ", num_workers, "), got ", rank));
+  }
+  if (config.batch_size < 1 || config.batch_size > 65536) {
+    return absl::InvalidArgumentError("--batch_size must be in [1, 65536]");
+  }
+  if (config.epochs < 1) {
+    return absl::InvalidArgumentError("--epochs must be at least 1");
+  }
+  if (config.log_every < 1) {
+    return absl::InvalidArgumentError("--log_every must be at least 1");
+  }
+  if (config.eval_every < 0) {
+    return absl::InvalidArgumentError("--eval_every must not be negative");
+  }
+  if (config.slowdown_ms < 0) {
+    return absl::InvalidArgumentError("--slowdown_ms must not be negative");
+  }
+  const int chunk_kb = config.chunk_kb;
+  if (chunk_kb < 1 || chunk_kb > 32 * 1024) {
+    return absl::InvalidArgumentError("--chunk_kb must be in [1, 32768]");
+  }
+  if (config.retry_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--retry_timeout must not be negative");
+  }
+  if (config.heartbeat_period <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--heartbeat_period must be positive");
+  }
+  const std::string mode = config.mode;
+  if (!mode.empty()) {
+    if (absl::Status s = ParseConsistencyMode(mode).status(); !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = ValidateJobId(config.job_id); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
+  }
+  if (absl::Status s =
+          ValidateMetricsFlags(config.metrics_host, config.metrics_port);
+      !s.ok()) {
+    return s;
+  }
+  return CheckAuthFlags(config);
+}
+
+}  // namespace ps::worker

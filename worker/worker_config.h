@@ -1,0 +1,81 @@
+#ifndef PS_WORKER_WORKER_CONFIG_H_
+#define PS_WORKER_WORKER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "update/optimizer.h"
+
+namespace ps::worker {
+
+// A worker's settings: one field per flag of the worker binary, of the same
+// name, type and default (worker_main.cc documents each). Main fills it from
+// the flags; WorkerRun and the checks below take it as a value.
+struct WorkerConfig {
+  int rank = 0;
+  bool rank0_elsewhere = false;
+  int num_workers = 1;
+  std::string job_id;
+  std::string servers;
+  std::string server_pattern;
+  int num_servers = 0;
+  std::string model = "784-256-128-10";
+  int batch_size = 64;
+  int epochs = 10;
+  uint64_t max_steps = 0;
+  uint64_t seed = 1;
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string device = "auto";
+  std::string mode;
+  std::string save_model;
+  int log_every = 100;
+  int eval_every = 0;
+  int slowdown_ms = 0;
+  int chunk_kb = 1024;
+  absl::Duration retry_timeout = absl::Seconds(120);
+  bool local_transport = true;
+  absl::Duration heartbeat_period = absl::Seconds(1);
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_server_name;
+  std::string token_file;
+  bool local = false;
+  std::string optimizer =
+      std::string(server::OptimizerKindName(server::OptimizerConfig().kind));
+  float learning_rate = server::OptimizerConfig().learning_rate;
+  float momentum = server::OptimizerConfig().momentum;
+  float weight_decay = server::OptimizerConfig().weight_decay;
+  float beta1 = server::OptimizerConfig().beta1;
+  float beta2 = server::OptimizerConfig().beta2;
+  float epsilon = server::OptimizerConfig().epsilon;
+  std::string lr_schedule = "constant";
+  float min_learning_rate = 0.0f;
+  std::string cpus;
+  int metrics_port = 0;
+  std::string metrics_host = "127.0.0.1";
+};
+
+// The rank `config.rank` says: itself, or with -1 the completion index of a
+// Kubernetes Indexed Job (`job_completion_index`, $JOB_COMPLETION_INDEX;
+// null when unset).
+absl::StatusOr<int> ResolveRank(const WorkerConfig& config,
+                                const char* job_completion_index);
+
+// The servers' addresses: --servers, or --server_pattern expanded for
+// --num_servers. InvalidArgument unless exactly one is given.
+absl::StatusOr<std::vector<std::string>> ResolveServers(
+    const WorkerConfig& config);
+
+// Checks every value for the worker of `rank`, naming the flag at fault
+// (InvalidArgument); reads the authentication files so that an error names
+// the flag.
+absl::Status CheckWorkerConfig(const WorkerConfig& config, int rank);
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_WORKER_CONFIG_H_

@@ -1,0 +1,343 @@
+#include "worker/worker_run.h"
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/parameter_client.h"
+#include "common/consistency_mode.h"
+#include "common/cpu_affinity.h"
+#include "common/exit_codes.h"
+#include "common/logging.h"
+#include "common/metrics_http.h"
+#include "common/model_spec.h"
+#include "common/progress_line.h"
+#include "kernels/device.h"
+#include "spdlog/spdlog.h"
+#include "update/lr_schedule.h"
+#include "update/optimizer.h"
+#include "worker/idx_reader.h"
+#include "worker/local_exchange.h"
+#include "worker/nn/model.h"
+#include "worker/nn/model_description.h"
+#include "worker/trainer.h"
+#include "worker/weight_exchange.h"
+#include "worker/worker_metrics.h"
+
+namespace ps::worker {
+namespace {
+
+// Errors of calls to the servers: unreachable ones get their own code.
+int ServerCallExitCode(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)
+             ? kExitServersLost
+             : kExitFailed;
+}
+
+// Rank 0 writes the model only at the end: find out now, not hours later,
+// that it cannot. Creates the directory and a scratch file next to `path`.
+absl::Status CheckWritable(const std::string& path) {
+  const std::filesystem::path dir =
+      std::filesystem::path(path).parent_path().empty()
+          ? std::filesystem::path(".")
+          : std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "--save_model: cannot create ", dir.string(), ": ", ec.message()));
+  }
+  const std::string probe = absl::StrCat(path, ".write-check");
+  std::FILE* f = std::fopen(probe.c_str(), "w");
+  if (f == nullptr) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("--save_model: cannot write in ", dir.string(), ": ",
+                     std::strerror(errno)));
+  }
+  std::fclose(f);
+  std::remove(probe.c_str());
+  return absl::OkStatus();
+}
+
+// The weights of --local, updated as the optimizer flags say.
+absl::StatusOr<std::unique_ptr<LocalExchange>> LocalFromConfig(
+    const WorkerConfig& config, const ModelSpec& model) {
+  absl::StatusOr<server::OptimizerKind> kind =
+      server::ParseOptimizerKind(config.optimizer);
+  if (!kind.ok()) return kind.status();
+  server::OptimizerConfig optimizer;
+  optimizer.kind = *kind;
+  optimizer.learning_rate = config.learning_rate;
+  optimizer.momentum = config.momentum;
+  optimizer.weight_decay = config.weight_decay;
+  optimizer.beta1 = config.beta1;
+  optimizer.beta2 = config.beta2;
+  optimizer.epsilon = config.epsilon;
+  absl::StatusOr<server::LrScheduleKind> schedule_kind =
+      server::ParseLrSchedule(config.lr_schedule);
+  if (!schedule_kind.ok()) return schedule_kind.status();
+  absl::StatusOr<server::LearningRateSchedule> schedule =
+      server::LearningRateSchedule::Create(
+          *schedule_kind, optimizer.learning_rate, config.min_learning_rate);
+  if (!schedule.ok()) return schedule.status();
+  return LocalExchange::Create(model, optimizer, *schedule);
+}
+
+}  // namespace
+
+WorkerRun::WorkerRun(WorkerConfig config, int rank)
+    : config_(std::move(config)), rank_(rank) {}
+
+WorkerRun::~WorkerRun() = default;
+
+int WorkerRun::Run() {
+  if (rank_ == 0 && config_.rank0_elsewhere) {
+    if (config_.rank != -1) {
+      spdlog::error("bad flags: --rank0_elsewhere needs --rank=-1");
+      return kExitBadConfig;
+    }
+    spdlog::info(
+        "rank 0 runs in its own Job (--rank0_elsewhere): nothing to "
+        "do here");
+    return kExitOk;
+  }
+  for (std::optional<int> (WorkerRun::*step)() :
+       {&WorkerRun::CheckSettings, &WorkerRun::StartMetrics,
+        &WorkerRun::LoadDataAndModel, &WorkerRun::Connect,
+        &WorkerRun::Register}) {
+    if (std::optional<int> code = (this->*step)(); code.has_value()) {
+      return *code;
+    }
+  }
+  return Train();
+}
+
+int WorkerRun::Fail(const absl::Status& status, int code) {
+  spdlog::error("{} (exit code {})", status.ToString(), code);
+  return code;
+}
+
+std::optional<int> WorkerRun::CheckSettings() {
+  absl::StatusOr<nn::ModelDescription> description =
+      nn::ModelDescription::FromFlag(config_.model);
+  absl::StatusOr<std::vector<std::string>> servers =
+      config_.local ? std::vector<std::string>() : ResolveServers(config_);
+  if (config_.local && (rank_ != 0 || config_.num_workers != 1)) {
+    servers = absl::InvalidArgumentError(
+        "--local trains alone: --rank=0 and --num_workers=1");
+  }
+  absl::Status flags = CheckWorkerConfig(config_, rank_);
+  absl::StatusOr<std::vector<int>> cpus = CpusFromFlag("cpus", config_.cpus);
+  for (const absl::Status& s :
+       {description.status(), servers.status(), flags, cpus.status()}) {
+    if (!s.ok()) {
+      spdlog::error("bad flags: {}", s.message());
+      return kExitBadConfig;
+    }
+  }
+  description_ = *std::move(description);
+  servers_ = *std::move(servers);
+  if (!cpus->empty()) {
+    if (absl::Status s = RestrictProcessToCpus(*cpus); !s.ok()) {
+      spdlog::error("bad flags: --cpus: {}", s.message());
+      return kExitBadConfig;
+    }
+    spdlog::info("running on CPUs {}", FormatCpuList(*cpus));
+  }
+  return std::nullopt;
+}
+
+std::optional<int> WorkerRun::StartMetrics() {
+  const int port = config_.metrics_port;
+  if (port <= 0) return std::nullopt;
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> started =
+      MetricsEndpoint::Start(config_.metrics_host, port);
+  if (!started.ok()) {
+    spdlog::error("--metrics_port: {}", started.status().message());
+    return kExitFailed;
+  }
+  endpoint_ = *std::move(started);
+  metrics_ = std::make_unique<WorkerMetrics>(endpoint_->registry(), rank_);
+  spdlog::info("serving metrics on {}", endpoint_->url());
+  return std::nullopt;
+}
+
+std::optional<int> WorkerRun::LoadDataAndModel() {
+  model_spec_ = description_->Spec(config_.seed);
+  // Declare would refuse it too, but only after the data is loaded.
+  if (absl::Status s = ValidateModelSpec(model_spec_, DeclarationLimits());
+      !s.ok()) {
+    spdlog::error("bad flags: --model: {}", s.message());
+    return kExitBadConfig;
+  }
+  if (rank_ == 0 && !config_.save_model.empty()) {
+    if (absl::Status s = CheckWritable(config_.save_model); !s.ok()) {
+      return Fail(s, kExitBadConfig);
+    }
+  }
+  // Missing or malformed data is a property of the image or --data_dir:
+  // another try on the same configuration would fail the same way.
+  absl::StatusOr<LabeledImages> train =
+      LoadFashionMnist(config_.data_dir, Split::kTrain);
+  if (!train.ok()) return Fail(train.status(), kExitBadConfig);
+  train_ = *std::move(train);
+  if (rank_ == 0) {
+    absl::StatusOr<LabeledImages> test =
+        LoadFashionMnist(config_.data_dir, Split::kTest);
+    if (!test.ok()) return Fail(test.status(), kExitBadConfig);
+    test_ = *std::move(test);
+  }
+  if (train_->example_size() != description_->example_size()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+                    "--model input size ", description_->example_size(),
+                    " does not match the data's ", train_->example_size(),
+                    " pixels per image")),
+                kExitBadConfig);
+  }
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> backend =
+      kernels::CreateBackend(config_.device);
+  if (!backend.ok()) {
+    // An explicit --device the node cannot provide, or a bad value.
+    return Fail(backend.status(), kExitBadConfig);
+  }
+  backend_ = *std::move(backend);
+  nn::ModelOptions model_options;
+  model_options.max_batch = config_.batch_size;
+  model_options.seed = config_.seed;
+  absl::StatusOr<std::unique_ptr<nn::Model>> model =
+      nn::CreateModel(*description_, model_options, backend_.get());
+  if (!model.ok()) return Fail(model.status(), kExitFailed);
+  model_ = *std::move(model);
+  return std::nullopt;
+}
+
+std::optional<int> WorkerRun::Connect() {
+  if (config_.local) {
+    absl::StatusOr<std::unique_ptr<LocalExchange>> made =
+        LocalFromConfig(config_, model_spec_);
+    if (!made.ok()) return Fail(made.status(), kExitBadConfig);
+    local_weights_ = *std::move(made);
+    return std::nullopt;
+  }
+  ClientOptions client_options;
+  client_options.servers = servers_;
+  client_options.rank = rank_;
+  client_options.job_id = config_.job_id;
+  client_options.heartbeat_period = config_.heartbeat_period;
+  client_options.local_transport = config_.local_transport;
+  client_options.tls_ca_file = config_.tls_ca;
+  client_options.tls_cert_file = config_.tls_cert;
+  client_options.tls_key_file = config_.tls_key;
+  client_options.tls_server_name = config_.tls_server_name;
+  client_options.token_file = config_.token_file;
+  client_options.chunk_elements =
+      uint64_t{1024} * config_.chunk_kb / sizeof(float);
+  client_options.retry_timeout = config_.retry_timeout;
+  // Servers may come up after the workers (pods start in any order).
+  client_options.connect_timeout = client_options.retry_timeout;
+  absl::StatusOr<std::unique_ptr<ParameterClient>> connected =
+      ParameterClient::Connect(client_options);
+  if (!connected.ok()) {
+    return Fail(connected.status(), ServerCallExitCode(connected.status()));
+  }
+  client_ = *std::move(connected);
+  server_weights_ = ServerExchange(client_.get());
+  return std::nullopt;
+}
+
+std::optional<int> WorkerRun::Register() {
+  TrainerOptions options;
+  options.rank = rank_;
+  options.num_workers = config_.num_workers;
+  options.batch_size = config_.batch_size;
+  options.epochs = config_.epochs;
+  options.seed = config_.seed;
+  options.max_steps = config_.max_steps;
+  options.log_every = config_.log_every;
+  options.evaluate = rank_ == 0;
+  options.eval_every = config_.eval_every;
+  options.save_model_path = rank_ == 0 ? config_.save_model : "";
+  options.slowdown = absl::Milliseconds(config_.slowdown_ms);
+  options.metrics = metrics_.get();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
+      options,
+      config_.local ? static_cast<WeightExchange*>(local_weights_.get())
+                    : server_weights_.get(),
+      model_.get(), &*train_, rank_ == 0 ? &*test_ : nullptr);
+  if (!trainer.ok()) return Fail(trainer.status(), kExitBadConfig);
+  trainer_ = *std::move(trainer);
+
+  absl::StatusOr<Registration> info =
+      config_.local
+          ? local_weights_->Declare(trainer_->planned_steps())
+          : client_->Declare(model_spec_, trainer_->planned_steps(),
+                             static_cast<uint32_t>(config_.batch_size));
+  if (!info.ok()) return Fail(info.status(), ServerCallExitCode(info.status()));
+  registration_ = *std::move(info);
+  const std::string& expected_mode = config_.mode;
+  if (!expected_mode.empty() &&
+      *ParseConsistencyMode(expected_mode) != registration_.mode) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+                    "--mode=", expected_mode, " but the servers run ",
+                    ConsistencyModeName(registration_.mode))),
+                kExitBadConfig);
+  }
+  if (registration_.num_workers != config_.num_workers) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+                    "--num_workers=", config_.num_workers,
+                    " but the servers expect ", registration_.num_workers)),
+                kExitBadConfig);
+  }
+  if (config_.local) {
+    spdlog::info("training locally, without servers: device {}",
+                 backend_->name());
+  } else {
+    spdlog::info("registered with {} servers: mode {}, {} workers, device {}",
+                 servers_.size(), ConsistencyModeName(registration_.mode),
+                 config_.num_workers, backend_->name());
+  }
+  return std::nullopt;
+}
+
+int WorkerRun::Train() {
+  absl::StatusOr<TrainingSummary> summary = trainer_->Run(registration_);
+  if (!summary.ok()) {
+    return Fail(summary.status(), ServerCallExitCode(summary.status()));
+  }
+  if (client_ != nullptr) {
+    // The Done RPC: the servers stop waiting for this rank.
+    absl::Status done = client_->Finish();
+    if (!done.ok()) return Fail(done, ServerCallExitCode(done));
+  }
+  spdlog::info("trained {} steps on {} examples in {}, last loss {:.4f}",
+               summary->steps, summary->examples,
+               absl::FormatDuration(summary->wall_time), summary->final_loss);
+  if (summary->steps > 0) {
+    // Where a step's time went; in sync mode communication includes the
+    // wait for the other workers (the servers' reports give it).
+    const StepTiming& t = summary->step_time;
+    const double steps = static_cast<double>(summary->steps);
+    spdlog::info(
+        "time per step: compute {:.3f} ms, communication {:.3f} ms, "
+        "slowdown {:.3f} ms",
+        absl::ToDoubleMilliseconds(t.compute) / steps,
+        absl::ToDoubleMilliseconds(t.communication) / steps,
+        absl::ToDoubleMilliseconds(t.waiting) / steps);
+  }
+  if (rank_ == 0) {
+    // The launcher reads this line.
+    spdlog::info("{}",
+                 FormatProgressLine(FinalAccuracy{summary->test_accuracy}));
+  }
+  return kExitOk;
+}
+
+}  // namespace ps::worker
