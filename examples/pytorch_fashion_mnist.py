@@ -13,13 +13,16 @@ it), at the learning rate CosineAnnealingLR sets for each step (every push
 carries it). Every rank trains on its shard of each epoch; rank 0
 evaluates on the test set after each epoch and prints "final test
 accuracy: X" at the end, which the launcher's summary repeats (the line
-is defined in common/progress_line.h).
+is defined in common/progress_line.h). A rank the launcher restarts goes on
+from the epoch and step the servers recorded for it, so it trains no step
+twice.
 """
 
 import argparse
 import gzip
 import os
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -109,9 +112,16 @@ def main():
     optimizer.num_examples = args.batch_size  # ps: weight in a sync step
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
         optimizer, T_max=args.epochs * steps_per_epoch)
+    # ps: a restarted rank resumes where the servers recorded it: (0, 0) in
+    # a new job. Its scheduler catches up with the steps already taken.
+    start_epoch, start_step = optimizer.resume_position(steps_per_epoch)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Detected call of")
+        for _ in range(optimizer.resume_step):
+            scheduler.step()
 
     start = time.time()
-    for epoch in range(args.epochs):
+    for epoch in range(start_epoch, args.epochs):
         # The same permutation on every rank; each takes its own slice, and
         # every rank makes the same number of steps.
         order = torch.randperm(len(train_x),
@@ -119,7 +129,8 @@ def main():
         shard = order[ps.rank()::ps.size()]  # ps:
         optimizer.set_epoch(epoch)  # ps: where each rank is in the data
         loss_sum = 0.0
-        for step in range(steps_per_epoch):
+        first = start_step if epoch == start_epoch else 0  # ps:
+        for step in range(first, steps_per_epoch):
             batch = shard[step * args.batch_size:(step + 1) * args.batch_size]
             optimizer.zero_grad()
             loss = F.cross_entropy(model(train_x[batch]), train_y[batch])
@@ -128,7 +139,8 @@ def main():
             scheduler.step()
             loss_sum += loss.item()
         line = "epoch %d: mean loss %.4f, %.1f s" % (
-            epoch + 1, loss_sum / steps_per_epoch, time.time() - start)
+            epoch + 1, loss_sum / (steps_per_epoch - first),
+            time.time() - start)
         if ps.rank() == 0:
             line += ", test accuracy %.4f" % evaluate(model, test_x, test_y)
         print(line, flush=True)

@@ -19,8 +19,18 @@ import paramserver.torch as ps
 from python_launch import report
 
 STEPS = 20
+EPOCHS, STEPS_PER_EPOCH = 4, 5  # The equivalence loop's STEPS.
 BATCH = 32  # Per rank; the single-process reference uses BATCH * ranks.
 FEATURES, HIDDEN, CLASSES = 10, 16, 4
+# Below the model's gradient norms (0.18 to 0.36 over the 20 steps): the
+# clipping scenarios clip every step.
+CLIP_NORM = 0.05
+
+
+def clip(model):
+    """The edit the gradient-edit scenarios make between backward and
+    step, as training scripts do."""
+    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
 
 
 def make_model(seed):
@@ -60,8 +70,8 @@ def equivalence(out_dir, optimizer_name, placement, stop_rank1_at=None):
     """STEPS steps at BATCH per rank; saves every rank's final weights.
 
     With `stop_rank1_at`, rank 1's first incarnation writes OUT_DIR/stopped
-    before that step and waits to be killed; restarted, it resumes where
-    the servers say it stopped."""
+    before that step and waits to be killed; restarted, it resumes its
+    epoch loop where the servers say it stopped."""
     model = make_model(seed=7 if ps.rank() == 0 else 100 + ps.rank())
     ps.broadcast_parameters(model.state_dict(), root_rank=0)
     wrapped, _ = make_optimizer(optimizer_name, model)
@@ -72,23 +82,64 @@ def equivalence(out_dir, optimizer_name, placement, stop_rank1_at=None):
     scheduler = (torch.optim.lr_scheduler.StepLR(opt, 5, gamma=0.5)
                  if optimizer_name.endswith("+step") else None)
     x, y = make_data(STEPS * BATCH * ps.size())
-    resumed_at = opt.registration.next_step
-    for step in range(resumed_at, STEPS):
-        if (stop_rank1_at is not None and ps.rank() == 1 and
-                resumed_at == 0 and step == int(stop_rank1_at)):
-            open("%s/stopped" % out_dir, "w").close()
-            time.sleep(3600)  # Until killed.
-        begin = (step * ps.size() + ps.rank()) * BATCH
-        opt.zero_grad()
-        F.cross_entropy(model(x[begin:begin + BATCH]),
-                        y[begin:begin + BATCH]).backward()
-        opt.step()
-        if scheduler is not None:
-            scheduler.step()
+    resumed_at = opt.resume_position(STEPS_PER_EPOCH)
+    for epoch in range(resumed_at[0], EPOCHS):
+        opt.set_epoch(epoch)
+        first = resumed_at[1] if epoch == resumed_at[0] else 0
+        for step in range(epoch * STEPS_PER_EPOCH + first,
+                          (epoch + 1) * STEPS_PER_EPOCH):
+            if (stop_rank1_at is not None and ps.rank() == 1 and
+                    opt.resume_step == 0 and step == int(stop_rank1_at)):
+                open("%s/stopped" % out_dir, "w").close()
+                time.sleep(3600)  # Until killed.
+            begin = (step * ps.size() + ps.rank()) * BATCH
+            opt.zero_grad()
+            F.cross_entropy(model(x[begin:begin + BATCH]),
+                            y[begin:begin + BATCH]).backward()
+            opt.step()
+            if scheduler is not None:
+                scheduler.step()
     np.savez("%s/rank%d.npz" % (out_dir, ps.rank()),
              **{n: p.detach().numpy() for n, p in model.named_parameters()})
     report({"placement": opt._placement, "steps": opt.step_number,
             "resumed_at": resumed_at, "lr": opt.param_groups[0]["lr"]})
+
+
+def edits(out_dir, how, placement, passes, declared_passes):
+    """Like equivalence with "sgd", but each step accumulates `passes`
+    backward passes (DistributedOptimizer told `declared_passes`) and then
+    `how`: "step"; "clip_pattern": synchronize(), clip, step() inside
+    skip_synchronize() (Horovod's pattern); "clip_then_step": clip, step().
+    A refused step raises: the job fails with the layer's message."""
+    passes = int(passes)
+    model = make_model(seed=7 if ps.rank() == 0 else 100 + ps.rank())
+    ps.broadcast_parameters(model.state_dict(), root_rank=0)
+    wrapped, _ = make_optimizer("sgd", model)
+    opt = ps.DistributedOptimizer(
+        wrapped, named_parameters=model.named_parameters(),
+        placement=placement, backward_passes_per_step=int(declared_passes))
+    x, y = make_data(STEPS * passes * BATCH * ps.size())
+    for step in range(STEPS):
+        opt.zero_grad()
+        for j in range(passes):
+            begin = ((step * passes + j) * ps.size() + ps.rank()) * BATCH
+            F.cross_entropy(model(x[begin:begin + BATCH]),
+                            y[begin:begin + BATCH]).backward()
+        if how == "clip_pattern":
+            opt.synchronize()
+            clip(model)
+            with opt.skip_synchronize():
+                opt.step()
+        elif how == "clip_then_step":
+            clip(model)
+            opt.step()
+        else:
+            opt.step()
+    np.savez("%s/rank%d.npz" % (out_dir, ps.rank()),
+             **{n: p.detach().numpy() for n, p in model.named_parameters()})
+    report({"placement": opt._placement, "steps": opt.step_number,
+            "class": type(opt).__name__,
+            "is_sgd": isinstance(opt, torch.optim.SGD)})
 
 
 class WithBuffers(nn.Module):
@@ -212,6 +263,48 @@ def converge(out_dir):
     report({"before": before, "after": loss(), "mode": ps.mode()})
 
 
+def replay(out_dir):
+    """Two steps in epoch 1, then set_epoch(0) and num_examples = 0: each
+    would make the servers skip every later push as a replay."""
+    model = nn.Linear(2, 1)
+    opt = ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  named_parameters=model.named_parameters())
+    opt.set_epoch(1)
+    x = torch.ones(4, 2)
+    for _ in range(2):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    found = {}
+    try:
+        opt.set_epoch(0)
+    except paramserver.Error as e:
+        found["earlier_epoch"] = str(e)
+    opt.num_examples = 0
+    opt.zero_grad()
+    model(x).sum().backward()
+    try:
+        opt.step()
+    except paramserver.Error as e:
+        found["no_examples"] = str(e)
+    report(found)
+
+
+def untrained(out_dir, placement):
+    """Three steps at learning rate 0 (set after the declaration, which
+    takes a positive one; each push carries it): the weights never
+    change, and shutdown() warns."""
+    model = nn.Linear(2, 1)
+    opt = ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1),
+                                  named_parameters=model.named_parameters(),
+                                  placement=placement)
+    opt.param_groups[0]["lr"] = 0.0
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.ones(4, 2)).sum().backward()
+        opt.step()
+
+
 def mismatch(out_dir):
     """Wraps Adam while the servers were started with --optimizer=sgd: the
     servers refuse the declaration."""
@@ -235,7 +328,8 @@ def main():
     ps.init()
     scenarios = {"equivalence": equivalence, "declaration": declaration,
                  "converge": converge, "mismatch": mismatch, "save": save,
-                 "auto_placement": auto_placement}
+                 "auto_placement": auto_placement, "edits": edits,
+                 "replay": replay, "untrained": untrained}
     scenarios[scenario](out_dir, *sys.argv[3:])
     ps.shutdown()
 

@@ -12,6 +12,7 @@ import subprocess
 import time
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -22,17 +23,22 @@ PROGRAM = "tests/python_torch_program.py"
 TWO_BY_TWO = ["--num_servers=2", "--num_workers=2"]
 
 
-def single_process(optimizer_name, ranks=2):
-    """The workers' STEPS steps in one process at batch BATCH * ranks."""
+def single_process(optimizer_name, ranks=2, passes=1, clip=False):
+    """The workers' STEPS steps in one process at batch BATCH * ranks,
+    each accumulating `passes` backward passes, clipped if `clip`."""
     torch.set_num_threads(1)
     model = program.make_model(seed=7)
     opt, scheduler = program.make_optimizer(optimizer_name, model)
     batch = program.BATCH * ranks
-    x, y = program.make_data(program.STEPS * batch)
+    x, y = program.make_data(program.STEPS * passes * batch)
     for step in range(program.STEPS):
         opt.zero_grad()
-        F.cross_entropy(model(x[step * batch:(step + 1) * batch]),
-                        y[step * batch:(step + 1) * batch]).backward()
+        for j in range(passes):
+            begin = (step * passes + j) * batch
+            F.cross_entropy(model(x[begin:begin + batch]),
+                            y[begin:begin + batch]).backward()
+        if clip:
+            program.clip(model)
         opt.step()
         if scheduler is not None:
             scheduler.step()
@@ -44,13 +50,14 @@ def check_equivalence(tmp_path, optimizer_name, placement, flags):
         PROGRAM, ["equivalence", tmp_path, optimizer_name, placement],
         TWO_BY_TWO + ["--mode=sync"] + flags)
     assert job.result(0)["placement"] == placement
+    assert "parameters are still those" not in job.output  # They trained.
     check_weights(tmp_path, optimizer_name)
     return job
 
 
-def check_weights(tmp_path, optimizer_name, num_ranks=2):
+def check_weights(tmp_path, optimizer_name, num_ranks=2, **reference_args):
     """The ranks' saved weights against single-process PyTorch."""
-    reference = single_process(optimizer_name, num_ranks)
+    reference = single_process(optimizer_name, num_ranks, **reference_args)
     ranks = [np.load(tmp_path / ("rank%d.npz" % r)) for r in range(num_ranks)]
     initial = {n: p.detach().numpy()
                for n, p in program.make_model(seed=7).named_parameters()}
@@ -137,6 +144,30 @@ def test_buffers_are_broadcast_and_only_trainables_pushed(tmp_path):
             assert "use placement='worker'" in refused[name], refused[name]
 
 
+def test_what_would_make_every_push_a_replay_is_refused(tmp_path):
+    # The servers skip a push whose data cursor does not move past the
+    # rank's last one: an earlier epoch, or no examples, would freeze the
+    # weights while the job reports success.
+    job = python_launch.run(PROGRAM, ["replay", tmp_path],
+                            ["--num_servers=1", "--num_workers=1",
+                             "--optimizer=sgd"])
+    found = job.result(0)
+    assert "set_epoch(0), but the servers recorded epoch 1" in \
+        found["earlier_epoch"], found
+    assert "num_examples is 0" in found["no_examples"], found
+
+
+@pytest.mark.parametrize("placement", ["server", "worker"])
+def test_a_rank_whose_weights_never_changed_warns_at_shutdown(tmp_path,
+                                                             placement):
+    job = python_launch.run(PROGRAM, ["untrained", tmp_path, placement],
+                            ["--num_servers=1", "--num_workers=2",
+                             "--mode=sync", "--optimizer=sgd"])
+    for rank in (0, 1):
+        assert ("rank %d took 3 steps, and its parameters are still those"
+                % rank) in job.output, job.output
+
+
 def check_converges(tmp_path, flags):
     job = python_launch.run(
         PROGRAM, ["converge", tmp_path],
@@ -194,7 +225,8 @@ def wait_for(path, processes, deadline_s=120):
 def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
     """Without the launcher (which ends a job when a worker dies): a server
     started without optimizer flags (it takes the declared SGD) and two
-    workers started here. Rank 1 is killed before step 10 and restarted;
+    workers started here. Rank 1 is killed before step 12 and restarted;
+    its epoch loop resumes at epoch 2's third step (5 steps an epoch), and
     the job ends as single-process PyTorch does."""
     port_file = tmp_path / "port"
     log = open(tmp_path / "log.txt", "w")
@@ -216,7 +248,7 @@ def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
         def start(rank):
             return subprocess.Popen(
                 [python_launch.PYTHON, python_launch.runfile(PROGRAM),
-                 "equivalence", str(tmp_path), "sgd", "server", "10"],
+                 "equivalence", str(tmp_path), "sgd", "server", "12"],
                 env=dict(env, PS_RANK=str(rank), PS_LOCAL_RANK=str(rank)),
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -229,7 +261,8 @@ def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
                    .decode(errors="replace") for w in workers]
         for w, output in zip(workers, outputs):
             assert w.returncode == 0, output
-        assert '"resumed_at": 10' in outputs[1], outputs[1]
+        assert '"resumed_at": [2, 2]' in outputs[1], outputs[1]
+        assert '"resumed_at": [0, 0]' in outputs[0], outputs[0]
         assert server.wait(timeout=python_launch.TIMEOUT_S) == 0
     finally:
         for p in workers + [server]:
@@ -238,3 +271,4 @@ def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
                 p.wait()
         log.close()
     check_weights(tmp_path, "sgd")
+

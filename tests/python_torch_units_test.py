@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import paramserver.torch as ps
-from paramserver.torch import _declaration, _runtime, _server_optimizer
+from paramserver.torch import (_declaration, _gradients, _runtime,
+                                _server_optimizer)
 
 
 class Net(torch.nn.Module):
@@ -210,6 +211,90 @@ def test_tensors_named_alike_or_of_other_dtypes_are_refused():
         _declaration.tensor_specs(
             trainable, {"c": torch.zeros(1, dtype=torch.complex64)},
             [False, False])
+
+
+# -- _gradients ---------------------------------------------------------------
+
+
+def backward_twice(p, gradients, index=0):
+    """Two backward passes through p, counted as the hooks count them."""
+    verdicts = []
+    for _ in range(2):
+        (p * 2).sum().backward()
+        verdicts.append(gradients.backward_pass(index))
+    return verdicts
+
+
+def test_a_gradient_is_pushed_after_the_last_of_its_passes():
+    p = torch.nn.Parameter(torch.ones(3))
+    gradients = _gradients.StepGradients(["p"], 2, "server")
+    assert backward_twice(p, gradients) == [(False, None), (True, None)]
+    assert gradients.incomplete() is None
+
+
+def test_a_pass_more_than_backward_passes_per_step_is_refused():
+    p = torch.nn.Parameter(torch.ones(3))
+    gradients = _gradients.StepGradients(["p"], 1, "server")
+    (first, _), (second, error) = backward_twice(p, gradients)
+    assert first and not second
+    assert "accumulated the gradient of p 2 times" in error
+    assert "backward_passes_per_step=N" in error
+
+
+def test_a_step_before_the_last_pass_is_refused_unless_a_tensor_reached_it():
+    gradients = _gradients.StepGradients(["a", "b"], 3, "server")
+    gradients.backward_pass(0)
+    gradients.backward_pass(1)
+    assert "step() after 1 backward passes" in gradients.incomplete()
+    assert "backward_passes_per_step=1" in gradients.incomplete()
+    gradients.backward_pass(0)
+    gradients.backward_pass(0)
+    # b took part in one of the three passes: its sum is complete.
+    assert gradients.incomplete() is None
+    gradients.reset()
+    assert gradients.incomplete() is None
+
+
+@pytest.mark.parametrize("edit", [
+    lambda p: torch.nn.utils.clip_grad_norm_([p], 1e-3),
+    lambda p: p.grad.mul_(0.5),
+    lambda p: setattr(p, "grad", p.grad * 0.5),
+    lambda p: p.grad.zero_(),
+])
+def test_an_edit_of_a_pushed_gradient_is_found(edit):
+    p = torch.nn.Parameter(torch.ones(3))
+    (p * 2).sum().backward()
+    gradients = _gradients.StepGradients(["p"], 1, "server")
+    gradients.pushed(0, p.grad)
+    assert gradients.edited([p.grad]) is None
+    edit(p)
+    error = gradients.edited([p.grad])
+    assert "gradient of p changed after backward() pushed it" in error
+    assert "optimizer.synchronize()" in error
+    assert "with optimizer.skip_synchronize():" in error
+    assert "with placement='worker'" in error
+
+
+def test_the_worker_placement_message_shows_the_pattern_alone():
+    p = torch.nn.Parameter(torch.ones(3))
+    (p * 2).sum().backward()
+    gradients = _gradients.StepGradients(["p"], 1, "worker")
+    gradients.pushed(0, p.grad)
+    p.grad.mul_(2)
+    error = gradients.edited([p.grad])
+    assert error.endswith(_gradients.EDIT_PATTERN)
+
+
+def test_zeros_pushed_for_a_missing_gradient_are_not_checked():
+    gradients = _gradients.StepGradients(["p"], 1, "server")
+    gradients.pushed(0, None)
+    assert gradients.was_pushed(0)
+    assert gradients.edited([torch.ones(1)]) is None
+
+
+def test_backward_passes_per_step_below_one_is_refused():
+    with pytest.raises(ValueError, match="backward_passes_per_step must be"):
+        _gradients.StepGradients(["p"], 0, "server")
 
 
 # -- _runtime and the package -----------------------------------------------

@@ -40,6 +40,14 @@ Where the optimizer runs (``placement``):
 - ``"auto"``: "server" if the servers implement the wrapped optimizer with
   its settings, else "worker".
 
+Gradients are pushed from the hooks as copies; step() refuses a pushed
+gradient the script changed since (clipping, unscaling). To edit them, use
+Horovod's pattern with placement="worker": ``opt.synchronize()`` (the
+ranks' mean into ``.grad``), the edit, then ``with opt.skip_synchronize():
+opt.step()``. Accumulation over N backward passes needs
+``backward_passes_per_step=N``. A restarted rank resumes its loop at
+``opt.resume_position(steps_per_epoch)``.
+
 Parameters alias the client's weight buffers in "server" placement: each
 step's pull lands in them with no copy. Only float32 CPU parameters are
 supported. Only trainable parameters (requires_grad, in the optimizer) are
@@ -54,8 +62,9 @@ the servers' checkpoints in a directory, as a state_dict.
 # The package by idea: _runtime (init, rank and size, shutdown), _broadcast
 # (rank 0's values to every rank), _server_optimizer (the servers'
 # optimizer for a torch one; placement), _declaration (the tensors a
-# DistributedOptimizer declares), _optimizer (gradient hooks and step()),
-# _model_files (save_model, load_model).
+# DistributedOptimizer declares), _gradients (what a step pushed, and the
+# edits and passes it refuses), _optimizer (gradient hooks, synchronize()
+# and step()), _model_files (save_model, load_model).
 from paramserver.torch import _runtime
 from paramserver.torch._broadcast import broadcast_parameters
 from paramserver.torch._model_files import load_model, save_model

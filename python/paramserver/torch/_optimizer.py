@@ -4,6 +4,10 @@ parameters. Placement (where the optimizer runs) is described in the
 package's docstring.
 """
 
+import contextlib
+import warnings
+import zlib
+
 import numpy as np
 import torch
 
@@ -11,6 +15,8 @@ import paramserver
 from paramserver.torch import _runtime
 from paramserver.torch._broadcast import (broadcast_after_declaration,
                                           broadcast_declared)
+from paramserver.torch import _gradients
+from paramserver.torch._gradients import StepGradients
 from paramserver.torch._declaration import (group_of, hyperparameters,
                                             tensor_specs,
                                             trainable_parameters)
@@ -32,12 +38,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                              "process (the servers hold one model)")
         self._client = state.client
         self._placement = placement
-        self._passes_per_step = int(backward_passes_per_step)
-        if self._passes_per_step < 1:
-            raise ValueError("backward_passes_per_step must be >= 1")
         self.num_examples = 1
         self._trainable = trainable_parameters(self.param_groups,
                                                named_parameters)
+        self._gradients = StepGradients([n for n, _ in self._trainable],
+                                        backward_passes_per_step, placement)
         spec, wd_flags = declared_spec(
             placement, type(self).__mro__[1], self.param_groups,
             [group_of(self.param_groups, p) for _, p in self._trainable])
@@ -64,9 +69,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._zero_summation_state(self._step_number)
             self._step_number += 1
         self._push = None
-        self._sent = set()
-        self._passes = [0] * len(self._trainable)
+        self._synchronized = False  # synchronize() finished the push.
+        self._hook_error = None  # Why a hook cancelled the step.
+        self._skip_synchronize = False
         self._zeros = {}
+        self._first_step = self._step_number
+        self._start_crc = self._trainable_crc()
         self._grad_accs = []
         self._register_hooks()
 
@@ -103,9 +111,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, i, p):
         def hook(*unused):
-            self._passes[i] += 1
-            if self._passes[i] == self._passes_per_step:
-                self._send(i, p.grad)
+            if self._hook_error is not None:
+                return
+            if self._synchronized:
+                self._cancel_in_hook(
+                    "paramserver: backward() after synchronize() and before "
+                    "step(): the gradients were already averaged; this step "
+                    "was cancelled")
+                return
+            push_now, error = self._gradients.backward_pass(i)
+            if error is not None:
+                self._cancel_in_hook(error)
+                return
+            if push_now:
+                try:
+                    self._send(i, p.grad)
+                except paramserver.Error as e:
+                    self._cancel_in_hook(e)
+                    return
+                self._gradients.pushed(i, p.grad)
         return hook
 
     # -- a step ------------------------------------------------------------
@@ -125,6 +149,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _start(self):
         if self._push is None:
+            if int(self.num_examples) < 1:
+                # The data cursor would not advance: the servers would take
+                # every push for a replay and apply none.
+                self._abort("paramserver: num_examples is %r; it is this "
+                            "rank's batch size, >= 1" % (self.num_examples,))
             self._push_lr = self._learning_rate()
             self._push = self._client.start_step(
                 self._step_number, pull_after=True,
@@ -135,26 +164,43 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _abort(self, message):
         """Cancels the open step (nothing is applied) and raises."""
         self._push = None
-        self._sent = set()
-        self._passes = [0] * len(self._trainable)
+        self._synchronized = False
+        self._hook_error = None
+        self._gradients.reset()
         raise paramserver.FailedPreconditionError(message)
 
+    def _cancel_in_hook(self, error):
+        """Cancels the open step from an autograd hook; the next
+        synchronize() or step() raises `error` (an exception or a message).
+        Raising in the hook would leave autograd's graph to a traceback,
+        whose release at exit deadlocks torch 1.13 (it takes the GIL to
+        free a node)."""
+        self._push = None
+        self._hook_error = (
+            error if isinstance(error, Exception) else
+            paramserver.FailedPreconditionError(error))
+
+    def _raise_hook_error(self):
+        error = self._hook_error
+        if error is not None:
+            try:
+                self._abort(str(error))
+            except paramserver.FailedPreconditionError:
+                raise error from None
+
     def _send(self, i, grad):
-        if i in self._sent:
-            self._abort(
-                "paramserver: a gradient of %s was computed again before "
-                "step(); this step was cancelled (for gradient accumulation "
-                "set backward_passes_per_step)" % self._trainable[i][0])
         push = self._start()
         if grad is None:
             values = self._zeros_for(i)
+        elif self._placement == "worker":
+            # The servers hold s (every rank knows it) and apply
+            # s - mean(pushes); pushing s - g leaves mean(g) there. A new
+            # array: the push reads it while the script goes on.
+            values = self._sum_state[i] - grad.detach().numpy()
         else:
-            values = grad.detach().numpy()
-            if self._placement == "worker":
-                # The servers hold s (every rank knows it) and apply
-                # s - mean(pushes); pushing s - g leaves mean(g) there.
-                values = self._sum_state[i] - values
-        self._sent.add(i)
+            # A copy, read by the client's threads until the step ends,
+            # that nothing the script does to .grad can change.
+            values = grad.detach().numpy().copy()
         push.send(i, values)
 
     def _zeros_for(self, i):
@@ -179,48 +225,101 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         "push carries it), or use placement='worker'" %
                         (gi, key, before[key], after.get(key), before[key]))
 
-    def step(self, closure=None):
-        """Finishes the step: pushes what the hooks have not sent, then
-        puts the new weights (server placement) or the ranks' mean
-        gradient, stepped by the wrapped optimizer (worker placement), into
-        the parameters."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+    def synchronize(self):
+        """Placement 'worker': finishes the step's push and puts the
+        ranks' mean gradient into each ``.grad``, where the script may edit
+        it (clipping, unscaling) before ``with skip_synchronize():
+        step()``, as in Horovod. Placement 'server' refuses it: there the
+        servers average and step, and the mean never reaches the worker."""
+        self._raise_hook_error()
+        if self._synchronized:
+            return
+        if self._placement != "worker":
+            self._abort(
+                "paramserver: synchronize() needs placement='worker': with "
+                "placement='server' the servers average the gradients and "
+                "step, so there is no mean gradient on the worker to edit "
+                "(this step was cancelled)")
+        self._finish_push()
+        weights = self._client.weights
+        for i, (_, p) in enumerate(self._trainable):
+            self._sum_state[i][...] = weights[i]
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            p.grad.copy_(torch.from_numpy(weights[i]))
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Inside it, step() only steps (after synchronize())."""
+        self._skip_synchronize = True
+        try:
+            yield
+        finally:
+            self._skip_synchronize = False
+
+    def _finish_push(self):
+        """Pushes what the hooks have not sent, after checking that what
+        they sent is what the script holds, and pulls the result."""
         self._check_hyperparameters()
+        error = (self._gradients.incomplete() or self._gradients.edited(
+            [p.grad for _, p in self._trainable]))
+        if error is not None:
+            self._abort(error)
         push = self._start()
         if self._push_lr != self._learning_rate():
             self._abort("paramserver: the learning rate changed between "
                         "backward() and step(); this step was cancelled")
         for i in range(len(self._client.weights)):
-            if i in self._sent:
-                continue
-            if i < len(self._trainable):
-                self._send(i, self._trainable[i][1].grad)
-            else:
+            if i >= len(self._trainable):
                 push.send(i, self._zeros_for(i))
+            elif not self._gradients.was_pushed(i):
+                self._send(i, self._trainable[i][1].grad)
         try:
             push.finish_with_pull()
         finally:
             self._push = None
-            self._sent = set()
-            self._passes = [0] * len(self._trainable)
+            self._gradients.reset()
         self._step_number += 1
+
+    def step(self, closure=None):
+        """Finishes the step: pushes what the hooks have not sent, then
+        puts the new weights (server placement) or the ranks' mean
+        gradient, stepped by the wrapped optimizer (worker placement), into
+        the parameters. After synchronize(), only the wrapped optimizer
+        steps."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._raise_hook_error()
+        if self._skip_synchronize and not self._synchronized:
+            self._abort("paramserver: step() inside skip_synchronize() "
+                        "without synchronize() first; this step was "
+                        "cancelled. To " + _gradients.EDIT_PATTERN)
+        if not self._synchronized:
+            if self._placement == "worker":
+                self.synchronize()
+            else:
+                self._finish_push()
         if self._placement == "worker":
-            weights = self._client.weights
-            for i, (_, p) in enumerate(self._trainable):
-                self._sum_state[i][...] = weights[i]
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                p.grad.copy_(torch.from_numpy(weights[i]))
             super(self.__class__, self).step()
+        self._synchronized = False
         return loss
 
     def set_epoch(self, epoch):
         """Tells the servers which epoch the next steps' batches come from,
         as DistributedSampler.set_epoch: with ``num_examples`` they record
-        where in the data each rank is, for a restarted rank to resume."""
+        where in the data each rank is, for a restarted rank to resume.
+        An epoch before the one the servers recorded is refused: they would
+        take its pushes for replays of batches they have, and apply none."""
+        recorded = self._client.cursor[0]
+        if int(epoch) < recorded:
+            raise paramserver.FailedPreconditionError(
+                "paramserver: set_epoch(%d), but the servers recorded epoch "
+                "%d for this rank: its pushes would be skipped as replays. A "
+                "restarted rank resumes from resume_position()" %
+                (int(epoch), recorded))
         self._epoch = int(epoch)
 
     def pull_final(self):
@@ -231,6 +330,40 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise paramserver.FailedPreconditionError(
                 "paramserver: pull_final is for placement='server'")
         self._client.pull_final(self._step_number)
+
+    def _trainable_crc(self):
+        crc = 0
+        for _, p in self._trainable:
+            crc = zlib.crc32(np.ascontiguousarray(p.detach().numpy()), crc)
+        return crc
+
+    def warn_if_untrained(self):
+        """A RuntimeWarning if this rank took steps but its parameters are
+        still those it started with: the servers applied nothing (pushes
+        skipped as replays of batches they had, or a learning rate of 0).
+        shutdown() calls it, so such a job does not end as if it trained."""
+        steps = self._step_number - self._first_step
+        if steps > 0 and self._trainable_crc() == self._start_crc:
+            warnings.warn(
+                "paramserver: rank %d took %d steps, and its parameters are "
+                "still those it started with: the servers applied none of "
+                "them (pushes skipped as replays of batches they had? a "
+                "learning rate of 0?)" % (self._client.rank, steps),
+                RuntimeWarning, stacklevel=3)
+
+    @property
+    def resume_step(self):
+        """The steps the servers recorded for this rank when it declared:
+        0 in a new job; for a restarted rank, where it stopped."""
+        return self.registration.next_step
+
+    def resume_position(self, steps_per_epoch):
+        """(epoch, step within it) to resume a loop of `steps_per_epoch`
+        steps per epoch from: (0, 0) in a new job."""
+        if steps_per_epoch < 1:
+            raise ValueError("steps_per_epoch must be >= 1, got %r" %
+                             (steps_per_epoch,))
+        return divmod(self.resume_step, int(steps_per_epoch))
 
     @property
     def step_number(self):
@@ -252,12 +385,23 @@ def DistributedOptimizer(optimizer, named_parameters=None, placement="server",
     this layer never sends). Set ``opt.num_examples``
     to weight this rank's gradient in a sync step by its batch (default:
     every rank alike). Returns an instance of a subclass of the
-    optimizer's class.
+    optimizer's class, named Distributed<its name>.
+
+    Gradients are pushed from autograd's hooks as copies, so the servers
+    receive what backward() computed; step() refuses (and cancels the
+    step) if the script changed a pushed gradient since (clipping,
+    unscaling): with placement='worker', edit them between synchronize()
+    and ``with opt.skip_synchronize(): opt.step()``, as in Horovod.
+    `backward_passes_per_step`: the backward() calls whose gradients
+    accumulate into each step; backward() more often, or step() before the
+    last, is refused.
     """
     _runtime.require_init()
     placement = resolve_placement(placement, optimizer)
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
-               dict(_DistributedOptimizer.__dict__))
+    # Named for what it is: an error about a missing attribute says
+    # 'DistributedAdam', not 'Adam', while isinstance(opt, Adam) holds.
+    cls = type("Distributed" + optimizer.__class__.__name__,
+               (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     named = list(named_parameters) if named_parameters is not None else None
     return cls(optimizer.param_groups, named, placement, planned_steps,
                backward_passes_per_step, seed)

@@ -102,6 +102,7 @@ def shutdown():
         return
     try:
         if _state.optimizer is not None and not _state.finished:
+            _state.optimizer.warn_if_untrained()
             _state.client.finish()
             _state.finished = True
     finally:
