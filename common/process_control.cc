@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
-namespace ps::server {
+namespace ps {
 
 absl::Status CheckFlagSyntax(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
@@ -114,4 +114,4 @@ void RequestShutdownOnSignal(StopSignals* signals, int exit_code,
   });
 }
 
-}  // namespace ps::server
+}  // namespace ps

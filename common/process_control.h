@@ -8,7 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/stop_signals.h"
 
-namespace ps::server {
+namespace ps {
 
 // Checks that every flag on the command line exists and its value parses,
 // so that such mistakes exit with the binary's bad-flag code like any other
@@ -50,6 +50,6 @@ class ShutdownRequest {
 void RequestShutdownOnSignal(StopSignals* signals, int exit_code,
                              ShutdownRequest* request);
 
-}  // namespace ps::server
+}  // namespace ps
 
 #endif  // PS_COMMON_PROCESS_CONTROL_H_

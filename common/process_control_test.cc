@@ -16,7 +16,7 @@
 ABSL_FLAG(int, test_count, 1, "A flag with a value, for the tests.");
 ABSL_FLAG(bool, test_switch, false, "A bool flag, for the tests.");
 
-namespace ps::server {
+namespace ps {
 namespace {
 
 // CheckFlagSyntax on `args` after a program name.
@@ -87,4 +87,4 @@ TEST(RequestShutdownOnSignalTest, ASignalBecomesARequestBySignal) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps

@@ -67,10 +67,10 @@ void SaveModelFile(
 }
 
 py::tuple ReadCheckpointDir(const std::string& dir) {
-  server::CheckpointedModel read;
+  update::CheckpointedModel read;
   {
     py::gil_scoped_release release;
-    read = ValueOrThrow(server::ReadCheckpointedModel(dir));
+    read = ValueOrThrow(update::ReadCheckpointedModel(dir));
   }
   return py::make_tuple(ToArrays(read.model, read.weights), read.version);
 }

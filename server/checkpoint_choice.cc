@@ -32,7 +32,7 @@ absl::Status CheckCheckpointDir(const std::string& dir, int server_index,
   std::remove(probe.c_str());
   if (mode != RestoreMode::kNone) return absl::OkStatus();
   absl::StatusOr<std::vector<std::string>> existing =
-      ListCheckpoints(dir, server_index);
+      update::ListCheckpoints(dir, server_index);
   if (!existing.ok()) return existing.status();
   if (existing->empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
@@ -43,16 +43,17 @@ absl::Status CheckCheckpointDir(const std::string& dir, int server_index,
 
 }  // namespace
 
-absl::StatusOr<std::optional<LoadedCheckpoint>> ChooseCheckpoint(
-    const std::string& dir, const CheckpointIdentity& shard, RestoreMode mode) {
+absl::StatusOr<std::optional<update::LoadedCheckpoint>> ChooseCheckpoint(
+    const std::string& dir, const update::CheckpointIdentity& shard,
+    RestoreMode mode) {
   if (absl::Status s = CheckCheckpointDir(dir, shard.server_index, mode);
       !s.ok()) {
     return s;
   }
   if (mode == RestoreMode::kNone) return std::nullopt;
   const bool extend = mode == RestoreMode::kExtend;
-  absl::StatusOr<std::optional<LoadedCheckpoint>> loaded =
-      LoadNewestCheckpoint(dir, shard);
+  absl::StatusOr<std::optional<update::LoadedCheckpoint>> loaded =
+      update::LoadNewestCheckpoint(dir, shard);
   if (!loaded.ok()) return loaded;
   if (!loaded->has_value()) {
     if (extend) {
@@ -64,13 +65,13 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> ChooseCheckpoint(
                  shard.server_index, dir);
     return loaded;
   }
-  LoadedCheckpoint& found = **loaded;
+  update::LoadedCheckpoint& found = **loaded;
   for (const std::string& skipped : found.skipped) {
     spdlog::error("checkpoint refused, using an older one: {}", skipped);
   }
-  std::vector<RankRecord>& ranks = found.checkpoint.ranks;
+  std::vector<update::RankRecord>& ranks = found.checkpoint.ranks;
   if (!std::all_of(ranks.begin(), ranks.end(),
-                   [](const RankRecord& r) { return r.done; })) {
+                   [](const update::RankRecord& r) { return r.done; })) {
     return loaded;
   }
   // Resuming a run that finished would only wait for workers with nothing
@@ -83,7 +84,7 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> ChooseCheckpoint(
         "or start a new run in another --checkpoint_dir (a new PS_RUN_ID on "
         "Kubernetes)"));
   }
-  for (RankRecord& rank : ranks) rank.done = false;
+  for (update::RankRecord& rank : ranks) rank.done = false;
   spdlog::info(
       "--extend: {} is of a finished run (version {}, {} planned steps); its "
       "workers train on under the plan they register",

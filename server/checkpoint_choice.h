@@ -32,8 +32,9 @@ enum class RestoreMode {
 // kNone, holds checkpoints of the shard; FailedPrecondition for a
 // checkpoint of another run (LoadNewestCheckpoint), of a finished run under
 // kRestore, or none under kExtend; DataLoss when none is readable.
-absl::StatusOr<std::optional<LoadedCheckpoint>> ChooseCheckpoint(
-    const std::string& dir, const CheckpointIdentity& shard, RestoreMode mode);
+absl::StatusOr<std::optional<update::LoadedCheckpoint>> ChooseCheckpoint(
+    const std::string& dir, const update::CheckpointIdentity& shard,
+    RestoreMode mode);
 
 }  // namespace ps::server
 

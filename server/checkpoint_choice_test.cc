@@ -17,14 +17,15 @@
 namespace ps::server {
 namespace {
 
+using ::ps::update::LoadedCheckpoint;
 using ::testing::HasSubstr;
 
 // Shard 0 of 1, sync, 2 workers.
-CheckpointIdentity Shard() { return {1, 0, "sync", 2}; }
+update::CheckpointIdentity Shard() { return {1, 0, "sync", 2}; }
 
-ShardCheckpoint Checkpoint(const CheckpointIdentity& identity, uint64_t version,
-                           bool done) {
-  ShardCheckpoint c;
+update::ShardCheckpoint Checkpoint(const update::CheckpointIdentity& identity,
+                                   uint64_t version, bool done) {
+  update::ShardCheckpoint c;
   c.identity = identity;
   c.model.tensors.push_back(
       {"w", DType::kFloat32, {4}, InitializerSpec::Constant(0)});
@@ -33,8 +34,8 @@ ShardCheckpoint Checkpoint(const CheckpointIdentity& identity, uint64_t version,
   c.version = version;
   c.planned_steps = 10;
   c.ranks.resize(identity.num_workers);
-  for (RankRecord& r : c.ranks) r.done = done;
-  c.slices = {SliceSnapshot{{1, 2, 3, 4}, version, {}}};
+  for (update::RankRecord& r : c.ranks) r.done = done;
+  c.slices = {update::SliceSnapshot{{1, 2, 3, 4}, version, {}}};
   return c;
 }
 
@@ -44,8 +45,8 @@ class CheckpointChoiceTest : public ::testing::Test {
     dir_ = testing::FreshTestDir() + "/checkpoints";  // Not there yet.
   }
 
-  std::string Write(const ShardCheckpoint& c) {
-    absl::StatusOr<std::string> path = WriteCheckpoint(dir_, c, 10);
+  std::string Write(const update::ShardCheckpoint& c) {
+    absl::StatusOr<std::string> path = update::WriteCheckpoint(dir_, c, 10);
     EXPECT_TRUE(path.ok()) << path.status();
     return path.value_or("");
   }
@@ -69,7 +70,7 @@ TEST_F(CheckpointChoiceTest, AFreshStartCreatesTheDirectoryAndLeavesItEmpty) {
 
 TEST_F(CheckpointChoiceTest, AFreshStartRefusesADirectoryHoldingTheShards) {
   // Another shard's checkpoints are no obstacle.
-  CheckpointIdentity other = Shard();
+  update::CheckpointIdentity other = Shard();
   other.num_servers = 2;
   other.server_index = 1;
   Write(Checkpoint(other, 3, false));
@@ -126,7 +127,7 @@ TEST_F(CheckpointChoiceTest, RestoreRefusesAFinishedRun) {
 }
 
 TEST_F(CheckpointChoiceTest, RestoreRefusesAnotherRunsCheckpoint) {
-  CheckpointIdentity other = Shard();
+  update::CheckpointIdentity other = Shard();
   other.mode = "async";
   Write(Checkpoint(other, 3, false));
   const absl::Status s = Choose(RestoreMode::kRestore).status();
@@ -141,13 +142,13 @@ TEST_F(CheckpointChoiceTest, ExtendTakesAFinishedRunWithItsWorkersNotDone) {
   ASSERT_TRUE(chosen->has_value());
   EXPECT_EQ((*chosen)->path, path);
   ASSERT_EQ((*chosen)->checkpoint.ranks.size(), 2u);
-  for (const RankRecord& r : (*chosen)->checkpoint.ranks) {
+  for (const update::RankRecord& r : (*chosen)->checkpoint.ranks) {
     EXPECT_FALSE(r.done);
   }
 }
 
 TEST_F(CheckpointChoiceTest, ExtendTakesARunNotFinishedAsItIs) {
-  ShardCheckpoint c = Checkpoint(Shard(), 4, false);
+  update::ShardCheckpoint c = Checkpoint(Shard(), 4, false);
   c.ranks[1].done = true;
   Write(c);
   absl::StatusOr<std::optional<LoadedCheckpoint>> chosen =

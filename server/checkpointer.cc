@@ -8,7 +8,7 @@
 namespace ps::server {
 
 Checkpointer::Checkpointer(CheckpointPolicy policy,
-                           std::function<ShardCheckpoint()> snapshot,
+                           std::function<update::ShardCheckpoint()> snapshot,
                            std::function<uint64_t()> version,
                            uint64_t start_version)
     : policy_(std::move(policy)),
@@ -38,20 +38,20 @@ absl::StatusOr<std::string> Checkpointer::WriteNow() {
 absl::StatusOr<std::string> Checkpointer::WriteLocked() {
   const absl::Time start = absl::Now();
   requested_.store(false);  // What was requested so far is in this one.
-  const ShardCheckpoint checkpoint = snapshot_();
+  const update::ShardCheckpoint checkpoint = snapshot_();
   // Whatever the outcome, the next trigger is counted from here: a failing
   // disk is retried at the policy's pace, not in a tight loop.
   last_version_ = checkpoint.version;
   last_time_ = absl::Now();
   absl::StatusOr<std::string> path =
-      WriteCheckpoint(policy_.dir, checkpoint, policy_.keep);
+      update::WriteCheckpoint(policy_.dir, checkpoint, policy_.keep);
   if (!path.ok()) {
     spdlog::error("checkpoint of version {} failed (training goes on): {}",
                   checkpoint.version, path.status().ToString());
     return path;
   }
   uint64_t floats = 0;
-  for (const SliceSnapshot& s : checkpoint.slices) {
+  for (const update::SliceSnapshot& s : checkpoint.slices) {
     floats += s.weights.size() * (1 + s.state.size());
   }
   spdlog::info("checkpoint {} written: version {}, {:.1f} MiB in {} ms", *path,

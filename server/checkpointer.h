@@ -46,7 +46,7 @@ class Checkpointer {
  public:
   // `start_version`: the version the shard starts from (restored or 0).
   Checkpointer(CheckpointPolicy policy,
-               std::function<ShardCheckpoint()> snapshot,
+               std::function<update::ShardCheckpoint()> snapshot,
                std::function<uint64_t()> version, uint64_t start_version);
   ~Checkpointer();
 
@@ -65,7 +65,7 @@ class Checkpointer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
 
   const CheckpointPolicy policy_;
-  const std::function<ShardCheckpoint()> snapshot_;
+  const std::function<update::ShardCheckpoint()> snapshot_;
   const std::function<uint64_t()> version_;
 
   absl::Mutex write_mu_;

@@ -29,19 +29,21 @@ class CheckpointerTest : public ::testing::Test {
     return std::make_unique<Checkpointer>(
         policy_,
         [this] {
-          ShardCheckpoint c;
+          update::ShardCheckpoint c;
           c.identity = {7, 0, "async", 1};
           c.version = version_;
           c.ranks.resize(1);
-          c.slices.push_back(SliceSnapshot{{1.0f, 2.0f}, version_, {}});
+          c.slices.push_back(update::SliceSnapshot{{1.0f, 2.0f}, version_, {}});
           return c;
         },
         [this] { return version_.load(); }, version_.load());
   }
 
-  std::vector<std::string> Files() { return *ListCheckpoints(policy_.dir, 0); }
+  std::vector<std::string> Files() {
+    return *update::ListCheckpoints(policy_.dir, 0);
+  }
   std::string Path(uint64_t v) {
-    return absl::StrCat(policy_.dir, "/", CheckpointFileName(0, v));
+    return absl::StrCat(policy_.dir, "/", update::CheckpointFileName(0, v));
   }
   // Waits up to 10 s for the newest checkpoint to be of `version`.
   bool AwaitNewest(uint64_t version) {

@@ -36,7 +36,7 @@ constexpr absl::Duration kRetryFor = absl::Seconds(60);
 
 // With every rank registered as IncarnationOf(rank), unless a test
 // registers its own.
-std::unique_ptr<UpdateCoordinator> Make(ShardStore* store,
+std::unique_ptr<UpdateCoordinator> Make(update::ShardStore* store,
                                         CoordinatorOptions options,
                                         bool register_all = true) {
   const int num_workers = options.num_workers;

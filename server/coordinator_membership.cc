@@ -163,7 +163,7 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
     absl::StatusOr<Membership::Registration> registration = members_.Register(
         rank, incarnation, planned_steps, max_examples_per_push, absl::Now());
     if (!registration.ok()) return registration.status();
-    const DataProgress& accepted = members_.ranks().accepted(rank);
+    const update::DataProgress& accepted = members_.ranks().accepted(rank);
     progress = {policy_->ResumeStep(ViewLocked(), rank), accepted.epoch,
                 accepted.examples_done};
     const uint64_t previous = registration->previous_incarnation;

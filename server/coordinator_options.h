@@ -32,7 +32,7 @@ struct CoordinatorOptions {
   // How often a waiting pull checks whether its caller gave up.
   absl::Duration poll_interval = absl::Milliseconds(100);
   // The learning rate of each update; unset: the optimizer's own.
-  std::optional<LearningRateSchedule> lr_schedule;
+  std::optional<update::LearningRateSchedule> lr_schedule;
   // sync, for a shard restarted with --restore: until a step completes, the
   // first pull or push for a step beyond the version moves the version
   // there (the updates since the checkpoint are lost on this shard).

@@ -28,6 +28,7 @@ using ::ps::server::testing::PlainSgd;
 using ::ps::server::testing::Pull;
 using ::ps::server::testing::RegisterAll;
 using ::ps::server::testing::SetGradientValues;
+using ::ps::update::ShardStore;
 
 // With every rank registered as IncarnationOf(rank).
 std::unique_ptr<UpdateCoordinator> Make(ShardStore* store,
@@ -40,8 +41,8 @@ std::unique_ptr<UpdateCoordinator> Make(ShardStore* store,
   return *std::move(c);
 }
 
-OptimizerConfig Adam() {
-  OptimizerConfig c;
+update::OptimizerConfig Adam() {
+  update::OptimizerConfig c;
   c.learning_rate = 0.01f;
   return c;
 }
@@ -63,7 +64,7 @@ StagedPush VariedPush(const ShardStore& store, int rank, uint64_t step) {
 void ExpectSameSlices(const ShardStore& a, const ShardStore& b) {
   ASSERT_EQ(a.num_slices(), b.num_slices());
   for (int i = 0; i < a.num_slices(); ++i) {
-    const SliceSnapshot sa = a.Snapshot(i), sb = b.Snapshot(i);
+    const update::SliceSnapshot sa = a.Snapshot(i), sb = b.Snapshot(i);
     EXPECT_EQ(sa.update_count, sb.update_count);
     ExpectBitIdentical({sa.weights}, {sb.weights}, "weights");
     ASSERT_EQ(sa.state.size(), sb.state.size());
@@ -93,17 +94,19 @@ TEST(CoordinatorRestoreTest, ARestoredShardContinuesBitIdentically) {
   // Rank 1's push for step 3 waits for nobody (rank 0 is done) and is
   // applied; then a snapshot, through a file.
   ASSERT_EQ(*a->Commit(VariedPush(*store_a, 1, 3)), 4u);
-  const ShardCheckpoint taken = a->Snapshot();
+  const update::ShardCheckpoint taken = a->Snapshot();
   EXPECT_EQ(taken.version, 4u);
   EXPECT_EQ(taken.planned_steps, 10u);
   ASSERT_EQ(taken.ranks.size(), 2u);
-  EXPECT_EQ(taken.ranks[0], (RankRecord{IncarnationOf(0), 3, {0, 9}, true}));
-  EXPECT_EQ(taken.ranks[1], (RankRecord{IncarnationOf(1), 4, {0, 16}, false}));
+  EXPECT_EQ(taken.ranks[0],
+            (update::RankRecord{IncarnationOf(0), 3, {0, 9}, true}));
+  EXPECT_EQ(taken.ranks[1],
+            (update::RankRecord{IncarnationOf(1), 4, {0, 16}, false}));
   EXPECT_EQ(taken.examples.at(0), (std::vector<uint64_t>{9, 16}));
   const std::string dir = TempDir("round_trip");
-  ASSERT_TRUE(WriteCheckpoint(dir, taken).ok());
-  absl::StatusOr<std::optional<LoadedCheckpoint>> loaded =
-      LoadNewestCheckpoint(dir, a->identity());
+  ASSERT_TRUE(update::WriteCheckpoint(dir, taken).ok());
+  absl::StatusOr<std::optional<update::LoadedCheckpoint>> loaded =
+      update::LoadNewestCheckpoint(dir, a->identity());
   ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
 
   auto store_b = MakeStore({12, 8, 4}, Adam(), 2, 1);
@@ -126,7 +129,7 @@ TEST(CoordinatorRestoreTest, RefusesAnotherJobsCheckpointChangingNothing) {
   auto two = Make(store.get(), FastOptions(ConsistencyMode::kSync, 2));
   ASSERT_TRUE(two->Commit(ConstantPush(*store, 0, 0, 1)).ok());
   ASSERT_TRUE(two->Commit(ConstantPush(*store, 1, 0, 1)).ok());
-  const ShardCheckpoint taken = two->Snapshot();
+  const update::ShardCheckpoint taken = two->Snapshot();
 
   struct Case {
     std::vector<int> layers;
@@ -227,8 +230,8 @@ TEST_F(SyncRestartTest, AHeartbeatPastALostPushTakesPartWithWeightZero) {
 // plan.
 TEST(CoordinatorRestoreTest, AnExtendedRunTakesItsWorkersNewPlan) {
   CoordinatorOptions options = FastOptions(ConsistencyMode::kSync, 1);
-  options.lr_schedule =
-      *LearningRateSchedule::Create(LrScheduleKind::kCosine, 1.0f, 0.0f);
+  options.lr_schedule = *update::LearningRateSchedule::Create(
+      update::LrScheduleKind::kCosine, 1.0f, 0.0f);
   auto make = [&](ShardStore* store, bool replan) {
     CoordinatorOptions o = options;
     o.replan_after_restore = replan;
@@ -240,7 +243,7 @@ TEST(CoordinatorRestoreTest, AnExtendedRunTakesItsWorkersNewPlan) {
   for (uint64_t step = 0; step < 2; ++step) {
     ASSERT_TRUE(old->Commit(ConstantPush(*old_store, 0, step, 1)).ok());
   }
-  const ShardCheckpoint finished = old->Snapshot();
+  const update::ShardCheckpoint finished = old->Snapshot();
   ASSERT_EQ(finished.planned_steps, 2u);
 
   // Restored as it was, the run keeps its plan.

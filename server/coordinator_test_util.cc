@@ -12,21 +12,21 @@
 
 namespace ps::server::testing {
 
-OptimizerConfig PlainSgd() {
-  OptimizerConfig c;
+update::OptimizerConfig PlainSgd() {
+  update::OptimizerConfig c;
   c.kind = OptimizerKind::kSgd;
   c.learning_rate = 1.0f;
   c.momentum = 0.0f;
   return c;
 }
 
-std::unique_ptr<ShardStore> MakeStore(std::vector<int> layers,
-                                      const OptimizerConfig& config,
-                                      int num_servers, int index) {
+std::unique_ptr<update::ShardStore> MakeStore(
+    std::vector<int> layers, const update::OptimizerConfig& config,
+    int num_servers, int index) {
   absl::StatusOr<Partition> p =
       Partition::Create(MlpModelSpec(layers), num_servers);
   EXPECT_TRUE(p.ok());
-  return *ShardStore::Create(*p, index, config);
+  return *update::ShardStore::Create(*p, index, config);
 }
 
 CoordinatorOptions FastOptions(ConsistencyMode mode, int num_workers,
@@ -39,7 +39,7 @@ CoordinatorOptions FastOptions(ConsistencyMode mode, int num_workers,
   return options;
 }
 
-std::unique_ptr<UpdateCoordinator> MakeCoordinator(ShardStore* store,
+std::unique_ptr<UpdateCoordinator> MakeCoordinator(update::ShardStore* store,
                                                    ConsistencyMode mode,
                                                    int num_workers,
                                                    int staleness) {
@@ -61,8 +61,8 @@ void RegisterAll(UpdateCoordinator& coordinator, int num_workers) {
   }
 }
 
-StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
-                        float value, uint32_t num_examples,
+StagedPush ConstantPush(const update::ShardStore& store, int rank,
+                        uint64_t step, float value, uint32_t num_examples,
                         uint64_t base_version) {
   StagedPush p;
   p.rank = rank;
@@ -80,13 +80,13 @@ StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
   return p;
 }
 
-std::unique_ptr<ShardStore> MakeAdamStore() {
-  OptimizerConfig adam;
+std::unique_ptr<update::ShardStore> MakeAdamStore() {
+  update::OptimizerConfig adam;
   adam.learning_rate = 0.01f;
   return MakeStore({30, 20, 10}, adam);
 }
 
-std::vector<StagedPush> RandomPushes(const ShardStore& store) {
+std::vector<StagedPush> RandomPushes(const update::ShardStore& store) {
   std::vector<StagedPush> pushes;
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -143,7 +143,7 @@ void SetGradientValues(StagedPush& push,
   }
 }
 
-std::vector<std::vector<float>> AllWeights(const ShardStore& store) {
+std::vector<std::vector<float>> AllWeights(const update::ShardStore& store) {
   std::vector<std::vector<float>> w;
   for (int i = 0; i < store.num_slices(); ++i) w.push_back(store.ReadSlice(i));
   return w;

@@ -17,11 +17,11 @@
 namespace ps::server::testing {
 
 // SGD with learning rate 1 and no momentum: w' = w - g, easy to read back.
-OptimizerConfig PlainSgd();
+update::OptimizerConfig PlainSgd();
 
-std::unique_ptr<ShardStore> MakeStore(std::vector<int> layers,
-                                      const OptimizerConfig& config,
-                                      int num_servers = 1, int index = 0);
+std::unique_ptr<update::ShardStore> MakeStore(
+    std::vector<int> layers, const update::OptimizerConfig& config,
+    int num_servers = 1, int index = 0);
 
 // Options with a fast poll; callers set what the test is about.
 CoordinatorOptions FastOptions(ConsistencyMode mode, int num_workers,
@@ -35,7 +35,7 @@ uint64_t IncarnationOf(int rank);
 void RegisterAll(UpdateCoordinator& coordinator, int num_workers);
 
 // A coordinator with every rank registered (RegisterAll).
-std::unique_ptr<UpdateCoordinator> MakeCoordinator(ShardStore* store,
+std::unique_ptr<UpdateCoordinator> MakeCoordinator(update::ShardStore* store,
                                                    ConsistencyMode mode,
                                                    int num_workers,
                                                    int staleness = 0);
@@ -43,19 +43,19 @@ std::unique_ptr<UpdateCoordinator> MakeCoordinator(ShardStore* store,
 // A push whose every gradient element is `value`. Its data progress is
 // (epoch 0, examples_done (step + 1) * num_examples): the cursor of a
 // worker that took every step before `step` with batches of this size.
-StagedPush ConstantPush(const ShardStore& store, int rank, uint64_t step,
-                        float value, uint32_t num_examples = 1,
+StagedPush ConstantPush(const update::ShardStore& store, int rank,
+                        uint64_t step, float value, uint32_t num_examples = 1,
                         uint64_t base_version = 0);
 
 // A store of an MLP trained with Adam (learning rate 0.01).
-std::unique_ptr<ShardStore> MakeAdamStore();
+std::unique_ptr<update::ShardStore> MakeAdamStore();
 
 // Ranks of RandomPushes.
 inline constexpr int kRandomPushRanks = 4;
 // One push for step 0 from each of kRandomPushRanks ranks, in rank order:
 // random gradients of very different sizes and example counts, the same on
 // every call, so that any change in summation order shows in the low bits.
-std::vector<StagedPush> RandomPushes(const ShardStore& store);
+std::vector<StagedPush> RandomPushes(const update::ShardStore& store);
 // The weights of a MakeAdamStore after one update by the documented sync
 // formula, g = sum_r(n_r * g_r) / sum_r(n_r) in rank order, over
 // RandomPushes, applied straight to the store.
@@ -67,7 +67,7 @@ std::vector<std::vector<float>> GradientValues(const StagedPush& push);
 void SetGradientValues(StagedPush& push,
                        const std::vector<std::vector<float>>& values);
 
-std::vector<std::vector<float>> AllWeights(const ShardStore& store);
+std::vector<std::vector<float>> AllWeights(const update::ShardStore& store);
 
 // Every weight of `after` equals the same weight of `before` minus `delta`.
 void ExpectShiftedBy(const std::vector<std::vector<float>>& before,

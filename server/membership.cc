@@ -12,7 +12,8 @@ Membership::Membership(const CoordinatorOptions& options, absl::Time now)
     : on_worker_failure_(options.on_worker_failure),
       rejoin_grace_(options.rejoin_grace),
       needs_plan_(options.lr_schedule.has_value() &&
-                  options.lr_schedule->kind() == LrScheduleKind::kCosine),
+                  options.lr_schedule->kind() ==
+                      update::LrScheduleKind::kCosine),
       replan_after_restore_(options.replan_after_restore),
       ranks_(options.num_workers, options.worker_timeout, now),
       extension_joins_(options.num_workers, false),

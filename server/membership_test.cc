@@ -112,8 +112,8 @@ TEST(MembershipTest, EveryWorkerMustPlanTheSameNumberOfSteps) {
 
 TEST(MembershipTest, ACosineScheduleNeedsAPlan) {
   CoordinatorOptions options = Options(1);
-  options.lr_schedule =
-      *LearningRateSchedule::Create(LrScheduleKind::kCosine, 0.1f, 0.0f);
+  options.lr_schedule = *update::LearningRateSchedule::Create(
+      update::LrScheduleKind::kCosine, 0.1f, 0.0f);
   Membership members(options, kStart);
   absl::StatusOr<Membership::Registration> unplanned =
       members.Register(0, 100, 0, 0, kStart);

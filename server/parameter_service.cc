@@ -33,7 +33,7 @@ std::string MethodPath(absl::string_view method) {
 
 // Copies rank 0's values into the slices awaiting them; the first upload
 // wins (a restarted rank 0 cannot change what other ranks may have pulled).
-absl::StatusOr<uint64_t> TakeInitialValues(ShardStore& store,
+absl::StatusOr<uint64_t> TakeInitialValues(update::ShardStore& store,
                                            const StagedPush& values) {
   const bool taken =
       store.SetInitialValues([&](int slice, absl::Span<float> out) {
@@ -254,7 +254,7 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
     uint64_t* bytes) {
   absl::StatusOr<DeclaredShard*> shard = Admit(request.header(), "a pull");
   if (!shard.ok()) return shard.status();
-  const ShardStore& store = *(*shard)->store;
+  const update::ShardStore& store = *(*shard)->store;
   UpdateCoordinator& coordinator = *(*shard)->coordinator;
   if (store.awaiting_initial_values()) {
     return absl::FailedPreconditionError(
@@ -306,7 +306,7 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
     chunk.mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
     // One version of the whole slice, sent from its memory without a copy
     // and without holding any lock.
-    const VersionedWeights::Version weights = store.ShareWeights(i);
+    const update::VersionedWeights::Version weights = store.ShareWeights(i);
     for (uint64_t begin = 0; begin < slice.num_elements;
          begin += chunk_elements) {
       const uint64_t n = std::min(chunk_elements, slice.num_elements - begin);
@@ -374,7 +374,7 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
     uint64_t* bytes, absl::Duration* commit) {
   absl::StatusOr<DeclaredShard*> shard = host_->Require("a push");
   if (!shard.ok()) return shard.status();
-  ShardStore& store = *(*shard)->store;
+  update::ShardStore& store = *(*shard)->store;
   UpdateCoordinator& coordinator = *(*shard)->coordinator;
   // The whole stream is staged privately; the shard is touched only by
   // Commit, after the last message was validated.

@@ -144,12 +144,12 @@ class ParameterServiceTest : public ::testing::Test {
       absl::Duration worker_timeout) {
     absl::StatusOr<Partition> partition = Partition::Create(model, 2);
     if (!partition.ok()) return partition.status();
-    OptimizerConfig sgd;
+    update::OptimizerConfig sgd;
     sgd.kind = OptimizerKind::kSgd;
     sgd.learning_rate = 1.0f;
     sgd.momentum = 0.0f;
     auto shard = std::make_unique<DeclaredShard>();
-    shard->store = *ShardStore::Create(*partition, kServer, sgd);
+    shard->store = *update::ShardStore::Create(*partition, kServer, sgd);
     CoordinatorOptions options;
     options.mode = mode;
     options.num_workers = kWorkers;
@@ -369,7 +369,7 @@ class ParameterServiceTest : public ::testing::Test {
   std::unique_ptr<Partition> partition_;
   std::unique_ptr<ShardHost> host_;
   // Owned by host_; set once the model is declared.
-  ShardStore* store_ = nullptr;
+  update::ShardStore* store_ = nullptr;
   UpdateCoordinator* coordinator_ = nullptr;
   std::unique_ptr<ParameterService> service_;
   std::unique_ptr<GrpcServer> server_;

@@ -25,7 +25,7 @@ absl::StatusOr<PushVerdict> AdmitPush(const StagedPush& push,
   if (absl::Status s = ranks.CheckExamples(r, push.num_examples); !s.ok()) {
     return s;
   }
-  const DataProgress progress{push.epoch, push.examples_done};
+  const update::DataProgress progress{push.epoch, push.examples_done};
   if (ranks.IsReplay(r, progress)) return PushVerdict::kReplay;
   before_policy();
   if (absl::Status s = policy.AdmitPush(view(), r, push.step); !s.ok()) {

@@ -19,7 +19,8 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
 
 }  // namespace
 
-PushStager::PushStager(const ShardStore* store, const ShardIdentity& identity,
+PushStager::PushStager(const update::ShardStore* store,
+                       const ShardIdentity& identity,
                        uint64_t min_chunk_elements, bool refuse_non_finite)
     : store_(store),
       identity_(identity),

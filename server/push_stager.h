@@ -94,7 +94,7 @@ class PushStager {
   // Chunks must hold at least `min_chunk_elements`, but for the one that
   // ends a slice. With `refuse_non_finite` false, NaN and infinite values
   // pass (the update then leaves their elements as they were).
-  PushStager(const ShardStore* store, const ShardIdentity& identity,
+  PushStager(const update::ShardStore* store, const ShardIdentity& identity,
              uint64_t min_chunk_elements = 1, bool refuse_non_finite = true);
 
   PushStager(const PushStager&) = delete;
@@ -112,7 +112,7 @@ class PushStager {
   static absl::Status CheckProgress(const PushMessage& message);
   static absl::Status CheckInitialValuesMetadata(const PushMessage& message);
 
-  const ShardStore* const store_;
+  const update::ShardStore* const store_;
   const ShardIdentity identity_;
   const uint64_t min_chunk_elements_;
   const bool refuse_non_finite_;

@@ -42,8 +42,8 @@ class PushStagerTest : public ::testing::Test {
     absl::StatusOr<Partition> p =
         Partition::Create(MlpModelSpec({20, 30, 5}), 2);
     EXPECT_TRUE(p.ok());
-    OptimizerConfig config;
-    store_ = *ShardStore::Create(*p, kServer, config);
+    update::OptimizerConfig config;
+    store_ = *update::ShardStore::Create(*p, kServer, config);
     identity_ = {p->fingerprint(), kServer, kNumWorkers};
   }
 
@@ -107,7 +107,7 @@ class PushStagerTest : public ::testing::Test {
         << r.status();
   }
 
-  std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<update::ShardStore> store_;
   ShardIdentity identity_;
   uint64_t min_chunk_elements_ = 1;
   bool refuse_non_finite_ = true;

@@ -33,8 +33,8 @@ namespace {
 using server::PushMessage;
 using server::PushMessageFromProto;
 using server::PushStager;
-using server::ShardStore;
 using server::StagedPush;
+using update::ShardStore;
 
 struct Shard {
   std::unique_ptr<ShardStore> store;
@@ -49,7 +49,7 @@ const std::vector<Shard>& Shards() {
     FUZZ_CHECK(partition.ok(), partition.status().ToString());
     for (int s = 0; s < kNumServers; ++s) {
       absl::StatusOr<std::unique_ptr<ShardStore>> store =
-          ShardStore::Create(*partition, s, server::OptimizerConfig());
+          ShardStore::Create(*partition, s, update::OptimizerConfig());
       FUZZ_CHECK(store.ok(), store.status().ToString());
       out->push_back({*std::move(store),
                       {partition->fingerprint(), s, kNumWorkers, kJobId}});

@@ -103,7 +103,7 @@ std::vector<int> RankRegistry::StillTraining(
 }
 
 absl::Status RankRegistry::CheckProgress(int rank, uint64_t step,
-                                         const DataProgress& progress,
+                                         const update::DataProgress& progress,
                                          uint32_t num_examples) const {
   const Rank& r = ranks_[rank];
   if (progress.epoch < r.accepted.epoch) return absl::OkStatus();
@@ -138,7 +138,7 @@ absl::Status RankRegistry::CheckProgress(int rank, uint64_t step,
 }
 
 void RankRegistry::RecordAccepted(int rank, uint64_t step,
-                                  const DataProgress& progress) {
+                                  const update::DataProgress& progress) {
   Rank& r = ranks_[rank];
   r.progress_continuous = true;
   r.clock = std::max(r.clock, step + 1);
@@ -146,7 +146,7 @@ void RankRegistry::RecordAccepted(int rank, uint64_t step,
 }
 
 void RankRegistry::RecordApplied(int rank, uint64_t step,
-                                 const DataProgress& progress,
+                                 const update::DataProgress& progress,
                                  uint32_t num_examples) {
   Rank& r = ranks_[rank];
   r.applied_clock = std::max(r.applied_clock, step + 1);
@@ -169,8 +169,8 @@ std::vector<int> RankRegistry::ActiveBefore(uint64_t step) const {
   return below;
 }
 
-std::vector<RankRecord> RankRegistry::Records() const {
-  std::vector<RankRecord> records;
+std::vector<update::RankRecord> RankRegistry::Records() const {
+  std::vector<update::RankRecord> records;
   records.reserve(ranks_.size());
   for (const Rank& r : ranks_) {
     records.push_back(
@@ -179,8 +179,8 @@ std::vector<RankRecord> RankRegistry::Records() const {
   return records;
 }
 
-absl::Status RankRegistry::Restore(const std::vector<RankRecord>& ranks,
-                                   const ExampleCounts& examples,
+absl::Status RankRegistry::Restore(const std::vector<update::RankRecord>& ranks,
+                                   const update::ExampleCounts& examples,
                                    absl::Time now) {
   if (ranks.size() != ranks_.size()) {
     return absl::InvalidArgumentError(

@@ -86,7 +86,7 @@ class RankRegistry {
 
   // True unless `progress` is beyond the rank's accepted progress: the push
   // carries a batch this shard already took.
-  bool IsReplay(int rank, const DataProgress& progress) const {
+  bool IsReplay(int rank, const update::DataProgress& progress) const {
     return !(ranks_[rank].accepted < progress);
   }
   // OK when a push ending at `progress` with `num_examples` examples can
@@ -100,30 +100,34 @@ class RankRegistry {
   // since the record's clock. (A restarted worker resumes from the
   // smallest record over the shards, so registering changes nothing.)
   absl::Status CheckProgress(int rank, uint64_t step,
-                             const DataProgress& progress,
+                             const update::DataProgress& progress,
                              uint32_t num_examples) const;
   // A push for `step` ending at `progress` was taken.
-  void RecordAccepted(int rank, uint64_t step, const DataProgress& progress);
+  void RecordAccepted(int rank, uint64_t step,
+                      const update::DataProgress& progress);
   // A push for `step` ending at `progress` reached the weights with
   // `num_examples` examples of epoch progress.epoch.
-  void RecordApplied(int rank, uint64_t step, const DataProgress& progress,
+  void RecordApplied(int rank, uint64_t step,
+                     const update::DataProgress& progress,
                      uint32_t num_examples);
   // The rank has done steps [0, next_step) (a pull for step `next_step`
   // says so).
   void RaiseNextStep(int rank, uint64_t next_step);
   // Steps taken: the last accepted step + 1, or more once raised.
   uint64_t next_step(int rank) const { return ranks_[rank].clock; }
-  const DataProgress& accepted(int rank) const { return ranks_[rank].accepted; }
+  const update::DataProgress& accepted(int rank) const {
+    return ranks_[rank].accepted;
+  }
 
   // Active ranks whose next step is below `step`, in rank order.
   std::vector<int> ActiveBefore(uint64_t step) const;
 
-  std::vector<RankRecord> Records() const;
-  const ExampleCounts& examples() const { return examples_; }
+  std::vector<update::RankRecord> Records() const;
+  const update::ExampleCounts& examples() const { return examples_; }
   // Replaces every rank's state and the counts; leases restart at `now`.
   // InvalidArgument (nothing changes) if the sizes are not num_workers.
-  absl::Status Restore(const std::vector<RankRecord>& ranks,
-                       const ExampleCounts& examples, absl::Time now);
+  absl::Status Restore(const std::vector<update::RankRecord>& ranks,
+                       const update::ExampleCounts& examples, absl::Time now);
 
   // "examples per epoch: 0=60000 1=60000 2=13312", summed over ranks.
   std::string ExamplesPerEpochLine() const;
@@ -136,8 +140,8 @@ class RankRegistry {
     uint64_t incarnation = 0;
     uint64_t clock = 0;
     uint64_t applied_clock = 0;
-    DataProgress accepted;
-    DataProgress applied;
+    update::DataProgress accepted;
+    update::DataProgress applied;
     // `accepted` is where the rank's worker stands (see CheckProgress).
     bool progress_continuous = true;
     bool done = false;
@@ -156,7 +160,7 @@ class RankRegistry {
 
   absl::Duration lease_;
   std::vector<Rank> ranks_;
-  ExampleCounts examples_;
+  update::ExampleCounts examples_;
 };
 
 // "worker 2" or "workers 1, 3", for log lines and errors.

@@ -8,6 +8,9 @@
 namespace ps::server {
 namespace {
 
+using ::ps::update::DataProgress;
+using ::ps::update::RankRecord;
+
 const absl::Time kStart = absl::FromUnixSeconds(1000);
 const absl::Duration kLease = absl::Seconds(10);
 
@@ -219,7 +222,7 @@ TEST(RankRegistryTest, RestoreReplacesStateAndRestartsLeases) {
   ranks.ExpireLeases(kStart + absl::Seconds(11));
   const std::vector<RankRecord> records = {{3, 5, {1, 10}, false},
                                            {4, 6, {1, 20}, true}};
-  const ExampleCounts examples = {{1, {10, 20}}};
+  const update::ExampleCounts examples = {{1, {10, 20}}};
   const absl::Time later = kStart + absl::Seconds(100);
   ASSERT_TRUE(ranks.Restore(records, examples, later).ok());
   EXPECT_EQ(ranks.Records(), records);

@@ -96,7 +96,8 @@ absl::Status ServingFlags(const ServerFlags& f, ServerConfig& c) {
 // The optimizer's flags: each one given is recorded as given.
 absl::Status OptimizerFlags(const ServerFlags& f, ServerConfig& c) {
   if (f.optimizer.has_value()) {
-    absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(*f.optimizer);
+    absl::StatusOr<OptimizerKind> kind =
+        update::ParseOptimizerKind(*f.optimizer);
     if (!kind.ok()) return kind.status();
     c.optimizer.kind = *kind;
     c.optimizer_given.optimizer = true;
@@ -106,15 +107,15 @@ absl::Status OptimizerFlags(const ServerFlags& f, ServerConfig& c) {
     field = *flag;
     given = true;
   };
-  OptimizerConfig& o = c.optimizer;
-  OptimizerFlagsGiven& g = c.optimizer_given;
+  update::OptimizerConfig& o = c.optimizer;
+  update::OptimizerFlagsGiven& g = c.optimizer_given;
   set(f.learning_rate, o.learning_rate, g.learning_rate);
   set(f.momentum, o.momentum, g.momentum);
   set(f.weight_decay, o.weight_decay, g.weight_decay);
   set(f.beta1, o.beta1, g.beta1);
   set(f.beta2, o.beta2, g.beta2);
   set(f.epsilon, o.epsilon, g.epsilon);
-  return ValidateOptimizerConfig(o);
+  return update::ValidateOptimizerConfig(o);
 }
 
 // The liveness, learning-rate and checkpoint flags.
@@ -133,10 +134,12 @@ absl::Status FaultFlags(const ServerFlags& f, ServerConfig& c) {
   if (!policy.ok()) return policy.status();
   o.on_worker_failure = *policy;
 
-  absl::StatusOr<LrScheduleKind> schedule = ParseLrSchedule(f.lr_schedule);
+  absl::StatusOr<update::LrScheduleKind> schedule =
+      update::ParseLrSchedule(f.lr_schedule);
   if (!schedule.ok()) return schedule.status();
-  absl::StatusOr<LearningRateSchedule> lr = LearningRateSchedule::Create(
-      *schedule, c.optimizer.learning_rate, f.min_learning_rate);
+  absl::StatusOr<update::LearningRateSchedule> lr =
+      update::LearningRateSchedule::Create(*schedule, c.optimizer.learning_rate,
+                                           f.min_learning_rate);
   if (!lr.ok()) return lr.status();
   o.lr_schedule = *lr;
 

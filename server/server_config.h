@@ -98,8 +98,8 @@ struct ServerConfig {
   std::string port_file;
   CoordinatorOptions coordinator;
   // From the flags; a declared optimizer replaces it (ResolveOptimizer).
-  OptimizerConfig optimizer;
-  OptimizerFlagsGiven optimizer_given;
+  update::OptimizerConfig optimizer;
+  update::OptimizerFlagsGiven optimizer_given;
   int max_message_bytes = 0;
   std::optional<CheckpointPolicy> checkpoints;  // Unset: none.
   RestoreMode restore = RestoreMode::kNone;

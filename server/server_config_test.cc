@@ -43,8 +43,9 @@ TEST(ServerConfigTest, TheDefaultsWithAShardIndexMakeAConfiguration) {
   EXPECT_EQ(c->coordinator.num_workers, 1);
   EXPECT_EQ(c->coordinator.on_worker_failure, FailurePolicy::kElastic);
   ASSERT_TRUE(c->coordinator.lr_schedule.has_value());
-  EXPECT_EQ(c->coordinator.lr_schedule->kind(), LrScheduleKind::kConstant);
-  EXPECT_EQ(c->optimizer.kind, OptimizerConfig().kind);
+  EXPECT_EQ(c->coordinator.lr_schedule->kind(),
+            update::LrScheduleKind::kConstant);
+  EXPECT_EQ(c->optimizer.kind, update::OptimizerConfig().kind);
   EXPECT_FALSE(c->optimizer_given.optimizer);
   EXPECT_FALSE(c->optimizer_given.learning_rate);
   EXPECT_FALSE(c->checkpoints.has_value());
@@ -306,7 +307,7 @@ TEST(ServerConfigTest, SetsTheCoordinatorsModeAndLiveness) {
   EXPECT_EQ(o.rejoin_grace, absl::Seconds(7));
   EXPECT_EQ(o.slow_wait_log, absl::Seconds(2));
   ASSERT_TRUE(o.lr_schedule.has_value());
-  EXPECT_EQ(o.lr_schedule->kind(), LrScheduleKind::kCosine);
+  EXPECT_EQ(o.lr_schedule->kind(), update::LrScheduleKind::kCosine);
   EXPECT_FLOAT_EQ(o.lr_schedule->At(0, 100), 0.1f);
   EXPECT_FLOAT_EQ(o.lr_schedule->At(100, 100), 0.01f);
 }

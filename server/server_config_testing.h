@@ -23,8 +23,8 @@ inline ServerConfig TestServerConfig(int num_workers = 1) {
   ServerConfig config;
   config.address = "127.0.0.1:0";
   config.coordinator.num_workers = num_workers;
-  config.coordinator.lr_schedule = *LearningRateSchedule::Create(
-      LrScheduleKind::kConstant, config.optimizer.learning_rate, 0);
+  config.coordinator.lr_schedule = *update::LearningRateSchedule::Create(
+      update::LrScheduleKind::kConstant, config.optimizer.learning_rate, 0);
   config.max_message_bytes = 4 << 20;
   config.max_threads = 16;
   config.stream_idle_timeout = absl::Seconds(60);

@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
       "--checkpoint_dir it cannot write, or a checkpoint of another run "
       "(never retry).");
   ps::server::ListServerFlagsInHelp();
-  if (absl::Status s = ps::server::CheckFlagSyntax(argc, argv); !s.ok()) {
+  if (absl::Status s = ps::CheckFlagSyntax(argc, argv); !s.ok()) {
     std::fprintf(stderr, "server: %s\n", std::string(s.message()).c_str());
     return ps::kExitBadConfig;
   }

@@ -24,8 +24,10 @@ class ServerMetrics;
 // Thread-safe; Add is one brief critical section.
 class StalenessHistogram {
  public:
-  static constexpr int kExactBuckets = StalenessHistogramState::kExactBuckets;
-  static constexpr int kNumBuckets = StalenessHistogramState::kNumBuckets;
+  static constexpr int kExactBuckets =
+      update::StalenessHistogramState::kExactBuckets;
+  static constexpr int kNumBuckets =
+      update::StalenessHistogramState::kNumBuckets;
 
   void Add(uint64_t staleness);
 
@@ -42,7 +44,7 @@ class StalenessHistogram {
   static int BucketOf(uint64_t staleness);
 
   // Everything the histogram holds, for checkpoints.
-  using State = StalenessHistogramState;
+  using State = update::StalenessHistogramState;
   State state() const;
   void Restore(const State& state);
 

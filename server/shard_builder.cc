@@ -30,7 +30,7 @@ absl::Time ModificationTime(const std::string& path) {
 
 }  // namespace
 
-CheckpointIdentity CheckpointIdentityOf(const ServerConfig& config) {
+update::CheckpointIdentity CheckpointIdentityOf(const ServerConfig& config) {
   return {config.num_servers, config.server_index,
           std::string(ConsistencyModeName(config.coordinator.mode)),
           config.coordinator.num_workers};
@@ -46,14 +46,15 @@ absl::StatusOr<std::unique_ptr<DeclaredShard>> ShardBuilder::FromDeclaration(
 }
 
 absl::StatusOr<std::unique_ptr<DeclaredShard>> ShardBuilder::FromCheckpoint(
-    const LoadedCheckpoint& checkpoint) const {
+    const update::LoadedCheckpoint& checkpoint) const {
   return Build(checkpoint.checkpoint.model, &checkpoint);
 }
 
 absl::StatusOr<std::unique_ptr<DeclaredShard>> ShardBuilder::AtStart() const {
   if (!config_.checkpoints.has_value()) return nullptr;
-  absl::StatusOr<std::optional<LoadedCheckpoint>> found = ChooseCheckpoint(
-      config_.checkpoints->dir, CheckpointIdentityOf(config_), config_.restore);
+  absl::StatusOr<std::optional<update::LoadedCheckpoint>> found =
+      ChooseCheckpoint(config_.checkpoints->dir, CheckpointIdentityOf(config_),
+                       config_.restore);
   if (!found.ok()) return found.status();
   if (!found->has_value()) return nullptr;
   return FromCheckpoint(**found);
@@ -64,18 +65,18 @@ ShardHost::Builder ShardBuilder::ForDeclarations() const {
 }
 
 absl::StatusOr<std::unique_ptr<DeclaredShard>> ShardBuilder::Build(
-    const ModelSpec& model, const LoadedCheckpoint* checkpoint) const {
+    const ModelSpec& model, const update::LoadedCheckpoint* checkpoint) const {
   absl::StatusOr<Partition> partition =
       Partition::Create(model, config_.num_servers);
   if (!partition.ok()) return partition.status();
   auto shard = std::make_unique<DeclaredShard>();
-  absl::StatusOr<OptimizerConfig> optimizer = ResolveOptimizer(
+  absl::StatusOr<update::OptimizerConfig> optimizer = update::ResolveOptimizer(
       config_.optimizer, config_.optimizer_given, model.optimizer,
       checkpoint != nullptr ? absl::StrCat("the checkpoint ", checkpoint->path)
                             : std::string("rank 0"));
   if (!optimizer.ok()) return optimizer.status();
-  absl::StatusOr<std::unique_ptr<ShardStore>> store =
-      ShardStore::Create(*partition, config_.server_index, *optimizer);
+  absl::StatusOr<std::unique_ptr<update::ShardStore>> store =
+      update::ShardStore::Create(*partition, config_.server_index, *optimizer);
   if (!store.ok()) return store.status();
   shard->store = *std::move(store);
   CoordinatorOptions options = config_.coordinator;
@@ -84,14 +85,15 @@ absl::StatusOr<std::unique_ptr<DeclaredShard>> ShardBuilder::Build(
     // push carries its scheduler's value, and one without is applied at
     // the declared rate. --lr_schedule is for the flags' optimizer (the
     // local launcher passes it whether given or not, so it is no error).
-    absl::StatusOr<LearningRateSchedule> lr = LearningRateSchedule::Create(
-        LrScheduleKind::kConstant, optimizer->learning_rate, 0);
+    absl::StatusOr<update::LearningRateSchedule> lr =
+        update::LearningRateSchedule::Create(update::LrScheduleKind::kConstant,
+                                             optimizer->learning_rate, 0);
     if (!lr.ok()) return lr.status();
-    if (options.lr_schedule->kind() != LrScheduleKind::kConstant) {
+    if (options.lr_schedule->kind() != update::LrScheduleKind::kConstant) {
       spdlog::warn(
           "--lr_schedule={} does not apply: the declaration carries the "
           "optimizer, whose learning rate the workers set",
-          std::string(LrScheduleName(options.lr_schedule->kind())));
+          std::string(update::LrScheduleName(options.lr_schedule->kind())));
     }
     options.lr_schedule = *lr;
     spdlog::info("optimizer {} as declared", DescribeOptimizer(*optimizer));

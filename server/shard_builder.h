@@ -50,7 +50,7 @@ class ShardBuilder {
   // The shard of `checkpoint.checkpoint.model`, restored to the
   // checkpoint's state; errors name the checkpoint's path.
   absl::StatusOr<std::unique_ptr<DeclaredShard>> FromCheckpoint(
-      const LoadedCheckpoint& checkpoint) const;
+      const update::LoadedCheckpoint& checkpoint) const;
 
   // The shard the server starts with: with --checkpoint_dir, built from the
   // checkpoint ChooseCheckpoint picks for --restore and --extend; null when
@@ -63,7 +63,7 @@ class ShardBuilder {
 
  private:
   absl::StatusOr<std::unique_ptr<DeclaredShard>> Build(
-      const ModelSpec& model, const LoadedCheckpoint* checkpoint) const;
+      const ModelSpec& model, const update::LoadedCheckpoint* checkpoint) const;
 
   const ServerConfig& config_;
   const std::function<void(const absl::Status&)> on_finished_;
@@ -72,7 +72,7 @@ class ShardBuilder {
 
 // The identity a checkpoint of this shard carries (and must carry to be
 // restored here).
-CheckpointIdentity CheckpointIdentityOf(const ServerConfig& config);
+update::CheckpointIdentity CheckpointIdentityOf(const ServerConfig& config);
 
 }  // namespace ps::server
 

@@ -55,13 +55,13 @@ class ShardBuilderTest : public ::testing::Test {
   }
 
   // A checkpoint of TwoTensors' shard, as at `version`.
-  ShardCheckpoint SnapshotAt(uint64_t version) {
+  update::ShardCheckpoint SnapshotAt(uint64_t version) {
     ShardBuilder builder(config_, nullptr);
     absl::StatusOr<std::unique_ptr<DeclaredShard>> shard =
         builder.FromDeclaration(TwoTensors());
     EXPECT_TRUE(shard.ok()) << shard.status();
     if (!shard.ok()) return {};
-    ShardCheckpoint snapshot = (*shard)->coordinator->Snapshot();
+    update::ShardCheckpoint snapshot = (*shard)->coordinator->Snapshot();
     snapshot.version = version;
     return snapshot;
   }
@@ -102,8 +102,8 @@ TEST_F(ShardBuilderTest, BuildsOnlyItsShardsSlices) {
 
 TEST_F(ShardBuilderTest, ADeclaredOptimizerReplacesTheFlags) {
   testing::LogCapture log;
-  config_.coordinator.lr_schedule = *LearningRateSchedule::Create(
-      LrScheduleKind::kCosine, config_.optimizer.learning_rate, 0);
+  config_.coordinator.lr_schedule = *update::LearningRateSchedule::Create(
+      update::LrScheduleKind::kCosine, config_.optimizer.learning_rate, 0);
   ModelSpec model = TwoTensors();
   OptimizerSpec sgd;
   sgd.kind = OptimizerKind::kSgd;
@@ -118,7 +118,7 @@ TEST_F(ShardBuilderTest, ADeclaredOptimizerReplacesTheFlags) {
   // Its pushes carry their learning rate; the flags' schedule is unused.
   const CoordinatorOptions& options = (*shard)->coordinator->options();
   ASSERT_TRUE(options.lr_schedule.has_value());
-  EXPECT_EQ(options.lr_schedule->kind(), LrScheduleKind::kConstant);
+  EXPECT_EQ(options.lr_schedule->kind(), update::LrScheduleKind::kConstant);
   EXPECT_FLOAT_EQ(options.lr_schedule->At(5, 10), 0.25f);
   EXPECT_THAT(log.text(), HasSubstr("--lr_schedule=cosine does not apply"));
   EXPECT_THAT(log.text(), HasSubstr("optimizer sgd(learning_rate 0.25"));
@@ -171,7 +171,7 @@ TEST_F(ShardBuilderTest, CheckpointsWrittenAreCountedInTheMetrics) {
   EXPECT_FALSE(metrics->last_checkpoint().has_value());
   absl::StatusOr<std::string> path = (*shard)->checkpointer->WriteNow();
   ASSERT_TRUE(path.ok()) << path.status();
-  EXPECT_EQ(*path, absl::StrCat(dir, "/", CheckpointFileName(0, 0)));
+  EXPECT_EQ(*path, absl::StrCat(dir, "/", update::CheckpointFileName(0, 0)));
   EXPECT_TRUE(metrics->last_checkpoint().has_value());
 }
 
@@ -185,27 +185,27 @@ TEST_F(ShardBuilderTest, AWorkerReplacedByANewProcessMakesACheckpointDue) {
   ASSERT_TRUE(coordinator.Register(0, 1, 0).ok());
   ASSERT_TRUE(coordinator.Register(1, 2, 0).ok());
   // The policy writes none by itself.
-  EXPECT_TRUE(ListCheckpoints(dir, 0)->empty());
+  EXPECT_TRUE(update::ListCheckpoints(dir, 0)->empty());
   // Rank 1 restarted: a checkpoint must record its new process.
   ASSERT_TRUE(coordinator.Register(1, 3, 0).ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (ListCheckpoints(dir, 0)->empty() && absl::Now() < deadline) {
+  while (update::ListCheckpoints(dir, 0)->empty() && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(10));
   }
-  ASSERT_EQ(ListCheckpoints(dir, 0)->size(), 1u);
-  absl::StatusOr<ShardCheckpoint> written =
-      ReadCheckpoint(ListCheckpoints(dir, 0)->front());
+  ASSERT_EQ(update::ListCheckpoints(dir, 0)->size(), 1u);
+  absl::StatusOr<update::ShardCheckpoint> written =
+      update::ReadCheckpoint(update::ListCheckpoints(dir, 0)->front());
   ASSERT_TRUE(written.ok()) << written.status();
   EXPECT_EQ(written->ranks[1].incarnation, 3u);
 }
 
 TEST_F(ShardBuilderTest, RestoresAShardFromItsCheckpoint) {
   const std::string dir = KeepCheckpoints();
-  ShardCheckpoint snapshot = SnapshotAt(6);
+  update::ShardCheckpoint snapshot = SnapshotAt(6);
   ASSERT_EQ(snapshot.slices.size(), 2u);
   snapshot.slices[0].weights[1] = 42.0f;
-  LoadedCheckpoint loaded;
-  loaded.path = *WriteCheckpoint(dir, snapshot);
+  update::LoadedCheckpoint loaded;
+  loaded.path = *update::WriteCheckpoint(dir, snapshot);
   loaded.checkpoint = snapshot;
 
   auto registry = std::make_shared<prometheus::Registry>();
@@ -226,7 +226,7 @@ TEST_F(ShardBuilderTest, RestoresAShardFromItsCheckpoint) {
 }
 
 TEST_F(ShardBuilderTest, ACheckpointThatDoesNotFitIsRefusedNamingIt) {
-  LoadedCheckpoint loaded;
+  update::LoadedCheckpoint loaded;
   loaded.path = "/somewhere/shard-0-1.ckpt";
   loaded.checkpoint = SnapshotAt(1);
   ASSERT_EQ(loaded.checkpoint.slices.size(), 2u);
@@ -253,7 +253,7 @@ TEST_F(ShardBuilderTest, StartsEmptyWithoutACheckpointToRestore) {
 
 TEST_F(ShardBuilderTest, StartsFromTheCheckpointRestoreChooses) {
   const std::string dir = KeepCheckpoints();
-  ASSERT_TRUE(WriteCheckpoint(dir, SnapshotAt(3)).ok());
+  ASSERT_TRUE(update::WriteCheckpoint(dir, SnapshotAt(3)).ok());
   ShardBuilder builder(config_, nullptr);
 
   // Without --restore, the directory is another run's.

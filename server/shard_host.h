@@ -23,7 +23,7 @@ namespace ps::server {
 // the coordinator of their updates and their checkpoints. Members are
 // destroyed in reverse order, each before what it uses.
 struct DeclaredShard {
-  std::unique_ptr<ShardStore> store;
+  std::unique_ptr<update::ShardStore> store;
   std::unique_ptr<UpdateCoordinator> coordinator;
   std::unique_ptr<Checkpointer> checkpointer;  // Null: no checkpoints.
   // What every request's header is checked against.

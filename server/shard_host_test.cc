@@ -104,10 +104,11 @@ TEST_F(ShardHostTest, StopWritesTheFinalCheckpointAndRefusesLaterCalls) {
   absl::StatusOr<DeclaredShard*> shard = host.Declare(0, OneTensor());
   ASSERT_TRUE(shard.ok()) << shard.status();
   ASSERT_TRUE((*shard)->coordinator->Register(0, 5, 0).ok());
-  EXPECT_TRUE(ListCheckpoints(dir, 0)->empty());
+  EXPECT_TRUE(update::ListCheckpoints(dir, 0)->empty());
   host.StopAndCheckpoint();
-  EXPECT_EQ(*ListCheckpoints(dir, 0), std::vector<std::string>{absl::StrCat(
-                                          dir, "/", CheckpointFileName(0, 0))});
+  EXPECT_EQ(*update::ListCheckpoints(dir, 0),
+            std::vector<std::string>{
+                absl::StrCat(dir, "/", update::CheckpointFileName(0, 0))});
   EXPECT_FALSE((*shard)->coordinator->Heartbeat(0, 5).ok());
 }
 
@@ -117,7 +118,7 @@ TEST_F(ShardHostTest, AShardWaitingForRankZerosValuesKeepsNoCheckpoint) {
   ASSERT_TRUE(host.Declare(0, OneTensor(InitializerSpec::FromRank0())).ok());
   ASSERT_TRUE(host.get()->store->awaiting_initial_values());
   host.StopAndCheckpoint();
-  EXPECT_TRUE(ListCheckpoints(dir, 0)->empty());
+  EXPECT_TRUE(update::ListCheckpoints(dir, 0)->empty());
 }
 
 }  // namespace

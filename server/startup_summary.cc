@@ -43,7 +43,7 @@ std::vector<std::string> StartupSummary(const ServerConfig& config,
       "learning rate {} {}; checkpoints {}",
       absl::FormatDuration(c.worker_timeout),
       std::string(FailurePolicyName(c.on_worker_failure)),
-      std::string(LrScheduleName(c.lr_schedule->kind())),
+      std::string(update::LrScheduleName(c.lr_schedule->kind())),
       config.optimizer.learning_rate,
       config.checkpoints.has_value()
           ? absl::StrCat("in ", config.checkpoints->dir, " every ",

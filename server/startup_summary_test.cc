@@ -19,8 +19,8 @@ ServerConfig Config() {
   c.server_index = 1;
   c.num_servers = 3;
   c.coordinator.num_workers = 4;
-  c.coordinator.lr_schedule =
-      *LearningRateSchedule::Create(LrScheduleKind::kCosine, 0.25f, 0);
+  c.coordinator.lr_schedule = *update::LearningRateSchedule::Create(
+      update::LrScheduleKind::kCosine, 0.25f, 0);
   c.optimizer.learning_rate = 0.25f;
   c.job_id = "run-7";
   c.limits.max_tensors = 1000;

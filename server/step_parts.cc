@@ -65,30 +65,30 @@ void StepParts::Clear() {
   for (std::optional<StagedPush>& pending : pending_) pending.reset();
 }
 
-absl::Status ApplyReadyStep(ShardStore& store, const ReadyStep& step) {
+absl::Status ApplyReadyStep(update::ShardStore& store, const ReadyStep& step) {
   double total_examples = 0;
   for (const StagedPush& p : step.pushes) total_examples += p.num_examples;
   // Only weight-0 pushes: nothing was learned, so nothing changes.
   if (total_examples == 0) return absl::OkStatus();
-  return ForEachSlice(store, [&](int slice) {
+  return update::ForEachSlice(store, [&](int slice) {
     // g = sum_r (n_r * g_r) / sum_r n_r, always in rank order, so the sum
     // is the same bits whatever order the pushes arrived in. Computed a
     // block at a time as the update reads it, from the pushes where they
     // lie: elementwise, so the blocks change no bit.
     auto aggregate = [&](uint64_t begin, absl::Span<char> scratch) {
       const size_t n = scratch.size() / sizeof(float);
-      double sum[Optimizer::kGradientBlock] = {};
+      double sum[update::Optimizer::kGradientBlock] = {};
       for (const StagedPush& p : step.pushes) {
         if (p.num_examples == 0) continue;
         for (size_t done = 0; done < n;) {
           const EncodedFloats g =
               p.gradients[slice].View(begin + done, n - done, scratch);
-          AddWeighted(g, p.num_examples, sum + done);
+          update::AddWeighted(g, p.num_examples, sum + done);
           done += g.size();
         }
       }
-      float mean[Optimizer::kGradientBlock];
-      DivideToFloats(sum, n, total_examples, mean);
+      float mean[update::Optimizer::kGradientBlock];
+      update::DivideToFloats(sum, n, total_examples, mean);
       return EncodeInto(absl::MakeConstSpan(mean, n), scratch);
     };
     return store.ApplyGradient(slice, aggregate, step.learning_rate);

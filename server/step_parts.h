@@ -70,7 +70,7 @@ class StepParts {
 // result is the same bits whatever order the pushes arrived in. Changes
 // nothing when no push carries examples. The caller holds no lock that a
 // slice update takes (see UpdateCoordinator's lock order).
-absl::Status ApplyReadyStep(ShardStore& store, const ReadyStep& step);
+absl::Status ApplyReadyStep(update::ShardStore& store, const ReadyStep& step);
 
 }  // namespace ps::server
 

@@ -10,7 +10,7 @@
 
 namespace ps::server {
 
-UpdateCoordinator::UpdateCoordinator(ShardStore* store,
+UpdateCoordinator::UpdateCoordinator(update::ShardStore* store,
                                      CoordinatorOptions options)
     : store_(store),
       options_(std::move(options)),
@@ -23,7 +23,7 @@ UpdateCoordinator::UpdateCoordinator(ShardStore* store,
 }
 
 absl::StatusOr<std::unique_ptr<UpdateCoordinator>> UpdateCoordinator::Create(
-    ShardStore* store, CoordinatorOptions options) {
+    update::ShardStore* store, CoordinatorOptions options) {
   if (options.num_workers < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--num_workers must be at least 1, got ", options.num_workers));
@@ -176,7 +176,7 @@ void UpdateCoordinator::WarnOfIncompleteUpdate(absl::string_view what) {
 
 absl::StatusOr<uint64_t> UpdateCoordinator::CommitAtOnce(StagedPush push) {
   const int r = push.rank;
-  const DataProgress progress{push.epoch, push.examples_done};
+  const update::DataProgress progress{push.epoch, push.examples_done};
   // One update at a time, so each sees a definite version and none
   // interleaves with another on a slice.
   absl::MutexLock apply_lock(&apply_mu_);
@@ -202,7 +202,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAtOnce(StagedPush push) {
                         ? push.learning_rate
                         : LearningRateLocked(version_);
   }
-  absl::Status applied = ForEachSlice(*store_, [&](int slice) {
+  absl::Status applied = update::ForEachSlice(*store_, [&](int slice) {
     const SliceGradient& gradient = push.gradients[slice];
     return store_->ApplyGradient(
         slice,
@@ -261,17 +261,17 @@ void UpdateCoordinator::Shutdown() {
   members_.Shutdown();
 }
 
-CheckpointIdentity UpdateCoordinator::identity() const {
+update::CheckpointIdentity UpdateCoordinator::identity() const {
   return {store_->partition().num_servers(), store_->server_index(),
           std::string(ConsistencyModeName(options_.mode)),
           options_.num_workers};
 }
 
-ShardCheckpoint UpdateCoordinator::Snapshot() {
+update::ShardCheckpoint UpdateCoordinator::Snapshot() {
   // No update is half applied while apply_mu_ is held; a sync push still
   // waiting for its step is in neither the weights nor the rank records.
   absl::MutexLock apply_lock(&apply_mu_);
-  ShardCheckpoint c;
+  update::ShardCheckpoint c;
   c.identity = identity();
   c.model = store_->partition().model();
   c.partition_fingerprint = store_->partition().fingerprint();
@@ -288,8 +288,9 @@ ShardCheckpoint UpdateCoordinator::Snapshot() {
   return c;
 }
 
-absl::Status UpdateCoordinator::Restore(const ShardCheckpoint& checkpoint) {
-  if (absl::Status s = CheckIdentity(identity(), checkpoint.identity);
+absl::Status UpdateCoordinator::Restore(
+    const update::ShardCheckpoint& checkpoint) {
+  if (absl::Status s = update::CheckIdentity(identity(), checkpoint.identity);
       !s.ok()) {
     return s;
   }

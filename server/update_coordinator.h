@@ -88,7 +88,7 @@ struct RankProgress {
 class UpdateCoordinator {
  public:
   static absl::StatusOr<std::unique_ptr<UpdateCoordinator>> Create(
-      ShardStore* store, CoordinatorOptions options);
+      update::ShardStore* store, CoordinatorOptions options);
   ~UpdateCoordinator();
 
   UpdateCoordinator(const UpdateCoordinator&) = delete;
@@ -162,12 +162,12 @@ class UpdateCoordinator {
   // A consistent copy of the shard's state: waits for an update being
   // applied, blocks updates (not pulls or pushes) while the slices are
   // copied.
-  ShardCheckpoint Snapshot();
+  update::ShardCheckpoint Snapshot();
   // Replaces the shard's state with `checkpoint`, before serving.
   // FailedPrecondition if it is another job's (identity), InvalidArgument
   // if it does not fit; nothing changes on error.
-  absl::Status Restore(const ShardCheckpoint& checkpoint);
-  CheckpointIdentity identity() const;
+  absl::Status Restore(const update::ShardCheckpoint& checkpoint);
+  update::CheckpointIdentity identity() const;
 
   // Multi-line: worker states and progress, "examples per epoch: 0=60000
   // 1=60000", replayed pushes, updates lost in restarts, staleness.
@@ -177,7 +177,7 @@ class UpdateCoordinator {
   const StalenessHistogram& staleness() const { return staleness_; }
 
  private:
-  UpdateCoordinator(ShardStore* store, CoordinatorOptions options);
+  UpdateCoordinator(update::ShardStore* store, CoordinatorOptions options);
 
   // A push into the step being collected (the policy collects steps).
   absl::StatusOr<uint64_t> CommitToStep(StagedPush push);
@@ -233,7 +233,7 @@ class UpdateCoordinator {
   void MaybeFinish() ABSL_LOCKS_EXCLUDED(mu_);
   void CheckerLoop();
 
-  ShardStore* const store_;
+  update::ShardStore* const store_;
   const CoordinatorOptions options_;
   const std::unique_ptr<const ConsistencyPolicy> policy_;
   StalenessHistogram staleness_;

@@ -438,8 +438,8 @@ TEST(UpdateCoordinatorTest, AsyncEmptyPushTakesItsStepWithoutAnUpdate) {
 TEST(UpdateCoordinatorTest, CosineScheduleSetsEachUpdatesLearningRate) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   CoordinatorOptions options = FastOptions(ConsistencyMode::kSync, 1);
-  options.lr_schedule =
-      *LearningRateSchedule::Create(LrScheduleKind::kCosine, 1.0f, 0.0f);
+  options.lr_schedule = *update::LearningRateSchedule::Create(
+      update::LrScheduleKind::kCosine, 1.0f, 0.0f);
   auto coord = *UpdateCoordinator::Create(store.get(), options);
   EXPECT_EQ(coord->Register(0, IncarnationOf(0), 0).status().code(),
             absl::StatusCode::kFailedPrecondition);

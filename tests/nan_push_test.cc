@@ -46,14 +46,14 @@ std::vector<std::string> Job(const std::string& run_dir,
 void ExpectCheckpointsFinite(const std::string& run_dir) {
   for (int shard = 0; shard < kServers; ++shard) {
     absl::StatusOr<std::vector<std::string>> files =
-        server::ListCheckpoints(run_dir + "/checkpoints", shard);
+        update::ListCheckpoints(run_dir + "/checkpoints", shard);
     ASSERT_TRUE(files.ok()) << files.status();
     ASSERT_FALSE(files->empty()) << "no checkpoint of server " << shard;
-    absl::StatusOr<server::ShardCheckpoint> checkpoint =
-        server::ReadCheckpoint(files->front());
+    absl::StatusOr<update::ShardCheckpoint> checkpoint =
+        update::ReadCheckpoint(files->front());
     ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
     size_t total = 0, finite = 0;
-    for (const server::SliceSnapshot& slice : checkpoint->slices) {
+    for (const update::SliceSnapshot& slice : checkpoint->slices) {
       for (float w : slice.weights) finite += std::isfinite(w) ? 1 : 0;
       total += slice.weights.size();
     }

@@ -15,7 +15,7 @@
 #include "common/record_file.h"
 #include "common/tensor_codec.h"
 
-namespace ps::server {
+namespace ps::update {
 namespace {
 
 constexpr absl::string_view kKind = "checkpoint";
@@ -422,4 +422,4 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> LoadNewestCheckpoint(
                    " in ", dir, ": ", absl::StrJoin(loaded.skipped, "; ")));
 }
 
-}  // namespace ps::server
+}  // namespace ps::update

@@ -12,7 +12,7 @@
 #include "update/coordinator_state.h"
 #include "update/shard_store.h"
 
-namespace ps::server {
+namespace ps::update {
 
 // Which shard of which job's layout a checkpoint belongs to, as the
 // server's flags say; a shard refuses to restore one whose identity differs
@@ -101,6 +101,6 @@ struct LoadedCheckpoint {
 absl::StatusOr<std::optional<LoadedCheckpoint>> LoadNewestCheckpoint(
     const std::string& dir, const CheckpointIdentity& expected);
 
-}  // namespace ps::server
+}  // namespace ps::update
 
 #endif  // PS_UPDATE_CHECKPOINT_H_

@@ -14,7 +14,7 @@
 #include "common/partition.h"
 #include "update/checkpoint.h"
 
-namespace ps::server {
+namespace ps::update {
 namespace {
 
 // The versions of shard `index`'s checkpoints in `dir`.
@@ -121,4 +121,4 @@ absl::StatusOr<CheckpointedModel> ReadCheckpointedModel(
   return result;
 }
 
-}  // namespace ps::server
+}  // namespace ps::update

@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
 
-namespace ps::server {
+namespace ps::update {
 
 struct CheckpointedModel {
   // The updates every shard had applied.
@@ -31,6 +31,6 @@ struct CheckpointedModel {
 // that disagree on the job.
 absl::StatusOr<CheckpointedModel> ReadCheckpointedModel(const std::string& dir);
 
-}  // namespace ps::server
+}  // namespace ps::update
 
 #endif  // PS_UPDATE_CHECKPOINT_MODEL_H_

@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "update/checkpoint.h"
 
-namespace ps::server {
+namespace ps::update {
 namespace {
 
 constexpr int kServers = 3;
@@ -103,4 +103,4 @@ TEST_F(CheckpointModelTest, AMissingShardIsNamed) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps::update

@@ -14,7 +14,7 @@
 #include "common/record_file.h"
 #include "gtest/gtest.h"
 
-namespace ps::server {
+namespace ps::update {
 namespace {
 
 CheckpointIdentity Identity() { return {2, 1, "ssp", 2}; }
@@ -265,4 +265,4 @@ TEST(CheckpointCodecTest, ReadsFormatTwoWithoutExampleBounds) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps::update

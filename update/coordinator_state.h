@@ -11,7 +11,7 @@
 #include <map>
 #include <vector>
 
-namespace ps::server {
+namespace ps::update {
 
 // Data progress of one rank: it has trained on `examples_done` examples of
 // its share of epoch `epoch`. Ordered by (epoch, examples_done).
@@ -63,6 +63,6 @@ struct StalenessHistogramState {
   double sum = 0;
 };
 
-}  // namespace ps::server
+}  // namespace ps::update
 
 #endif  // PS_UPDATE_COORDINATOR_STATE_H_

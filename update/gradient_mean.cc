@@ -1,6 +1,6 @@
 #include "update/gradient_mean.h"
 
-namespace ps::server {
+namespace ps::update {
 
 // Both loops are bound by memory traffic: AVX2's wider loads move it
 // faster, and neither uses FMA, so both clones give the same bits.
@@ -22,4 +22,4 @@ PS_MEAN_LOOP void DivideToFloats(const double* sum, size_t n, double total,
 
 #undef PS_MEAN_LOOP
 
-}  // namespace ps::server
+}  // namespace ps::update

@@ -5,7 +5,7 @@
 
 #include "common/tensor_codec.h"
 
-namespace ps::server {
+namespace ps::update {
 
 // The loops of a sync step's gradient, g = sum_r (n_r * g_r) / sum_r n_r:
 // each push added in double, in rank order, so that the sum is the same
@@ -18,6 +18,6 @@ void AddWeighted(EncodedFloats g, double weight, double* sum);
 // out[i] = float(sum[i] / total), for i < n.
 void DivideToFloats(const double* sum, size_t n, double total, float* out);
 
-}  // namespace ps::server
+}  // namespace ps::update
 
 #endif  // PS_UPDATE_GRADIENT_MEAN_H_

@@ -7,7 +7,7 @@
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 
-namespace ps::server {
+namespace ps::update {
 namespace {
 
 // `values` encoded as a push carries them; `bytes` holds the encoding.
@@ -53,4 +53,4 @@ TEST(GradientMeanTest, TheMeanOfTwoPushesWeighsThemByTheirExamples) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps::update

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace ps::server {
+namespace ps::update {
 
 absl::StatusOr<LrScheduleKind> ParseLrSchedule(absl::string_view name) {
   if (name == "constant") return LrScheduleKind::kConstant;
@@ -41,4 +41,4 @@ float LearningRateSchedule::At(uint64_t update, uint64_t horizon) const {
   return static_cast<float>(min_ + (double{base_} - min_) * cosine);
 }
 
-}  // namespace ps::server
+}  // namespace ps::update

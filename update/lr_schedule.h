@@ -6,7 +6,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace ps::server {
+namespace ps::update {
 
 enum class LrScheduleKind { kConstant, kCosine };
 
@@ -45,6 +45,6 @@ class LearningRateSchedule {
   float min_;
 };
 
-}  // namespace ps::server
+}  // namespace ps::update
 
 #endif  // PS_UPDATE_LR_SCHEDULE_H_

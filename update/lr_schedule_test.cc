@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 
-namespace ps::server {
+namespace ps::update {
 namespace {
 
 TEST(LearningRateScheduleTest, ConstantIgnoresTheHorizon) {
@@ -57,4 +57,4 @@ TEST(LearningRateScheduleTest, RejectsBadRatesNamingTheFlag) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps::update

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace ps::server {
+namespace ps::update {
 namespace {
 
 // The update loops are bound by memory traffic, and AVX2's 256-bit loads
@@ -307,4 +307,4 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
   return std::make_unique<AdamOptimizer>(config, num_elements);
 }
 
-}  // namespace ps::server
+}  // namespace ps::update

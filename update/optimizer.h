@@ -16,10 +16,7 @@
 #include "common/tensor_codec.h"
 #include "update/range_pool.h"
 
-namespace ps::server {
-
-using ::ps::OptimizerKind;
-using ::ps::OptimizerKindName;
+namespace ps::update {
 
 // Parses "sgd" or "adam".
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name);
@@ -143,6 +140,6 @@ class Optimizer {
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
     const OptimizerConfig& config, size_t num_elements);
 
-}  // namespace ps::server
+}  // namespace ps::update
 
 #endif  // PS_UPDATE_OPTIMIZER_H_

@@ -11,7 +11,7 @@
 
 #include "gtest/gtest.h"
 
-namespace ps::server {
+namespace ps::update {
 namespace {
 
 std::unique_ptr<Optimizer> Make(const OptimizerConfig& config, size_t n) {
@@ -370,4 +370,4 @@ TEST(OptimizerTest, AGivenFlagThatSaysOtherwiseIsAnError) {
       << resolved.status();
 }
 
-}  // namespace ps::server
+}  // namespace ps::update

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace ps::server {
+namespace ps::update {
 
 RangePool::RangePool(int threads) {
   for (int t = 1; t < threads; ++t) {
@@ -84,4 +84,4 @@ void RangePool::HelperLoop() {
   }
 }
 
-}  // namespace ps::server
+}  // namespace ps::update

@@ -10,7 +10,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 
-namespace ps::server {
+namespace ps::update {
 
 // A small fixed pool of helper threads that run the pieces of a loop
 // alongside the thread that asked, so that one large slice's update uses
@@ -76,6 +76,6 @@ class RangePool {
   std::vector<std::thread> helpers_;  // Constant after construction.
 };
 
-}  // namespace ps::server
+}  // namespace ps::update
 
 #endif  // PS_UPDATE_RANGE_POOL_H_

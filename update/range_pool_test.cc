@@ -11,7 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 
-namespace ps::server {
+namespace ps::update {
 namespace {
 
 TEST(RangePoolTest, RunsEveryPieceExactlyOnce) {
@@ -87,4 +87,4 @@ TEST(RangePoolTest, NestedAndConcurrentRunsComplete) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps::update

@@ -10,7 +10,7 @@
 #include "common/cpu_affinity.h"
 #include "common/initializer.h"
 
-namespace ps::server {
+namespace ps::update {
 
 namespace {
 
@@ -235,4 +235,4 @@ std::vector<float> ShardStore::ReadSlice(int slice) const {
   return state.weights->values();
 }
 
-}  // namespace ps::server
+}  // namespace ps::update

@@ -20,7 +20,7 @@
 #include "update/range_pool.h"
 #include "update/versioned_weights.h"
 
-namespace ps::server {
+namespace ps::update {
 
 // A copy of one slice's weights and optimizer state, for checkpoints.
 struct SliceSnapshot {
@@ -147,6 +147,6 @@ class ShardStore {
   const std::unique_ptr<RangePool> pool_;
 };
 
-}  // namespace ps::server
+}  // namespace ps::update
 
 #endif  // PS_UPDATE_SHARD_STORE_H_

@@ -11,7 +11,7 @@
 #include "common/partition.h"
 #include "gtest/gtest.h"
 
-namespace ps::server {
+namespace ps::update {
 namespace {
 
 OptimizerConfig PlainSgd(float lr) {
@@ -276,4 +276,4 @@ TEST(ShardStoreTest, ValuesFromRank0AreSetOnceForEverySliceAwaitingThem) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps::update

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-namespace ps::server {
+namespace ps::update {
 namespace {
 
 // Below this many elements an update is applied on the calling thread.
@@ -26,4 +26,4 @@ absl::Status ForEachSlice(const ShardStore& store,
   return absl::OkStatus();
 }
 
-}  // namespace ps::server
+}  // namespace ps::update

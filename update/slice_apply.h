@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "update/shard_store.h"
 
-namespace ps::server {
+namespace ps::update {
 
 // Runs fn(slice) for every slice of `store`: on the calling thread for small
 // shards (threads would cost more than they save), else on the store's
@@ -16,6 +16,6 @@ namespace ps::server {
 absl::Status ForEachSlice(const ShardStore& store,
                           const std::function<absl::Status(int)>& fn);
 
-}  // namespace ps::server
+}  // namespace ps::update
 
 #endif  // PS_UPDATE_SLICE_APPLY_H_

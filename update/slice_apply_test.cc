@@ -13,7 +13,7 @@
 #include "update/optimizer.h"
 #include "update/shard_store.h"
 
-namespace ps::server {
+namespace ps::update {
 namespace {
 
 // A one-server store of an MLP with layers `sizes`.
@@ -66,4 +66,4 @@ TEST(ForEachSliceTest, ReturnsTheFirstErrorInSliceOrderAfterEveryCall) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps::update

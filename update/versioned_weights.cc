@@ -7,7 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
-namespace ps::server {
+namespace ps::update {
 
 // Buffers of released versions, kept for the next copy. Owned jointly by
 // the VersionedWeights and every version's deleter, since a pull may drop
@@ -78,4 +78,4 @@ void VersionedWeights::Assign(absl::Span<const float> values) {
   std::copy(values.begin(), values.end(), out.begin());
 }
 
-}  // namespace ps::server
+}  // namespace ps::update

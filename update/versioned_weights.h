@@ -6,7 +6,7 @@
 
 #include "absl/types/span.h"
 
-namespace ps::server {
+namespace ps::update {
 
 // One slice's weights as versions that pulls share instead of copying.
 //
@@ -61,6 +61,6 @@ class VersionedWeights {
   bool last_write_copied_ = false;
 };
 
-}  // namespace ps::server
+}  // namespace ps::update
 
 #endif  // PS_UPDATE_VERSIONED_WEIGHTS_H_

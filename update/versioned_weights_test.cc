@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 
-namespace ps::server {
+namespace ps::update {
 namespace {
 
 TEST(VersionedWeightsTest, WritesInPlaceWhileNothingIsShared) {
@@ -69,4 +69,4 @@ TEST(VersionedWeightsTest, AVersionOutlivesItsWeights) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps::update

@@ -51,20 +51,20 @@ class LocalExchange::Push final : public GradientPush {
 };
 
 absl::StatusOr<std::unique_ptr<LocalExchange>> LocalExchange::Create(
-    const ModelSpec& model, const server::OptimizerConfig& optimizer,
-    std::optional<server::LearningRateSchedule> schedule) {
+    const ModelSpec& model, const update::OptimizerConfig& optimizer,
+    std::optional<update::LearningRateSchedule> schedule) {
   absl::StatusOr<Partition> partition = Partition::Create(model, 1);
   if (!partition.ok()) return partition.status();
-  absl::StatusOr<std::unique_ptr<server::ShardStore>> store =
-      server::ShardStore::Create(*partition, 0, optimizer);
+  absl::StatusOr<std::unique_ptr<update::ShardStore>> store =
+      update::ShardStore::Create(*partition, 0, optimizer);
   if (!store.ok()) return store.status();
   return absl::WrapUnique(
       new LocalExchange(*std::move(partition), *std::move(store), schedule));
 }
 
 LocalExchange::LocalExchange(
-    Partition partition, std::unique_ptr<server::ShardStore> store,
-    std::optional<server::LearningRateSchedule> schedule)
+    Partition partition, std::unique_ptr<update::ShardStore> store,
+    std::optional<update::LearningRateSchedule> schedule)
     : partition_(std::move(partition)),
       store_(std::move(store)),
       schedule_(schedule) {}
@@ -86,7 +86,7 @@ absl::StatusOr<uint64_t> LocalExchange::Pull(uint64_t /*clock*/,
   }
   for (int i = 0; i < store_->num_slices(); ++i) {
     const Slice& slice = store_->slices()[i];
-    const server::VersionedWeights::Version values = store_->ShareWeights(i);
+    const update::VersionedWeights::Version values = store_->ShareWeights(i);
     std::copy(values->begin(), values->end(),
               weights[slice.tensor_id].begin() + slice.offset);
   }

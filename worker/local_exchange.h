@@ -27,8 +27,8 @@ class LocalExchange final : public WeightExchange {
  public:
   // With no `schedule`, every update has the optimizer's learning rate.
   static absl::StatusOr<std::unique_ptr<LocalExchange>> Create(
-      const ModelSpec& model, const server::OptimizerConfig& optimizer,
-      std::optional<server::LearningRateSchedule> schedule);
+      const ModelSpec& model, const update::OptimizerConfig& optimizer,
+      std::optional<update::LearningRateSchedule> schedule);
 
   // What ParameterClient::Declare is to servers: the schedule spans
   // `planned_steps` updates; a new job in sync mode for one worker.
@@ -44,16 +44,16 @@ class LocalExchange final : public WeightExchange {
  private:
   class Push;
 
-  LocalExchange(Partition partition, std::unique_ptr<server::ShardStore> store,
-                std::optional<server::LearningRateSchedule> schedule);
+  LocalExchange(Partition partition, std::unique_ptr<update::ShardStore> store,
+                std::optional<update::LearningRateSchedule> schedule);
 
   // Applies one step's gradients (one span per tensor, each complete).
   absl::Status Apply(absl::Span<const absl::Span<const float>> gradients,
                      uint32_t num_examples);
 
   const Partition partition_;
-  const std::unique_ptr<server::ShardStore> store_;
-  const std::optional<server::LearningRateSchedule> schedule_;
+  const std::unique_ptr<update::ShardStore> store_;
+  const std::optional<update::LearningRateSchedule> schedule_;
   uint64_t planned_steps_ = 0;
   uint64_t version_ = 0;
 };

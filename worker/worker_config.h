@@ -46,13 +46,13 @@ struct WorkerConfig {
   std::string token_file;
   bool local = false;
   std::string optimizer =
-      std::string(server::OptimizerKindName(server::OptimizerConfig().kind));
-  float learning_rate = server::OptimizerConfig().learning_rate;
-  float momentum = server::OptimizerConfig().momentum;
-  float weight_decay = server::OptimizerConfig().weight_decay;
-  float beta1 = server::OptimizerConfig().beta1;
-  float beta2 = server::OptimizerConfig().beta2;
-  float epsilon = server::OptimizerConfig().epsilon;
+      std::string(OptimizerKindName(update::OptimizerConfig().kind));
+  float learning_rate = update::OptimizerConfig().learning_rate;
+  float momentum = update::OptimizerConfig().momentum;
+  float weight_decay = update::OptimizerConfig().weight_decay;
+  float beta1 = update::OptimizerConfig().beta1;
+  float beta2 = update::OptimizerConfig().beta2;
+  float epsilon = update::OptimizerConfig().epsilon;
   std::string lr_schedule = "constant";
   float min_learning_rate = 0.0f;
   std::string cpus;

@@ -97,21 +97,21 @@ ABSL_FLAG(bool, local, false,
           "weights are initialised and updated by the servers' own code with "
           "the optimizer flags below, as one sync server would; the baseline "
           "training through servers is measured against");
-ABSL_FLAG(std::string, optimizer,
-          std::string(ps::server::OptimizerKindName(
-              ps::server::OptimizerConfig().kind)),
-          "With --local: adam or sgd, as the servers' flag");
-ABSL_FLAG(float, learning_rate, ps::server::OptimizerConfig().learning_rate,
+ABSL_FLAG(
+    std::string, optimizer,
+    std::string(ps::OptimizerKindName(ps::update::OptimizerConfig().kind)),
+    "With --local: adam or sgd, as the servers' flag");
+ABSL_FLAG(float, learning_rate, ps::update::OptimizerConfig().learning_rate,
           "With --local: as the servers' flag");
-ABSL_FLAG(float, momentum, ps::server::OptimizerConfig().momentum,
+ABSL_FLAG(float, momentum, ps::update::OptimizerConfig().momentum,
           "With --local: as the servers' flag");
-ABSL_FLAG(float, weight_decay, ps::server::OptimizerConfig().weight_decay,
+ABSL_FLAG(float, weight_decay, ps::update::OptimizerConfig().weight_decay,
           "With --local: as the servers' flag");
-ABSL_FLAG(float, beta1, ps::server::OptimizerConfig().beta1,
+ABSL_FLAG(float, beta1, ps::update::OptimizerConfig().beta1,
           "With --local: as the servers' flag");
-ABSL_FLAG(float, beta2, ps::server::OptimizerConfig().beta2,
+ABSL_FLAG(float, beta2, ps::update::OptimizerConfig().beta2,
           "With --local: as the servers' flag");
-ABSL_FLAG(float, epsilon, ps::server::OptimizerConfig().epsilon,
+ABSL_FLAG(float, epsilon, ps::update::OptimizerConfig().epsilon,
           "With --local: as the servers' flag");
 ABSL_FLAG(std::string, lr_schedule, "constant",
           "With --local: constant or cosine, as the servers' flag");

@@ -70,10 +70,10 @@ absl::Status CheckWritable(const std::string& path) {
 // The weights of --local, updated as the optimizer flags say.
 absl::StatusOr<std::unique_ptr<LocalExchange>> LocalFromConfig(
     const WorkerConfig& config, const ModelSpec& model) {
-  absl::StatusOr<server::OptimizerKind> kind =
-      server::ParseOptimizerKind(config.optimizer);
+  absl::StatusOr<OptimizerKind> kind =
+      update::ParseOptimizerKind(config.optimizer);
   if (!kind.ok()) return kind.status();
-  server::OptimizerConfig optimizer;
+  update::OptimizerConfig optimizer;
   optimizer.kind = *kind;
   optimizer.learning_rate = config.learning_rate;
   optimizer.momentum = config.momentum;
@@ -81,11 +81,11 @@ absl::StatusOr<std::unique_ptr<LocalExchange>> LocalFromConfig(
   optimizer.beta1 = config.beta1;
   optimizer.beta2 = config.beta2;
   optimizer.epsilon = config.epsilon;
-  absl::StatusOr<server::LrScheduleKind> schedule_kind =
-      server::ParseLrSchedule(config.lr_schedule);
+  absl::StatusOr<update::LrScheduleKind> schedule_kind =
+      update::ParseLrSchedule(config.lr_schedule);
   if (!schedule_kind.ok()) return schedule_kind.status();
-  absl::StatusOr<server::LearningRateSchedule> schedule =
-      server::LearningRateSchedule::Create(
+  absl::StatusOr<update::LearningRateSchedule> schedule =
+      update::LearningRateSchedule::Create(
           *schedule_kind, optimizer.learning_rate, config.min_learning_rate);
   if (!schedule.ok()) return schedule.status();
   return LocalExchange::Create(model, optimizer, *schedule);

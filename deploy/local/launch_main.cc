@@ -246,7 +246,7 @@ int Main(int argc, char** argv) {
       return 0;
     }
   }
-  if (absl::Status s = server::CheckFlagSyntax(flag_count, argv); !s.ok()) {
+  if (absl::Status s = CheckFlagSyntax(flag_count, argv); !s.ok()) {
     return BadFlags(s.message());
   }
   std::vector<char*> positional = absl::ParseCommandLine(flag_count, argv);
