@@ -89,15 +89,8 @@ absl::Status ServingFlags(const ServerFlags& f, ServerConfig& c) {
   if (!mode.ok()) return mode.status();
   c.coordinator.mode = *mode;
   c.coordinator.staleness = f.staleness;
-  if (f.staleness < 0 || f.staleness > 1000000) {
-    return OutOfRange("staleness", f.staleness, 0, 1000000);
-  }
-  if (f.staleness != 0 && *mode != ConsistencyMode::kSsp) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--staleness=", f.staleness, " only applies to --mode=ssp, not --mode=",
-        ConsistencyModeName(*mode)));
-  }
-  return absl::OkStatus();
+  // The launcher checks the same rule (common/consistency_mode.h).
+  return CheckStaleness(*mode, f.staleness);
 }
 
 // The optimizer's flags: each one given is recorded as given.

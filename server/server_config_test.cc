@@ -204,9 +204,15 @@ TEST(ServerConfigTest, KeepsTheMessagesCallersRead) {
   f = Valid();
   f.mode = "async";
   f.staleness = 3;
+  ps::testing::ExpectInvalid(
+      Make(f).status(),
+      "--staleness applies only to --mode=ssp, not --mode=async");
+  // One rule with the launcher: ssp without a staleness is refused too.
+  f = Valid();
+  f.mode = "ssp";
+  f.staleness = 0;
   ps::testing::ExpectInvalid(Make(f).status(),
-                             "--staleness=3 only applies to --mode=ssp, not "
-                             "--mode=async");
+                             "--mode=ssp needs --staleness=N");
   f = Valid();
   f.restore = true;
   ps::testing::ExpectInvalid(

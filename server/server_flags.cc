@@ -42,7 +42,7 @@ ABSL_FLAG(
 ABSL_FLAG(std::string, mode, Default().mode,
           "Consistency: sync, ssp or async.");
 ABSL_FLAG(int, staleness, Default().staleness,
-          "ssp only: how many clocks a worker may lead.");
+          "ssp only (>= 1): how many steps a worker may lead the slowest.");
 // The optimizer flags are unset by default (OptimizerConfig's defaults
 // apply), so that a server can tell a flag given from a default when a
 // declaration carries the optimizer.
