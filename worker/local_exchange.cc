@@ -11,12 +11,13 @@ namespace ps::worker {
 
 // Keeps the spans Send is given (as a push to the servers streams them) and
 // applies them all when the push finishes.
-class LocalExchange::Push final : public GradientPush {
+class LocalExchange::LocalStepPush final : public StepPush {
  public:
-  Push(LocalExchange* exchange, uint32_t num_examples)
+  LocalStepPush(LocalExchange* exchange, uint32_t num_examples)
       : exchange_(exchange),
         num_examples_(num_examples),
-        gradients_(exchange->model().tensors.size()) {}
+        gradients_(exchange->model().tensors.size()),
+        sent_(gradients_.size(), false) {}
 
   absl::Status Send(int tensor_id, absl::Span<const float> gradient) override {
     const ModelSpec& model = exchange_->model();
@@ -26,12 +27,17 @@ class LocalExchange::Push final : public GradientPush {
                        model.tensors.size(), ")"));
     }
     const TensorSpec& spec = model.tensors[tensor_id];
+    if (sent_[tensor_id]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "StepPush: tensor ", tensor_id, " \"", spec.name, "\" sent twice"));
+    }
     if (gradient.size() != static_cast<size_t>(spec.num_elements())) {
       return absl::InvalidArgumentError(
           absl::StrCat("gradient of ", spec.name, " has ", gradient.size(),
                        " elements, the tensor ", spec.num_elements()));
     }
     gradients_[tensor_id] = gradient;
+    sent_[tensor_id] = true;
     return absl::OkStatus();
   }
 
@@ -48,6 +54,7 @@ class LocalExchange::Push final : public GradientPush {
   LocalExchange* const exchange_;
   const uint32_t num_examples_;
   std::vector<absl::Span<const float>> gradients_;
+  std::vector<bool> sent_;
 };
 
 absl::StatusOr<std::unique_ptr<LocalExchange>> LocalExchange::Create(
@@ -98,9 +105,9 @@ absl::StatusOr<uint64_t> LocalExchange::PullFinal(uint64_t clock,
   return Pull(clock, weights);
 }
 
-std::unique_ptr<GradientPush> LocalExchange::StartStep(
-    const StepInfo& info, bool /*pull_with_push*/) {
-  return std::make_unique<Push>(this, info.num_examples);
+std::unique_ptr<StepPush> LocalExchange::StartStep(const StepInfo& info,
+                                                   bool /*pull_after*/) {
+  return std::make_unique<LocalStepPush>(this, info.num_examples);
 }
 
 absl::Status LocalExchange::Apply(

@@ -21,8 +21,9 @@ namespace ps::worker {
 // bit for bit, without a transfer. The local baseline of our worker
 // (--local), that training through the servers is measured against.
 //
-// Every step is applied when its push finishes; pulls return the current
-// weights at once, whatever the clock. Not thread-safe.
+// Every step is applied when its push (a StepPush of its own, keeping that
+// contract) finishes; pulls return the current weights at once, whatever
+// the clock, so a push's `pull_after` changes nothing. Not thread-safe.
 class LocalExchange final : public WeightExchange {
  public:
   // With no `schedule`, every update has the optimizer's learning rate.
@@ -38,11 +39,11 @@ class LocalExchange final : public WeightExchange {
   absl::StatusOr<uint64_t> Pull(uint64_t clock, TensorValues& weights) override;
   absl::StatusOr<uint64_t> PullFinal(uint64_t clock,
                                      TensorValues& weights) override;
-  std::unique_ptr<GradientPush> StartStep(const StepInfo& info,
-                                          bool pull_with_push) override;
+  std::unique_ptr<StepPush> StartStep(const StepInfo& info,
+                                      bool pull_after) override;
 
  private:
-  class Push;
+  class LocalStepPush;
 
   LocalExchange(Partition partition, std::unique_ptr<update::ShardStore> store,
                 std::optional<update::LearningRateSchedule> schedule);

@@ -122,10 +122,9 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
   // The push brings back the weights of the next clock (one call a step),
   // except on a slowed worker: it sleeps between its push and its next pull
   // (the meaning of --slowdown_ms), so it pulls after the sleep.
-  const bool pull_with_push = options_.slowdown == absl::ZeroDuration();
+  const bool pull_after = options_.slowdown == absl::ZeroDuration();
   pulled_.reset();
-  std::unique_ptr<GradientPush> push =
-      exchange_->StartStep(info, pull_with_push);
+  std::unique_ptr<StepPush> push = exchange_->StartStep(info, pull_after);
 
   if (batch_.size > 0) {
     // This rank's examples follow the lower ranks' in the step's global
@@ -155,7 +154,7 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(const EpochPlan& plan,
     }
   }
   lap(result.timing.compute);
-  if (pull_with_push) {
+  if (pull_after) {
     absl::StatusOr<uint64_t> next_version = push->FinishWithPull(weights_);
     status = next_version.status();
     if (next_version.ok()) {

@@ -60,7 +60,7 @@ struct TrainingSummary {
 
 // The training loop of one worker: pull weights, compute the gradient of its
 // shard of the batch, push it, over every step of every epoch. A step's push
-// brings back the next step's weights on the same calls (PushPull), so a
+// brings back the next step's weights on the same calls (pull_after), so a
 // step makes one call per shard.
 //
 // The model is any nn::Model (an MLP, a CNN, ...): the trainer only sets its
