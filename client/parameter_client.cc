@@ -108,6 +108,14 @@ absl::StatusOr<ClientOptions> ClientOptions::FromEnvironment() {
   return options;
 }
 
+absl::StatusOr<WorkerPlace> WorkerPlace::FromEnvironment() {
+  absl::StatusOr<WorkerEnvironment> environment =
+      ReadWorkerEnvironment([](const char* name) { return std::getenv(name); });
+  if (!environment.ok()) return environment.status();
+  return WorkerPlace{environment->rank, environment->num_workers,
+                     environment->local_rank, environment->local_num_workers};
+}
+
 ClientOptions ClientOptions::AuthFromEnvironment() {
   WorkerEnvironment environment;
   ReadAuthEnvironment([](const char* name) { return std::getenv(name); },

@@ -105,9 +105,11 @@ struct ClientOptions {
   // The options a launcher (deploy/local `launch -- PROGRAM`, a Kubernetes
   // Job) passes in the environment: PS_SERVERS, PS_RANK, PS_JOB_ID, and
   // where set PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY, PS_TLS_SERVER_NAME and
-  // PS_TOKEN_FILE (file paths, never the secrets themselves). The other
-  // fields keep their defaults. InvalidArgument naming the variable that is
-  // missing or malformed.
+  // PS_TOKEN_FILE (file paths, never the secrets themselves). Without the
+  // PS_ ranks, a task of `srun` or `mpirun` takes its rank from the
+  // scheduler's variables (WorkerPlace). The other fields keep their
+  // defaults. InvalidArgument naming every variable that is missing, or the
+  // one that is malformed.
   static absl::StatusOr<ClientOptions> FromEnvironment();
 
   // Defaults but for the authentication fields, read from PS_TLS_CA,
@@ -115,6 +117,20 @@ struct ClientOptions {
   // for a program that names the servers itself (they are checked, as
   // always, by Connect).
   static ClientOptions AuthFromEnvironment();
+};
+
+// Where this worker stands among the job's, as the environment that
+// ClientOptions::FromEnvironment reads says: the launcher's PS_RANK,
+// PS_NUM_WORKERS, PS_LOCAL_RANK and PS_LOCAL_NUM_WORKERS, or without them
+// Slurm's (srun) or Open MPI's (mpirun) variables, one worker per task.
+struct WorkerPlace {
+  int rank = 0;
+  int num_workers = 1;
+  int local_rank = 0;  // Among the workers of this host.
+  int local_num_workers = 1;
+
+  // InvalidArgument as FromEnvironment's.
+  static absl::StatusOr<WorkerPlace> FromEnvironment();
 };
 
 // Where a rank is in the data: it has trained on `examples_done` examples

@@ -375,6 +375,16 @@ void DefineClient(py::module_& m) {
       "PS_TLS_KEY, PS_TLS_SERVER_NAME and PS_TOKEN_FILE. local_transport: "
       "reach shards on this host over the Unix socket they announce.");
 
+  m.def(
+      "worker_place",
+      [] {
+        const WorkerPlace place = ValueOrThrow(WorkerPlace::FromEnvironment());
+        return py::make_tuple(place.rank, place.num_workers, place.local_rank,
+                              place.local_num_workers);
+      },
+      "(rank, num_workers, local_rank, local_num_workers) as the launcher's "
+      "environment says, or srun's or mpirun's without the PS_ ranks.");
+
   py::class_<NativeClient>(m, "NativeClient")
       .def_property_readonly("rank", &NativeClient::rank)
       .def("declare", &NativeClient::Declare, py::arg("tensors"),

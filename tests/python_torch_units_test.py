@@ -6,11 +6,13 @@ Run by //tests:python_torch_units_test on Debian's /usr/bin/python3; the
 layer as a whole, against real servers, is python_torch_test.py's.
 """
 
+import os
 import warnings
 
 import pytest
 import torch
 
+import paramserver
 import paramserver.torch as ps
 from paramserver.torch import (_declaration, _gradients, _runtime,
                                 _server_optimizer)
@@ -320,3 +322,53 @@ def test_the_package_exports_what_torch_py_did():
         assert callable(getattr(ps, name)), name
     with pytest.raises(AttributeError):
         ps.no_such_name  # noqa: B018
+
+
+# -- the worker's place, from the launcher's environment or a scheduler's ----
+
+_PS_RANKS = ("PS_RANK", "PS_NUM_WORKERS", "PS_LOCAL_RANK",
+             "PS_LOCAL_NUM_WORKERS")
+
+
+def _only(monkeypatch, variables):
+    for name in _PS_RANKS + ("PS_NUM_SERVERS", "PS_SERVERS") + tuple(
+            n for n in list(os.environ)
+            if n.startswith(("SLURM_", "OMPI_COMM_WORLD_"))):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+
+
+_SERVERS = {"PS_NUM_SERVERS": "1", "PS_SERVERS": "127.0.0.1:7000"}
+
+
+def test_the_place_comes_from_the_launchers_variables(monkeypatch):
+    _only(monkeypatch, dict(_SERVERS, PS_RANK="2", PS_NUM_WORKERS="4",
+                            PS_LOCAL_RANK="0", PS_LOCAL_NUM_WORKERS="2"))
+    assert paramserver.worker_place() == (2, 4, 0, 2)
+
+
+def test_under_srun_the_place_comes_from_slurm(monkeypatch):
+    _only(monkeypatch, dict(
+        _SERVERS, SLURM_PROCID="5", SLURM_NTASKS="8", SLURM_LOCALID="2",
+        SLURM_NODEID="1", SLURM_NNODES="3",
+        SLURM_STEP_NODELIST="node[01-02],gpu7",
+        SLURM_STEP_TASKS_PER_NODE="3(x2),2", SLURM_JOB_ID="4242"))
+    assert paramserver.worker_place() == (5, 8, 2, 3)
+
+
+def test_under_mpirun_the_place_comes_from_open_mpi(monkeypatch):
+    _only(monkeypatch, dict(
+        _SERVERS, OMPI_COMM_WORLD_RANK="3", OMPI_COMM_WORLD_SIZE="4",
+        OMPI_COMM_WORLD_LOCAL_RANK="1", OMPI_COMM_WORLD_LOCAL_SIZE="2"))
+    assert paramserver.worker_place() == (3, 4, 1, 2)
+
+
+def test_every_missing_variable_is_named_at_once(monkeypatch):
+    _only(monkeypatch, {"PS_RANK": "1"})
+    with pytest.raises(paramserver.InvalidArgumentError) as error:
+        paramserver.worker_place()
+    message = str(error.value)
+    for name in ("PS_NUM_WORKERS", "PS_LOCAL_NUM_WORKERS", "PS_LOCAL_RANK",
+                 "PS_NUM_SERVERS", "PS_SERVERS"):
+        assert "$" + name in message

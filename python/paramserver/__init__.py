@@ -65,7 +65,7 @@ __all__ = [
     "tensor_spec", "Error", "InvalidArgumentError",
     "FailedPreconditionError", "NotFoundError", "UnavailableError",
     "DeadlineExceededError", "AbortedError", "load_model", "save_model",
-    "load_checkpoint",
+    "load_checkpoint", "worker_place",
 ]
 
 _INITIALIZERS = {
@@ -347,6 +347,15 @@ class Client:
                     "values of %s have shape %s, declared %s" %
                     (tensor, np.shape(value), target.shape))
             target[...] = value
+
+
+def worker_place():
+    """(rank, num_workers, local_rank, local_num_workers) as the launcher's
+    environment says (PS_RANK, PS_NUM_WORKERS, PS_LOCAL_RANK,
+    PS_LOCAL_NUM_WORKERS), or, without those, srun's or mpirun's: the
+    environment Client() reads its rank from. InvalidArgumentError naming
+    every variable that is missing, or the one that is malformed."""
+    return tuple(_native.worker_place())
 
 
 def load_model(path):

@@ -13,13 +13,19 @@ import paramserver
 class _State:
     """What init() learnt; one per process, as Horovod's."""
 
-    def __init__(self, client):
+    def __init__(self, client, place=None):
         self.client = client
         self.rank = client.rank
-        self.size = _env_int("PS_NUM_WORKERS", "WORLD_SIZE", 1)
-        self.local_rank = _env_int("PS_LOCAL_RANK", "LOCAL_RANK", self.rank)
-        self.local_size = _env_int("PS_LOCAL_NUM_WORKERS", "LOCAL_WORLD_SIZE",
-                                   self.size)
+        if place is not None:
+            # The environment the client read its rank from (the launcher's,
+            # or srun's or mpirun's): the same source for every number.
+            _, self.size, self.local_rank, self.local_size = place
+        else:
+            self.size = _env_int("PS_NUM_WORKERS", "WORLD_SIZE", 1)
+            self.local_rank = _env_int("PS_LOCAL_RANK", "LOCAL_RANK",
+                                       self.rank)
+            self.local_size = _env_int("PS_LOCAL_NUM_WORKERS",
+                                       "LOCAL_WORLD_SIZE", self.size)
         # Tensors given to broadcast_parameters before the declaration.
         self.pending = {}
         self.optimizer = None
@@ -38,6 +44,10 @@ def init(servers=None, rank=None, job_id=None, connect_timeout=None,
          retry_timeout=None, **options):
     """Connects to the servers the launcher's environment names.
 
+    rank(), size(), local_rank() and local_size() come from the same
+    environment (paramserver.worker_place(): the launcher's PS_ variables,
+    or srun's or mpirun's without them).
+
     The arguments override PS_SERVERS, PS_RANK and PS_JOB_ID (for running
     without the launcher); `options` are paramserver.Client's others:
     tls_ca_file=... (over the PS_TLS_* variables, which apply also when
@@ -50,7 +60,10 @@ def init(servers=None, rank=None, job_id=None, connect_timeout=None,
     client = paramserver.Client(servers=servers, rank=rank, job_id=job_id,
                                 connect_timeout=connect_timeout,
                                 retry_timeout=retry_timeout, **options)
-    _state = _State(client)
+    place = None
+    if servers is None and rank is None:
+        place = paramserver.worker_place()
+    _state = _State(client, place)
 
 
 def is_initialized():
