@@ -2,8 +2,6 @@
 
 #include <cblas.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -19,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "kernels/cpu_cnn_ops.h"
+#include "kernels/cpu_dense_ops.h"
 #include "kernels/shape_checks.h"
 
 namespace ps::kernels {
@@ -142,19 +141,8 @@ class CpuBackend final : public Backend {
         return s;
       }
     }
-    if (m == 0 || n == 0) return absl::OkStatus();
-    if (k == 0) {
-      // BLAS rejects a zero leading dimension; C = beta * C by hand, where
-      // beta == 0 overwrites (as in BLAS) rather than scaling old values.
-      float* out = c.data();
-      for (uint64_t i = 0; i < Product(m, n); ++i) {
-        out[i] = beta == 0.0f ? 0.0f : beta * out[i];
-      }
-      return absl::OkStatus();
-    }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a.data(),
-                trans_a ? m : k, b.data(), trans_b ? k : n, beta, c.data(), n);
+    cpu::Gemm(trans_a, trans_b, m, n, k, alpha, a.data(), b.data(), beta,
+              c.data());
     return absl::OkStatus();
   }
 
@@ -168,22 +156,14 @@ class CpuBackend final : public Backend {
         !s.ok()) {
       return s;
     }
-    const float* b = bias.data();
-    float* out = y.data();
-    for (int r = 0; r < rows; ++r) {
-      float* row = out + Product(r, cols);
-      for (int c = 0; c < cols; ++c) row[c] += b[c];
-    }
+    cpu::AddBias(rows, cols, bias.data(), y.data());
     return absl::OkStatus();
   }
 
   absl::Status Relu(size_t n, const DeviceBuffer& x, DeviceBuffer& y) override {
     if (absl::Status s = CheckBuffer("Relu", "x", x, n); !s.ok()) return s;
     if (absl::Status s = CheckBuffer("Relu", "y", y, n); !s.ok()) return s;
-    const float* in = x.data();
-    float* out = y.data();
-    // Written so that a NaN input stays NaN instead of being hidden as 0.
-    for (size_t i = 0; i < n; ++i) out[i] = in[i] < 0.0f ? 0.0f : in[i];
+    cpu::Relu(n, x.data(), y.data());
     return absl::OkStatus();
   }
 
@@ -199,10 +179,7 @@ class CpuBackend final : public Backend {
         return s;
       }
     }
-    const float* act = activation.data();
-    const float* gy = grad_y.data();
-    float* gx = grad_x.data();
-    for (size_t i = 0; i < n; ++i) gx[i] = act[i] > 0.0f ? gy[i] : 0.0f;
+    cpu::ReluGrad(n, activation.data(), grad_y.data(), grad_x.data());
     return absl::OkStatus();
   }
 
@@ -225,36 +202,8 @@ class CpuBackend final : public Backend {
         return s;
       }
     }
-    // Every label is checked before anything is written.
-    const float* label = labels.data();
-    for (int r = 0; r < rows; ++r) {
-      const float l = label[r];
-      if (!(l >= 0.0f && l < static_cast<float>(cols) && l == std::floor(l))) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: label %g of row %d is not a class index in [0, %d)", kOp, l, r,
-            cols));
-      }
-    }
-    const double inv_rows = 1.0 / rows;
-    double total = 0.0;
-    for (int r = 0; r < rows; ++r) {
-      const float* x = logits.data() + Product(r, cols);
-      float* g = grad_logits.data() + Product(r, cols);
-      // Subtracting the maximum keeps exp() from overflowing.
-      double max = x[0];
-      for (int c = 1; c < cols; ++c) max = std::max<double>(max, x[c]);
-      double sum = 0.0;
-      for (int c = 0; c < cols; ++c) sum += std::exp(x[c] - max);
-      const double log_sum_exp = max + std::log(sum);
-      const int target = static_cast<int>(label[r]);
-      total += log_sum_exp - x[target];
-      for (int c = 0; c < cols; ++c) {
-        const double p = std::exp(x[c] - log_sum_exp);
-        g[c] = static_cast<float>(((c == target) ? p - 1.0 : p) * inv_rows);
-      }
-    }
-    loss.data()[0] = static_cast<float>(total * inv_rows);
-    return absl::OkStatus();
+    return cpu::SoftmaxCrossEntropy(rows, cols, logits.data(), labels.data(),
+                                    loss.data(), grad_logits.data());
   }
 
   absl::Status ColumnSum(int rows, int cols, const DeviceBuffer& x,
@@ -269,15 +218,7 @@ class CpuBackend final : public Backend {
     if (absl::Status s = CheckBuffer("ColumnSum", "out", out, cols); !s.ok()) {
       return s;
     }
-    // Row by row for locality, into double sums kept between calls.
-    column_sums_.assign(cols, 0.0);
-    for (int r = 0; r < rows; ++r) {
-      const float* row = x.data() + Product(r, cols);
-      for (int c = 0; c < cols; ++c) column_sums_[c] += row[c];
-    }
-    for (int c = 0; c < cols; ++c) {
-      out.data()[c] = static_cast<float>(column_sums_[c]);
-    }
+    cpu::ColumnSum(rows, cols, x.data(), out.data(), column_sums_);
     return absl::OkStatus();
   }
 
@@ -291,14 +232,7 @@ class CpuBackend final : public Backend {
     if (absl::Status s = CheckBuffer("ArgmaxRows", "out", out, rows); !s.ok()) {
       return s;
     }
-    for (int r = 0; r < rows; ++r) {
-      const float* row = x.data() + Product(r, cols);
-      int best = 0;  // Ties go to the lowest index.
-      for (int c = 1; c < cols; ++c) {
-        if (row[c] > row[best]) best = c;
-      }
-      out.data()[r] = static_cast<float>(best);
-    }
+    cpu::ArgmaxRows(rows, cols, x.data(), out.data());
     return absl::OkStatus();
   }
 
