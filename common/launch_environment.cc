@@ -256,13 +256,4 @@ absl::StatusOr<std::optional<LaunchEnvironment>> ReadLaunchEnvironment(
   return *std::move(launch);
 }
 
-void ApplyLaunchEnvironment(const LaunchEnvironment& launch,
-                            WorkerEnvironment* worker) {
-  worker->rank = launch.rank;
-  worker->num_workers = launch.num_tasks;
-  worker->local_rank = launch.local_rank;
-  worker->local_num_workers = launch.local_num_tasks;
-  if (!launch.job_id.empty()) worker->job_id = launch.job_id;
-}
-
 }  // namespace ps

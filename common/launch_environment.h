@@ -8,7 +8,6 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/worker_environment.h"
 
 namespace ps {
 
@@ -65,13 +64,6 @@ struct LaunchEnvironment {
 // lacks the step's variables: the message says to start tasks with srun.
 absl::StatusOr<std::optional<LaunchEnvironment>> ReadLaunchEnvironment(
     absl::FunctionRef<const char*(const char*)> lookup);
-
-// For one worker per task: sets `worker`'s rank, num_workers, local_rank,
-// local_num_workers and (when the scheduler names one) job_id from `launch`.
-// The servers and the authentication files are left as they are: a
-// rendezvous or the PS_ variables give them.
-void ApplyLaunchEnvironment(const LaunchEnvironment& launch,
-                            WorkerEnvironment* worker);
 
 }  // namespace ps
 

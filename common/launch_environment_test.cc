@@ -213,32 +213,6 @@ TEST(LaunchEnvironmentTest, OpenMpiCountsMustAgree) {
                         "$OMPI_COMM_WORLD_SIZE (4)"));
 }
 
-TEST(LaunchEnvironmentTest, AppliesToAWorkerEnvironment) {
-  absl::StatusOr<std::optional<LaunchEnvironment>> read = Read(SlurmTask());
-  ASSERT_TRUE(read.ok() && read->has_value()) << read.status();
-  WorkerEnvironment worker;
-  worker.servers = {"10.0.0.1:5000"};
-  worker.tls_ca_file = "/ca.pem";
-  ApplyLaunchEnvironment(**read, &worker);
-  EXPECT_EQ(worker.rank, 5);
-  EXPECT_EQ(worker.num_workers, 8);
-  EXPECT_EQ(worker.local_rank, 2);
-  EXPECT_EQ(worker.local_num_workers, 3);
-  EXPECT_EQ(worker.job_id, "4242");
-  EXPECT_THAT(worker.servers, ElementsAre("10.0.0.1:5000"));
-  EXPECT_EQ(worker.tls_ca_file, "/ca.pem");
-
-  // Open MPI names no job: the one set before stays.
-  read = Read(OpenMpiProcess());
-  ASSERT_TRUE(read.ok() && read->has_value()) << read.status();
-  ApplyLaunchEnvironment(**read, &worker);
-  EXPECT_EQ(worker.rank, 3);
-  EXPECT_EQ(worker.num_workers, 4);
-  EXPECT_EQ(worker.local_rank, 1);
-  EXPECT_EQ(worker.local_num_workers, 2);
-  EXPECT_EQ(worker.job_id, "4242");
-}
-
 TEST(LaunchEnvironmentTest, SchedulerNames) {
   EXPECT_STREQ(SchedulerName(Scheduler::kSlurm), "Slurm");
   EXPECT_STREQ(SchedulerName(Scheduler::kOpenMpi), "Open MPI");

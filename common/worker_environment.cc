@@ -1,5 +1,7 @@
 #include "common/worker_environment.h"
 
+#include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,16 +17,30 @@ namespace {
 // More than any host or job of ours runs; a bound that catches garbage.
 constexpr int kMaxWorkers = 1 << 16;
 
+// Where a worker is among the others; a scheduler may give these instead.
+constexpr const char* kRankVariables[] = {
+    "PS_NUM_WORKERS", "PS_RANK", "PS_LOCAL_NUM_WORKERS", "PS_LOCAL_RANK"};
+constexpr const char* kServerVariables[] = {"PS_NUM_SERVERS", "PS_SERVERS"};
+
+// Every unset variable at once, and the ways to set them.
+absl::Status NotSet(const std::vector<std::string>& names) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      absl::StrJoin(names, ", ",
+                    [](std::string* out, const std::string& name) {
+                      absl::StrAppend(out, "$", name);
+                    }),
+      names.size() == 1 ? " is" : " are",
+      " not set: start worker programs with `launch -- PROGRAM`, or under "
+      "`srun` or `mpirun` (which give the ranks; $PS_NUM_SERVERS and "
+      "$PS_SERVERS still name the servers), or set them yourself (README, "
+      "\"Running the binaries yourself\")"));
+}
+
+// A set variable: a number in [low, high].
 absl::StatusOr<int> ReadCount(
     absl::FunctionRef<const char*(const char*)> lookup, const char* name,
     int low, int high) {
   const char* value = lookup(name);
-  if (value == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("$", name,
-                     " is not set (start worker programs with "
-                     "`launch -- PROGRAM`)"));
-  }
   int n = 0;
   if (!absl::SimpleAtoi(value, &n) || n < low || n > high) {
     return absl::InvalidArgumentError(
@@ -79,24 +95,47 @@ void ReadAuthEnvironment(absl::FunctionRef<const char*(const char*)> lookup,
 absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
     absl::FunctionRef<const char*(const char*)> lookup) {
   WorkerEnvironment environment;
-  absl::StatusOr<int> num_workers =
-      ReadCount(lookup, "PS_NUM_WORKERS", 1, kMaxWorkers);
-  if (!num_workers.ok()) return num_workers.status();
-  absl::StatusOr<int> rank = ReadCount(lookup, "PS_RANK", 0, *num_workers - 1);
-  if (!rank.ok()) return rank.status();
-  absl::StatusOr<int> local_num_workers =
-      ReadCount(lookup, "PS_LOCAL_NUM_WORKERS", 1, *num_workers);
-  if (!local_num_workers.ok()) return local_num_workers.status();
-  absl::StatusOr<int> local_rank =
-      ReadCount(lookup, "PS_LOCAL_RANK", 0, *local_num_workers - 1);
-  if (!local_rank.ok()) return local_rank.status();
+  std::vector<std::string> unset;
+  for (const char* name : kRankVariables) {
+    if (lookup(name) == nullptr) unset.push_back(name);
+  }
+  std::optional<LaunchEnvironment> launch;
+  if (unset.size() == std::size(kRankVariables)) {
+    absl::StatusOr<std::optional<LaunchEnvironment>> scheduler =
+        ReadLaunchEnvironment(lookup);
+    if (!scheduler.ok()) return scheduler.status();
+    launch = *std::move(scheduler);
+    if (launch.has_value()) unset.clear();
+  }
+  for (const char* name : kServerVariables) {
+    if (lookup(name) == nullptr) unset.push_back(name);
+  }
+  if (!unset.empty()) return NotSet(unset);
+
+  if (launch.has_value()) {
+    ApplyLaunchEnvironment(*launch, &environment);
+  } else {
+    absl::StatusOr<int> num_workers =
+        ReadCount(lookup, "PS_NUM_WORKERS", 1, kMaxWorkers);
+    if (!num_workers.ok()) return num_workers.status();
+    absl::StatusOr<int> rank =
+        ReadCount(lookup, "PS_RANK", 0, *num_workers - 1);
+    if (!rank.ok()) return rank.status();
+    absl::StatusOr<int> local_num_workers =
+        ReadCount(lookup, "PS_LOCAL_NUM_WORKERS", 1, *num_workers);
+    if (!local_num_workers.ok()) return local_num_workers.status();
+    absl::StatusOr<int> local_rank =
+        ReadCount(lookup, "PS_LOCAL_RANK", 0, *local_num_workers - 1);
+    if (!local_rank.ok()) return local_rank.status();
+    environment.rank = *rank;
+    environment.num_workers = *num_workers;
+    environment.local_rank = *local_rank;
+    environment.local_num_workers = *local_num_workers;
+  }
   absl::StatusOr<int> num_servers =
       ReadCount(lookup, "PS_NUM_SERVERS", 1, kMaxWorkers);
   if (!num_servers.ok()) return num_servers.status();
   const char* list = lookup("PS_SERVERS");
-  if (list == nullptr) {
-    return absl::InvalidArgumentError("$PS_SERVERS is not set");
-  }
   absl::StatusOr<std::vector<std::string>> servers = ParseServerList(list);
   if (!servers.ok()) {
     return absl::InvalidArgumentError(
@@ -115,12 +154,16 @@ absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
     environment.job_id = job_id;
   }
   ReadAuthEnvironment(lookup, &environment);
-  environment.rank = *rank;
-  environment.num_workers = *num_workers;
-  environment.local_rank = *local_rank;
-  environment.local_num_workers = *local_num_workers;
   environment.servers = *std::move(servers);
   return environment;
+}
+
+void ApplyLaunchEnvironment(const LaunchEnvironment& launch,
+                            WorkerEnvironment* worker) {
+  worker->rank = launch.rank;
+  worker->num_workers = launch.num_tasks;
+  worker->local_rank = launch.local_rank;
+  worker->local_num_workers = launch.local_num_tasks;
 }
 
 }  // namespace ps

@@ -7,6 +7,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "common/launch_environment.h"
 
 namespace ps {
 
@@ -48,12 +49,26 @@ std::vector<std::pair<std::string, std::string>> WorkerEnvironmentVariables(
     const WorkerEnvironment& environment);
 
 // Reads the PS_ variables through `lookup` (std::getenv in a program; it
-// returns nullptr for an unset variable). InvalidArgument naming the
-// variable when one is unset, not a number, out of range, or when they
-// disagree (a rank outside [0, PS_NUM_WORKERS), PS_NUM_SERVERS not the length
-// of PS_SERVERS, a malformed address or job id).
+// returns nullptr for an unset variable). Where none of PS_RANK,
+// PS_NUM_WORKERS, PS_LOCAL_RANK and PS_LOCAL_NUM_WORKERS is set, a task that
+// `srun` or `mpirun` started takes them from the scheduler's variables
+// (common/launch_environment.h), one worker per task; the servers still
+// come from PS_NUM_SERVERS and PS_SERVERS, the job id from PS_JOB_ID.
+//
+// InvalidArgument naming every variable that is unset, at once, and how to
+// set them; naming the variable when one is not a number or out of range,
+// or when they disagree (a rank outside [0, PS_NUM_WORKERS), PS_NUM_SERVERS
+// not the length of PS_SERVERS, a malformed address or job id); the
+// scheduler's own error when its variables are half set or contradictory.
 absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
     absl::FunctionRef<const char*(const char*)> lookup);
+
+// For one worker per task: sets `worker`'s rank, num_workers, local_rank and
+// local_num_workers from `launch`. The servers, the authentication files and
+// the job id are left as they are: servers check the job id against their
+// --job_id, which PS_JOB_ID tells, not the scheduler.
+void ApplyLaunchEnvironment(const LaunchEnvironment& launch,
+                            WorkerEnvironment* worker);
 
 // Only the authentication variables (PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY,
 // PS_TLS_SERVER_NAME, PS_TOKEN_FILE) into `environment`'s fields; unset

@@ -116,6 +116,88 @@ TEST(WorkerEnvironmentTest, SetsEmptyAuthenticationVariablesWhenPlaintext) {
   EXPECT_EQ(got.at("PS_TOKEN_FILE"), "");
 }
 
+TEST(WorkerEnvironmentTest, NamesEveryMissingVariableAtOnce) {
+  FakeEnvironment env(ThirdOfFour());
+  env.Unset("PS_LOCAL_NUM_WORKERS");
+  env.Unset("PS_LOCAL_RANK");
+  env.Unset("PS_NUM_SERVERS");
+  ExpectInvalid(env.Read().status(),
+                "$PS_LOCAL_NUM_WORKERS, $PS_LOCAL_RANK, $PS_NUM_SERVERS are "
+                "not set: start worker programs with `launch -- PROGRAM`, or "
+                "under `srun` or `mpirun`");
+}
+
+// Rank 5 of 8 under srun, 3 tasks on this node; servers named by PS_.
+FakeEnvironment SlurmTaskWithServers() {
+  FakeEnvironment env(ThirdOfFour());
+  for (const char* name : {"PS_RANK", "PS_NUM_WORKERS", "PS_LOCAL_RANK",
+                           "PS_LOCAL_NUM_WORKERS", "PS_JOB_ID"}) {
+    env.Unset(name);
+  }
+  env.Set("SLURM_PROCID", "5");
+  env.Set("SLURM_NTASKS", "8");
+  env.Set("SLURM_LOCALID", "2");
+  env.Set("SLURM_NODEID", "1");
+  env.Set("SLURM_NNODES", "3");
+  env.Set("SLURM_STEP_NODELIST", "node[01-02],gpu7");
+  env.Set("SLURM_STEP_TASKS_PER_NODE", "3(x2),2");
+  env.Set("SLURM_JOB_ID", "4242");
+  return env;
+}
+
+TEST(WorkerEnvironmentTest, TakesTheRanksFromSlurmWithoutPsRanks) {
+  absl::StatusOr<WorkerEnvironment> read = SlurmTaskWithServers().Read();
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->rank, 5);
+  EXPECT_EQ(read->num_workers, 8);
+  EXPECT_EQ(read->local_rank, 2);
+  EXPECT_EQ(read->local_num_workers, 3);
+  EXPECT_EQ(read->servers.size(), 2u);
+  // The servers know their job by --job_id, which only PS_JOB_ID tells.
+  EXPECT_EQ(read->job_id, "");
+}
+
+TEST(WorkerEnvironmentTest, TakesTheRanksFromOpenMpiWithoutPsRanks) {
+  FakeEnvironment env = SlurmTaskWithServers();
+  env.Set("OMPI_COMM_WORLD_RANK", "3");
+  env.Set("OMPI_COMM_WORLD_SIZE", "4");
+  env.Set("OMPI_COMM_WORLD_LOCAL_RANK", "1");
+  env.Set("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+  env.Set("PS_JOB_ID", "run-7");
+  absl::StatusOr<WorkerEnvironment> read = env.Read();
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->rank, 3);
+  EXPECT_EQ(read->num_workers, 4);
+  EXPECT_EQ(read->local_rank, 1);
+  EXPECT_EQ(read->local_num_workers, 2);
+  EXPECT_EQ(read->job_id, "run-7");
+}
+
+TEST(WorkerEnvironmentTest, PsRanksWinOverTheSchedulers) {
+  FakeEnvironment env = SlurmTaskWithServers();
+  for (const auto& [name, value] : WorkerEnvironmentVariables(ThirdOfFour())) {
+    env.Set(name, value);
+  }
+  absl::StatusOr<WorkerEnvironment> read = env.Read();
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->rank, 2);
+  EXPECT_EQ(read->num_workers, 4);
+}
+
+TEST(WorkerEnvironmentTest, HalfSetPsRanksAreNotCompletedFromTheScheduler) {
+  FakeEnvironment env = SlurmTaskWithServers();
+  env.Set("PS_RANK", "1");
+  ExpectInvalid(env.Read().status(),
+                "$PS_NUM_WORKERS, $PS_LOCAL_NUM_WORKERS, $PS_LOCAL_RANK are "
+                "not set");
+}
+
+TEST(WorkerEnvironmentTest, AHalfSetSchedulerEnvironmentIsItsError) {
+  FakeEnvironment env = SlurmTaskWithServers();
+  env.Unset("SLURM_NTASKS");
+  ExpectInvalid(env.Read().status(), "$SLURM_NTASKS");
+}
+
 TEST(WorkerEnvironmentTest, NamesAMissingVariable) {
   for (const char* name :
        {"PS_RANK", "PS_NUM_WORKERS", "PS_LOCAL_RANK", "PS_LOCAL_NUM_WORKERS",

@@ -223,7 +223,9 @@ int Main(int argc, char** argv) {
       "stopped\nonce every copy has exited 0.\n"
       "Exit codes: 0 every worker succeeded; 1 a process failed for good or "
       "the cluster\ncould not start; 2 bad flags, or a run that cannot be "
-      "started, resumed or\nextended; 128+N stopped by signal N.");
+      "started, resumed or\nextended, or a process that exited 2 (bad "
+      "configuration: a resume would fail\nthe same way); 128+N stopped by "
+      "signal N.");
   // Everything after the first "--" is the worker program, untouched.
   int flag_count = argc;
   std::vector<std::string> program;

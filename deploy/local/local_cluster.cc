@@ -74,7 +74,8 @@ std::string Seconds(absl::Duration d) {
 
 int ClusterResult::ExitCode() const {
   if (stop_signal != 0) return ExitCodeForSignal(stop_signal);
-  return status.ok() ? kExitOk : kExitFailed;
+  if (status.ok()) return kExitOk;
+  return bad_configuration ? kExitBadConfig : kExitFailed;
 }
 
 LocalCluster::LocalCluster(ClusterSpec spec, ClusterOutput* out)
@@ -230,6 +231,7 @@ absl::Status LocalCluster::HandleExits(Phase phase) {
       continue;
     }
     child.exited = true;
+    failure_is_bad_configuration_ = bad_config;
     failure_ = absl::AbortedError(absl::StrCat(
         child.id.Name(), " ", status.ToString(), context,
         last_line.empty() ? " (no output)" : absl::StrCat(": ", last_line),
@@ -489,6 +491,8 @@ ClusterResult LocalCluster::Run() {
   StopAll();
 
   result.status = status;
+  result.bad_configuration = !status.ok() && failure_is_bad_configuration_ &&
+                             status.message() == failure_.message();
   for (bool servers : {true, false}) {
     const int count = servers ? spec_.num_servers : spec_.num_workers;
     for (int i = 0; i < count; ++i) {

@@ -89,6 +89,9 @@ struct ClusterResult {
   absl::Status status;
   // The signal (SIGINT, SIGTERM) that stopped the run, 0 if none.
   int stop_signal = 0;
+  // The failure was a process that exited with kExitBadConfig: the flags
+  // must change, and resuming the run as it is would fail the same way.
+  bool bad_configuration = false;
   std::vector<ProcessOutcome> processes;
   // Parsed from worker 0's "final test accuracy: 0.8912" line.
   std::optional<double> final_test_accuracy;
@@ -99,7 +102,8 @@ struct ClusterResult {
   std::vector<RestartRecord> restarts;
   int max_restarts = 0;
 
-  // 0 on success, 128 + signal when stopped by one, 1 otherwise.
+  // 0 on success, 128 + signal when stopped by one, 2 for bad
+  // configuration, 1 otherwise (common/exit_codes.h).
   int ExitCode() const;
 };
 
@@ -172,6 +176,7 @@ class LocalCluster {
   std::vector<std::string> addresses_;
   size_t exits_handled_ = 0;
   absl::Status failure_;
+  bool failure_is_bad_configuration_ = false;
   std::vector<RestartRecord> restarts_;
 
   absl::Mutex mu_;

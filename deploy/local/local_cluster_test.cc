@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/exit_codes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -424,6 +425,20 @@ TEST(LocalClusterTest, BadConfigurationIsNotRestarted) {
   EXPECT_THAT(result.status.message(),
               HasSubstr("worker 0 exited with code 2: bad flag (exit code 2: "
                         "bad configuration, not restarted)"));
+  EXPECT_TRUE(result.bad_configuration);
+  EXPECT_EQ(result.ExitCode(), kExitBadConfig);
+}
+
+TEST(LocalClusterTest, AnotherFailureIsNotBadConfiguration) {
+  Output output;
+  ClusterSpec spec = ShellCluster(1, {ServerScript("exec sleep 1000")}, 1,
+                                  {"echo 'lost'; exit 3"});
+  spec.max_restarts = 0;
+  LocalCluster cluster(std::move(spec), output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_FALSE(result.status.ok());
+  EXPECT_FALSE(result.bad_configuration);
+  EXPECT_EQ(result.ExitCode(), kExitFailed);
 }
 
 }  // namespace

@@ -22,6 +22,8 @@ std::vector<std::string> NextSteps(const ClusterResult& result,
                          " --epochs=N (N > ", config.epochs,
                          ", the new total)")};
   }
+  // The same flags would fail the same way: the error says what to change.
+  if (result.bad_configuration) return {};
   if (config.checkpoint_dir.empty()) {
     if (result.stop_signal == 0) return {};
     return {

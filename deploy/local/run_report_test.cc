@@ -1,0 +1,72 @@
+#include "deploy/local/run_report.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
+#include "deploy/local/launch_config.h"
+#include "deploy/local/local_cluster.h"
+#include "deploy/local/run_directory.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+// The lines FinishRun prints that start with "next: ".
+std::vector<std::string> NextLines(const ClusterResult& result,
+                                   const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
+  std::filesystem::remove_all(dir);
+  absl::StatusOr<std::unique_ptr<RunDirectory>> run = RunDirectory::Create(dir);
+  EXPECT_TRUE(run.ok()) << run.status();
+  if (!run.ok()) return {};
+  LaunchConfig config;
+  config.checkpoint_dir = dir + "/checkpoints";
+  RunRecord record;
+  std::vector<std::string> next;
+  for (const std::string& line :
+       FinishRun(result, config, {}, false, dir, **run, &record)) {
+    if (line.rfind("next: ", 0) == 0) next.push_back(line);
+  }
+  return next;
+}
+
+TEST(RunReportTest, AFinishedRunCanBeExtended) {
+  ClusterResult result;
+  EXPECT_THAT(NextLines(result, "finished"),
+              Contains(HasSubstr("to train on: --extend=")));
+}
+
+TEST(RunReportTest, AFailedRunCanBeResumed) {
+  ClusterResult result;
+  result.status = absl::AbortedError("worker 1 exited with code 3");
+  EXPECT_THAT(NextLines(result, "failed"), Contains(HasSubstr("--resume=")));
+}
+
+TEST(RunReportTest, BadConfigurationIsNotToBeResumed) {
+  ClusterResult result;
+  result.status = absl::AbortedError(
+      "worker 1 exited with code 2: no CUDA device (exit code 2: bad "
+      "configuration, not restarted)");
+  result.bad_configuration = true;
+  const std::vector<std::string> next = NextLines(result, "bad_config");
+  EXPECT_THAT(next, Not(Contains(HasSubstr("--resume="))));
+  EXPECT_THAT(next, IsEmpty());
+  EXPECT_EQ(result.ExitCode(), kExitBadConfig);
+}
+
+}  // namespace
+}  // namespace ps
