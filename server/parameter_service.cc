@@ -10,20 +10,15 @@
 #include "absl/time/clock.h"
 #include "common/chunk_wire.h"
 #include "common/consistency_mode_proto.h"
-#include "common/declaration_proto.h"
 #include "common/grpc_status.h"
 #include "server/push_message_proto.h"
 #include "server/push_stager.h"
+#include "server/register_handler.h"
 #include "server/register_precheck.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
 namespace {
-
-static_assert(kProtocolVersionCurrent == proto::PROTOCOL_VERSION_CURRENT,
-              "request_header.h must mirror the proto");
-static_assert(kDTypeFloat32 == proto::DTYPE_FLOAT32,
-              "request_header.h must mirror the proto");
 
 // "/ps.proto.ParameterServer/Pull": how gRPC names a method on the wire.
 std::string MethodPath(absl::string_view method) {
@@ -160,80 +155,22 @@ grpc::Status ParameterService::RegisterBytes(ByteStream& stream) {
   }
   message.Clear();
   proto::RegisterResponse response;
-  grpc::Status status = Register(request, &response);
-  if (status.ok() && !stream.Write(SerializeMessage(response))) {
-    return grpc::Status(grpc::StatusCode::CANCELLED,
-                        "the client went away before the answer");
-  }
-  return status;
-}
-
-grpc::Status ParameterService::Register(const proto::RegisterRequest& request,
-                                        proto::RegisterResponse* response) {
-  // Everything but the fingerprint, which the declaration gives.
-  ShardIdentity before_declaration{request.header().partition_fingerprint(),
-                                   options_.server_index, options_.num_workers,
-                                   options_.job_id};
-  if (absl::Status s = ValidateRequestHeader(
-          RequestHeaderFromProto(request.header()), before_declaration);
+  if (absl::Status s = ServeRegister(
+          request,
+          {0, options_.server_index, options_.num_workers, options_.job_id},
+          *host_, &response);
       !s.ok()) {
     return ToGrpcStatus(Prefixed("register refused", s));
   }
-  const int rank = request.header().worker_rank();
-  absl::StatusOr<ModelSpec> model = ModelSpecFromProto(request.declaration());
-  if (!model.ok()) {
-    spdlog::warn("worker {} refused: {}", rank, model.status().ToString());
-    return ToGrpcStatus(Prefixed("register refused", model.status()));
-  }
-  // Every check runs before the host keeps a shard it built for this
-  // declaration: a refused rank 0 leaves no model behind.
-  absl::StatusOr<RankProgress> registered;
-  UpdateCoordinator* coordinator = nullptr;
-  absl::StatusOr<DeclaredShard*> shard = host_->Declare(
-      rank, *model, [&](DeclaredShard& declared) -> absl::Status {
-        if (absl::Status s = ValidateRequestHeader(
-                RequestHeaderFromProto(request.header()), declared.identity);
-            !s.ok()) {
-          return s;
-        }
-        if (rank != 0 && declared.store->awaiting_initial_values()) {
-          return absl::UnavailableError(absl::StrCat(
-              "rank ", rank, " must wait: rank 0 has not sent the values of ",
-              declared.store->FirstTensorAwaitingValues(), " yet"));
-        }
-        coordinator = declared.coordinator.get();
-        registered = coordinator->Register(rank, request.incarnation(),
-                                           request.planned_steps(),
-                                           request.max_examples_per_push());
-        return registered.status();
-      });
-  if (!shard.ok()) {
-    // Waiting for rank 0 is expected, not worth a warning.
-    if (shard.status().code() != absl::StatusCode::kUnavailable) {
-      spdlog::warn("worker {} (incarnation {}) refused: {}", rank,
-                   request.incarnation(), shard.status().ToString());
-    }
-    return ToGrpcStatus(Prefixed("register refused", shard.status()));
-  }
-  stats_.RecordRegistration(rank, request.incarnation());
-  const RankProgress& progress = *registered;
-  response->set_mode(ConsistencyModeToProto(coordinator->options().mode));
-  response->set_num_workers(coordinator->options().num_workers);
-  response->set_version(coordinator->version());
-  response->set_next_step(progress.next_step);
-  response->set_epoch(progress.epoch);
-  response->set_examples_done(progress.examples_done);
+  stats_.RecordRegistration(request.header().worker_rank(),
+                            request.incarnation());
   if (!local_endpoint_.socket_name().empty()) {
-    *response->mutable_local_endpoint() = local_endpoint_;
+    *response.mutable_local_endpoint() = local_endpoint_;
   }
-  spdlog::info(
-      "worker {} registered (incarnation {}, planned steps {}, at most {} "
-      "examples a push), next step {}, epoch {}, examples_done {}",
-      rank, request.incarnation(), request.planned_steps(),
-      request.max_examples_per_push() == 0
-          ? std::string("any")
-          : absl::StrCat(request.max_examples_per_push()),
-      progress.next_step, progress.epoch, progress.examples_done);
+  if (!stream.Write(SerializeMessage(response))) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "the client went away before the answer");
+  }
   return grpc::Status::OK;
 }
 

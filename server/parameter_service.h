@@ -116,10 +116,8 @@ class ParameterService final
 
  private:
   // A Register's bytes: prechecked (server/register_precheck.h), then
-  // parsed and served one at a time.
+  // parsed and served (server/register_handler.h) one at a time.
   grpc::Status RegisterBytes(ByteStream& stream);
-  grpc::Status Register(const proto::RegisterRequest& request,
-                        proto::RegisterResponse* response);
   grpc::Status Heartbeat(const proto::HeartbeatRequest& request,
                          proto::HeartbeatResponse* response);
   grpc::Status Done(const proto::DoneRequest& request,

@@ -6,6 +6,11 @@
 
 namespace ps::server {
 
+static_assert(kProtocolVersionCurrent == proto::PROTOCOL_VERSION_CURRENT,
+              "request_header.h must mirror the proto");
+static_assert(kDTypeFloat32 == proto::DTYPE_FLOAT32,
+              "request_header.h must mirror the proto");
+
 RequestHeaderFields RequestHeaderFromProto(const proto::RequestHeader& h) {
   return {h.protocol_version(), h.partition_fingerprint(), h.worker_rank(),
           h.server_index(),     h.incarnation(),           h.job_id()};

@@ -8,8 +8,8 @@
 
 namespace ps::server {
 
-// Wire constants mirrored here so the plain classes need no protobuf; the
-// gRPC adapter static_asserts that they equal the proto enums.
+// Wire constants mirrored here so the plain classes need no protobuf;
+// push_message_proto.cc static_asserts that they equal the proto enums.
 inline constexpr uint32_t kProtocolVersionCurrent =
     2;                                   // PROTOCOL_VERSION_CURRENT
 inline constexpr int kDTypeFloat32 = 1;  // DTYPE_FLOAT32
