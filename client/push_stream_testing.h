@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "client/pull_reader.h"
+#include "client/push_stream.h"
 #include "client/shard_channel.h"
 #include "common/chunk_wire.h"
 #include "common/grpc_status.h"
@@ -34,6 +35,16 @@ inline float FakeWeight(uint32_t t, uint64_t e) {
 // An MLP 20-30-5 over two shards: some tensors split, some whole.
 inline Partition TestPartition() {
   return *Partition::Create(MlpModelSpec({20, 30, 5}), 2);
+}
+
+// A stream of step 4 to shard `server` (`shard` fakes it), in 1000-element
+// chunks.
+inline PushStreamSpec StepFourSpec(ShardCalls* shard,
+                                   const Partition* partition, int server,
+                                   PushKind kind) {
+  StepInfo info;
+  info.step = 4;
+  return {shard, partition, server, info, kind, /*chunk_elements=*/1000};
 }
 
 // Gradients for every tensor: -FakeWeight.

@@ -14,14 +14,13 @@ using ::ps::client_internal::testing::FakeCall;
 using ::ps::client_internal::testing::FakeShard;
 using ::ps::client_internal::testing::FakeWeight;
 using ::ps::client_internal::testing::PullAnswer;
+using ::ps::client_internal::testing::StepFourSpec;
 using ::ps::client_internal::testing::TestGradients;
 using ::ps::client_internal::testing::TestPartition;
 
 PushStreamSpec Spec(FakeShard* shard, const Partition* partition,
                     PushKind kind) {
-  StepInfo info;
-  info.step = 4;
-  return {shard, partition, 0, info, kind, /*chunk_elements=*/1000};
+  return StepFourSpec(shard, partition, /*server=*/0, kind);
 }
 
 // Enqueues every slice server 0 holds, from `gradients`.
