@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/temp_dir_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -54,9 +55,7 @@ TEST(ClusterOutputTest,
 }
 
 TEST(ClusterOutputTest, LogFilesKeepEveryLineOfEachProcess) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/logs";
-  std::filesystem::remove_all(dir);
+  const std::string dir = ::ps::testing::UnusedTestPath("logs");
   std::vector<std::string> passed;
   LineWriter writer(
       [&passed](absl::string_view line) { passed.emplace_back(line); });

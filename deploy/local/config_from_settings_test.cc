@@ -4,19 +4,16 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "common/temp_dir_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace ps {
 namespace {
 
+using ::ps::testing::TestTmpDir;
 using ::testing::HasSubstr;
 using Type = RunSettings::Type;
-
-std::string TempDir() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return tmp != nullptr ? tmp : "/tmp";
-}
 
 // The launcher's flags with launch_main's defaults, but binaries and a data
 // directory that exist.
@@ -48,7 +45,7 @@ RunSettings Settings() {
            {"seed", Type::kInt64, "1"},
            {"job_id", Type::kString, ""},
            {"auth", Type::kString, "none"},
-           {"data_dir", Type::kString, TempDir()},
+           {"data_dir", Type::kString, TestTmpDir()},
            {"device", Type::kString, "auto"},
            {"save_model", Type::kString, ""},
            {"server_flags", Type::kString, ""},

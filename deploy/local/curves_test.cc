@@ -6,22 +6,15 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/temp_dir_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace ps {
 namespace {
 
+using ::ps::testing::FreshTestDir;
 using ::testing::HasSubstr;
-
-std::string Fresh(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 std::string Read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -42,7 +35,7 @@ void ExpectPictureOrReason(const CurveFiles& files) {
 }
 
 TEST(CurvesTest, WritesTheCsvAndPlotsIt) {
-  const std::string dir = Fresh("curves \"quoted\"");
+  const std::string dir = FreshTestDir("curves \"quoted\"");
   std::vector<EpochRecord> history = {{1, 0.5, 0.8}, {2, 0.4, 0.85}};
   absl::StatusOr<CurveFiles> files = WriteCurves(dir, history, "a \"run\"");
   ASSERT_TRUE(files.ok()) << files.status();
@@ -51,7 +44,7 @@ TEST(CurvesTest, WritesTheCsvAndPlotsIt) {
 }
 
 TEST(CurvesTest, PlotsALossWithoutAnyAccuracy) {
-  const std::string dir = Fresh("curves_no_accuracy");
+  const std::string dir = FreshTestDir("curves_no_accuracy");
   absl::StatusOr<CurveFiles> files =
       WriteCurves(dir, {{1, 0.5, std::nullopt}}, "stopped in epoch 1");
   ASSERT_TRUE(files.ok()) << files.status();
@@ -59,7 +52,7 @@ TEST(CurvesTest, PlotsALossWithoutAnyAccuracy) {
 }
 
 TEST(CurvesTest, NothingToDrawIsAnError) {
-  EXPECT_FALSE(WriteCurves(Fresh("curves_empty"), {}, "x").ok());
+  EXPECT_FALSE(WriteCurves(FreshTestDir("curves_empty"), {}, "x").ok());
 }
 
 }  // namespace

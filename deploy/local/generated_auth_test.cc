@@ -7,18 +7,15 @@
 #include <string>
 
 #include "common/subprocess.h"
+#include "common/temp_dir_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace ps {
 namespace {
 
+using ::ps::testing::TestTmpDir;
 using ::testing::HasSubstr;
-
-std::string TempRoot() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -49,7 +46,7 @@ TEST(ParseAuthModeTest, NamesTheFlag) {
 TEST(GeneratedAuthTest, MakesCertificatesTheCaVerifies) {
   std::string dir;
   {
-    auto auth = GeneratedAuth::Create(AuthMode::kMtls, TempRoot());
+    auto auth = GeneratedAuth::Create(AuthMode::kMtls, TestTmpDir());
     ASSERT_TRUE(auth.ok()) << auth.status();
     const AuthFiles& files = (*auth)->files();
     dir = (*auth)->dir();
@@ -76,7 +73,7 @@ TEST(GeneratedAuthTest, MakesCertificatesTheCaVerifies) {
 }
 
 TEST(GeneratedAuthTest, TlsMakesNoClientCertificate) {
-  auto auth = GeneratedAuth::Create(AuthMode::kTls, TempRoot());
+  auto auth = GeneratedAuth::Create(AuthMode::kTls, TestTmpDir());
   ASSERT_TRUE(auth.ok()) << auth.status();
   EXPECT_TRUE((*auth)->files().tls());
   EXPECT_FALSE((*auth)->files().mtls());
@@ -84,8 +81,8 @@ TEST(GeneratedAuthTest, TlsMakesNoClientCertificate) {
 }
 
 TEST(GeneratedAuthTest, SaysWhichProgramIsMissing) {
-  auto auth =
-      GeneratedAuth::Create(AuthMode::kTls, TempRoot(), "/nonexistent/openssl");
+  auto auth = GeneratedAuth::Create(AuthMode::kTls, TestTmpDir(),
+                                    "/nonexistent/openssl");
   ASSERT_FALSE(auth.ok());
   EXPECT_THAT(std::string(auth.status().message()),
               HasSubstr("/nonexistent/openssl"));

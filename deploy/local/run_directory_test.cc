@@ -4,21 +4,15 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/temp_dir_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace ps {
 namespace {
 
+using ::ps::testing::UnusedTestPath;
 using ::testing::HasSubstr;
-
-std::string Fresh(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 TEST(RunDirectoryTest, RecordRoundTrips) {
   RunRecord record;
@@ -95,7 +89,7 @@ TEST(RunDirectoryTest, RejectsMalformedRecords) {
 }
 
 TEST(RunDirectoryTest, ANewRunNeedsAnEmptyPlaceAndResumeARun) {
-  const std::string dir = Fresh("run");
+  const std::string dir = UnusedTestPath("run");
   {
     absl::StatusOr<std::unique_ptr<RunDirectory>> run =
         RunDirectory::Create(dir);
@@ -112,12 +106,12 @@ TEST(RunDirectoryTest, ANewRunNeedsAnEmptyPlaceAndResumeARun) {
   absl::StatusOr<std::unique_ptr<RunDirectory>> run = RunDirectory::Open(dir);
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ((*run)->Read()->job_id, "j");
-  EXPECT_THAT(RunDirectory::Open(Fresh("none")).status().message(),
+  EXPECT_THAT(RunDirectory::Open(UnusedTestPath("none")).status().message(),
               HasSubstr("holds no run"));
 }
 
 TEST(RunDirectoryTest, KeepsTheCheckpointsAsTheyAre) {
-  const std::string dir = Fresh("keep");
+  const std::string dir = UnusedTestPath("keep");
   EXPECT_TRUE(absl::IsNotFound(KeepCheckpoints(dir, "before").status()));
   std::filesystem::create_directories(dir);
   EXPECT_TRUE(absl::IsNotFound(KeepCheckpoints(dir, "before").status()));

@@ -1,14 +1,12 @@
 #include "deploy/local/run_report.h"
 
-#include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "common/exit_codes.h"
+#include "common/temp_dir_testing.h"
 #include "deploy/local/launch_config.h"
 #include "deploy/local/local_cluster.h"
 #include "deploy/local/run_directory.h"
@@ -26,10 +24,7 @@ using ::testing::Not;
 // The lines FinishRun prints that start with "next: ".
 std::vector<std::string> NextLines(const ClusterResult& result,
                                    const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
-  std::filesystem::remove_all(dir);
+  const std::string dir = ::ps::testing::UnusedTestPath(name);
   absl::StatusOr<std::unique_ptr<RunDirectory>> run = RunDirectory::Create(dir);
   EXPECT_TRUE(run.ok()) << run.status();
   if (!run.ok()) return {};

@@ -4,23 +4,17 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/temp_dir_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace ps {
 namespace {
 
+using ::ps::testing::UnusedTestPath;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
-
-std::string Fresh(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 // A few of the launcher's flags, as launch_main defines them.
 RunSettings Settings() {
@@ -63,7 +57,7 @@ RunRecord ReadRun(const std::string& dir) {
 }
 
 TEST(RunSetupTest, AStartRecordsTheCommandLinesSettings) {
-  const std::string dir = Fresh("start");
+  const std::string dir = UnusedTestPath("start");
   RunSettings settings = Settings();
   ASSERT_TRUE(settings.Set("run_dir", dir).ok());
   ASSERT_TRUE(settings.Set("epochs", "3").ok());
@@ -86,7 +80,7 @@ TEST(RunSetupTest, AStartRecordsTheCommandLinesSettings) {
 }
 
 TEST(RunSetupTest, AResumeTakesTheRunsSettingsAndJobId) {
-  const std::string dir = Fresh("resume");
+  const std::string dir = UnusedTestPath("resume");
   WriteRun(dir, "stopped");
   RunSettings settings = Settings();
   ASSERT_TRUE(settings.Set("resume", dir).ok());
@@ -110,7 +104,7 @@ TEST(RunSetupTest, AResumeTakesTheRunsSettingsAndJobId) {
 }
 
 TEST(RunSetupTest, RefusesWhatCannotBeResumed) {
-  const std::string dir = Fresh("finished");
+  const std::string dir = UnusedTestPath("finished");
   WriteRun(dir, "finished");
   RunSettings settings = Settings();
   ASSERT_TRUE(settings.Set("resume", dir).ok());
@@ -140,7 +134,7 @@ TEST(RunSetupTest, RefusesWhatCannotBeResumed) {
 }
 
 TEST(RunSetupTest, AnExtensionChangesFlagsAndKeepsTheCheckpoints) {
-  const std::string dir = Fresh("extend");
+  const std::string dir = UnusedTestPath("extend");
   WriteRun(dir, "finished");
   const std::string checkpoints = dir + "/checkpoints";
   std::filesystem::create_directories(checkpoints);
@@ -173,7 +167,7 @@ TEST(RunSetupTest, AnExtensionChangesFlagsAndKeepsTheCheckpoints) {
 }
 
 TEST(RunSetupTest, AnExtensionWithoutCheckpointsIsRefused) {
-  const std::string dir = Fresh("extend-empty");
+  const std::string dir = UnusedTestPath("extend-empty");
   WriteRun(dir, "stopped");
   RunSettings settings = Settings();
   ASSERT_TRUE(settings.Set("extend", dir).ok());
@@ -187,7 +181,7 @@ TEST(RunSetupTest, AnExtensionWithoutCheckpointsIsRefused) {
 }
 
 TEST(RunSetupTest, AProgramRunCannotBeExtended) {
-  const std::string dir = Fresh("program");
+  const std::string dir = UnusedTestPath("program");
   {
     absl::StatusOr<std::unique_ptr<RunDirectory>> run =
         RunDirectory::Create(dir);
