@@ -316,6 +316,29 @@ void WriteChunkWire(const std::string& dir, const Partition& partition) {
   Write(dir, "register_request", framed(3, 21, reg.SerializeAsString()));
 }
 
+// Serialized RegisterRequests as a server receives them: rank 0 declaring,
+// another rank without a declaration, and a header given twice (merged).
+void WriteRegisters(const std::string& dir, const Partition& partition) {
+  proto::RegisterRequest reg;
+  proto::RequestHeader* h = reg.mutable_header();
+  h->set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
+  h->set_partition_fingerprint(partition.fingerprint());
+  h->set_worker_rank(0);
+  h->set_incarnation(7);
+  h->set_job_id(kJobId);
+  *reg.mutable_declaration() = Declaration(PushModel());
+  reg.set_incarnation(7);
+  reg.set_planned_steps(100);
+  Write(dir, "rank0_declares", reg.SerializeAsString());
+  reg.clear_declaration();
+  reg.mutable_header()->set_worker_rank(1);
+  Write(dir, "rank1", reg.SerializeAsString());
+  proto::RegisterRequest second;
+  second.mutable_header()->set_job_id("another-job");
+  Write(dir, "header_twice",
+        reg.SerializeAsString() + second.SerializeAsString());
+}
+
 }  // namespace
 }  // namespace ps::fuzz
 
@@ -332,5 +355,6 @@ int main(int argc, char** argv) {
   ps::fuzz::WriteChunkWire(root + "/chunk_wire", *partition);
   ps::fuzz::WriteDeclarations(root + "/declaration");
   ps::fuzz::WritePullAnswers(root + "/pull_reader", *partition);
+  ps::fuzz::WriteRegisters(root + "/register_precheck", *partition);
   return 0;
 }

@@ -33,10 +33,15 @@ absl::Status Malformed(absl::string_view why) {
 }
 
 // Counts the `tensors` fields of the ModelDeclaration that `input` is
-// limited to, skipping each.
+// limited to, skipping each. One of another wire type is no tensor (protobuf
+// keeps it as an unknown field).
 absl::Status CountTensors(CodedInputStream& input, uint64_t* tensors) {
   for (uint32_t tag; (tag = input.ReadTag()) != 0;) {
-    if (WireFormatLite::GetTagFieldNumber(tag) == kTensorsField) ++*tensors;
+    if (WireFormatLite::GetTagFieldNumber(tag) == kTensorsField &&
+        WireFormatLite::GetTagWireType(tag) ==
+            WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      ++*tensors;
+    }
     if (!WireFormatLite::SkipField(&input, tag)) {
       return Malformed("bad declaration");
     }
