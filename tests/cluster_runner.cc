@@ -28,6 +28,20 @@ std::string RunfilePath(const std::string& workspace_relative) {
                       workspace_relative);
 }
 
+SubprocessOptions TestProcessOptions(const std::string& name,
+                                     std::vector<std::string> argv) {
+  SubprocessOptions options;
+  options.argv = std::move(argv);
+  options.name = name;
+  options.kill_grace = absl::Seconds(2);
+  const std::string prefix = absl::StrCat("[", name, "] ");
+  options.line_callback = [prefix](absl::string_view line) {
+    std::fprintf(stderr, "%s%.*s\n", prefix.c_str(),
+                 static_cast<int>(line.size()), line.data());
+  };
+  return options;
+}
+
 std::string TempPath(const std::string& name) {
   return absl::StrCat(EnvOr("TEST_TMPDIR", "/tmp"), "/", name);
 }

@@ -26,6 +26,12 @@ ClusterResult RunCluster(LaunchConfig config,
 // from runfiles.
 LaunchConfig SmallJob();
 
+// How a test starts one of its processes: `argv`, named `name`, each line
+// it prints going to the test log prefixed "[name] ", 2 s between SIGTERM
+// and SIGKILL when it is stopped.
+SubprocessOptions TestProcessOptions(const std::string& name,
+                                     std::vector<std::string> argv);
+
 // A fresh path under the test's temporary directory.
 std::string TempPath(const std::string& name);
 

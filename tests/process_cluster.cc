@@ -2,7 +2,6 @@
 
 #include <signal.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <utility>
 
@@ -27,16 +26,7 @@ ProcessCluster::~ProcessCluster() {
 
 absl::StatusOr<std::unique_ptr<Subprocess>> ProcessCluster::Spawn(
     const std::string& name, std::vector<std::string> argv) {
-  SubprocessOptions options;
-  options.argv = std::move(argv);
-  options.name = name;
-  options.kill_grace = absl::Seconds(2);
-  const std::string prefix = absl::StrCat("[", name, "] ");
-  options.line_callback = [prefix](absl::string_view line) {
-    std::fprintf(stderr, "%s%.*s\n", prefix.c_str(),
-                 static_cast<int>(line.size()), line.data());
-  };
-  return Subprocess::Start(std::move(options));
+  return Subprocess::Start(TestProcessOptions(name, std::move(argv)));
 }
 
 absl::Status ProcessCluster::StartServer(

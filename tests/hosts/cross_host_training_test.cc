@@ -35,17 +35,8 @@ constexpr int64_t kModelBytes =
 std::unique_ptr<Subprocess> StartOn(const TestHosts& hosts, int host,
                                     const std::string& name,
                                     std::vector<std::string> argv) {
-  SubprocessOptions options;
-  options.argv = std::move(argv);
-  options.name = name;
-  options.kill_grace = absl::Seconds(2);
-  const std::string prefix = absl::StrCat("[", name, "] ");
-  options.line_callback = [prefix](absl::string_view line) {
-    std::fprintf(stderr, "%s%.*s\n", prefix.c_str(),
-                 static_cast<int>(line.size()), line.data());
-  };
   absl::StatusOr<std::unique_ptr<Subprocess>> child =
-      hosts.Start(host, std::move(options));
+      hosts.Start(host, TestProcessOptions(name, std::move(argv)));
   EXPECT_TRUE(child.ok()) << child.status();
   return child.ok() ? *std::move(child) : nullptr;
 }
