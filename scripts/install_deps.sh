@@ -25,6 +25,11 @@ PACKAGES=(
   # Test hosts (tests/hosts/): namespaces, veth links and a bridge shaped by
   # tc (ip, tc), and iperf3 for the raw TCP baseline of a link.
   iproute2 iperf3
+  # Schedulers (tests/scheduler/): Debian's real Slurm (munge, slurmctld and
+  # slurmd, started and stopped by the tests) and Open MPI's mpirun.
+  slurm-wlm munge openmpi-bin
+  # The all-reduce mode (--mode=allreduce) averages gradients with Gloo.
+  libgloo-dev
 )
 # The Kubernetes manifest checker (deploy/validate) is a Go program built
 # against Debian's Kubernetes API packages, and Debian's kustomize renders the
