@@ -29,7 +29,7 @@ absl::Status Membership::Admit(int rank, uint64_t incarnation, absl::Time now) {
   if (absl::Status s = ranks_.CheckIncarnation(rank, incarnation); !s.ok()) {
     return s;
   }
-  if (ranks_.Touch(rank, now)) {
+  if (ranks_.Heard(rank, now)) {
     // Rare, so logged under the coordinator's lock.
     spdlog::info("worker {} is live again", rank);
   }
@@ -59,7 +59,7 @@ absl::StatusOr<Membership::Registration> Membership::Register(
   registration.previous_incarnation = ranks_.SetIncarnation(rank, incarnation);
   registration.extension_join = extension_joins_[rank];
   ranks_.SetMaxExamples(rank, max_examples_per_push);
-  ranks_.Touch(rank, now);
+  ranks_.Heard(rank, now);
   extension_joins_[rank] = false;
   return registration;
 }
@@ -124,9 +124,43 @@ absl::Status Membership::CheckWithinPlan(int rank, absl::string_view what,
                    " planned steps): no worker of it gets there"));
 }
 
+bool Membership::MayDeclareDead(int rank) const {
+  const absl::Time silent_since = ranks_.last_heard(rank);
+  bool others_live = false;
+  for (int w = 0; w < ranks_.num_workers(); ++w) {
+    if (w == rank || ranks_.dead(w) || ranks_.done(w)) continue;
+    others_live = true;
+    if (ranks_.last_request(w) - silent_since >= ranks_.lease() / 2) {
+      return true;
+    }
+  }
+  return !others_live;
+}
+
+void Membership::NoteUnheard(std::vector<int> unheard) {
+  if (unheard_.empty() && !unheard.empty()) {
+    spdlog::warn(
+        "heard from none of the workers it waits for ({}) for {}: this shard "
+        "may be cut off from them (or they all stopped at once); it declares "
+        "none of them dead and waits, until a worker is heard from again",
+        DescribeWorkers(unheard), absl::FormatDuration(ranks_.lease()));
+  } else if (!unheard_.empty() && unheard.empty()) {
+    spdlog::info("hears from the workers again");
+  }
+  unheard_ = std::move(unheard);
+}
+
 std::vector<int> Membership::ExpireLeases(absl::Time now) {
   if (!Running().ok()) return {};
-  std::vector<int> dead = ranks_.ExpireLeases(now);
+  std::vector<int> dead;
+  std::vector<int> unheard;
+  // Decided before any is marked: ranks cut off together witness for none
+  // of each other.
+  for (int rank : ranks_.LeasesRunOut(now)) {
+    (MayDeclareDead(rank) ? dead : unheard).push_back(rank);
+  }
+  for (int rank : dead) ranks_.MarkDead(rank);
+  NoteUnheard(std::move(unheard));
   if (dead.empty() || on_worker_failure_ != FailurePolicy::kFail) return dead;
   // Not Aborted: a worker retries a step refused with that (stale), and
   // this ends the job.

@@ -79,10 +79,15 @@ class Membership {
   absl::Status CheckWithinPlan(int rank, absl::string_view what,
                                uint64_t step) const;
 
-  // Declares dead the ranks whose lease ran out by `now` and returns them in
-  // rank order; under FailurePolicy::kFail, if any, the job fails (see
-  // failure()). Nothing while the job does not run.
+  // Declares dead the ranks whose lease ran out by `now`, each only on
+  // evidence that this shard still hears the network (MayDeclareDead), and
+  // returns them in rank order; under FailurePolicy::kFail, if any, the job
+  // fails (see failure()). The others whose lease ran out are unheard().
+  // Nothing while the job does not run.
   std::vector<int> ExpireLeases(absl::Time now);
+  // The ranks whose lease had run out at the last ExpireLeases but which it
+  // did not declare dead, for want of a witness; in rank order.
+  const std::vector<int>& unheard() const { return unheard_; }
   // The ranks other than `rank` still training (RankRegistry::StillTraining
   // with the rejoin grace).
   std::vector<int> OthersTraining(int rank, absl::Time now) const;
@@ -111,6 +116,26 @@ class Membership {
   // with nothing changed if `planned_steps` does not fit.
   absl::Status TakePlan(int rank, uint64_t planned_steps);
 
+  // Whether `rank`, silent for its lease, may be declared dead. A shard
+  // that hears from nobody cannot tell its own link's cut from every
+  // worker's death, and the first is one fault where the second is many; a
+  // wrong verdict loses work for good (a sync step goes on without pushes
+  // still on their way, the job fails under kFail), where waiting loses
+  // none. So a witness is needed: another rank, neither dead nor done,
+  // whose last request arrived at least half a lease after `rank` was last
+  // heard from, which shows the link carried requests well after `rank`
+  // fell silent. A waiting call of a rank renews its lease but is no
+  // request: it goes on waiting across a cut. Live workers send requests
+  // at least every --heartbeat_period (below half the --worker_timeout),
+  // so those cut off together fall silent within one period of each other
+  // and none witnesses for another. A rank with no one left to witness
+  // (every other rank is done or dead) is declared on its lease alone, as
+  // before: a job whose other workers are done must still end once it is
+  // gone for good.
+  bool MayDeclareDead(int rank) const;
+  // Logs when ranks become unheard, and when none is any more.
+  void NoteUnheard(std::vector<int> unheard);
+
   const FailurePolicy on_worker_failure_;
   const absl::Duration rejoin_grace_;
   // A cosine learning-rate schedule spans the planned steps.
@@ -129,6 +154,7 @@ class Membership {
   // Per rank: the highest barrier generation it has reached.
   std::vector<uint64_t> barriers_;
   absl::Status failure_;
+  std::vector<int> unheard_;
   bool finished_ = false;
   bool shutdown_ = false;
 };

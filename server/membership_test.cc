@@ -69,6 +69,77 @@ TEST(MembershipTest, AnAdmittedRequestRenewsTheLease) {
   EXPECT_TRUE(members.ranks().active(0));
 }
 
+TEST(MembershipTest, AShardThatHearsFromNoWorkerDeclaresNoneDead) {
+  CoordinatorOptions options = Options(2);
+  options.on_worker_failure = FailurePolicy::kFail;
+  Membership members(options, kStart);
+  RegisterAll(members, 2);
+  // Cut off: neither rank is heard from, for as long as it lasts.
+  EXPECT_THAT(members.ExpireLeases(kStart + 5 * kLease), IsEmpty());
+  EXPECT_THAT(members.unheard(), ElementsAre(0, 1));
+  EXPECT_TRUE(members.failure().ok()) << members.failure();
+  EXPECT_TRUE(members.ranks().active(0));
+  EXPECT_TRUE(members.ranks().active(1));
+  // Plugged back in: both are heard from, and nobody was dead.
+  ASSERT_TRUE(members.Admit(1, 101, kStart + 5 * kLease).ok());
+  ASSERT_TRUE(members.Admit(0, 100, kStart + 5 * kLease).ok());
+  EXPECT_THAT(members.ExpireLeases(kStart + 5 * kLease + absl::Seconds(1)),
+              IsEmpty());
+  EXPECT_THAT(members.unheard(), IsEmpty());
+  EXPECT_TRUE(members.Running().ok());
+}
+
+TEST(MembershipTest, AnotherRankHeardFromAfterwardsWitnessesADeath) {
+  Membership members(Options(2), kStart);
+  RegisterAll(members, 2);
+  EXPECT_THAT(members.ExpireLeases(kStart + 2 * kLease), IsEmpty());
+  // Rank 1 is heard from long after rank 0 fell silent: the shard's link
+  // works, and rank 0 is dead after all.
+  ASSERT_TRUE(members.Admit(1, 101, kStart + 2 * kLease).ok());
+  EXPECT_THAT(members.ExpireLeases(kStart + 2 * kLease), ElementsAre(0));
+  EXPECT_THAT(members.unheard(), IsEmpty());
+  EXPECT_TRUE(members.ranks().dead(0));
+}
+
+TEST(MembershipTest, RanksCutOffTogetherWitnessForNoneOfEachOther) {
+  Membership members(Options(3), kStart);
+  RegisterAll(members, 3);
+  // Their last requests came within a heartbeat period, less than half a
+  // lease, of one another before the cut.
+  ASSERT_TRUE(members.Admit(1, 101, kStart + absl::Seconds(1)).ok());
+  ASSERT_TRUE(members.Admit(2, 102, kStart + absl::Seconds(4)).ok());
+  // Rank 0's lease runs out first, while the others' have not.
+  EXPECT_THAT(members.ExpireLeases(kStart + absl::Seconds(11)), IsEmpty());
+  EXPECT_THAT(members.unheard(), ElementsAre(0));
+  EXPECT_THAT(members.ExpireLeases(kStart + absl::Seconds(15)), IsEmpty());
+  EXPECT_THAT(members.unheard(), ElementsAre(0, 1, 2));
+}
+
+TEST(MembershipTest, AWaitingCallIsNoWitness) {
+  Membership members(Options(2), kStart);
+  RegisterAll(members, 2);
+  // Rank 0's call waits across a cut: its lease is renewed, but nothing
+  // was heard from the network.
+  members.ranks().Touch(0, kStart + absl::Seconds(10));
+  EXPECT_THAT(members.ExpireLeases(kStart + absl::Seconds(11)), IsEmpty());
+  EXPECT_THAT(members.unheard(), ElementsAre(1));
+  // Its heartbeat arrives: a request, half a lease after rank 1's last.
+  ASSERT_TRUE(members.Admit(0, 100, kStart + absl::Seconds(11)).ok());
+  EXPECT_THAT(members.ExpireLeases(kStart + absl::Seconds(12)),
+              ElementsAre(1));
+}
+
+TEST(MembershipTest, TheLastRankTrainingDiesOnItsLeaseAlone) {
+  Membership members(Options(3), kStart);
+  RegisterAll(members, 3);
+  members.ranks().MarkDone(0);
+  members.ranks().MarkDead(1);
+  // Nobody is left who could witness for rank 2.
+  EXPECT_THAT(members.ExpireLeases(kStart + kLease + absl::Seconds(1)),
+              ElementsAre(2));
+  EXPECT_THAT(members.unheard(), IsEmpty());
+}
+
 TEST(MembershipTest, RefusesEverythingAfterShutdownAndAfterAFailure) {
   CoordinatorOptions options = Options(2);
   options.on_worker_failure = FailurePolicy::kFail;
@@ -226,7 +297,9 @@ TEST(MembershipTest, AFailedJobEndsWithItsFailure) {
   options.on_worker_failure = FailurePolicy::kFail;
   Membership members(options, kStart);
   RegisterAll(members, 2);
-  ASSERT_THAT(members.ExpireLeases(kStart + 2 * kLease), ElementsAre(0, 1));
+  ASSERT_TRUE(members.Admit(0, 100, kStart + absl::Seconds(8)).ok());
+  ASSERT_THAT(members.ExpireLeases(kStart + absl::Seconds(12)),
+              ElementsAre(1));
   std::optional<absl::Status> outcome = members.EndIfOver(kStart);
   ASSERT_TRUE(outcome.has_value());
   EXPECT_EQ(outcome->code(), absl::StatusCode::kFailedPrecondition);

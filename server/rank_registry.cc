@@ -12,7 +12,7 @@ namespace ps::server {
 RankRegistry::RankRegistry(int num_workers, absl::Duration lease,
                            absl::Time now)
     : lease_(lease), ranks_(num_workers) {
-  for (Rank& r : ranks_) r.last_heard = now;
+  for (Rank& r : ranks_) r.last_heard = r.last_request = now;
 }
 
 absl::Status RankRegistry::CheckIncarnation(int rank,
@@ -65,12 +65,17 @@ bool RankRegistry::Touch(int rank, absl::Time now) {
   return was_dead;
 }
 
-std::vector<int> RankRegistry::ExpireLeases(absl::Time now) {
+bool RankRegistry::Heard(int rank, absl::Time now) {
+  Rank& r = ranks_[rank];
+  r.last_request = std::max(r.last_request, now);
+  return Touch(rank, now);
+}
+
+std::vector<int> RankRegistry::LeasesRunOut(absl::Time now) const {
   std::vector<int> expired;
   for (int i = 0; i < num_workers(); ++i) {
-    Rank& r = ranks_[i];
+    const Rank& r = ranks_[i];
     if (r.dead || r.done || now - r.last_heard <= lease_) continue;
-    r.dead = true;
     expired.push_back(i);
   }
   return expired;
@@ -203,7 +208,7 @@ absl::Status RankRegistry::Restore(const std::vector<update::RankRecord>& ranks,
     r.done = ranks[i].done;
     r.max_examples = ranks[i].max_examples;
     r.progress_continuous = false;
-    r.last_heard = now;
+    r.last_heard = r.last_request = now;
   }
   examples_ = examples;
   return absl::OkStatus();
