@@ -16,6 +16,8 @@ Membership::Membership(const CoordinatorOptions& options, absl::Time now)
                       update::LrScheduleKind::kCosine),
       replan_after_restore_(options.replan_after_restore),
       ranks_(options.num_workers, options.worker_timeout, now),
+      last_request_(now),
+      hearing_since_(now),
       extension_joins_(options.num_workers, false),
       barriers_(options.num_workers, 0) {}
 
@@ -29,7 +31,8 @@ absl::Status Membership::Admit(int rank, uint64_t incarnation, absl::Time now) {
   if (absl::Status s = ranks_.CheckIncarnation(rank, incarnation); !s.ok()) {
     return s;
   }
-  if (ranks_.Heard(rank, now)) {
+  NoteRequest(now);
+  if (ranks_.Touch(rank, now)) {
     // Rare, so logged under the coordinator's lock.
     spdlog::info("worker {} is live again", rank);
   }
@@ -59,7 +62,8 @@ absl::StatusOr<Membership::Registration> Membership::Register(
   registration.previous_incarnation = ranks_.SetIncarnation(rank, incarnation);
   registration.extension_join = extension_joins_[rank];
   ranks_.SetMaxExamples(rank, max_examples_per_push);
-  ranks_.Heard(rank, now);
+  NoteRequest(now);
+  ranks_.Touch(rank, now);
   extension_joins_[rank] = false;
   return registration;
 }
@@ -124,28 +128,50 @@ absl::Status Membership::CheckWithinPlan(int rank, absl::string_view what,
                    " planned steps): no worker of it gets there"));
 }
 
-bool Membership::MayDeclareDead(int rank) const {
-  const absl::Time silent_since = ranks_.last_heard(rank);
-  bool others_live = false;
-  for (int w = 0; w < ranks_.num_workers(); ++w) {
-    if (w == rank || ranks_.dead(w) || ranks_.done(w)) continue;
-    others_live = true;
-    if (ranks_.last_request(w) - silent_since >= ranks_.lease() / 2) {
-      return true;
-    }
+void Membership::NoteRequest(absl::Time now) {
+  const absl::Duration silence = now - last_request_;
+  if (silence >= ranks_.lease() / 2) {
+    hearing_since_ = now;
+    last_deaf_spell_ = silence;
   }
-  return !others_live;
+  last_request_ = std::max(last_request_, now);
 }
 
-void Membership::NoteUnheard(std::vector<int> unheard) {
+bool Membership::MayDeclareDead(int rank, absl::Time now) const {
+  bool others_live = false;
+  for (int r = 0; r < ranks_.num_workers(); ++r) {
+    if (r != rank && !ranks_.dead(r) && !ranks_.done(r)) others_live = true;
+  }
+  if (!others_live) return true;
+  const absl::Duration lease = ranks_.lease();
+  const bool deaf = now - last_request_ >= lease / 2;
+  return !deaf && now - hearing_since_ >= std::max(lease, 2 * last_deaf_spell_);
+}
+
+void Membership::NoteUnheard(std::vector<int> unheard, absl::Time now) {
+  std::vector<int> back;
+  for (int rank : unheard_) {
+    if (!ranks_.dead(rank) &&
+        std::find(unheard.begin(), unheard.end(), rank) == unheard.end()) {
+      back.push_back(rank);
+    }
+  }
+  if (!back.empty()) {
+    spdlog::info("{} heard from again, never declared dead",
+                 DescribeWorkers(back));
+  }
   if (unheard_.empty() && !unheard.empty()) {
+    const absl::Duration deaf = now - last_request_ >= ranks_.lease() / 2
+                                    ? now - last_request_
+                                    : last_deaf_spell_;
     spdlog::warn(
-        "heard from none of the workers it waits for ({}) for {}: this shard "
-        "may be cut off from them (or they all stopped at once); it declares "
-        "none of them dead and waits, until a worker is heard from again",
-        DescribeWorkers(unheard), absl::FormatDuration(ranks_.lease()));
-  } else if (!unheard_.empty() && unheard.empty()) {
-    spdlog::info("hears from the workers again");
+        "{} silent past --worker_timeout={}, but not declared dead: this "
+        "shard heard no request of any worker for {} and may be the one cut "
+        "off (or every worker stopped at once); it waits until it hears the "
+        "workers again, and then gives the silent ones as long again to come "
+        "back",
+        DescribeWorkers(unheard), absl::FormatDuration(ranks_.lease()),
+        absl::FormatDuration(absl::Trunc(deaf, absl::Milliseconds(100))));
   }
   unheard_ = std::move(unheard);
 }
@@ -154,13 +180,13 @@ std::vector<int> Membership::ExpireLeases(absl::Time now) {
   if (!Running().ok()) return {};
   std::vector<int> dead;
   std::vector<int> unheard;
-  // Decided before any is marked: ranks cut off together witness for none
-  // of each other.
+  // Decided before any is marked: two silent ranks must not make each
+  // other the last one live.
   for (int rank : ranks_.LeasesRunOut(now)) {
-    (MayDeclareDead(rank) ? dead : unheard).push_back(rank);
+    (MayDeclareDead(rank, now) ? dead : unheard).push_back(rank);
   }
   for (int rank : dead) ranks_.MarkDead(rank);
-  NoteUnheard(std::move(unheard));
+  NoteUnheard(std::move(unheard), now);
   if (dead.empty() || on_worker_failure_ != FailurePolicy::kFail) return dead;
   // Not Aborted: a worker retries a step refused with that (stale), and
   // this ends the job.
@@ -169,6 +195,16 @@ std::vector<int> Membership::ExpireLeases(absl::Time now) {
       " dead (no heartbeat for ", absl::FormatDuration(ranks_.lease()),
       "); --on_worker_failure=fail stops the job"));
   return dead;
+}
+
+MembersSnapshot Membership::Snapshot() const {
+  MembersSnapshot snapshot;
+  for (int r = 0; r < ranks_.num_workers(); ++r) {
+    snapshot.next_steps.push_back(ranks_.next_step(r));
+    snapshot.dead.push_back(ranks_.dead(r));
+  }
+  snapshot.unheard = static_cast<int>(unheard_.size());
+  return snapshot;
 }
 
 std::vector<int> Membership::OthersTraining(int rank, absl::Time now) const {

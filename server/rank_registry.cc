@@ -12,7 +12,7 @@ namespace ps::server {
 RankRegistry::RankRegistry(int num_workers, absl::Duration lease,
                            absl::Time now)
     : lease_(lease), ranks_(num_workers) {
-  for (Rank& r : ranks_) r.last_heard = r.last_request = now;
+  for (Rank& r : ranks_) r.last_heard = now;
 }
 
 absl::Status RankRegistry::CheckIncarnation(int rank,
@@ -63,12 +63,6 @@ bool RankRegistry::Touch(int rank, absl::Time now) {
   const bool was_dead = r.dead;
   r.dead = false;
   return was_dead;
-}
-
-bool RankRegistry::Heard(int rank, absl::Time now) {
-  Rank& r = ranks_[rank];
-  r.last_request = std::max(r.last_request, now);
-  return Touch(rank, now);
 }
 
 std::vector<int> RankRegistry::LeasesRunOut(absl::Time now) const {
@@ -208,7 +202,7 @@ absl::Status RankRegistry::Restore(const std::vector<update::RankRecord>& ranks,
     r.done = ranks[i].done;
     r.max_examples = ranks[i].max_examples;
     r.progress_continuous = false;
-    r.last_heard = r.last_request = now;
+    r.last_heard = now;
   }
   examples_ = examples;
   return absl::OkStatus();

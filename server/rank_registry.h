@@ -52,12 +52,9 @@ class RankRegistry {
   // more than its bound: one push would outweigh the others in a sync step.
   absl::Status CheckExamples(int rank, uint32_t num_examples) const;
 
-  // The rank is alive at `now` (a call of it still waits here): renews its
-  // lease. Returns true if it had been declared dead (it is live again).
+  // The rank was heard from at `now`: renews its lease. Returns true if it
+  // had been declared dead (it is live again).
   bool Touch(int rank, absl::Time now);
-  // A request of the rank arrived at `now`: Touch, and the shard heard the
-  // network then (last_request).
-  bool Heard(int rank, absl::Time now);
   // The live ranks that are not done and were not heard from (Touch) within
   // the lease, in rank order.
   std::vector<int> LeasesRunOut(absl::Time now) const;
@@ -66,10 +63,6 @@ class RankRegistry {
   absl::Duration SinceHeard(int rank, absl::Time now) const {
     return now - ranks_[rank].last_heard;
   }
-  absl::Time last_heard(int rank) const { return ranks_[rank].last_heard; }
-  // When the rank's last request arrived (Heard); a waiting call renews the
-  // lease but is no request.
-  absl::Time last_request(int rank) const { return ranks_[rank].last_request; }
   bool dead(int rank) const { return ranks_[rank].dead; }
   bool done(int rank) const { return ranks_[rank].done; }
   // Takes part in steps and the ssp minimum: neither dead, done, nor
@@ -133,8 +126,7 @@ class RankRegistry {
 
   std::vector<update::RankRecord> Records() const;
   const update::ExampleCounts& examples() const { return examples_; }
-  // Replaces every rank's state and the counts; leases (and last_request)
-  // restart at `now`.
+  // Replaces every rank's state and the counts; leases restart at `now`.
   // InvalidArgument (nothing changes) if the sizes are not num_workers.
   absl::Status Restore(const std::vector<update::RankRecord>& ranks,
                        const update::ExampleCounts& examples, absl::Time now);
@@ -159,7 +151,6 @@ class RankRegistry {
     bool dead = false;
     uint32_t max_examples = 0;
     absl::Time last_heard;
-    absl::Time last_request;
   };
 
   // Dead long enough that it is not coming back: silent for its lease plus

@@ -43,22 +43,17 @@ TEST(RankRegistryTest, LeasesExpireOnlyForSilentRanksThatAreNotDone) {
   EXPECT_EQ(ranks.SinceHeard(1, kStart + absl::Seconds(24)), absl::Seconds(3));
 }
 
-TEST(RankRegistryTest, AWaitingCallRenewsTheLeaseButIsNoRequest) {
+TEST(RankRegistryTest, LeasesRunOutListsWithoutDeclaringDead) {
   RankRegistry ranks(2, kLease, kStart);
-  EXPECT_EQ(ranks.last_request(0), kStart);
   ranks.Touch(0, kStart + absl::Seconds(5));
-  EXPECT_EQ(ranks.last_heard(0), kStart + absl::Seconds(5));
-  EXPECT_EQ(ranks.last_request(0), kStart);
+  EXPECT_EQ(ranks.SinceHeard(0, kStart + absl::Seconds(6)), absl::Seconds(1));
+  EXPECT_EQ(ranks.LeasesRunOut(kStart + absl::Seconds(11)),
+            std::vector<int>{1});
+  EXPECT_FALSE(ranks.dead(1)) << "only listed";
   ranks.MarkDead(1);
-  EXPECT_TRUE(ranks.Heard(1, kStart + absl::Seconds(7))) << "live again";
-  EXPECT_EQ(ranks.last_request(1), kStart + absl::Seconds(7));
-  EXPECT_EQ(ranks.last_heard(1), kStart + absl::Seconds(7));
-  EXPECT_FALSE(ranks.Heard(1, kStart + absl::Seconds(6))) << "never back";
-  EXPECT_EQ(ranks.last_request(1), kStart + absl::Seconds(7));
-  EXPECT_TRUE(ranks.LeasesRunOut(kStart + absl::Seconds(15)).empty());
-  EXPECT_EQ(ranks.LeasesRunOut(kStart + absl::Seconds(16)),
-            std::vector<int>{0});
-  EXPECT_FALSE(ranks.dead(0)) << "only listed";
+  EXPECT_TRUE(ranks.dead(1));
+  EXPECT_EQ(ranks.LeasesRunOut(kStart + absl::Seconds(16)), std::vector<int>{0})
+      << "a dead rank is not listed again";
 }
 
 TEST(RankRegistryTest, OnlyTheRegisteredIncarnationIsAccepted) {
