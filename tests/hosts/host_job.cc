@@ -1,8 +1,12 @@
 #include "tests/hosts/host_job.h"
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -149,13 +153,12 @@ absl::Status HostJob::Wait(absl::Duration timeout) {
     processes.push_back(s.get());
   }
   for (Subprocess* process : processes) {
-    const std::optional<ExitStatus> exit =
-        process->WaitFor(std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    const std::optional<ExitStatus> exit = process->WaitFor(
+        std::max(deadline - absl::Now(), absl::ZeroDuration()));
     if (!exit.has_value()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(process->name(), " still runs after ",
-                       absl::FormatDuration(timeout), ": ",
-                       process->LastLines(20)));
+      return absl::DeadlineExceededError(absl::StrCat(
+          process->name(), " still runs after ", absl::FormatDuration(timeout),
+          ": ", process->LastLines(20)));
     }
     if (!exit->success()) {
       return absl::InternalError(absl::StrCat(process->name(), " ",
@@ -200,8 +203,9 @@ std::optional<double> MetricValue(
     if (!absl::StartsWith(rest, " ")) continue;  // A longer name.
     bool matches = true;
     for (const auto& [key, value] : labels) {
-      matches = matches && absl::StrContains(
-                               label_text, absl::StrCat(key, "=\"", value, "\""));
+      matches =
+          matches &&
+          absl::StrContains(label_text, absl::StrCat(key, "=\"", value, "\""));
     }
     double v = 0;
     if (matches && absl::SimpleAtod(absl::StripAsciiWhitespace(rest), &v)) {
@@ -224,8 +228,8 @@ absl::Status AwaitValue(absl::string_view what,
     absl::SleepFor(kPollInterval);
   }
   return absl::DeadlineExceededError(absl::StrCat(
-      what, " not reached within ", absl::FormatDuration(timeout), "; last: ",
-      last.ok() ? absl::StrCat(*last) : last.status().ToString()));
+      what, " not reached within ", absl::FormatDuration(timeout),
+      "; last: ", last.ok() ? absl::StrCat(*last) : last.status().ToString()));
 }
 
 absl::StatusOr<double> TestAccuracy(const std::string& model_file,

@@ -1,6 +1,7 @@
 #ifndef PS_TESTS_HOSTS_HOST_JOB_H_
 #define PS_TESTS_HOSTS_HOST_JOB_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -108,10 +109,10 @@ std::optional<double> MetricValue(
 // Polls `read` (e.g. a metric of a job) until `holds` says yes of what it
 // returned, for at most `timeout`: OK then, else DeadlineExceeded saying
 // `what` and the last value or error read.
-absl::Status AwaitValue(
-    absl::string_view what,
-    const std::function<absl::StatusOr<double>()>& read,
-    const std::function<bool(double)>& holds, absl::Duration timeout);
+absl::Status AwaitValue(absl::string_view what,
+                        const std::function<absl::StatusOr<double>()>& read,
+                        const std::function<bool(double)>& holds,
+                        absl::Duration timeout);
 
 // The share of the Fashion-MNIST test split that the model in `model_file`
 // (the worker's --save_model) of `model_flag` (its --model) classifies

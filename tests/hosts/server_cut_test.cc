@@ -7,11 +7,17 @@
 // same job undisturbed, and an async one as accurate as it usually is.
 // Skips (saying why) where network namespaces cannot be made.
 
+#include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -27,9 +33,14 @@ constexpr int64_t kGbit = 1000 * 1000 * 1000;
 // Bounds a hang only: nothing is asserted against a time.
 constexpr absl::Duration kTimeout = absl::Seconds(300);
 constexpr int kSteps = 100;
+constexpr int kBatch = 32;
+constexpr char kModel[] = "784-256-128-10";
 // Short, so that the cut lasts several of it; the workers' heartbeats (every
 // second) keep them alive well within it.
-constexpr char kWorkerTimeout[] = "--worker_timeout=3s";
+constexpr absl::Duration kWorkerTimeout = absl::Seconds(3);
+// Between two async runs of the job (two workers, 100 steps each), which
+// differ only in the order their pushes land.
+constexpr double kAsyncAccuracyTolerance = 0.05;
 constexpr int kServerHost[] = {0, 1};
 constexpr int kWorkerHost[] = {2, 3};
 constexpr int kCutShard = 0;
@@ -44,12 +55,61 @@ struct Outcome {
 // What a job whose server `kCutShard`'s link is cut does to it.
 enum class Fault { kNone, kCutServer };
 
+// A metric of shard `index` of `job`, as AwaitValue reads it.
+std::function<absl::StatusOr<double>()> ShardMetric(
+    HostJob& job, int index, std::string name,
+    std::vector<std::pair<std::string, std::string>> labels = {}) {
+  return [&job, index, name = std::move(name),
+          labels = std::move(labels)]() -> absl::StatusOr<double> {
+    absl::StatusOr<std::string> text = job.ServerMetrics(index);
+    if (!text.ok()) return text.status();
+    std::optional<double> v = MetricValue(*text, name, labels);
+    if (!v.has_value()) return absl::NotFoundError(absl::StrCat("no ", name));
+    return *v;
+  };
+}
+
+// Cuts shard kCutShard's host off once its version reached kCutAtVersion,
+// until the shard has gone a lease without hearing any worker and then two
+// more; checks meanwhile that it declared no worker dead.
+void CutServer(const TestHosts& hosts, HostJob& job) {
+  ASSERT_TRUE(AwaitValue(
+                  "the shard's version",
+                  ShardMetric(job, kCutShard, "ps_server_version"),
+                  [](double v) { return v >= kCutAtVersion; }, kTimeout)
+                  .ok());
+  const int host = job.server_host(kCutShard);
+  ASSERT_TRUE(hosts.SetLinkDown(host).ok());
+  absl::StatusOr<double> at_cut =
+      ShardMetric(job, kCutShard, "ps_server_version")();
+  ASSERT_TRUE(at_cut.ok()) << at_cut.status();
+  ASSERT_LT(*at_cut, kSteps) << "the job ended before its server was cut";
+  // Both workers' leases ran out unheard: the moment the shard would
+  // have declared them dead.
+  absl::Status unheard = AwaitValue(
+      "both workers unheard",
+      ShardMetric(job, kCutShard, "ps_server_workers_unheard"),
+      [](double v) { return v == 2; }, kTimeout);
+  EXPECT_TRUE(unheard.ok()) << unheard;
+  absl::SleepFor(2 * kWorkerTimeout);
+  for (int rank : {0, 1}) {
+    absl::StatusOr<double> dead =
+        ShardMetric(job, kCutShard, "ps_server_rank_dead",
+                    {{"rank", absl::StrCat(rank)}})();
+    ASSERT_TRUE(dead.ok()) << dead.status();
+    EXPECT_EQ(*dead, 0) << "the cut-off shard declared worker " << rank
+                        << " dead";
+  }
+  ASSERT_TRUE(hosts.SetLinkUp(host).ok());
+}
+
 void RunJob(const TestHosts& hosts, const std::string& mode, Fault fault,
             Outcome* outcome) {
   absl::StatusOr<std::unique_ptr<HostJob>> job = HostJob::Start(
       &hosts, {kServerHost[0], kServerHost[1]}, 2,
       {absl::StrCat("--mode=", mode), "--optimizer=sgd", "--learning_rate=0.05",
-       kWorkerTimeout, "--slow_wait_log=2s", "--checkpoint_every_steps=0",
+       absl::StrCat("--worker_timeout=", absl::FormatDuration(kWorkerTimeout)),
+       "--slow_wait_log=2s", "--checkpoint_every_steps=0",
        "--checkpoint_every_seconds=0"},
       kTimeout);
   ASSERT_TRUE(job.ok()) << job.status();
@@ -57,45 +117,48 @@ void RunJob(const TestHosts& hosts, const std::string& mode, Fault fault,
       TempPath(absl::StrCat("server_cut_", mode, "_", fault, ".model"));
   for (int rank : {0, 1}) {
     std::vector<std::string> flags = {
-        "--batch_size=32", "--epochs=1", absl::StrCat("--max_steps=", kSteps),
-        absl::StrCat("--mode=", mode), "--log_every=20",
+        absl::StrCat("--batch_size=", kBatch), "--epochs=1",
+        absl::StrCat("--max_steps=", kSteps), absl::StrCat("--mode=", mode),
+        "--log_every=20",
         // Long enough that the cut lands in the middle of the job.
         "--slowdown_ms=20"};
     if (rank == 0) flags.push_back(absl::StrCat("--save_model=", model_file));
     ASSERT_TRUE((*job)->StartWorker(rank, kWorkerHost[rank], flags).ok());
   }
-  auto version = [&]() -> absl::StatusOr<double> {
-    absl::StatusOr<std::string> text = (*job)->ServerMetrics(kCutShard);
-    if (!text.ok()) return text.status();
-    std::optional<double> v = MetricValue(*text, "ps_server_version");
-    if (!v.has_value()) return absl::NotFoundError("no ps_server_version yet");
-    return *v;
-  };
   if (fault == Fault::kCutServer) {
-    ASSERT_TRUE(AwaitValue(
-                    "the shard's version", version,
-                    [](double v) { return v >= kCutAtVersion; }, kTimeout)
-                    .ok());
-    const int host = (*job)->server_host(kCutShard);
-    ASSERT_TRUE(hosts.SetLinkDown(host).ok());
-    absl::StatusOr<double> at_cut = version();
-    ASSERT_TRUE(at_cut.ok()) << at_cut.status();
-    ASSERT_LT(*at_cut, kSteps) << "the job ended before its server was cut";
-    absl::SleepFor(absl::Seconds(10));
-    absl::StatusOr<std::string> text = (*job)->ServerMetrics(kCutShard);
-    ASSERT_TRUE(text.ok()) << text.status();
-    ASSERT_TRUE(hosts.SetLinkUp(host).ok());
+    ASSERT_NO_FATAL_FAILURE(CutServer(hosts, **job));
   }
-  ASSERT_TRUE((*job)->Wait(kTimeout).ok());
+  absl::Status ended = (*job)->Wait(kTimeout);
+  ASSERT_TRUE(ended.ok()) << ended;
   for (int index : {0, 1}) {
     absl::StatusOr<update::ShardCheckpoint> last =
         (*job)->LastCheckpoint(index);
     ASSERT_TRUE(last.ok()) << last.status();
     outcome->shards.push_back(*std::move(last));
   }
-  absl::StatusOr<double> accuracy = TestAccuracy(model_file, "784-256-128-10");
+  absl::StatusOr<double> accuracy = TestAccuracy(model_file, kModel);
   ASSERT_TRUE(accuracy.ok()) << accuracy.status();
   outcome->accuracy = *accuracy;
+  std::printf(
+      "%s job%s: accuracy %.4f, examples per epoch of each rank:", mode.c_str(),
+      fault == Fault::kNone ? "" : " (server cut off)", *accuracy);
+  for (const auto& [epoch, counts] : outcome->shards[0].examples) {
+    std::printf(" epoch %llu: %s", static_cast<unsigned long long>(epoch),
+                absl::StrJoin(counts, ", ").c_str());
+  }
+  std::printf("\n");
+}
+
+// Every example of every rank counted once on each shard: the rank's steps
+// times its batch.
+void ExpectEveryExampleOnce(const Outcome& outcome) {
+  for (const update::ShardCheckpoint& shard : outcome.shards) {
+    SCOPED_TRACE(::testing::Message()
+                 << "shard " << shard.identity.server_index);
+    ASSERT_EQ(shard.examples.size(), 1u) << "one epoch";
+    EXPECT_EQ(shard.examples.at(0),
+              std::vector<uint64_t>(2, uint64_t{kSteps} * kBatch));
+  }
 }
 
 class ServerCutTest : public ::testing::Test {
@@ -117,16 +180,29 @@ TEST_F(ServerCutTest, SyncEndsBitIdenticalToTheJobUndisturbed) {
   Outcome undisturbed, cut;
   ASSERT_NO_FATAL_FAILURE(RunJob(*hosts_, "sync", Fault::kNone, &undisturbed));
   ASSERT_NO_FATAL_FAILURE(RunJob(*hosts_, "sync", Fault::kCutServer, &cut));
-  std::printf("accuracy: %.4f undisturbed, %.4f cut\n", undisturbed.accuracy,
-              cut.accuracy);
   for (int index : {0, 1}) {
     SCOPED_TRACE(::testing::Message() << "shard " << index);
+    EXPECT_EQ(cut.shards[index].version, uint64_t{kSteps});
     EXPECT_EQ(cut.shards[index].version, undisturbed.shards[index].version);
-    EXPECT_EQ(CompareWeights(cut.shards[index], undisturbed.shards[index]),
-              "");
-    EXPECT_EQ(cut.shards[index].examples, undisturbed.shards[index].examples);
+    EXPECT_EQ(CompareWeights(cut.shards[index], undisturbed.shards[index]), "");
   }
+  ExpectEveryExampleOnce(undisturbed);
+  ExpectEveryExampleOnce(cut);
   EXPECT_EQ(cut.accuracy, undisturbed.accuracy);
+}
+
+TEST_F(ServerCutTest, AsyncEndsAsAccurateAsUsual) {
+  Outcome undisturbed, cut;
+  ASSERT_NO_FATAL_FAILURE(RunJob(*hosts_, "async", Fault::kNone, &undisturbed));
+  ASSERT_NO_FATAL_FAILURE(RunJob(*hosts_, "async", Fault::kCutServer, &cut));
+  // Every push applied once: one update per push of each rank.
+  for (int index : {0, 1}) {
+    EXPECT_EQ(cut.shards[index].version, 2u * kSteps) << "shard " << index;
+  }
+  ExpectEveryExampleOnce(cut);
+  // Async runs differ in the order pushes land, not in how well they
+  // train.
+  EXPECT_NEAR(cut.accuracy, undisturbed.accuracy, kAsyncAccuracyTolerance);
 }
 
 }  // namespace
