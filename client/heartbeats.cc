@@ -23,11 +23,15 @@ std::optional<std::string> UnansweredShard::Failed(absl::Time now,
   if (!failing_since_.has_value()) failing_since_ = now;
   if (now < next_report_) return std::nullopt;
   next_report_ = now + report_period_;
-  return absl::StrCat(name_, " has not answered heartbeats for ",
-                      absl::FormatDuration(
-                          absl::Trunc(now - *failing_since_, absl::Seconds(1))),
-                      " (", absl::StatusCodeToString(status.code()), ": ",
-                      status.message(), "); this worker waits for it");
+  const absl::Duration failing_for =
+      absl::Trunc(now - *failing_since_, absl::Seconds(1));
+  return absl::StrCat(
+      name_, " has not answered ",
+      failing_for == absl::ZeroDuration()
+          ? "a heartbeat"
+          : absl::StrCat("heartbeats for ", absl::FormatDuration(failing_for)),
+      " (", absl::StatusCodeToString(status.code()), ": ", status.message(),
+      "); this worker waits for it");
 }
 
 std::optional<std::string> UnansweredShard::Answered(absl::Time now) {

@@ -134,7 +134,7 @@ TEST(UnansweredShardTest, SaysWhomItWaitsForNowAndThenAndWhenItAnswers) {
   EXPECT_EQ(shard.Answered(t0), std::nullopt) << "nothing to say";
   const absl::Status timeout = absl::DeadlineExceededError("Deadline Exceeded");
   EXPECT_EQ(shard.Failed(t0, timeout),
-            "server 0 (10.0.0.1:5) has not answered heartbeats for 0 "
+            "server 0 (10.0.0.1:5) has not answered a heartbeat "
             "(DEADLINE_EXCEEDED: Deadline Exceeded); this worker waits for "
             "it");
   EXPECT_EQ(shard.Failed(t0 + absl::Seconds(5), timeout), std::nullopt);
