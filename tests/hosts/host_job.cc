@@ -174,6 +174,19 @@ absl::StatusOr<std::string> HostJob::ServerMetrics(int index) const {
                          "/metrics", kScrapeTimeout);
 }
 
+absl::StatusOr<double> HostJob::ServerMetric(
+    int index, absl::string_view name,
+    const std::vector<std::pair<std::string, std::string>>& labels) const {
+  absl::StatusOr<std::string> text = ServerMetrics(index);
+  if (!text.ok()) return text.status();
+  std::optional<double> value = MetricValue(*text, name, labels);
+  if (!value.has_value()) {
+    return absl::NotFoundError(
+        absl::StrCat("shard ", index, " exports no ", name, " yet"));
+  }
+  return *value;
+}
+
 absl::StatusOr<update::ShardCheckpoint> HostJob::LastCheckpoint(
     int index) const {
   absl::StatusOr<std::vector<std::string>> paths =

@@ -74,6 +74,12 @@ class HostJob {
   // The text of shard `index`'s /metrics, read on its host (whether or not
   // the host's link is up).
   absl::StatusOr<std::string> ServerMetrics(int index) const;
+  // The value of the sample of `name` with `labels` (MetricValue) there;
+  // NotFound while there is none.
+  absl::StatusOr<double> ServerMetric(
+      int index, absl::string_view name,
+      const std::vector<std::pair<std::string, std::string>>& labels = {})
+      const;
   // The newest checkpoint shard `index` wrote (after it exited: its final
   // one).
   absl::StatusOr<update::ShardCheckpoint> LastCheckpoint(int index) const;

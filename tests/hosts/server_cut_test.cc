@@ -55,33 +55,20 @@ struct Outcome {
 // What a job whose server `kCutShard`'s link is cut does to it.
 enum class Fault { kNone, kCutServer };
 
-// A metric of shard `index` of `job`, as AwaitValue reads it.
-std::function<absl::StatusOr<double>()> ShardMetric(
-    HostJob& job, int index, std::string name,
-    std::vector<std::pair<std::string, std::string>> labels = {}) {
-  return [&job, index, name = std::move(name),
-          labels = std::move(labels)]() -> absl::StatusOr<double> {
-    absl::StatusOr<std::string> text = job.ServerMetrics(index);
-    if (!text.ok()) return text.status();
-    std::optional<double> v = MetricValue(*text, name, labels);
-    if (!v.has_value()) return absl::NotFoundError(absl::StrCat("no ", name));
-    return *v;
-  };
-}
-
 // Cuts shard kCutShard's host off once its version reached kCutAtVersion,
 // until the shard has gone a lease without hearing any worker and then two
 // more; checks meanwhile that it declared no worker dead.
 void CutServer(const TestHosts& hosts, HostJob& job) {
-  ASSERT_TRUE(AwaitValue(
-                  "the shard's version",
-                  ShardMetric(job, kCutShard, "ps_server_version"),
-                  [](double v) { return v >= kCutAtVersion; }, kTimeout)
-                  .ok());
+  ASSERT_TRUE(
+      AwaitValue(
+          "the shard's version",
+          [&] { return job.ServerMetric(kCutShard, "ps_server_version"); },
+          [](double v) { return v >= kCutAtVersion; }, kTimeout)
+          .ok());
   const int host = job.server_host(kCutShard);
   ASSERT_TRUE(hosts.SetLinkDown(host).ok());
   absl::StatusOr<double> at_cut =
-      ShardMetric(job, kCutShard, "ps_server_version")();
+      job.ServerMetric(kCutShard, "ps_server_version");
   ASSERT_TRUE(at_cut.ok()) << at_cut.status();
   ASSERT_LT(*at_cut, kSteps) << "the job ended before its server was cut";
   // A worker's lease ran out unheard: the moment the shard would have
@@ -89,14 +76,13 @@ void CutServer(const TestHosts& hosts, HostJob& job) {
   // waiting call renews its lease.)
   absl::Status unheard = AwaitValue(
       "a worker unheard",
-      ShardMetric(job, kCutShard, "ps_server_workers_unheard"),
+      [&] { return job.ServerMetric(kCutShard, "ps_server_workers_unheard"); },
       [](double v) { return v >= 1; }, kTimeout);
   EXPECT_TRUE(unheard.ok()) << unheard;
   absl::SleepFor(2 * kWorkerTimeout);
   for (int rank : {0, 1}) {
-    absl::StatusOr<double> dead =
-        ShardMetric(job, kCutShard, "ps_server_rank_dead",
-                    {{"rank", absl::StrCat(rank)}})();
+    absl::StatusOr<double> dead = job.ServerMetric(
+        kCutShard, "ps_server_rank_dead", {{"rank", absl::StrCat(rank)}});
     ASSERT_TRUE(dead.ok()) << dead.status();
     EXPECT_EQ(*dead, 0) << "the cut-off shard declared worker " << rank
                         << " dead";
