@@ -12,6 +12,10 @@ RetryPolicy RetryPolicy::FromOptions(const ClientOptions& options) {
   return {options.retry_timeout, options.initial_backoff, options.max_backoff};
 }
 
+bool IsRetried(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsCancelled(status);
+}
+
 absl::Status RetryWhileUnavailable(
     const RetryPolicy& policy, absl::string_view who, absl::string_view what,
     const std::function<absl::Status()>& attempt) {
@@ -19,7 +23,7 @@ absl::Status RetryWhileUnavailable(
   absl::Duration backoff = policy.initial_backoff;
   while (true) {
     absl::Status status = attempt();
-    if (status.code() != absl::StatusCode::kUnavailable) return status;
+    if (!IsRetried(status)) return status;
     if (deadline == absl::InfiniteFuture()) {
       deadline = absl::Now() + policy.timeout;
     }
@@ -28,8 +32,10 @@ absl::Status RetryWhileUnavailable(
           what, " still failing after ", absl::FormatDuration(policy.timeout),
           ": ", status.message()));
     }
-    spdlog::warn("{} unavailable for {}, retrying in {}: {}", who, what,
-                 absl::FormatDuration(backoff), status.message());
+    spdlog::warn(
+        "{} {} {}, retrying in {}: {}", who,
+        absl::IsCancelled(status) ? "dropped the call of" : "unavailable for",
+        what, absl::FormatDuration(backoff), status.message());
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, policy.max_backoff);
   }

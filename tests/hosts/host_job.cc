@@ -134,6 +134,7 @@ absl::Status HostJob::StartProgram(int rank, int host,
   SubprocessOptions options =
       TestProcessOptions(absl::StrCat("worker ", rank), std::move(argv));
   options.env = {{"PS_SERVERS", absl::StrJoin(servers_, ",")},
+                 {"PS_NUM_SERVERS", absl::StrCat(servers_.size())},
                  {"PS_RANK", absl::StrCat(rank)},
                  {"PS_NUM_WORKERS", absl::StrCat(num_workers_)},
                  {"PS_LOCAL_RANK", "0"},

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "common/http_testing.h"
 
 namespace ps::testing {
@@ -354,6 +355,23 @@ absl::StatusOr<TestHosts::LinkBytes> TestHosts::Bytes(int host) const {
     }
   }
   return bytes;
+}
+
+absl::Status TestHosts::AwaitSent(int host, int64_t bytes,
+                                  absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  int64_t sent = 0;
+  while (true) {
+    absl::StatusOr<LinkBytes> now = Bytes(host);
+    if (!now.ok()) return now.status();
+    sent = now->sent;
+    if (sent >= bytes) return absl::OkStatus();
+    if (absl::Now() >= deadline) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("host ", host, " sent ", sent, " bytes, not ", bytes,
+                   ", within ", absl::FormatDuration(timeout)));
 }
 
 absl::Status RemoveStaleTestHosts() {

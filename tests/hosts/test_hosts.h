@@ -113,6 +113,10 @@ class TestHosts {
     int64_t received = 0;
   };
   absl::StatusOr<LinkBytes> Bytes(int host) const;
+  // Polls Bytes(host) until the host has sent at least `bytes`, e.g. to cut
+  // its link in the middle of a transfer of known size: OK then,
+  // DeadlineExceeded after `timeout`.
+  absl::Status AwaitSent(int host, int64_t bytes, absl::Duration timeout) const;
 
  private:
   struct Host {
