@@ -6,7 +6,8 @@
 # host's eth0 sent and received (`ip -s link`). Needs root.
 #
 #   bench/multi_host.sh RATE_MBIT LAYOUT [LAUNCH FLAGS...]
-#     LAYOUT colocated: 2 hosts, each a worker and a server shard
+#     LAYOUT one:       1 host, both workers and shards (the baseline)
+#            colocated: 2 hosts, each a worker and a server shard
 #            own:       4 hosts, shards on hosts 0-1, workers on hosts 2-3
 #   bench/multi_host.sh 1000 colocated --epochs=2
 #
@@ -18,6 +19,7 @@ rate=$1
 layout=$2
 shift 2
 case "$layout" in
+  one) num_hosts=1; server_hosts=0 ;;
   colocated) num_hosts=2; server_hosts=0 ;;
   own) num_hosts=4; server_hosts=2 ;;
   *) echo "layout: colocated or own" >&2; exit 2 ;;
@@ -37,6 +39,7 @@ bytes() {  # NAMESPACE -> "RX TX" bytes of eth0
 }
 declare -a before
 for i in "${!namespaces[@]}"; do before[$i]=$(bytes "${namespaces[$i]}"); done
+load=$(cut -d' ' -f1 /proc/loadavg)
 start=$(date +%s.%N)
 pids=()
 for ((i = num_hosts - 1; i >= 0; i--)); do
@@ -51,8 +54,9 @@ status=0
 for i in "${!pids[@]}"; do wait "${pids[$i]}" || status=$?; done
 end=$(date +%s.%N)
 outcome=$(awk '$1 == "outcome" { $1 = ""; print substr($0, 2) }' "$work/run0/run.txt")
-printf '%s hosts=%d rate=%sMbit wall=%.1fs exit=%d outcome="%s"\n' \
-  "$layout" "$num_hosts" "$rate" "$(echo "$end - $start" | bc)" "$status" "$outcome"
+printf '%s hosts=%d rate=%sMbit wall=%.1fs exit=%d load=%s outcome="%s"\n' \
+  "$layout" "$num_hosts" "$rate" "$(echo "$end - $start" | bc)" "$status" \
+  "$load" "$outcome"
 for i in "${!namespaces[@]}"; do
   read -r rx0 tx0 <<< "${before[$i]}"
   read -r rx1 tx1 <<< "$(bytes "${namespaces[$i]}")"
