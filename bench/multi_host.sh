@@ -30,7 +30,7 @@ work=$(mktemp -d /tmp/multi-host-bench.XXXXXX)
   > "$work/hosts.txt" &
 hosts_pid=$!
 trap 'kill $hosts_pid 2>/dev/null; wait $hosts_pid 2>/dev/null; rm -rf "$work"' EXIT
-until grep -q '^ready' "$work/hosts.txt"; do sleep 0.2; done
+until grep -qs '^ready' "$work/hosts.txt"; do sleep 0.2; done
 mapfile -t namespaces < <(awk '$1 == "host" { print $4 }' "$work/hosts.txt")
 address0=$(awk '$1 == "host" && $2 == 0 { print $3 }' "$work/hosts.txt")
 

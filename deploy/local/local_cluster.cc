@@ -371,7 +371,13 @@ absl::Status LocalCluster::StartServers(std::vector<std::string>* addresses) {
   // Exits during the exchange are the training phase's: once the others
   // have the list, a server may finish before this thread looks again.
   absl::StatusOr<std::vector<std::string>> all =
-      spec_.exchange_servers(*addresses);
+      spec_.exchange_servers(*addresses, [this] {
+        absl::MutexLock lock(&mu_);
+        return stop_signal_ != 0 || !abort_reason_.empty();
+      });
+  if (absl::Status status = HandleExits(Phase::kTraining); !status.ok()) {
+    return status;  // A stop or an abort explains a failed exchange best.
+  }
   if (!all.ok()) return all.status();
   *addresses = *std::move(all);
   return absl::OkStatus();

@@ -55,9 +55,11 @@ struct ClusterSpec {
   std::string host = "127.0.0.1";
   // Given this host's servers' "host:port" (in index order), returns every
   // server of the job, which the workers are given; called once, after the
-  // servers listen. Empty: this host's servers are the job's.
+  // servers listen. It should give up soon after `stopped()` turns true (a
+  // stop request or Abort). Empty: this host's servers are the job's.
   std::function<absl::StatusOr<std::vector<std::string>>(
-      const std::vector<std::string>& local)>
+      const std::vector<std::string>& local,
+      const std::function<bool()>& stopped)>
       exchange_servers;
   // Servers must all have written their port file within this.
   absl::Duration startup_timeout = absl::Seconds(60);

@@ -2,6 +2,9 @@
 // exchanged with the other hosts, a host without workers, and a failure
 // elsewhere ending the run.
 
+#include <signal.h>
+
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,7 +32,8 @@ TEST(LocalClusterShareTest, RunsItsShareUnderTheJobsIndexesAndServerList) {
   spec.first_server = 1;
   spec.first_rank = 3;
   std::vector<std::string> told;
-  spec.exchange_servers = [&told](const std::vector<std::string>& local) {
+  spec.exchange_servers = [&told](const std::vector<std::string>& local,
+                                  const std::function<bool()>&) {
     told = local;
     std::vector<std::string> all = {"10.0.0.1:7"};
     all.insert(all.end(), local.begin(), local.end());
@@ -51,7 +55,8 @@ TEST(LocalClusterShareTest, AFailedExchangeEndsTheRunBeforeAnyWorker) {
   Output output;
   ClusterSpec spec =
       ShellCluster(1, {ServerScript("exec sleep 1000")}, 1, {"echo ran"});
-  spec.exchange_servers = [](const std::vector<std::string>&) {
+  spec.exchange_servers = [](const std::vector<std::string>&,
+                             const std::function<bool()>&) {
     return absl::StatusOr<std::vector<std::string>>(
         absl::FailedPreconditionError("host 1 (10.0.0.2): boom"));
   };
@@ -73,7 +78,8 @@ TEST(LocalClusterShareTest, AHostWithoutWorkersIsDoneWhenItsServersExit) {
       {ServerScript(absl::StrCat("while [ ! -e ", go,
                                  " ]; do sleep 0.02; done; echo served"))},
       0, {"false"});
-  spec.exchange_servers = [go](const std::vector<std::string>& local) {
+  spec.exchange_servers = [go](const std::vector<std::string>& local,
+                               const std::function<bool()>&) {
     EXPECT_EQ(system(absl::StrCat("touch ", go).c_str()), 0);
     return absl::StatusOr<std::vector<std::string>>(local);
   };
@@ -85,6 +91,26 @@ TEST(LocalClusterShareTest, AHostWithoutWorkersIsDoneWhenItsServersExit) {
   ASSERT_TRUE(result.processes[0].exit.has_value());
   EXPECT_TRUE(result.processes[0].exit->success());
   EXPECT_FALSE(result.processes[0].stopped_by_launcher);
+}
+
+TEST(LocalClusterShareTest, AStopEndsTheExchangeAndIsTheResult) {
+  Output output;
+  ClusterSpec spec =
+      ShellCluster(1, {ServerScript("exec sleep 1000")}, 1, {"echo ran"});
+  LocalCluster* running = nullptr;
+  // Waits for the other hosts for ever, but for the stop.
+  spec.exchange_servers = [&running](const std::vector<std::string>&,
+                                     const std::function<bool()>& stopped) {
+    running->RequestStop(SIGINT);
+    while (!stopped()) absl::SleepFor(absl::Milliseconds(10));
+    return absl::StatusOr<std::vector<std::string>>(
+        absl::CancelledError("stopped while waiting"));
+  };
+  LocalCluster cluster(std::move(spec), output.writer());
+  running = &cluster;
+  const ClusterResult result = cluster.Run();
+  EXPECT_EQ(result.ExitCode(), ExitCodeForSignal(SIGINT));
+  EXPECT_THAT(output.lines(), ::testing::Not(Contains("[worker 0] ran")));
 }
 
 TEST(LocalClusterShareTest, AbortStopsTheRunWithTheReasonGiven) {

@@ -1,6 +1,7 @@
 #include "deploy/local/multi_host_launch.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -124,8 +125,10 @@ void HostSession::Apply(LaunchConfig* config) const {
 void HostSession::Configure(ClusterSpec* spec, absl::Duration startup_timeout) {
   const int host = options_.placement.host_index;
   spec->exchange_servers = [this, host, startup_timeout](
-                               const std::vector<std::string>& local) {
-    return client_.ExchangeServers(host, local, absl::Now() + startup_timeout);
+                               const std::vector<std::string>& local,
+                               const std::function<bool()>& stopped) {
+    return client_.ExchangeServers(host, local, absl::Now() + startup_timeout,
+                                   stopped);
   };
   // Servers exit once every worker of the job said it is done, on
   // whichever host; a failure elsewhere stops them through Abort.

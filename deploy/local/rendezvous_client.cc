@@ -1,6 +1,7 @@
 #include "deploy/local/rendezvous_client.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -92,7 +93,7 @@ absl::StatusOr<JobPlan> RendezvousClient::Join(const HostJoin& join,
 
 absl::StatusOr<std::vector<std::string>> RendezvousClient::ExchangeServers(
     int host_index, const std::vector<std::string>& servers,
-    absl::Time deadline) {
+    absl::Time deadline, const std::function<bool()>& stopped) {
   rendezvous::ServersRequest request;
   request.set_host_index(host_index);
   for (const std::string& server : servers) request.add_servers(server);
@@ -107,6 +108,9 @@ absl::StatusOr<std::vector<std::string>> RendezvousClient::ExchangeServers(
                                       response.servers().end());
     }
     if (!status.ok() && !NoAnswer(status)) return status;
+    if (stopped && stopped()) {
+      return absl::CancelledError("stopped while waiting for the other hosts");
+    }
     if (absl::Now() + kPollInterval >= deadline) break;
     absl::SleepFor(kPollInterval);
   }

@@ -1,6 +1,7 @@
 #ifndef PS_DEPLOY_LOCAL_RENDEZVOUS_CLIENT_H_
 #define PS_DEPLOY_LOCAL_RENDEZVOUS_CLIENT_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,10 +34,10 @@ class RendezvousClient {
   // Joins and waits for every host; the job's plan.
   absl::StatusOr<JobPlan> Join(const HostJoin& join, absl::Time deadline);
   // Tells this host's servers and waits for every host's: every shard's
-  // address, in shard order.
+  // address, in shard order. Gives up (Cancelled) once `stopped()`.
   absl::StatusOr<std::vector<std::string>> ExchangeServers(
       int host_index, const std::vector<std::string>& servers,
-      absl::Time deadline);
+      absl::Time deadline, const std::function<bool()>& stopped = nullptr);
   // One heartbeat: the job's failure, "" while none.
   absl::StatusOr<std::string> Heartbeat(int host_index, absl::Duration timeout);
   absl::Status Report(const HostReport& report, absl::Duration timeout);
