@@ -511,6 +511,8 @@ int Main(int argc, char** argv) {
        FinishRun(result, *config, progress.History(),
                  setup->kind() != LaunchKind::kStart, cwd, setup->dir(),
                  setup->record())) {
+    // --resume and --extend are for one host: a job on several starts anew.
+    if (session != nullptr && absl::StartsWith(line, "next: ")) continue;
     out->LauncherLine(LaunchLevel::kNotice, line);
   }
   return result.ExitCode();

@@ -1,7 +1,8 @@
 // The same `launch` on each test host, joined through host 0's rendezvous
 // (deploy/local/multi_host_launch.h): the main job, cut short, with server
 // shards beside the workers and on hosts of their own, and a host whose
-// launcher is SIGKILLed mid-run, which host 0 reports by name. Results are
+// launcher is SIGKILLed mid-run, which host 0 reports by name (and host 0
+// killed, which the others report). Results are
 // read from host 0's run directory (run.txt) and the exit codes.
 // Skips (saying why) where network namespaces cannot be made.
 
@@ -181,6 +182,34 @@ TEST_F(MultiHostLaunchTest, AKilledHostsLauncherIsNamedByHostZero) {
   EXPECT_THAT(record.outcome,
               StartsWith(absl::StrCat("host 1 (", hosts.address(1), ")")));
   EXPECT_THAT(record.outcome, HasSubstr("stopped answering"));
+}
+
+TEST_F(MultiHostLaunchTest, AKilledHostZeroIsNamedByTheOthers) {
+  absl::StatusOr<std::unique_ptr<TestHosts>> made = TestHosts::Create(2, kGbit);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const TestHosts& hosts = **made;
+  const std::vector<std::string> extra = {"--max_steps=1000000", "--epochs=100",
+                                          "--host_timeout=3s",
+                                          "--max_restarts=0"};
+  const std::string run1 = TempPath("killed0-host1");
+  std::unique_ptr<Subprocess> host1 = StartHost(hosts, 1, run1, extra);
+  ASSERT_NE(host1, nullptr);
+  std::unique_ptr<Subprocess> host0 =
+      StartHost(hosts, 0, TempPath("killed0-host0"), extra);
+  ASSERT_NE(host0, nullptr);
+  ASSERT_TRUE(host1->WaitForOutputLine(" step 20/", kTimeout).ok());
+  ASSERT_TRUE(host0->Kill(SIGKILL).ok());
+
+  const std::optional<ExitStatus> exit = host1->WaitFor(kTimeout);
+  ASSERT_TRUE(exit.has_value()) << "host 1's launch hangs";
+  EXPECT_TRUE(exit->exited());
+  EXPECT_EQ(exit->exit_code(), kExitFailed);
+  const RunRecord record = ReadRun(run1);
+  EXPECT_EQ(record.state, "failed");
+  EXPECT_THAT(record.outcome,
+              StartsWith(absl::StrCat(
+                  "host 0 (", hosts.address(0), "), the rendezvous at ",
+                  Rendezvous(hosts), ", stopped answering")));
 }
 
 }  // namespace
