@@ -44,7 +44,7 @@ class _State:
             raise ValueError(
                 "paramserver.torch: size() is not known yet: without the "
                 "launcher's PS_NUM_WORKERS, the servers tell it once the model "
-                "is declared (DistributedOptimizer or broadcast_parameters)")
+                "is declared (when the DistributedOptimizer is created)")
         return registration.num_workers
 
     @property
