@@ -92,6 +92,12 @@ TEST(LaunchHostsFlagsTest, BadPlacementFlagsExitTwoNamingTheFlag) {
   EXPECT_EQ(no_rendezvous.code, kExitBadConfig);
   EXPECT_THAT(no_rendezvous.output, HasSubstr("needs --rendezvous"));
 
+  Ended advertise =
+      RunLaunch({"--num_hosts=2", "--host_index=1",
+                 "--rendezvous=127.0.0.1:29400", "--advertise_address=a b"});
+  EXPECT_EQ(advertise.code, kExitBadConfig);
+  EXPECT_THAT(advertise.output, HasSubstr("--advertise_address must be"));
+
   Ended layout = RunLaunch({"--num_hosts=2", "--host_index=1",
                             "--num_workers=1", "--rendezvous=127.0.0.1:29400"});
   EXPECT_EQ(layout.code, kExitBadConfig);

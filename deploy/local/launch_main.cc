@@ -46,6 +46,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/cluster_address.h"
 #include "common/cpu_affinity.h"
 #include "common/exit_codes.h"
 #include "common/process_control.h"
@@ -280,7 +281,14 @@ int JoinHosts(const RunSettings& settings, const std::set<std::string>& given,
   HostSessionOptions options;
   options.placement = *placement;
   options.advertise_address = settings.Text("advertise_address");
-  if (options.advertise_address.empty()) {
+  if (!options.advertise_address.empty()) {
+    if (absl::Status s = ValidateServerAddress(
+            absl::StrCat(options.advertise_address, ":1"));
+        !s.ok()) {
+      return BadFlags(absl::StrCat(
+          "--advertise_address must be a host name or address: ", s.message()));
+    }
+  } else {
     absl::StatusOr<std::string> found = AddressTowards(placement->rendezvous);
     if (!found.ok()) return BadFlags(found.status().message());
     options.advertise_address = *found;
