@@ -71,7 +71,8 @@ struct RankAndCount {
 // or with --rank=-1 from the environment (`lookup`: std::getenv in main):
 // - a task that srun or mpirun started: the scheduler's rank and task count
 //   (common/launch_environment.h), one worker per task; --num_workers, where
-//   given (`num_workers_given`), must equal the task count;
+//   given (`num_workers_given`: main tells a value other than the flag's
+//   default), must equal the task count;
 // - a pod of a Kubernetes Indexed Job: $JOB_COMPLETION_INDEX, and
 //   --num_workers.
 // InvalidArgument, naming the flags and variables at fault, for a

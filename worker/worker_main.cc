@@ -225,9 +225,12 @@ int main(int argc, char** argv) {
     std::_Exit(ps::kExitTerminated);
   });
   ps::worker::WorkerConfig config = ps::worker::ConfigFromFlags();
+  // Debian's Abseil keeps IsSpecifiedOnCommandLine() private: a value
+  // other than the default is what counts as given.
+  const absl::CommandLineFlag& num_workers =
+      absl::GetFlagReflectionHandle(FLAGS_num_workers);
   absl::StatusOr<ps::worker::RankAndCount> place = ps::worker::ResolveRank(
-      config,
-      absl::FindCommandLineFlag("num_workers")->IsSpecifiedOnCommandLine(),
+      config, num_workers.CurrentValue() != num_workers.DefaultValue(),
       [](const char* name) { return std::getenv(name); });
   if (!place.ok()) {
     spdlog::error("bad flags: {}", place.status().message());
