@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -187,6 +188,39 @@ TEST_P(SchedulerTrainingTest, APyTorchProgramTakesItsRankFromTheScheduler) {
   // steps changed them.
   EXPECT_EQ(reports[0].final, reports[1].final);
   EXPECT_NE(reports[0].final, reports[0].initial);
+}
+
+// examples/slurm/train.sbatch, as the README gives it, under sbatch: the
+// script starts the servers and srun the workers.
+TEST(SbatchExampleTest, TheReadmesJobScriptTrainsTheMainJob) {
+  if (const std::string why = SlurmCluster::WhyUnavailable(); !why.empty()) {
+    GTEST_SKIP() << "no Slurm here: " << why;
+  }
+  absl::StatusOr<std::unique_ptr<SlurmCluster>> slurm = SlurmCluster::Start();
+  ASSERT_TRUE(slurm.ok()) << slurm.status();
+  const std::string output = UnusedTestPath("job.out");
+  const std::string model = UnusedTestPath("model");
+  SubprocessOptions options = TestProcessOptions(
+      "sbatch", {SlurmCluster::Command("sbatch"), "--wait", "--ntasks=2",
+                 absl::StrCat("--output=", output),
+                 RunfilePath("examples/slurm/train.sbatch"), "--batch_size=32",
+                 "--epochs=1", "--max_steps=40", "--device=cpu",
+                 absl::StrCat("--save_model=", model)});
+  options.env = (*slurm)->ClientEnvironment();
+  options.env.push_back({"PS_SERVER", RunfilePath("server/server")});
+  options.env.push_back({"PS_WORKER", RunfilePath("worker/worker")});
+  absl::StatusOr<std::unique_ptr<Subprocess>> sbatch =
+      Subprocess::Start(std::move(options));
+  ASSERT_TRUE(sbatch.ok()) << sbatch.status();
+  const std::optional<ExitStatus> exit = (*sbatch)->WaitFor(kTimeout);
+  ASSERT_TRUE(exit.has_value()) << "sbatch --wait still runs";
+  std::ifstream job_output(output);
+  const std::string printed((std::istreambuf_iterator<char>(job_output)),
+                            std::istreambuf_iterator<char>());
+  // sbatch --wait exits as the job did.
+  ASSERT_TRUE(exit->success()) << exit->ToString() << "; the job printed:\n"
+                               << printed;
+  EXPECT_GT(AccuracyOf(model), 0.3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedulers, SchedulerTrainingTest,
