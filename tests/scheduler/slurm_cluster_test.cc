@@ -101,6 +101,34 @@ TEST_F(SlurmClusterTest, AHalfSetEnvironmentIsAnErrorNamingWhatIsMissing) {
   }
 }
 
+TEST_F(SlurmClusterTest, AProgramOfABatchScriptWithoutSrunIsToldToUseSrun) {
+  // A batch script runs outside any step: Slurm sets SLURM_PROCID and
+  // SLURM_NTASKS there too, but no step's variables, and rank 0 of 2 would
+  // be a guess.
+  const std::string out = FreshTestDir("batch");
+  SubprocessOptions options = TestProcessOptions(
+      "sbatch",
+      {SlurmCluster::Command("sbatch"), "--wait", "--ntasks=2",
+       absl::StrCat("--output=", out, "/job.out"),
+       absl::StrCat("--wrap=", RunfilePath("tests/scheduler/place_program"),
+                    " ", out)});
+  options.env = cluster_->ClientEnvironment();
+  options.env.insert(options.env.end(), kServerVariables.begin(),
+                     kServerVariables.end());
+  absl::StatusOr<std::unique_ptr<Subprocess>> sbatch =
+      Subprocess::Start(std::move(options));
+  ASSERT_TRUE(sbatch.ok()) << sbatch.status();
+  const std::optional<ExitStatus> exit = (*sbatch)->WaitFor(kTimeout);
+  ASSERT_TRUE(exit.has_value()) << "sbatch --wait still runs";
+  EXPECT_FALSE(exit->success());  // The job failed.
+  std::map<std::string, std::string> files = FilesIn(out);
+  files.erase("job.out");
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_THAT(files.begin()->second,
+              HasSubstr("$SLURM_STEP_NODELIST, $SLURM_STEP_TASKS_PER_NODE are "
+                        "not set (start each task with srun"));
+}
+
 // Whether process `pid` is gone (or a zombie its parent has yet to reap).
 bool Gone(int pid) {
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
