@@ -38,13 +38,7 @@ ExitStatus Mpirun(int num_processes, std::vector<std::string> argv) {
       MpirunOptions("mpirun", num_processes, std::move(argv));
   options.env.push_back({"PS_SERVERS", "127.0.0.1:1"});
   options.env.push_back({"PS_NUM_SERVERS", "1"});
-  absl::StatusOr<std::unique_ptr<Subprocess>> mpirun =
-      Subprocess::Start(std::move(options));
-  EXPECT_TRUE(mpirun.ok()) << mpirun.status();
-  if (!mpirun.ok()) return ExitStatus::Exited(-1);
-  const std::optional<ExitStatus> exit = (*mpirun)->WaitFor(kTimeout);
-  EXPECT_TRUE(exit.has_value()) << "mpirun still runs";
-  return exit.value_or(ExitStatus::Exited(-1));
+  return RunToEnd(std::move(options), kTimeout);
 }
 
 class OpenMpiTest : public ::testing::Test {

@@ -98,13 +98,7 @@ class SchedulerTrainingTest : public ::testing::TestWithParam<Launcher> {
             ? slurm_->SrunOptions("srun", kWorkers, std::move(argv))
             : MpirunOptions("mpirun", kWorkers, std::move(argv));
     options.env.insert(options.env.end(), env.begin(), env.end());
-    absl::StatusOr<std::unique_ptr<Subprocess>> job =
-        Subprocess::Start(std::move(options));
-    EXPECT_TRUE(job.ok()) << job.status();
-    if (!job.ok()) return ExitStatus::Exited(-1);
-    const std::optional<ExitStatus> exit = (*job)->WaitFor(kTimeout);
-    EXPECT_TRUE(exit.has_value()) << "the job still runs";
-    return exit.value_or(ExitStatus::Exited(-1));
+    return RunToEnd(std::move(options), kTimeout);
   }
 
   std::unique_ptr<SlurmCluster> slurm_;
@@ -209,17 +203,13 @@ TEST(SbatchExampleTest, TheReadmesJobScriptTrainsTheMainJob) {
   options.env = (*slurm)->ClientEnvironment();
   options.env.push_back({"PS_SERVER", RunfilePath("server/server")});
   options.env.push_back({"PS_WORKER", RunfilePath("worker/worker")});
-  absl::StatusOr<std::unique_ptr<Subprocess>> sbatch =
-      Subprocess::Start(std::move(options));
-  ASSERT_TRUE(sbatch.ok()) << sbatch.status();
-  const std::optional<ExitStatus> exit = (*sbatch)->WaitFor(kTimeout);
-  ASSERT_TRUE(exit.has_value()) << "sbatch --wait still runs";
+  const ExitStatus exit = RunToEnd(std::move(options), kTimeout);
   std::ifstream job_output(output);
   const std::string printed((std::istreambuf_iterator<char>(job_output)),
                             std::istreambuf_iterator<char>());
   // sbatch --wait exits as the job did.
-  ASSERT_TRUE(exit->success()) << exit->ToString() << "; the job printed:\n"
-                               << printed;
+  ASSERT_TRUE(exit.success()) << exit.ToString() << "; the job printed:\n"
+                              << printed;
   EXPECT_GT(AccuracyOf(model), 0.3);
 }
 

@@ -28,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "tests/cluster_runner.h"
+#include "tests/hosts/test_hosts.h"
 
 namespace ps::testing {
 namespace {
@@ -41,6 +42,7 @@ constexpr absl::Duration kPollPeriod = absl::Milliseconds(200);
 // Bounds the teardown's wait for cancelled jobs to end; what still runs
 // then is killed.
 constexpr absl::Duration kCancelTimeout = absl::Seconds(30);
+constexpr int kStartAttempts = 3;
 
 constexpr const char* kPrograms[] = {
     "munged", "mungekey", "slurmctld", "slurmd", "slurmstepd",
@@ -168,15 +170,22 @@ absl::StatusOr<std::unique_ptr<SlurmCluster>> SlurmCluster::Start(
   if (const std::string why = WhyUnavailable(); !why.empty()) {
     return absl::FailedPreconditionError(why);
   }
-  char dir[] = "/tmp/ps-slurm-XXXXXX";
-  if (mkdtemp(dir) == nullptr) return absl::ErrnoToStatus(errno, "mkdtemp");
-  // Others may reach the sockets inside (munged warns otherwise).
-  chmod(dir, 0711);
-  std::unique_ptr<SlurmCluster> cluster(new SlurmCluster(dir));
-  if (absl::Status s = cluster->StartDaemons(cpus, timeout); !s.ok()) {
-    return s;  // The destructor stops what started.
+  absl::Status status;
+  // A port picked free may be taken before a daemon binds it (the kernel
+  // hands it out for an outgoing connection): a daemon that exits early is
+  // tried again with other ports.
+  for (int attempt = 0; attempt < kStartAttempts; ++attempt) {
+    char dir[] = "/tmp/ps-slurm-XXXXXX";
+    if (mkdtemp(dir) == nullptr) return absl::ErrnoToStatus(errno, "mkdtemp");
+    // Others may reach the sockets inside (munged warns otherwise).
+    chmod(dir, 0711);
+    std::unique_ptr<SlurmCluster> cluster(new SlurmCluster(dir));
+    status = cluster->StartDaemons(cpus, timeout);
+    if (status.ok()) return cluster;
+    // The destructor stops what started.
+    if (!absl::IsUnavailable(status)) break;
   }
-  return cluster;
+  return status;
 }
 
 absl::Status SlurmCluster::StartDaemons(int cpus, absl::Duration timeout) {
@@ -312,31 +321,13 @@ SubprocessOptions SlurmCluster::SrunOptions(
 
 absl::StatusOr<std::string> SlurmCluster::Run(std::vector<std::string> argv,
                                               absl::Duration timeout) const {
-  const std::string command = absl::StrJoin(argv, " ");
-  SubprocessOptions options;
-  argv[0] = Command(argv[0]);
-  options.argv = std::move(argv);
-  options.env = ClientEnvironment();
-  options.kill_grace = absl::Seconds(1);
-  absl::StatusOr<std::unique_ptr<Subprocess>> child =
-      Subprocess::Start(std::move(options));
-  if (!child.ok()) {
-    return absl::Status(
-        child.status().code(),
-        absl::StrCat("`", command, "`: ", child.status().message()));
+  std::vector<std::string> command = {"/usr/bin/env"};
+  for (const auto& [name, value] : ClientEnvironment()) {
+    command.push_back(absl::StrCat(name, "=", value));
   }
-  const std::optional<ExitStatus> exit = (*child)->WaitFor(timeout);
-  if (!exit.has_value()) {
-    (*child)->Terminate(absl::Seconds(1));
-    return absl::DeadlineExceededError(absl::StrCat(
-        "`", command, "` ran longer than ", absl::FormatDuration(timeout), ": ",
-        (*child)->LastLines(10)));
-  }
-  if (!exit->success()) {
-    return absl::InternalError(absl::StrCat(
-        "`", command, "` ", exit->ToString(), ": ", (*child)->LastLines(10)));
-  }
-  return absl::StrJoin((*child)->OutputLines(), "\n");
+  command.push_back(Command(argv[0]));
+  command.insert(command.end(), argv.begin() + 1, argv.end());
+  return RunCommand(std::move(command), timeout);
 }
 
 void SlurmCluster::CancelJobs() const {

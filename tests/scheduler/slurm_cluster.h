@@ -42,8 +42,9 @@ class SlurmCluster {
   static std::string WhyUnavailable();
 
   // Starts munged, slurmctld and slurmd and waits (up to `timeout`) until
-  // the node is idle. On error whatever was started is stopped again, and
-  // the message quotes the daemons' last lines.
+  // the node is idle; a daemon that exits first is tried again with other
+  // ports, twice. On error whatever was started is stopped again, and the
+  // message quotes the daemons' last lines.
   static absl::StatusOr<std::unique_ptr<SlurmCluster>> Start(
       int cpus = 8, absl::Duration timeout = absl::Seconds(120));
 

@@ -63,13 +63,7 @@ class SlurmClusterTest : public ::testing::Test {
         cluster_->SrunOptions("srun", num_tasks, std::move(argv));
     options.env.insert(options.env.end(), kServerVariables.begin(),
                        kServerVariables.end());
-    absl::StatusOr<std::unique_ptr<Subprocess>> srun =
-        Subprocess::Start(std::move(options));
-    EXPECT_TRUE(srun.ok()) << srun.status();
-    if (!srun.ok()) return ExitStatus::Exited(-1);
-    const std::optional<ExitStatus> exit = (*srun)->WaitFor(kTimeout);
-    EXPECT_TRUE(exit.has_value()) << "srun still runs";
-    return exit.value_or(ExitStatus::Exited(-1));
+    return RunToEnd(std::move(options), kTimeout);
   }
 
   std::unique_ptr<SlurmCluster> cluster_;
@@ -115,12 +109,8 @@ TEST_F(SlurmClusterTest, AProgramOfABatchScriptWithoutSrunIsToldToUseSrun) {
   options.env = cluster_->ClientEnvironment();
   options.env.insert(options.env.end(), kServerVariables.begin(),
                      kServerVariables.end());
-  absl::StatusOr<std::unique_ptr<Subprocess>> sbatch =
-      Subprocess::Start(std::move(options));
-  ASSERT_TRUE(sbatch.ok()) << sbatch.status();
-  const std::optional<ExitStatus> exit = (*sbatch)->WaitFor(kTimeout);
-  ASSERT_TRUE(exit.has_value()) << "sbatch --wait still runs";
-  EXPECT_FALSE(exit->success());  // The job failed.
+  const ExitStatus exit = RunToEnd(std::move(options), kTimeout);
+  EXPECT_FALSE(exit.success());  // The job failed.
   std::map<std::string, std::string> files = FilesIn(out);
   files.erase("job.out");
   ASSERT_EQ(files.size(), 1u);
