@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/exit_codes.h"
 #include "common/subprocess.h"
 #include "common/temp_dir_testing.h"
 #include "deploy/local/launch_config.h"
@@ -145,6 +146,19 @@ TEST_P(SchedulerTrainingTest, OurWorkerTakesItsRankFromTheSchedulerAndTrains) {
   // A sync step needs both ranks' pushes: finishing proves two ranks. And
   // it trained: well above chance (0.1) after 40 steps.
   EXPECT_GT(AccuracyOf(model), 0.3);
+}
+
+TEST_P(SchedulerTrainingTest, OurWorkerRefusesAHalfSetEnvironment) {
+  // A wrapper that drops one of the scheduler's variables: the worker
+  // exits as for bad configuration before it reaches any server.
+  const char* dropped = GetParam() == Launcher::kSrun
+                            ? "SLURM_NTASKS"
+                            : "OMPI_COMM_WORLD_LOCAL_SIZE";
+  const ExitStatus exit =
+      RunJob({"/usr/bin/env", "-u", dropped, RunfilePath("worker/worker"),
+              "--rank=-1", "--servers=127.0.0.1:1", "--device=cpu"},
+             {});
+  EXPECT_EQ(exit, ExitStatus::Exited(kExitBadConfig)) << exit.ToString();
 }
 
 // One task's report (torch_program.py): rank and size, the weights after

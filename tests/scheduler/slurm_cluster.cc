@@ -363,7 +363,10 @@ void SlurmCluster::KillMarked() const {
 }
 
 SlurmCluster::~SlurmCluster() {
-  if (slurmctld_ != nullptr && slurmd_ != nullptr) CancelJobs();
+  // Only a live controller answers (a dead one would keep squeue retrying).
+  if (slurmctld_ != nullptr && !slurmctld_->TryWait().has_value()) {
+    CancelJobs();
+  }
   slurmd_.reset();
   slurmctld_.reset();
   munged_.reset();
