@@ -46,7 +46,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "common/cluster_address.h"
 #include "common/cpu_affinity.h"
 #include "common/exit_codes.h"
 #include "common/process_control.h"
@@ -244,76 +243,23 @@ int BadFlags(absl::string_view message) {
 int JoinHosts(const RunSettings& settings, const std::set<std::string>& given,
               const RunSetup& setup, const std::string& cwd,
               LaunchConfig* config, std::unique_ptr<HostSession>* session) {
-  absl::StatusOr<HostPlacement> placement = ResolveHostPlacement(
-      given.count("num_hosts")
-          ? std::optional<int>(settings.Get<int>("num_hosts"))
-          : std::nullopt,
-      given.count("host_index")
-          ? std::optional<int>(settings.Get<int>("host_index"))
-          : std::nullopt,
-      settings.Text("rendezvous"), [](const char* name) {
-        return static_cast<const char*>(std::getenv(name));
-      });
-  if (!placement.ok()) return BadFlags(placement.status().message());
-  const int server_hosts = settings.Get<int>("server_hosts");
-  if (absl::StatusOr<std::vector<HostShare>> plan =
-          PlanHosts(placement->num_hosts, config->num_workers,
-                    config->num_servers, server_hosts);
-      !plan.ok()) {
-    return BadFlags(plan.status().message());
-  }
-  if (placement->num_hosts == 1) return kExitOk;
-  for (const char* name : {"host_timeout", "rendezvous_timeout"}) {
-    if (settings.Get<absl::Duration>(name) <= absl::ZeroDuration()) {
-      return BadFlags(absl::StrCat("--", name, " must be positive"));
-    }
-  }
-  if (setup.kind() != LaunchKind::kStart) {
-    return BadFlags(
-        "--resume and --extend go on with a run of one host; a job on "
-        "several hosts starts anew (--num_hosts)");
-  }
-  if (settings.Text("auth") != "none") {
-    return BadFlags(
-        "--auth with --num_hosts > 1 is not supported yet: the certificates "
-        "the launcher makes name 127.0.0.1 only");
-  }
-  HostSessionOptions options;
-  options.placement = *placement;
-  options.advertise_address = settings.Text("advertise_address");
-  if (!options.advertise_address.empty()) {
-    if (absl::Status s = ValidateServerAddress(
-            absl::StrCat(options.advertise_address, ":1"));
-        !s.ok()) {
-      return BadFlags(absl::StrCat(
-          "--advertise_address must be a host name or address: ", s.message()));
-    }
-  } else {
-    absl::StatusOr<std::string> found = AddressTowards(placement->rendezvous);
-    if (!found.ok()) return BadFlags(found.status().message());
-    options.advertise_address = *found;
-  }
-  std::vector<std::string> multi_host_flags = {"num_hosts", "server_hosts",
-                                               "max_restarts", "host_timeout"};
-  std::map<std::string, std::string> shared;
-  for (const std::string& name : multi_host_flags) {
-    shared[name] = settings.Text(name);
-  }
-  shared["num_hosts"] = absl::StrCat(placement->num_hosts);
-  shared["program"] = absl::StrJoin(setup.program(), " ");
-  options.settings = SharedJobSettings(CurrentRunFlags(settings, cwd), shared);
-  options.server_hosts = server_hosts;
-  options.host_timeout = settings.Get<absl::Duration>("host_timeout");
-  options.rendezvous_timeout =
-      settings.Get<absl::Duration>("rendezvous_timeout");
+  absl::StatusOr<std::optional<HostSessionOptions>> options =
+      HostOptionsFromSettings(
+          settings, given, setup.kind() != LaunchKind::kStart, setup.program(),
+          cwd, *config, [](const char* name) {
+            return static_cast<const char*>(std::getenv(name));
+          });
+  if (!options.ok()) return BadFlags(options.status().message());
+  if (!options->has_value()) return kExitOk;
+  const HostPlacement& placement = (*options)->placement;
   std::fprintf(stderr,
                "launch: host %d of %d: joining the rendezvous at %s (at most "
                "--rendezvous_timeout=%s)\n",
-               placement->host_index, placement->num_hosts,
-               placement->rendezvous.c_str(),
-               absl::FormatDuration(options.rendezvous_timeout).c_str());
+               placement.host_index, placement.num_hosts,
+               placement.rendezvous.c_str(),
+               absl::FormatDuration((*options)->rendezvous_timeout).c_str());
   absl::StatusOr<std::unique_ptr<HostSession>> joined =
-      HostSession::Join(std::move(options), *config);
+      HostSession::Join(**std::move(options), *config);
   if (!joined.ok()) {
     if (absl::IsInvalidArgument(joined.status())) {
       return BadFlags(joined.status().message());

@@ -7,7 +7,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/cluster_address.h"
+#include "deploy/local/run_flags.h"
 
 namespace ps {
 namespace {
@@ -38,6 +41,73 @@ std::map<std::string, std::string> SharedJobSettings(
     if (!IsPerHostFlag(name)) settings[name] = value;
   }
   return settings;
+}
+
+absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
+    const RunSettings& settings, const std::set<std::string>& given,
+    bool continues_a_run, const std::vector<std::string>& program,
+    const std::string& cwd, const LaunchConfig& config,
+    absl::FunctionRef<const char*(const char*)> lookup) {
+  auto given_int = [&](const char* name) {
+    return given.count(name) ? std::optional<int>(settings.Get<int>(name))
+                             : std::nullopt;
+  };
+  absl::StatusOr<HostPlacement> placement =
+      ResolveHostPlacement(given_int("num_hosts"), given_int("host_index"),
+                           settings.Text("rendezvous"), lookup);
+  if (!placement.ok()) return placement.status();
+  const int server_hosts = settings.Get<int>("server_hosts");
+  if (absl::StatusOr<std::vector<HostShare>> plan =
+          PlanHosts(placement->num_hosts, config.num_workers,
+                    config.num_servers, server_hosts);
+      !plan.ok()) {
+    return plan.status();
+  }
+  if (placement->num_hosts == 1) return std::nullopt;
+  for (const char* name : {"host_timeout", "rendezvous_timeout"}) {
+    if (settings.Get<absl::Duration>(name) <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " must be positive"));
+    }
+  }
+  if (continues_a_run) {
+    return absl::InvalidArgumentError(
+        "--resume and --extend go on with a run of one host; a job on "
+        "several hosts starts anew (--num_hosts)");
+  }
+  if (settings.Text("auth") != "none") {
+    return absl::InvalidArgumentError(
+        "--auth with --num_hosts > 1 is not supported yet: the certificates "
+        "the launcher makes name 127.0.0.1 only");
+  }
+  HostSessionOptions options;
+  options.placement = *placement;
+  options.advertise_address = settings.Text("advertise_address");
+  if (!options.advertise_address.empty()) {
+    if (absl::Status s = ValidateServerAddress(
+            absl::StrCat(options.advertise_address, ":1"));
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--advertise_address must be a host name or address: ", s.message()));
+    }
+  } else {
+    absl::StatusOr<std::string> found = AddressTowards(placement->rendezvous);
+    if (!found.ok())
+      return absl::InvalidArgumentError(found.status().message());
+    options.advertise_address = *found;
+  }
+  std::map<std::string, std::string> shared;
+  for (const char* name : {"server_hosts", "max_restarts", "host_timeout"}) {
+    shared[name] = settings.Text(name);
+  }
+  shared["num_hosts"] = absl::StrCat(placement->num_hosts);
+  shared["program"] = absl::StrJoin(program, " ");
+  options.settings = SharedJobSettings(CurrentRunFlags(settings, cwd), shared);
+  options.server_hosts = server_hosts;
+  options.host_timeout = settings.Get<absl::Duration>("host_timeout");
+  options.rendezvous_timeout =
+      settings.Get<absl::Duration>("rendezvous_timeout");
+  return options;
 }
 
 HostSession::HostSession(HostSessionOptions options,

@@ -4,11 +4,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -18,6 +21,7 @@
 #include "deploy/local/rendezvous_client.h"
 #include "deploy/local/rendezvous_server.h"
 #include "deploy/local/rendezvous_state.h"
+#include "deploy/local/run_settings.h"
 
 namespace ps {
 
@@ -105,6 +109,21 @@ class HostSession {
 std::map<std::string, std::string> SharedJobSettings(
     const std::vector<std::pair<std::string, std::string>>& run_flags,
     const std::map<std::string, std::string>& multi_host_flags);
+
+// A launch's multi-host settings from its flags (`given`: those on the
+// command line) and the scheduler's variables (`lookup`, std::getenv):
+// nullopt for a job on one host. InvalidArgument naming the flag for a bad
+// --num_hosts, --host_index, --rendezvous, --server_hosts (with the job's
+// worker and shard counts in `config`), --host_timeout,
+// --rendezvous_timeout or --advertise_address, and for what several hosts
+// do not do yet: --resume or --extend (`continues_a_run`), --auth. Without
+// --advertise_address, this host's address on the route to the
+// rendezvous.
+absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
+    const RunSettings& settings, const std::set<std::string>& given,
+    bool continues_a_run, const std::vector<std::string>& program,
+    const std::string& cwd, const LaunchConfig& config,
+    absl::FunctionRef<const char*(const char*)> lookup);
 
 }  // namespace ps
 

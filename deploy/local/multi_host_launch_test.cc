@@ -3,7 +3,10 @@
 
 #include "deploy/local/multi_host_launch.h"
 
+#include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -130,6 +133,87 @@ TEST(HostSessionTest, SharedSettingsLeavePathsToEachHost) {
       {{"num_hosts", "2"}});
   EXPECT_EQ(shared, (std::map<std::string, std::string>{{"epochs", "2"},
                                                         {"num_hosts", "2"}}));
+}
+
+// The launcher's flags that HostOptionsFromSettings reads, with launch's
+// defaults, set as `given` says.
+RunSettings HostFlags(const std::map<std::string, std::string>& given) {
+  using Type = RunSettings::Type;
+  RunSettings settings;
+  settings.Define("num_hosts", Type::kInt, "1");
+  settings.Define("host_index", Type::kInt, "0");
+  settings.Define("rendezvous", Type::kString, "");
+  settings.Define("advertise_address", Type::kString, "");
+  settings.Define("server_hosts", Type::kInt, "0");
+  settings.Define("host_timeout", Type::kDuration, "10s");
+  settings.Define("rendezvous_timeout", Type::kDuration, "5m");
+  settings.Define("max_restarts", Type::kInt, "3");
+  settings.Define("auth", Type::kString, "none");
+  settings.Define("epochs", Type::kInt, "10");
+  settings.Define("data_dir", Type::kString, "/data");
+  for (const auto& [name, value] : given) {
+    EXPECT_TRUE(settings.Set(name, value).ok()) << name;
+  }
+  return settings;
+}
+
+absl::StatusOr<std::optional<HostSessionOptions>> FromFlags(
+    const std::map<std::string, std::string>& flags,
+    bool continues_a_run = false) {
+  std::set<std::string> given;
+  for (const auto& [name, value] : flags) given.insert(name);
+  return HostOptionsFromSettings(
+      HostFlags(flags), given, continues_a_run, {}, "/cwd", Job(),
+      [](const char*) -> const char* { return nullptr; });
+}
+
+const std::map<std::string, std::string> kTwoHosts = {
+    {"num_hosts", "2"},
+    {"host_index", "1"},
+    {"rendezvous", "127.0.0.1:29400"},
+    {"advertise_address", "10.0.0.2"}};
+
+TEST(HostOptionsTest, OneHostIsNoSession) {
+  absl::StatusOr<std::optional<HostSessionOptions>> options = FromFlags({});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_FALSE(options->has_value());
+}
+
+TEST(HostOptionsTest, TwoHostsShareTheJobFlagsButNotThePaths) {
+  absl::StatusOr<std::optional<HostSessionOptions>> options =
+      FromFlags(kTwoHosts);
+  ASSERT_TRUE(options.ok()) << options.status();
+  ASSERT_TRUE(options->has_value());
+  const HostSessionOptions& host = **options;
+  EXPECT_EQ(host.placement.host_index, 1);
+  EXPECT_EQ(host.advertise_address, "10.0.0.2");
+  EXPECT_EQ(host.settings.at("epochs"), "10");
+  EXPECT_EQ(host.settings.at("num_hosts"), "2");
+  EXPECT_EQ(host.settings.count("data_dir"), 0u);
+  EXPECT_EQ(host.host_timeout, absl::Seconds(10));
+}
+
+TEST(HostOptionsTest, WhatSeveralHostsDoNotDoIsRefusedNamingTheFlag) {
+  auto with = [](std::string name, std::string value) {
+    std::map<std::string, std::string> flags = kTwoHosts;
+    flags[name] = value;
+    return FromFlags(flags).status();
+  };
+  EXPECT_THAT(with("host_timeout", "0s").message(),
+              HasSubstr("--host_timeout must be positive"));
+  EXPECT_THAT(with("rendezvous_timeout", "-1s").message(),
+              HasSubstr("--rendezvous_timeout must be positive"));
+  EXPECT_THAT(with("auth", "tls").message(), HasSubstr("--auth"));
+  EXPECT_THAT(with("advertise_address", "a b").message(),
+              HasSubstr("--advertise_address must be"));
+  EXPECT_THAT(with("server_hosts", "2").message(),
+              HasSubstr("--server_hosts must be in"));
+  EXPECT_THAT(FromFlags(kTwoHosts, /*continues_a_run=*/true).status().message(),
+              HasSubstr("--resume and --extend"));
+  for (const absl::Status& status :
+       {with("host_timeout", "0s"), with("auth", "tls")}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  }
 }
 
 }  // namespace
