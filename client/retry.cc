@@ -12,8 +12,10 @@ RetryPolicy RetryPolicy::FromOptions(const ClientOptions& options) {
   return {options.retry_timeout, options.initial_backoff, options.max_backoff};
 }
 
-bool IsRetried(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsCancelled(status);
+absl::Status DroppedByShardIsUnavailable(absl::Status status) {
+  if (!absl::IsCancelled(status)) return status;
+  return absl::UnavailableError(
+      absl::StrCat("the shard dropped the call: ", status.message()));
 }
 
 absl::Status RetryWhileUnavailable(
@@ -23,7 +25,7 @@ absl::Status RetryWhileUnavailable(
   absl::Duration backoff = policy.initial_backoff;
   while (true) {
     absl::Status status = attempt();
-    if (!IsRetried(status)) return status;
+    if (status.code() != absl::StatusCode::kUnavailable) return status;
     if (deadline == absl::InfiniteFuture()) {
       deadline = absl::Now() + policy.timeout;
     }
@@ -32,10 +34,8 @@ absl::Status RetryWhileUnavailable(
           what, " still failing after ", absl::FormatDuration(policy.timeout),
           ": ", status.message()));
     }
-    spdlog::warn(
-        "{} {} {}, retrying in {}: {}", who,
-        absl::IsCancelled(status) ? "dropped the call of" : "unavailable for",
-        what, absl::FormatDuration(backoff), status.message());
+    spdlog::warn("{} unavailable for {}, retrying in {}: {}", who, what,
+                 absl::FormatDuration(backoff), status.message());
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, policy.max_backoff);
   }

@@ -22,22 +22,21 @@ struct RetryPolicy {
   static RetryPolicy FromOptions(const ClientOptions& options);
 };
 
-// Whether a call that failed with `status` is tried again: UNAVAILABLE (the
-// shard is down, restarting or unreachable) and CANCELLED, which this client
-// never asks for (it gives up a call only once done with it): the shard
-// dropped the call, e.g. one whose stream stalled past its
-// --stream_idle_timeout because the link dropped in the middle of it. The
-// shard keeps nothing of a call it dropped (a push is applied whole or not
-// at all).
-bool IsRetried(const absl::Status& status);
+// The status of a call this client completed (it never cancels a call it
+// completes): CANCELLED there means the shard dropped the call, e.g. one
+// whose stream stalled past the shard's --stream_idle_timeout because the
+// link dropped in the middle of it, and kept nothing of it (a push is
+// applied whole or not at all). Returned as UNAVAILABLE, so that
+// RetryWhileUnavailable makes the call again; any other status as it is.
+absl::Status DroppedByShardIsUnavailable(absl::Status status);
 
-// Runs `attempt` until it succeeds, fails with an error that is not
-// IsRetried, or has failed so for `policy.timeout` (counted from the first
-// such failure: a pull may wait long for other ranks before its shard goes
-// down), and returns its last status; once given up, UNAVAILABLE "`what`
-// still failing after ...". `who` names the shard in the warning logged
-// before each new attempt. Pushes are safe to repeat: the shards recognise
-// a batch they have already applied.
+// Runs `attempt` until it succeeds, fails with an error other than
+// UNAVAILABLE, or has failed UNAVAILABLE for `policy.timeout` (counted from
+// the first such failure: a pull may wait long for other ranks before its
+// shard goes down), and returns its last status; once given up,
+// UNAVAILABLE "`what` still failing after ...". `who` names the shard in the
+// warning logged before each new attempt. Pushes are safe to repeat: the
+// shards recognise a batch they have already applied.
 absl::Status RetryWhileUnavailable(
     const RetryPolicy& policy, absl::string_view who, absl::string_view what,
     const std::function<absl::Status()>& attempt);
