@@ -30,6 +30,8 @@ struct WorkerConfig {
   uint64_t seed = 1;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string device = "auto";
+  // A consistency mode the servers must run, or "allreduce" (kAllreduceMode):
+  // no servers, the workers average gradients among themselves.
   std::string mode;
   std::string save_model;
   int log_every = 100;
@@ -58,7 +60,14 @@ struct WorkerConfig {
   std::string cpus;
   int metrics_port = 0;
   std::string metrics_host = "127.0.0.1";
+  int allreduce_bucket_kb = 256;
+  std::string allreduce_host;
 };
+
+// --mode's value for the all-reduce mode: --servers then names the ring's
+// coordinator (allreduce/coordinator_main.cc), and the optimizer flags are
+// this worker's own, as with --local.
+inline constexpr char kAllreduceMode[] = "allreduce";
 
 // The rank `config.rank` says: itself, or with -1 the completion index of a
 // Kubernetes Indexed Job (`job_completion_index`, $JOB_COMPLETION_INDEX;
