@@ -73,7 +73,10 @@ ABSL_FLAG(std::string, model, "784-256-128-10",
           "declares.");
 ABSL_FLAG(int, epochs, 10, "Training epochs.");
 ABSL_FLAG(int, batch_size, 64, "Examples per worker per step.");
-ABSL_FLAG(std::string, mode, "sync", "Consistency: sync|ssp|async.");
+ABSL_FLAG(std::string, mode, "sync",
+          "Consistency: sync|ssp|async, or allreduce: no parameter servers, "
+          "the workers average gradients over a Gloo ring (one coordinator "
+          "process for their rendezvous).");
 ABSL_FLAG(int, staleness, 0,
           "--mode=ssp: how many steps a worker may lead the slowest (>= 1; "
           "needed with ssp).");
