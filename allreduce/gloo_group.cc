@@ -6,6 +6,7 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "gloo/allreduce.h"
+#include "gloo/broadcast.h"
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
@@ -52,6 +53,26 @@ absl::Status GlooGroup::AllreduceSum(absl::Span<float> data, uint32_t tag) {
     gloo::allreduce(options);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("all-reduce (rank ", rank_,
+                                               " of ", size_, "): ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooGroup::Broadcast(absl::Span<char> data, int root,
+                                  uint32_t tag) {
+  if (root < 0 || root >= size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("root ", root, " of a group of ", size_));
+  }
+  if (size_ == 1 || data.empty()) return absl::OkStatus();
+  try {
+    gloo::BroadcastOptions options(context_);
+    options.setOutput(data.data(), data.size());
+    options.setRoot(root);
+    options.setTag(tag);
+    gloo::broadcast(options);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("broadcast (rank ", rank_,
                                                " of ", size_, "): ", e.what()));
   }
   return absl::OkStatus();

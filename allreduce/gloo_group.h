@@ -51,6 +51,10 @@ class GlooGroup {
   // receives 2 (size - 1) / size times the data.
   absl::Status AllreduceSum(absl::Span<float> data, uint32_t tag);
 
+  // Replaces `data` on every rank with rank `root`'s (same length
+  // everywhere; `tag` as above).
+  absl::Status Broadcast(absl::Span<char> data, int root, uint32_t tag);
+
  private:
   GlooGroup(int rank, int size, std::shared_ptr<gloo::Context> context);
 

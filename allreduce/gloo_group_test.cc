@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -87,6 +88,21 @@ TEST(GlooGroupTest, SameInputsGiveTheSameBitsOnEveryRankAndRun) {
                           kElements * sizeof(float)),
               0)
         << "rank " << rank << " differs from rank 0";
+  }
+}
+
+TEST(GlooGroupTest, BroadcastGivesEveryRankTheRootsBytes) {
+  constexpr int kRanks = 3;
+  std::vector<std::string> results(kRanks);
+  RunRing(kRanks, absl::Seconds(60), [&](GlooGroup& group) {
+    std::string data(5000, static_cast<char>('a' + group.rank()));
+    ASSERT_TRUE(group.Broadcast(absl::MakeSpan(data), 1, 0).ok());
+    results[group.rank()] = data;
+    EXPECT_TRUE(absl::IsInvalidArgument(
+        group.Broadcast(absl::MakeSpan(data), kRanks, 0)));
+  });
+  for (const std::string& result : results) {
+    EXPECT_EQ(result, std::string(5000, 'b'));
   }
 }
 

@@ -1,9 +1,13 @@
 #include "worker/allreduce_exchange.h"
 
+#include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
+#include "update/checkpoint.h"
+#include "worker/ring_checkpoint.h"
 
 namespace ps::worker {
 
@@ -14,11 +18,15 @@ class AllreduceExchange::AllreduceStepPush final : public StepPush {
       : exchange_(exchange), info_(info) {
     status_ = exchange_->reduce_->Begin();
     if (status_.ok()) {
-      // The count is the last tensor: first to go, in the first bucket.
-      const float one = 1.0f;
+      // The step record is the last tensor: first to go, in the first
+      // bucket. Float holds counts below 2^24 exactly.
+      std::vector<float>& record = exchange_->record_;
+      std::fill(record.begin(), record.end(), 0.0f);
+      record[0] = static_cast<float>(info.num_examples);
+      record[1 + exchange_->group_->rank()] =
+          static_cast<float>(info.cursor.examples_done);
       status_ = exchange_->reduce_->Add(
-          static_cast<int>(exchange_->model().tensors.size()),
-          absl::MakeConstSpan(&one, 1), static_cast<float>(info.num_examples));
+          static_cast<int>(exchange_->model().tensors.size()), record, 1.0f);
     }
   }
 
@@ -52,17 +60,18 @@ class AllreduceExchange::AllreduceStepPush final : public StepPush {
 
 absl::StatusOr<std::unique_ptr<AllreduceExchange>> AllreduceExchange::Create(
     std::unique_ptr<LocalExchange> local,
-    std::unique_ptr<allreduce::GlooGroup> group, size_t bucket_bytes) {
+    std::unique_ptr<allreduce::GlooGroup> group,
+    const AllreduceOptions& options) {
   std::vector<size_t> sizes;
   for (const TensorSpec& tensor : local->model().tensors) {
     sizes.push_back(tensor.num_elements());
   }
-  sizes.push_back(1);  // The step's example count.
+  sizes.push_back(1 + group->size());  // The step record.
   auto exchange = absl::WrapUnique(
-      new AllreduceExchange(std::move(local), std::move(group)));
+      new AllreduceExchange(std::move(local), std::move(group), options));
   absl::StatusOr<std::unique_ptr<allreduce::BucketedAllreduce>> reduce =
-      allreduce::BucketedAllreduce::Create(exchange->group_.get(),
-                                           std::move(sizes), bucket_bytes);
+      allreduce::BucketedAllreduce::Create(
+          exchange->group_.get(), std::move(sizes), options.bucket_bytes);
   if (!reduce.ok()) return reduce.status();
   exchange->reduce_ = *std::move(reduce);
   return exchange;
@@ -70,8 +79,12 @@ absl::StatusOr<std::unique_ptr<AllreduceExchange>> AllreduceExchange::Create(
 
 AllreduceExchange::AllreduceExchange(
     std::unique_ptr<LocalExchange> local,
-    std::unique_ptr<allreduce::GlooGroup> group)
-    : local_(std::move(local)), group_(std::move(group)) {
+    std::unique_ptr<allreduce::GlooGroup> group, AllreduceOptions options)
+    : local_(std::move(local)),
+      group_(std::move(group)),
+      options_(std::move(options)),
+      cursors_(group_->size()),
+      record_(1 + group_->size()) {
   const ModelSpec& spec = local_->model();
   mean_.resize(spec.tensors.size());
   for (size_t t = 0; t < spec.tensors.size(); ++t) {
@@ -81,10 +94,42 @@ AllreduceExchange::AllreduceExchange(
 
 AllreduceExchange::~AllreduceExchange() = default;
 
-Registration AllreduceExchange::Declare(uint64_t planned_steps) {
+absl::StatusOr<Registration> AllreduceExchange::Declare(
+    uint64_t planned_steps) {
   Registration registration = local_->Declare(planned_steps);
   registration.num_workers = group_->size();
-  return registration;
+  if (options_.checkpoint_dir.empty()) return registration;
+  std::optional<update::ShardCheckpoint> newest;
+  if (group_->rank() == 0) {
+    absl::StatusOr<std::optional<update::LoadedCheckpoint>> loaded =
+        update::LoadNewestCheckpoint(options_.checkpoint_dir,
+                                     RingIdentity(group_->size()));
+    // The others wait in ShareFromRank0 until their timeout: rank 0's
+    // error is the one that says why.
+    if (!loaded.ok()) return loaded.status();
+    if (loaded->has_value()) newest = std::move((*loaded)->checkpoint);
+  }
+  absl::StatusOr<std::optional<update::ShardCheckpoint>> shared =
+      ShareFromRank0(*group_, newest);
+  if (!shared.ok()) return shared.status();
+  if (!shared->has_value()) return registration;
+  absl::StatusOr<Registration> resumed =
+      RestoreRingCheckpoint(**shared, group_->rank(), *local_);
+  if (!resumed.ok()) return resumed.status();
+  for (size_t r = 0; r < cursors_.size(); ++r) {
+    cursors_[r] = {(*shared)->ranks[r].progress.epoch,
+                   (*shared)->ranks[r].progress.examples_done};
+  }
+  return resumed;
+}
+
+absl::Status AllreduceExchange::WriteCheckpoint() {
+  if (group_->rank() != 0 || options_.checkpoint_dir.empty()) {
+    return absl::OkStatus();
+  }
+  return update::WriteCheckpoint(options_.checkpoint_dir,
+                                 TakeRingCheckpoint(*local_, cursors_))
+      .status();
 }
 
 absl::StatusOr<uint64_t> AllreduceExchange::Pull(uint64_t clock,
@@ -105,7 +150,13 @@ std::unique_ptr<StepPush> AllreduceExchange::StartStep(const StepInfo& info,
 absl::Status AllreduceExchange::FinishStep(const StepInfo& info) {
   if (absl::Status s = reduce_->Wait(); !s.ok()) return s;
   const size_t num_tensors = mean_.size();
-  const double total = reduce_->Reduced(static_cast<int>(num_tensors))[0];
+  absl::Span<const float> record =
+      reduce_->Reduced(static_cast<int>(num_tensors));
+  const double total = record[0];
+  for (size_t r = 0; r < cursors_.size(); ++r) {
+    // The ranks move in step: every one is in this step's epoch.
+    cursors_[r] = {info.cursor.epoch, static_cast<uint64_t>(record[1 + r])};
+  }
   StepInfo step = info;
   step.num_examples = static_cast<uint32_t>(total);
   std::unique_ptr<StepPush> apply = local_->StartStep(step, false);
@@ -120,7 +171,12 @@ absl::Status AllreduceExchange::FinishStep(const StepInfo& info) {
       return s;
     }
   }
-  return apply->Finish();
+  if (absl::Status s = apply->Finish(); !s.ok()) return s;
+  if (options_.checkpoint_every_steps > 0 &&
+      local_->version() % options_.checkpoint_every_steps == 0) {
+    return WriteCheckpoint();
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ps::worker

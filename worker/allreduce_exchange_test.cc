@@ -73,11 +73,14 @@ std::vector<TensorValues> RunRing(const std::vector<uint32_t>& examples,
       absl::StatusOr<std::unique_ptr<allreduce::GlooGroup>> group =
           allreduce::GlooGroup::Connect(options, store);
       ASSERT_TRUE(group.ok()) << group.status();
+      AllreduceOptions allreduce;
+      allreduce.bucket_bytes = bucket_bytes;
       absl::StatusOr<std::unique_ptr<AllreduceExchange>> exchange =
-          AllreduceExchange::Create(MakeLocal(), *std::move(group),
-                                    bucket_bytes);
+          AllreduceExchange::Create(MakeLocal(), *std::move(group), allreduce);
       ASSERT_TRUE(exchange.ok()) << exchange.status();
-      EXPECT_EQ((*exchange)->Declare(10).num_workers, size);
+      absl::StatusOr<Registration> registration = (*exchange)->Declare(10);
+      ASSERT_TRUE(registration.ok()) << registration.status();
+      EXPECT_EQ(registration->num_workers, size);
       const TensorValues gradient = Gradient(rank);
       for (int step = 0; step < steps; ++step) {
         std::unique_ptr<StepPush> push =
@@ -175,10 +178,11 @@ TEST(AllreduceExchangeTest, RefusesUnknownTensors) {
       allreduce::GlooGroup::Connect(options, store);
   ASSERT_TRUE(group.ok());
   absl::StatusOr<std::unique_ptr<AllreduceExchange>> exchange =
-      AllreduceExchange::Create(MakeLocal(), *std::move(group), 1024);
+      AllreduceExchange::Create(MakeLocal(), *std::move(group),
+                                AllreduceOptions());
   ASSERT_TRUE(exchange.ok());
   std::unique_ptr<StepPush> push = (*exchange)->StartStep(Step(1), false);
-  // Id 2 is the exchange's own example count, not the caller's.
+  // Id 2 is the exchange's own step record, not the caller's.
   EXPECT_TRUE(absl::IsInvalidArgument(push->Send(2, std::vector<float>{1})));
   EXPECT_TRUE(
       absl::IsInvalidArgument(push->Send(0, std::vector<float>(3, 1.0f))));

@@ -62,6 +62,8 @@ struct WorkerConfig {
   std::string metrics_host = "127.0.0.1";
   int allreduce_bucket_kb = 256;
   std::string allreduce_host;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every_steps = 200;
 };
 
 // --mode's value for the all-reduce mode: --servers then names the ring's

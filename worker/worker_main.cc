@@ -101,6 +101,13 @@ ABSL_FLAG(int, allreduce_bucket_kb, 256,
 ABSL_FLAG(std::string, allreduce_host, "",
           "With --mode=allreduce: the address the other workers reach this "
           "one at; empty: this host's name");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "With --mode=allreduce: rank 0 writes checkpoints of the model and "
+          "optimizer state here (the servers' format), and every rank resumes "
+          "from the newest; empty: none");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 200,
+          "With --checkpoint_dir: a checkpoint every this many steps (0: only "
+          "at the end)");
 ABSL_FLAG(bool, local, false,
           "Train in this process alone, without servers (one worker): the "
           "weights are initialised and updated by the servers' own code with "
@@ -196,6 +203,8 @@ WorkerConfig ConfigFromFlags() {
   config.cpus = absl::GetFlag(FLAGS_cpus);
   config.allreduce_bucket_kb = absl::GetFlag(FLAGS_allreduce_bucket_kb);
   config.allreduce_host = absl::GetFlag(FLAGS_allreduce_host);
+  config.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  config.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   return config;

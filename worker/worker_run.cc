@@ -236,9 +236,13 @@ std::optional<int> WorkerRun::JoinRing() {
   absl::StatusOr<std::unique_ptr<LocalExchange>> local =
       LocalFromConfig(config_, model_spec_);
   if (!local.ok()) return Fail(local.status(), kExitBadConfig);
+  AllreduceOptions allreduce;
+  allreduce.bucket_bytes = size_t{1024} * config_.allreduce_bucket_kb;
+  allreduce.checkpoint_dir = config_.checkpoint_dir;
+  allreduce.checkpoint_every_steps = config_.checkpoint_every_steps;
   absl::StatusOr<std::unique_ptr<AllreduceExchange>> made =
       AllreduceExchange::Create(*std::move(local), std::move(ring->group),
-                                size_t{1024} * config_.allreduce_bucket_kb);
+                                allreduce);
   if (!made.ok()) return Fail(made.status(), kExitBadConfig);
   ring_weights_ = *std::move(made);
   spdlog::info(
@@ -347,6 +351,11 @@ int WorkerRun::Train() {
   absl::StatusOr<TrainingSummary> summary = trainer_->Run(registration_);
   if (!summary.ok()) {
     return Fail(summary.status(), ServerCallExitCode(summary.status()));
+  }
+  if (ring_weights_ != nullptr) {
+    // What --extend trains on from (rank 0's; the others do nothing).
+    absl::Status written = ring_weights_->WriteCheckpoint();
+    if (!written.ok()) return Fail(written, kExitFailed);
   }
   if (client_ != nullptr) {
     // The Done RPC: the servers stop waiting for this rank.

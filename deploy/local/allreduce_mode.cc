@@ -89,6 +89,10 @@ std::vector<std::string> AllreduceWorkerFlags(const LaunchConfig& config) {
   for (const std::string& flag : config.extra_server_flags) {
     if (IsUpdateFlag(flag)) flags.push_back(flag);
   }
+  if (!config.checkpoint_dir.empty()) {
+    // Rank 0 writes there; every rank resumes from what rank 0 reads.
+    flags.push_back(absl::StrCat("--checkpoint_dir=", config.checkpoint_dir));
+  }
   return flags;
 }
 

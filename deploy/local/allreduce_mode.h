@@ -36,7 +36,8 @@ std::vector<std::string> CoordinatorArgv(const LaunchConfig& config,
 
 // Flags each worker takes in this mode on top of the usual: the update
 // flags (the servers' --optimizer, --learning_rate, --lr_schedule and the
-// update flags among --server_flags) and the address the others reach it at.
+// update flags among --server_flags), the address the others reach it at,
+// and --checkpoint_dir (rank 0 checkpoints there, as servers would).
 std::vector<std::string> AllreduceWorkerFlags(const LaunchConfig& config);
 
 }  // namespace ps

@@ -75,6 +75,10 @@ TEST(AllreduceModeTest, WorkersTakeTheUpdateFlagsTheServersWouldHave) {
   EXPECT_THAT(argv, Contains("--lr_schedule=cosine"));
   EXPECT_THAT(argv, Contains("--momentum=0"));
   EXPECT_THAT(argv, Contains("--allreduce_host=127.0.0.1"));
+  EXPECT_THAT(argv, Not(Contains(HasSubstr("--checkpoint_dir"))));
+  config.checkpoint_dir = "/tmp/run/checkpoints";
+  EXPECT_THAT(WorkerArgv(config, 0, {"127.0.0.1:5000"}),
+              Contains("--checkpoint_dir=/tmp/run/checkpoints"));
   // Not in the other modes: the servers take them there.
   LaunchConfig sync = config;
   sync.mode = "sync";
