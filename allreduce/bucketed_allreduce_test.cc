@@ -6,29 +6,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "gloo/rendezvous/hash_store.h"
+#include "allreduce/ring_testing.h"
 #include "gtest/gtest.h"
 
 namespace ps::allreduce {
 namespace {
-
-void RunRing(int size, const std::function<void(GlooGroup&)>& body) {
-  gloo::rendezvous::HashStore store;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < size; ++rank) {
-    threads.emplace_back([&, rank] {
-      GroupOptions options;
-      options.rank = rank;
-      options.size = size;
-      options.hostname = "127.0.0.1";
-      absl::StatusOr<std::unique_ptr<GlooGroup>> group =
-          GlooGroup::Connect(options, store);
-      ASSERT_TRUE(group.ok()) << group.status();
-      body(**group);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
 
 TEST(BucketPlanTest, PacksTensorsFromTheLastOne) {
   const BucketPlan plan = BucketPlan::Make({4, 4, 4, 10}, 8);
@@ -54,7 +36,7 @@ TEST(BucketPlanTest, OneBucketWhenEverythingFits) {
 TEST(BucketedAllreduceTest, SumsScaledTensorsOverTheRanksStepAfterStep) {
   constexpr int kRanks = 3;
   const std::vector<size_t> sizes = {300, 20, 5000, 7, 1};
-  RunRing(kRanks, [&](GlooGroup& group) {
+  RunRingInThreads(kRanks, [&](GlooGroup& group) {
     absl::StatusOr<std::unique_ptr<BucketedAllreduce>> made =
         BucketedAllreduce::Create(&group, sizes, 4096);
     ASSERT_TRUE(made.ok()) << made.status();
@@ -86,7 +68,7 @@ TEST(BucketedAllreduceTest, SumsScaledTensorsOverTheRanksStepAfterStep) {
 }
 
 TEST(BucketedAllreduceTest, RejectsWrongSizesAndTensorsAddedTwice) {
-  RunRing(1, [&](GlooGroup& group) {
+  RunRingInThreads(1, [&](GlooGroup& group) {
     absl::StatusOr<std::unique_ptr<BucketedAllreduce>> made =
         BucketedAllreduce::Create(&group, {2, 3}, 1024);
     ASSERT_TRUE(made.ok());
@@ -103,7 +85,7 @@ TEST(BucketedAllreduceTest, RejectsWrongSizesAndTensorsAddedTwice) {
 }
 
 TEST(BucketedAllreduceTest, AStepWithoutEveryTensorFailsAndEndsTheRing) {
-  RunRing(1, [&](GlooGroup& group) {
+  RunRingInThreads(1, [&](GlooGroup& group) {
     absl::StatusOr<std::unique_ptr<BucketedAllreduce>> made =
         BucketedAllreduce::Create(&group, {2, 3}, 4);
     ASSERT_TRUE(made.ok());

@@ -9,33 +9,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "allreduce/ring_testing.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 
 namespace ps::allreduce {
 namespace {
-
-// Forms a ring of `size` ranks in threads of this process (over loopback
-// TCP) and runs `body` on each rank's thread.
-void RunRing(int size, absl::Duration timeout,
-             const std::function<void(GlooGroup&)>& body) {
-  gloo::rendezvous::HashStore store;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < size; ++rank) {
-    threads.emplace_back([&, rank] {
-      GroupOptions options;
-      options.rank = rank;
-      options.size = size;
-      options.hostname = "127.0.0.1";
-      options.timeout = timeout;
-      absl::StatusOr<std::unique_ptr<GlooGroup>> group =
-          GlooGroup::Connect(options, store);
-      ASSERT_TRUE(group.ok()) << group.status();
-      body(**group);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
 
 std::vector<float> RankData(int rank, size_t n) {
   std::mt19937 random(rank + 7);
@@ -52,7 +31,7 @@ TEST(GlooGroupTest, SumsEveryElementOverTheRanks) {
   constexpr int kRanks = 3;
   constexpr size_t kElements = 1000;
   std::vector<std::vector<float>> results(kRanks);
-  RunRing(kRanks, absl::Seconds(60), [&](GlooGroup& group) {
+  RunRingInThreads(kRanks, [&](GlooGroup& group) {
     std::vector<float> data(kElements);
     for (size_t i = 0; i < kElements; ++i) data[i] = group.rank() * 1000 + i;
     ASSERT_TRUE(group.AllreduceSum(absl::MakeSpan(data), 0).ok());
@@ -72,7 +51,7 @@ TEST(GlooGroupTest, SameInputsGiveTheSameBitsOnEveryRankAndRun) {
   std::vector<std::vector<float>> runs[2];
   for (auto& results : runs) {
     results.resize(kRanks);
-    RunRing(kRanks, absl::Seconds(60), [&](GlooGroup& group) {
+    RunRingInThreads(kRanks, [&](GlooGroup& group) {
       std::vector<float> data = RankData(group.rank(), kElements);
       ASSERT_TRUE(group.AllreduceSum(absl::MakeSpan(data), 3).ok());
       results[group.rank()] = data;
@@ -94,7 +73,7 @@ TEST(GlooGroupTest, SameInputsGiveTheSameBitsOnEveryRankAndRun) {
 TEST(GlooGroupTest, BroadcastGivesEveryRankTheRootsBytes) {
   constexpr int kRanks = 3;
   std::vector<std::string> results(kRanks);
-  RunRing(kRanks, absl::Seconds(60), [&](GlooGroup& group) {
+  RunRingInThreads(kRanks, [&](GlooGroup& group) {
     std::string data(5000, static_cast<char>('a' + group.rank()));
     ASSERT_TRUE(group.Broadcast(absl::MakeSpan(data), 1, 0).ok());
     results[group.rank()] = data;

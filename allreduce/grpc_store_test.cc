@@ -8,10 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "allreduce/rendezvous_client.h"
-#include "allreduce/rendezvous_service.h"
-#include "allreduce/rendezvous_state.h"
+#include "allreduce/ring_testing.h"
 #include "gloo/common/error.h"
-#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 
 namespace ps::allreduce {
@@ -20,23 +18,9 @@ namespace {
 // A coordinator on a free loopback port, and a client of it.
 class GrpcStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port_);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    client_ =
-        std::make_unique<RendezvousClient>(absl::StrCat("127.0.0.1:", port_));
-  }
-  void TearDown() override { server_->Shutdown(); }
-
-  RendezvousState state_{2};
-  RendezvousService service_{&state_, ""};
-  int port_ = 0;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<RendezvousClient> client_;
+  InProcessCoordinator coordinator_{2, ""};
+  std::unique_ptr<RendezvousClient> client_ =
+      std::make_unique<RendezvousClient>(coordinator_.address());
 };
 
 TEST_F(GrpcStoreTest, GetReturnsWhatSetStoredUnderThePrefix) {
@@ -52,7 +36,7 @@ TEST_F(GrpcStoreTest, GetReturnsWhatSetStoredUnderThePrefix) {
 
 TEST_F(GrpcStoreTest, WaitReturnsOnceAnotherClientSetsTheKeys) {
   std::thread setter([this] {
-    RendezvousClient other(absl::StrCat("127.0.0.1:", port_));
+    RendezvousClient other(coordinator_.address());
     GrpcStore store(&other, "p");
     store.set("1", {'x'});
     store.set("2", {'y'});
@@ -72,7 +56,7 @@ TEST_F(GrpcStoreTest, WaitPastItsTimeoutThrowsAsGloosStoresDo) {
 TEST_F(GrpcStoreTest, ClientJoinsWithTheOtherRank) {
   absl::StatusOr<uint64_t> other_round;
   std::thread other([&] {
-    RendezvousClient client(absl::StrCat("127.0.0.1:", port_));
+    RendezvousClient client(coordinator_.address());
     other_round = client.Join(1, 2, "", absl::Seconds(60));
   });
   absl::StatusOr<uint64_t> round = client_->Join(0, 2, "", absl::Seconds(60));
@@ -83,8 +67,8 @@ TEST_F(GrpcStoreTest, ClientJoinsWithTheOtherRank) {
 }
 
 TEST_F(GrpcStoreTest, ClientReportsAnUnreachableCoordinator) {
-  server_->Shutdown();
-  RendezvousClient client(absl::StrCat("127.0.0.1:", port_));
+  coordinator_.Shutdown();
+  RendezvousClient client(coordinator_.address());
   absl::Status status = client.Set("k", "v");
   EXPECT_TRUE(absl::IsUnavailable(status)) << status;
 }

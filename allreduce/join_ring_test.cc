@@ -5,9 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "allreduce/rendezvous_service.h"
-#include "allreduce/rendezvous_state.h"
-#include "grpcpp/grpcpp.h"
+#include "allreduce/ring_testing.h"
 #include "gtest/gtest.h"
 
 namespace ps::allreduce {
@@ -15,19 +13,9 @@ namespace {
 
 class JoinRingTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port_);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-  }
-  void TearDown() override { server_->Shutdown(); }
-
   RingOptions Options(int rank) const {
     RingOptions options;
-    options.coordinator = absl::StrCat("127.0.0.1:", port_);
+    options.coordinator = coordinator_.address();
     options.rank = rank;
     options.num_workers = 2;
     options.job_id = "job";
@@ -53,10 +41,7 @@ class JoinRingTest : public ::testing::Test {
     return rounds;
   }
 
-  RendezvousState state_{2};
-  RendezvousService service_{&state_, "job"};
-  int port_ = 0;
-  std::unique_ptr<grpc::Server> server_;
+  InProcessCoordinator coordinator_{2, "job"};
 };
 
 TEST_F(JoinRingTest, TwoWorkersFormARingThroughTheCoordinator) {

@@ -2,11 +2,10 @@
 
 #include <memory>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "gloo/rendezvous/hash_store.h"
+#include "allreduce/ring_testing.h"
 #include "gtest/gtest.h"
 #include "update/checkpoint.h"
 
@@ -84,28 +83,16 @@ TEST(RingCheckpointTest, ShareFromRank0ReachesEveryRank) {
   const update::ShardCheckpoint checkpoint =
       TakeRingCheckpoint(*TrainedLocal(3, 2), std::vector<DataCursor>(kRanks));
   for (const bool rank0_has_one : {true, false}) {
-    gloo::rendezvous::HashStore store;
     std::vector<std::optional<update::ShardCheckpoint>> received(kRanks);
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < kRanks; ++rank) {
-      threads.emplace_back([&, rank] {
-        allreduce::GroupOptions options;
-        options.rank = rank;
-        options.size = kRanks;
-        options.hostname = "127.0.0.1";
-        absl::StatusOr<std::unique_ptr<allreduce::GlooGroup>> group =
-            allreduce::GlooGroup::Connect(options, store);
-        ASSERT_TRUE(group.ok()) << group.status();
-        // What the other ranks pass is ignored.
-        std::optional<update::ShardCheckpoint> mine;
-        if (rank == 0 ? rank0_has_one : true) mine = checkpoint;
-        absl::StatusOr<std::optional<update::ShardCheckpoint>> shared =
-            ShareFromRank0(**group, mine);
-        ASSERT_TRUE(shared.ok()) << shared.status();
-        received[rank] = *shared;
-      });
-    }
-    for (std::thread& t : threads) t.join();
+    allreduce::RunRingInThreads(kRanks, [&](allreduce::GlooGroup& group) {
+      // What the other ranks pass is ignored.
+      std::optional<update::ShardCheckpoint> mine;
+      if (group.rank() == 0 ? rank0_has_one : true) mine = checkpoint;
+      absl::StatusOr<std::optional<update::ShardCheckpoint>> shared =
+          ShareFromRank0(group, mine);
+      ASSERT_TRUE(shared.ok()) << shared.status();
+      received[group.rank()] = *shared;
+    });
     for (int rank = 0; rank < kRanks; ++rank) {
       ASSERT_EQ(received[rank].has_value(), rank0_has_one) << rank;
       if (rank0_has_one) {
