@@ -18,7 +18,7 @@ namespace ps::worker {
 
 struct AllreduceOptions {
   // Gradients are summed in buckets of about this size.
-  size_t bucket_bytes = 256 << 10;
+  size_t bucket_bytes = 25 << 20;
   // Empty: no checkpoints. Else rank 0 writes one here every
   // `checkpoint_every_steps` steps (worker/ring_checkpoint.h), and the ring
   // resumes from the newest rank 0 reads there.

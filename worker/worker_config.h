@@ -60,7 +60,7 @@ struct WorkerConfig {
   std::string cpus;
   int metrics_port = 0;
   std::string metrics_host = "127.0.0.1";
-  int allreduce_bucket_kb = 256;
+  int allreduce_bucket_kb = 25600;
   std::string allreduce_host;
   std::string checkpoint_dir;
   int64_t checkpoint_every_steps = 200;
