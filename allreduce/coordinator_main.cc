@@ -1,5 +1,5 @@
 // The all-reduce mode's coordinator: where the workers of one job find each
-// other (proto/rendezvous.proto). It holds no model and sees no gradient;
+// other (proto/ring_rendezvous.proto). It holds no model and sees no gradient;
 // the launcher starts it in place of the parameter servers
 // (--mode=allreduce) and stops it once the workers are done.
 #include <signal.h>

@@ -29,7 +29,7 @@ struct JoinedRing {
   std::unique_ptr<GlooGroup> group;
 };
 
-// Joins the coordinator's current round (proto/rendezvous.proto) and forms
+// Joins the coordinator's current round (proto/ring_rendezvous.proto) and forms
 // that round's ring, its keys under "<job_id>/<round>". Each worker calls
 // this at start, and a restarted one again: its peers' collectives then fail
 // and they must join the next round too. Unavailable / DeadlineExceeded when

@@ -17,7 +17,7 @@ void SetDeadline(grpc::ClientContext& context, absl::Duration wait) {
 }  // namespace
 
 RendezvousClient::RendezvousClient(const std::string& address)
-    : stub_(proto::Rendezvous::NewStub(
+    : stub_(proto::RingRendezvous::NewStub(
           grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
 
 absl::StatusOr<uint64_t> RendezvousClient::Join(int rank, int num_workers,

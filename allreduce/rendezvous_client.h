@@ -9,11 +9,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "proto/rendezvous.grpc.pb.h"
+#include "proto/ring_rendezvous.grpc.pb.h"
 
 namespace ps::allreduce {
 
-// A worker's calls to the coordinator (proto/rendezvous.proto), each
+// A worker's calls to the coordinator (proto/ring_rendezvous.proto), each
 // returning the coordinator's status (Unavailable while it cannot be
 // reached). Thread-safe (gRPC stubs are); owns its channel.
 class RendezvousClient {
@@ -31,7 +31,7 @@ class RendezvousClient {
       const std::vector<std::string>& keys, absl::Duration timeout);
 
  private:
-  std::unique_ptr<proto::Rendezvous::Stub> stub_;
+  std::unique_ptr<proto::RingRendezvous::Stub> stub_;
 };
 
 }  // namespace ps::allreduce

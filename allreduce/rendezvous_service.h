@@ -5,18 +5,18 @@
 
 #include "absl/time/time.h"
 #include "allreduce/rendezvous_state.h"
-#include "proto/rendezvous.grpc.pb.h"
+#include "proto/ring_rendezvous.grpc.pb.h"
 
 namespace ps::allreduce {
 
-// The coordinator's gRPC face (proto/rendezvous.proto): checks each request
-// (job, worker count, sizes), then calls RendezvousState. Waits are capped
-// at kMaxWait whatever the caller asks, so that no call holds a thread
+// The coordinator's gRPC face (proto/ring_rendezvous.proto): checks each
+// request (job, worker count, sizes), then calls RendezvousState. Waits are
+// capped at kMaxWait whatever the caller asks, so that no call holds a thread
 // forever.
 //
 // Thread-safe (gRPC calls it from its threads). Borrows `state`, which must
 // outlive it.
-class RendezvousService final : public proto::Rendezvous::Service {
+class RendezvousService final : public proto::RingRendezvous::Service {
  public:
   static constexpr absl::Duration kMaxWait = absl::Minutes(10);
   // Keys and values are a few hundred bytes (Gloo's addresses).

@@ -4,7 +4,7 @@
 
 #include "allreduce/rendezvous_state.h"
 #include "gtest/gtest.h"
-#include "proto/rendezvous.pb.h"
+#include "proto/ring_rendezvous.pb.h"
 
 namespace ps::allreduce {
 namespace {

@@ -14,7 +14,7 @@
 
 namespace ps::allreduce {
 
-// What the all-reduce coordinator keeps (proto/rendezvous.proto gives the
+// What the all-reduce coordinator keeps (proto/ring_rendezvous.proto gives the
 // protocol): the rounds in which `num_workers` ranks form a ring, and a
 // key-value store for the library's rendezvous within a round.
 //
