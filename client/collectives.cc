@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -256,75 +257,180 @@ Collectives::~Collectives() = default;
 
 int Collectives::rank() const { return impl_->rank(); }
 
+namespace {
+
+// A collective already over (refused before it started).
+class FinishedCollective final : public PendingCollective {
+ public:
+  explicit FinishedCollective(absl::Status status)
+      : status_(std::move(status)) {}
+  bool Done() override { return true; }
+  absl::Status Wait() override { return status_; }
+
+ private:
+  const absl::Status status_;
+};
+
+class ThreadCollective final : public PendingCollective {
+ public:
+  explicit ThreadCollective(std::function<absl::Status()> run)
+      : thread_([this, run = std::move(run)] {
+          absl::Status status = run();
+          absl::MutexLock lock(&mu_);
+          status_ = std::move(status);
+          done_ = true;
+        }) {}
+  ~ThreadCollective() override { thread_.join(); }
+  bool Done() override {
+    absl::MutexLock lock(&mu_);
+    return done_;
+  }
+  absl::Status Wait() override {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+    return status_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  // Last: started once the fields above exist.
+  std::thread thread_;
+};
+
+// Runs a prepared collective now, or on a thread.
+absl::Status RunNow(absl::StatusOr<std::function<absl::Status()>> run) {
+  return run.ok() ? (*run)() : run.status();
+}
+std::unique_ptr<PendingCollective> RunLater(
+    absl::StatusOr<std::function<absl::Status()>> run) {
+  if (!run.ok()) return std::make_unique<FinishedCollective>(run.status());
+  return std::make_unique<ThreadCollective>(*std::move(run));
+}
+
+}  // namespace
+
+// Each collective in two halves: the checks and numbering, on the
+// caller's thread (so calls of a name are numbered in the order they
+// start), and the calls to the servers, returned to run now or later.
+class Collectives::Prepared {
+ public:
+  static absl::StatusOr<std::function<absl::Status()>> Allreduce(
+      Impl& impl, absl::string_view name, ReduceOp op,
+      absl::Span<const int64_t> shape, absl::Span<const float> input,
+      absl::Span<float> output) {
+    absl::StatusOr<uint64_t> n = ElementsOf(shape);
+    if (!n.ok()) return n.status();
+    if (input.size() != *n || output.size() != *n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "allreduce '", name, "': ", input.size(), " input and ",
+          output.size(), " output elements for ", *n, " in the shape"));
+    }
+    proto::CollectiveRequest request = impl.Start(
+        proto::CollectiveRequest::ALLREDUCE, name, "allreduce.noname");
+    request.set_op(ProtoOp(op));
+    request.set_dtype(proto::DTYPE_FLOAT32);
+    for (int64_t d : shape) request.add_shape(d);
+    // In place is fine: each piece reads and writes its own elements only.
+    return [&impl, request = std::move(request), n = *n, input, output] {
+      return impl.RunPieces(request, n, input, output);
+    };
+  }
+
+  static absl::StatusOr<std::function<absl::Status()>> Allgather(
+      Impl& impl, absl::string_view name, absl::Span<const int64_t> shape,
+      absl::Span<const float> input, GatheredTensor* gathered) {
+    absl::StatusOr<uint64_t> n = ElementsOf(shape);
+    if (!n.ok()) return n.status();
+    if (shape.empty() || input.size() != *n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "allgather '", name, "': ", input.size(), " elements for a shape of ",
+          shape.size(), " dimensions and ", *n,
+          " elements (at least one dimension)"));
+    }
+    proto::CollectiveRequest request = impl.Start(
+        proto::CollectiveRequest::ALLGATHER, name, "allgather.noname");
+    request.set_dtype(proto::DTYPE_FLOAT32);
+    for (int64_t d : shape) request.add_shape(d);
+    request.set_num_elements(*n);
+    request.set_data(Bytes(input));
+    return [&impl, request = std::move(request), gathered]() mutable {
+      absl::StatusOr<proto::CollectiveResponse> answer =
+          impl.Call(ServerOfName(request.name(), impl.num_servers()), request);
+      if (!answer.ok()) return answer.status();
+      gathered->first_dims.assign(answer->first_dims().begin(),
+                                  answer->first_dims().end());
+      gathered->values.resize(answer->data().size() / sizeof(float));
+      std::memcpy(gathered->values.data(), answer->data().data(),
+                  gathered->values.size() * sizeof(float));
+      return absl::OkStatus();
+    };
+  }
+
+  static absl::StatusOr<std::function<absl::Status()>> Broadcast(
+      Impl& impl, absl::string_view name, int root_rank,
+      absl::Span<const int64_t> shape, absl::Span<float> values) {
+    absl::StatusOr<uint64_t> n = ElementsOf(shape);
+    if (!n.ok()) return n.status();
+    if (values.size() != *n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("broadcast '", name, "': ", values.size(),
+                       " elements for ", *n, " in the shape"));
+    }
+    proto::CollectiveRequest request = impl.Start(
+        proto::CollectiveRequest::BROADCAST, name, "broadcast.noname");
+    request.set_dtype(proto::DTYPE_FLOAT32);
+    request.set_root_rank(root_rank);
+    for (int64_t d : shape) request.add_shape(d);
+    const absl::Span<const float> input = root_rank == impl.rank()
+                                              ? absl::Span<const float>(values)
+                                              : absl::Span<const float>();
+    return [&impl, request = std::move(request), n = *n, input, values] {
+      return impl.RunPieces(request, n, input, values);
+    };
+  }
+};
+
 absl::Status Collectives::Allreduce(absl::string_view name, ReduceOp op,
                                     absl::Span<const int64_t> shape,
                                     absl::Span<const float> input,
                                     absl::Span<float> output) {
-  absl::StatusOr<uint64_t> n = ElementsOf(shape);
-  if (!n.ok()) return n.status();
-  if (input.size() != *n || output.size() != *n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "allreduce '", name, "': ", input.size(), " input and ", output.size(),
-        " output elements for ", *n, " in the shape"));
-  }
-  proto::CollectiveRequest request = impl_->Start(
-      proto::CollectiveRequest::ALLREDUCE, name, "allreduce.noname");
-  request.set_op(ProtoOp(op));
-  request.set_dtype(proto::DTYPE_FLOAT32);
-  for (int64_t d : shape) request.add_shape(d);
-  // In place is fine: each piece reads and writes its own elements only.
-  return impl_->RunPieces(request, *n, input, output);
+  return RunNow(Prepared::Allreduce(*impl_, name, op, shape, input, output));
+}
+
+std::unique_ptr<PendingCollective> Collectives::StartAllreduce(
+    absl::string_view name, ReduceOp op, absl::Span<const int64_t> shape,
+    absl::Span<const float> input, absl::Span<float> output) {
+  return RunLater(Prepared::Allreduce(*impl_, name, op, shape, input, output));
 }
 
 absl::StatusOr<GatheredTensor> Collectives::Allgather(
     absl::string_view name, absl::Span<const int64_t> shape,
     absl::Span<const float> input) {
-  absl::StatusOr<uint64_t> n = ElementsOf(shape);
-  if (!n.ok()) return n.status();
-  if (shape.empty() || input.size() != *n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "allgather '", name, "': ", input.size(), " elements for a shape of ",
-        shape.size(), " dimensions and ", *n,
-        " elements (at least one "
-        "dimension)"));
-  }
-  proto::CollectiveRequest request = impl_->Start(
-      proto::CollectiveRequest::ALLGATHER, name, "allgather.noname");
-  request.set_dtype(proto::DTYPE_FLOAT32);
-  for (int64_t d : shape) request.add_shape(d);
-  request.set_num_elements(*n);
-  request.set_data(Bytes(input));
-  absl::StatusOr<proto::CollectiveResponse> answer =
-      impl_->Call(ServerOfName(request.name(), impl_->num_servers()), request);
-  if (!answer.ok()) return answer.status();
   GatheredTensor gathered;
-  gathered.first_dims.assign(answer->first_dims().begin(),
-                             answer->first_dims().end());
-  gathered.values.resize(answer->data().size() / sizeof(float));
-  std::memcpy(gathered.values.data(), answer->data().data(),
-              gathered.values.size() * sizeof(float));
+  absl::Status s =
+      RunNow(Prepared::Allgather(*impl_, name, shape, input, &gathered));
+  if (!s.ok()) return s;
   return gathered;
+}
+
+std::unique_ptr<PendingCollective> Collectives::StartAllgather(
+    absl::string_view name, absl::Span<const int64_t> shape,
+    absl::Span<const float> input, GatheredTensor* gathered) {
+  return RunLater(Prepared::Allgather(*impl_, name, shape, input, gathered));
 }
 
 absl::Status Collectives::Broadcast(absl::string_view name, int root_rank,
                                     absl::Span<const int64_t> shape,
                                     absl::Span<float> values) {
-  absl::StatusOr<uint64_t> n = ElementsOf(shape);
-  if (!n.ok()) return n.status();
-  if (values.size() != *n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("broadcast '", name, "': ", values.size(),
-                     " elements for ", *n, " in the shape"));
-  }
-  proto::CollectiveRequest request = impl_->Start(
-      proto::CollectiveRequest::BROADCAST, name, "broadcast.noname");
-  request.set_dtype(proto::DTYPE_FLOAT32);
-  request.set_root_rank(root_rank);
-  for (int64_t d : shape) request.add_shape(d);
-  return impl_->RunPieces(request, *n,
-                          root_rank == rank() ? absl::Span<const float>(values)
-                                              : absl::Span<const float>(),
-                          values);
+  return RunNow(Prepared::Broadcast(*impl_, name, root_rank, shape, values));
+}
+
+std::unique_ptr<PendingCollective> Collectives::StartBroadcast(
+    absl::string_view name, int root_rank, absl::Span<const int64_t> shape,
+    absl::Span<float> values) {
+  return RunLater(Prepared::Broadcast(*impl_, name, root_rank, shape, values));
 }
 
 absl::StatusOr<std::string> Collectives::BroadcastBytes(

@@ -63,6 +63,19 @@ struct GatheredTensor {
   std::vector<int64_t> first_dims;
 };
 
+// A collective started by a Collectives::Start* call, running on a thread
+// of its own so that the caller overlaps it with other work. Destroying it
+// waits for the collective to end.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  // Whether Wait would return at once.
+  virtual bool Done() = 0;
+  // Waits for the collective; its status (once: a second Wait returns the
+  // same).
+  virtual absl::Status Wait() = 0;
+};
+
 class Collectives {
  public:
   // Tensors with more elements than this are spread over the servers.
@@ -86,6 +99,13 @@ class Collectives {
                          absl::Span<const float> input,
                          absl::Span<float> output);
 
+  // Allreduce on a thread of its own: numbered now (calls of one name keep
+  // the order in which they start), so several may be in flight. The spans
+  // must stay valid, `input` unchanged, until Wait returns.
+  std::unique_ptr<PendingCollective> StartAllreduce(
+      absl::string_view name, ReduceOp op, absl::Span<const int64_t> shape,
+      absl::Span<const float> input, absl::Span<float> output);
+
   // Every rank's `input` (of `shape`, at least one dimension; the first may
   // differ between ranks), concatenated along the first dimension in rank
   // order. Sent whole to one server.
@@ -93,10 +113,20 @@ class Collectives {
                                            absl::Span<const int64_t> shape,
                                            absl::Span<const float> input);
 
+  // Allgather on a thread of its own, as StartAllreduce; `gathered` (not
+  // owned) is filled before Wait returns OK.
+  std::unique_ptr<PendingCollective> StartAllgather(
+      absl::string_view name, absl::Span<const int64_t> shape,
+      absl::Span<const float> input, GatheredTensor* gathered);
+
   // Overwrites `values` (of `shape`) with root_rank's on every rank.
   absl::Status Broadcast(absl::string_view name, int root_rank,
                          absl::Span<const int64_t> shape,
                          absl::Span<float> values);
+  // Broadcast on a thread of its own, as StartAllreduce.
+  std::unique_ptr<PendingCollective> StartBroadcast(
+      absl::string_view name, int root_rank, absl::Span<const int64_t> shape,
+      absl::Span<float> values);
 
   // root_rank's `bytes`, on every rank (the others' `bytes` are not read).
   absl::StatusOr<std::string> BroadcastBytes(absl::string_view name,
@@ -115,6 +145,7 @@ class Collectives {
 
  private:
   class Impl;
+  class Prepared;
   explicit Collectives(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -181,6 +181,37 @@ TEST_P(CollectivesTest, AllgatherBroadcastAndBytes) {
   });
 }
 
+TEST_P(CollectivesTest, StartedCollectivesOverlapAndKeepTheirOrder) {
+  const auto [num_servers, num_ranks] = GetParam();
+  Job job(num_servers, num_ranks);
+  job.OnEveryRank([&](int rank, Collectives& c) {
+    // Unnamed calls of different shapes, in flight together: matched by
+    // the order they started in, whatever order they reach the servers.
+    std::vector<std::vector<float>> in, out;
+    for (size_t n : {5, 70000, 1, 3}) {
+      in.push_back(ValuesOf(rank, n));
+      out.emplace_back(n);
+    }
+    std::vector<std::unique_ptr<PendingCollective>> pending;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const int64_t n = static_cast<int64_t>(in[i].size());
+      pending.push_back(c.StartAllreduce("", ReduceOp::kSum, {n}, in[i],
+                                         absl::MakeSpan(out[i])));
+    }
+    GatheredTensor gathered;
+    std::vector<float> row = {static_cast<float>(rank)};
+    auto gather = c.StartAllgather("", {1}, row, &gathered);
+    for (size_t i = 0; i < in.size(); ++i) {
+      absl::Status s = pending[i]->Wait();
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_TRUE(pending[i]->Done());
+      EXPECT_EQ(out[i], Reference(ReduceOp::kSum, num_ranks, in[i].size()));
+    }
+    ASSERT_TRUE(gather->Wait().ok());
+    EXPECT_EQ(gathered.values.size(), static_cast<size_t>(num_ranks));
+  });
+}
+
 TEST(CollectivesErrorsTest, MismatchesAreRefusedOnEveryRankNamingTheRank) {
   Job job(2, 3);
   job.OnEveryRank([&](int rank, Collectives& c) {
