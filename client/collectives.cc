@@ -435,8 +435,9 @@ std::unique_ptr<PendingCollective> Collectives::StartBroadcast(
 
 absl::StatusOr<std::string> Collectives::BroadcastBytes(
     absl::string_view name, int root_rank, absl::string_view bytes) {
-  proto::CollectiveRequest request = impl_->Start(
-      proto::CollectiveRequest::BROADCAST_BYTES, name, "broadcast.noname");
+  proto::CollectiveRequest request =
+      impl_->Start(proto::CollectiveRequest::BROADCAST_BYTES, name,
+                   "broadcast_bytes.noname");
   request.set_root_rank(root_rank);
   if (root_rank == rank()) request.set_data(std::string(bytes));
   absl::StatusOr<proto::CollectiveResponse> answer =
