@@ -33,10 +33,13 @@ Where the optimizer runs (``placement``):
   that says otherwise refuses the declaration; one started without takes
   the declared optimizer. Any other optimizer is refused, naming
   placement='worker'.
-- ``"worker"`` (sync only; any PyTorch optimizer): the servers only average
-  gradients (the declaration asks them for SGD at learning rate 1 without
-  momentum, which applies w - mean(pushes)); ``step()`` puts the average
-  into ``.grad`` and steps the wrapped optimizer locally.
+- ``"worker"`` (sync only; any PyTorch optimizer): each gradient, times
+  the rank's ``num_examples``, is summed over the ranks by the servers'
+  collective service (``allreduce``, started from the gradient's hook);
+  ``step()`` puts the weighted mean into ``.grad`` and steps the wrapped
+  optimizer locally, as Horovod does. Every rank gets the same mean bit
+  for bit. The servers hold no weights of the model then: save it from a
+  worker.
 - ``"auto"``: "server" if the servers implement the wrapped optimizer with
   its settings, else "worker".
 
