@@ -110,6 +110,26 @@ def collectives():
         [g["rank"] for g in gathered] == list(range(size)) and
         [len(g["pad"]) for g in gathered] == list(range(size)),
         repr(gathered)]
+    # Parameters and optimizer state from the last rank.
+    torch.manual_seed(rank)
+    net = torch.nn.Linear(3, 2)
+    hvd.broadcast_parameters(net.state_dict(), root_rank=root)
+    torch.manual_seed(root)
+    want_net = torch.nn.Linear(3, 2)
+    out["broadcast_parameters"] = [
+        all(torch.equal(a, b) for a, b in zip(net.state_dict().values(),
+                                              want_net.state_dict().values())),
+        digest(net.weight.detach().numpy())]
+    opt = torch.optim.Adam(net.parameters(), lr=0.1 * (rank + 1))
+    for p in net.parameters():
+        p.grad = torch.full_like(p, float(rank + 1))
+    opt.step()
+    hvd.broadcast_optimizer_state(opt, root_rank=root)
+    moments = opt.state[net.weight]["exp_avg"]
+    out["broadcast_optimizer_state"] = [
+        opt.param_groups[0]["lr"] == 0.1 * (root + 1) and
+        torch.allclose(moments, torch.full_like(moments, 0.1 * (root + 1))),
+        opt.param_groups[0]["lr"]]
     # Async: unnamed calls of different shapes in flight together.
     handles = [hvd.allreduce_async(torch.from_numpy(values(rank, s)),
                                    op=hvd.Sum) for s in [(4,), (70000,), ()]]
