@@ -26,9 +26,11 @@ using client_internal::ConnectChannels;
 using client_internal::RetryPolicy;
 using client_internal::RetryWhileUnavailable;
 
-// The most elements one call carries: 4 MiB, well under the servers'
-// message limit.
-constexpr uint64_t kMaxPieceElements = uint64_t{1} << 20;
+// The most elements one call carries (1 MiB), and how many calls to one
+// server a collective keeps in flight: a large tensor's pieces then
+// overlap their serializing, transfer and combining.
+constexpr uint64_t kMaxPieceElements = uint64_t{1} << 18;
+constexpr int kLanesPerServer = 4;
 
 // Elements [offset, offset + num_elements) of a tensor, combined by
 // `server`.
@@ -161,8 +163,9 @@ class Collectives::Impl {
 
   // Runs `request` over the pieces of a tensor of `n` elements: the
   // piece's part of `input` goes out (none if empty), the answer lands in
-  // `output`. A thread per server, each sending its pieces in order (the
-  // same order on every rank).
+  // `output`. Up to kLanesPerServer threads per server, each sending its
+  // share of the server's pieces in order (the same on every rank, so no
+  // two ranks wait on each other's later pieces).
   absl::Status RunPieces(const proto::CollectiveRequest& request, uint64_t n,
                          absl::Span<const float> input,
                          absl::Span<float> output) {
@@ -171,10 +174,19 @@ class Collectives::Impl {
     if (!pieces.ok()) return pieces.status();
     const uint32_t num_parts = static_cast<uint32_t>(pieces->size());
     std::vector<absl::Status> statuses(num_parts);
-    auto run_server = [&](int server) {
+    // Piece p goes to lane lanes[p] of its server.
+    std::vector<int> lanes(num_parts);
+    std::vector<int> per_server(num_servers(), 0);
+    for (uint32_t p = 0; p < num_parts; ++p) {
+      const int server = (*pieces)[p].server;
+      lanes[p] =
+          server * kLanesPerServer + per_server[server]++ % kLanesPerServer;
+    }
+    auto run_lane = [&](int lane) {
       for (uint32_t p = 0; p < num_parts; ++p) {
         const Piece& piece = (*pieces)[p];
-        if (piece.server != server) continue;
+        if (lanes[p] != lane) continue;
+        const int server = piece.server;
         proto::CollectiveRequest one = request;
         one.set_part(p);
         one.set_num_parts(num_parts);
@@ -198,18 +210,14 @@ class Collectives::Impl {
                     answer->data().size());
       }
     };
-    std::vector<int> servers;
-    for (const Piece& piece : *pieces) {
-      if (std::find(servers.begin(), servers.end(), piece.server) ==
-          servers.end()) {
-        servers.push_back(piece.server);
-      }
-    }
-    if (servers.size() == 1) {
-      run_server(servers[0]);
+    std::vector<int> used = lanes;
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    if (used.size() == 1) {
+      run_lane(used[0]);
     } else {
       std::vector<std::thread> threads;
-      for (int server : servers) threads.emplace_back(run_server, server);
+      for (int lane : used) threads.emplace_back(run_lane, lane);
       for (auto& t : threads) t.join();
     }
     for (const absl::Status& s : statuses) {

@@ -43,14 +43,16 @@ absl::StatusOr<std::shared_ptr<const CollectiveResult>> CollectiveTable::Run(
     absl::MutexLock lock(&mu_);
     if (auto it = completed_.find(key); it != completed_.end()) {
       outcome = it->second;
-    } else if (auto high = highest_.find(
+    } else if (auto gone = evicted_.find(
                    {call.generation, std::get<1>(key), call.part});
-               pending_.count(key) == 0 && high != highest_.end() &&
-               high->second >= call.sequence) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", rank, " repeats ", KindName(call.kind), " '", call.name,
-          "' #", call.sequence, ", which completed (the ranks are at #",
-          high->second, ") and is no longer cached"));
+               pending_.count(key) == 0 && gone != evicted_.end() &&
+               gone->second >= call.sequence) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", rank, " repeats ", KindName(call.kind), " '",
+                       call.name, "' #", call.sequence,
+                       ", which completed and is no longer cached "
+                       "(results up to #",
+                       gone->second, " were dropped)"));
     } else {
       Pending& pending = pending_[key];
       if (pending.outcome == nullptr) {
@@ -169,14 +171,16 @@ void CollectiveTable::CompleteLocked(const Key& key, Pending& pending,
   completed_[key] = pending.outcome;
   completed_order_.push_back(key);
   completed_bytes_ += bytes;
-  auto& high = highest_[{std::get<0>(key), std::get<1>(key), std::get<3>(key)}];
-  high = std::max(high, std::get<2>(key));
   pending_.erase(key);
   // The newest result stays, whatever its size.
   while (completed_bytes_ > cache_bytes_ && completed_order_.size() > 1) {
-    auto it = completed_.find(completed_order_.front());
+    const Key evicted = completed_order_.front();
     completed_order_.pop_front();
+    auto it = completed_.find(evicted);
     if (it == completed_.end()) continue;
+    auto& gone = evicted_[{std::get<0>(evicted), std::get<1>(evicted),
+                           std::get<3>(evicted)}];
+    gone = std::max(gone, std::get<2>(evicted));
     completed_bytes_ -=
         64 + (it->second->result ? it->second->result->data.size() : 0);
     completed_.erase(it);

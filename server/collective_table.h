@@ -101,9 +101,11 @@ class CollectiveTable {
   // completed_'s keys, oldest first, and the bytes their results hold.
   std::deque<Key> completed_order_ ABSL_GUARDED_BY(mu_);
   size_t completed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // (generation, name, part) -> the highest sequence completed: tells a
-  // repeat whose answer left the cache from an operation never seen.
-  std::map<std::tuple<uint64_t, std::string, uint32_t>, uint64_t> highest_
+  // (generation, name, part) -> the highest sequence dropped from the
+  // cache: tells a repeat whose answer left it from an operation not seen
+  // yet (operations of one name may complete out of order: calls started
+  // together reach the shard in any order).
+  std::map<std::tuple<uint64_t, std::string, uint32_t>, uint64_t> evicted_
       ABSL_GUARDED_BY(mu_);
   // A named operation's first call, for the later ones of the name.
   std::map<std::string, CollectiveCall> specs_ ABSL_GUARDED_BY(mu_);

@@ -121,6 +121,16 @@ TEST(CollectiveTableTest, ARepeatEvictedFromTheCacheIsRefused) {
   EXPECT_NE(s.message().find("no longer cached"), std::string::npos) << s;
 }
 
+TEST(CollectiveTableTest, CallsOfANameMayCompleteOutOfOrder) {
+  // Calls started together (async) reach the shard in any order.
+  CollectiveTable table(1);
+  Answer second = table.Run(0, Sum("x", 2, {2}), Never);
+  ASSERT_TRUE(second.ok()) << second.status();
+  Answer first = table.Run(0, Sum("x", 1, {1}), Never);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(Floats((*first)->data), std::vector<float>{1});
+}
+
 TEST(CollectiveTableTest, MismatchedShapesFailOnEveryRankNamingTheRank) {
   CollectiveTable table(3);
   std::vector<Answer> answers =
