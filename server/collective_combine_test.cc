@@ -5,20 +5,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/collective_testing.h"
 
 namespace ps::server {
 namespace {
-
-std::string Bytes(const std::vector<float>& values) {
-  return std::string(reinterpret_cast<const char*>(values.data()),
-                     values.size() * sizeof(float));
-}
-
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), bytes.size());
-  return values;
-}
 
 CollectiveCall Reduce(CollectiveOp op, std::vector<float> values) {
   CollectiveCall call;

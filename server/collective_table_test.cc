@@ -8,20 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "server/collective_testing.h"
 
 namespace ps::server {
 namespace {
-
-std::string Bytes(const std::vector<float>& values) {
-  return std::string(reinterpret_cast<const char*>(values.data()),
-                     values.size() * sizeof(float));
-}
-
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), bytes.size());
-  return values;
-}
 
 CollectiveCall Sum(std::string name, uint64_t sequence,
                    std::vector<float> values) {

@@ -8,7 +8,6 @@ Run by //tests:python_collectives_test on Debian's /usr/bin/python3.
 
 import os
 import subprocess
-import time
 
 import pytest
 
@@ -53,36 +52,17 @@ def test_mismatches_are_refused_on_every_rank_naming_the_rank():
         assert result["after"] == 3.0
 
 
-def wait_for(path, processes, timeout=python_launch.TIMEOUT_S):
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        for p in processes:
-            assert p.poll() is None, "%s exited: %s" % (p.args, p.returncode)
-        assert time.monotonic() < deadline, "no %s" % path
-        time.sleep(0.05)
-
-
 def test_a_restarted_rank_repeating_a_collective_gets_the_same_result(
         tmp_path):
     """Without the launcher (which ends a job when a worker dies): rank 1
     dies after its allreduce; started again, it repeats the call with other
     values, alone, and gets what it got the first time."""
-    port_file = tmp_path / "port"
-    log = open(tmp_path / "log.txt", "w")
-    server = subprocess.Popen(
-        [python_launch.runfile("server/server"), "--server_index=0",
-         "--num_servers=1", "--num_workers=2", "--port=0",
-         "--host=127.0.0.1", "--port_file=%s" % port_file,
-         "--worker_timeout=600s"],
-        stdout=log, stderr=subprocess.STDOUT)
+    server, port, log = python_launch.start_server(tmp_path, 2)
     workers = []
     try:
-        wait_for(port_file, [server])
         env = dict(os.environ, PS_NUM_WORKERS="2", PS_LOCAL_NUM_WORKERS="2",
                    PS_NUM_SERVERS="1", OMP_NUM_THREADS="1",
-                   PYTHONPATH=python_launch.runfile("python/site") + ":" +
-                   os.path.dirname(python_launch.runfile(PROGRAM)),
-                   PS_SERVERS="127.0.0.1:%d" % int(port_file.read_text()))
+                   PS_SERVERS="127.0.0.1:%d" % port)
 
         def start(rank):
             return subprocess.Popen(
