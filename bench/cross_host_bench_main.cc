@@ -29,6 +29,7 @@
 #include "bench/measure.h"
 #include "bench/push_pull.h"
 #include "common/cpu_affinity.h"
+#include "common/malloc_tuning.h"
 #include "tests/hosts/test_hosts.h"
 
 ABSL_FLAG(std::string, sizes, "4K,1M,16M",
@@ -88,6 +89,7 @@ struct Figures {
   double ours_gbps = 0;  // 2 x size a round.
   double ours_cpu = 0;   // ns per byte, worker + shards.
   double tcp_gbps = 0;   // size a round.
+  double tcp_cpu = 0;    // ns per byte, both ends (this process).
   double rr_round_us = 0;
   // The same bytes as a Push then a Pull call: each direction alone.
   double push_gbps = 0;
@@ -148,6 +150,7 @@ absl::StatusOr<Figures> MeasureOnce(const testing::TestHosts& hosts,
       MeasureTcpStream(measure, options.size_bytes, cpus.servers, peer);
   if (!tcp.ok()) return tcp.status();
   f.tcp_gbps = tcp->gbps();
+  f.tcp_cpu = tcp->cpu_ns_per_byte();
   absl::StatusOr<Measurement> rr = MeasureTcpRequestResponse(
       measure, options.size_bytes, cpus.servers, peer);
   if (!rr.ok()) return rr.status();
@@ -238,10 +241,10 @@ int Main(const char* argv0) {
       max_servers, FormatCpuList(cpus.worker).c_str(),
       FormatCpuList(cpus.servers).c_str(), runs);
   std::printf(
-      "%-9s %-7s %-3s %9s %9s %9s %9s %9s %8s %8s %8s %7s %6s %6s %6s\n",
+      "%-9s %-7s %-3s %9s %9s %9s %9s %9s %8s %8s %8s %7s %7s %6s %6s %6s\n",
       "link", "size", "sh", "ours_us", "ours_GB/s", "iperf3", "TCP_GB/s",
-      "TCPrr_us", "ours/ip3", "ours/TCP", "ours/rr", "cpu", "push", "pull",
-      "load");
+      "TCPrr_us", "ours/ip3", "ours/TCP", "ours/rr", "cpu", "TCPcpu", "push",
+      "pull", "load");
   for (int64_t mbit : rates) {
     for (int h = 0; h < (*hosts)->size(); ++h) {
       if (absl::Status s = (*hosts)->SetRate(h, mbit * kMbit); !s.ok()) {
@@ -255,7 +258,7 @@ int Main(const char* argv0) {
         options.size_bytes = size;
         options.num_servers = n;
         std::vector<double> us, gbps, iperf, tcp, rr, vs_iperf, vs_tcp, vs_rr,
-            cpu, push, pull;
+            cpu, tcp_cpu, push, pull;
         for (int r = 0; r < runs; ++r) {
           absl::StatusOr<Figures> f =
               MeasureOnce(**hosts, peer_netns, cpus, measure, options);
@@ -272,16 +275,17 @@ int Main(const char* argv0) {
           vs_tcp.push_back(f->ours_gbps / f->tcp_gbps);
           vs_rr.push_back(f->ours_round_us / f->rr_round_us);
           cpu.push_back(f->ours_cpu);
+          tcp_cpu.push_back(f->tcp_cpu);
           push.push_back(f->push_gbps);
           pull.push_back(f->pull_gbps);
         }
         std::printf(
             "%-9s %-7s %-3d %9.0f %9.3f %9.3f %9.3f %9.0f %8.2f %8.2f %8.2f "
-            "%7.2f %6.2f %6.2f %6s\n",
+            "%7.2f %7.2f %6.2f %6.2f %6s\n",
             link.c_str(), FormatSize(size).c_str(), n, Median(us), Median(gbps),
             Median(iperf), Median(tcp), Median(rr), Median(vs_iperf),
-            Median(vs_tcp), Median(vs_rr), Median(cpu), Median(push),
-            Median(pull), LoadAverage().c_str());
+            Median(vs_tcp), Median(vs_rr), Median(cpu), Median(tcp_cpu),
+            Median(push), Median(pull), LoadAverage().c_str());
         std::fflush(stdout);
       }
     }
@@ -295,6 +299,8 @@ int Main(const char* argv0) {
 }  // namespace ps::bench
 
 int main(int argc, char** argv) {
+  // As the worker binary does: no page faults on every transfer's buffers.
+  ps::KeepFreedMemory();
   absl::ParseCommandLine(argc, argv);
   return ps::bench::Main(argv[0]);
 }
