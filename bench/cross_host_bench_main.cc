@@ -46,6 +46,9 @@ ABSL_FLAG(int, chunk_kb, 1024,
 ABSL_FLAG(bool, split_cpus, true,
           "Worker on the first half of the CPUs, shards and the baselines' "
           "receiving ends on the other half; false: any CPU.");
+ABSL_FLAG(bool, keep_freed_memory, true,
+          "Keep freed memory in this process (the worker), as the worker "
+          "binary and the Python module do; false: glibc's defaults.");
 ABSL_FLAG(std::string, server_binary, "",
           "Path of //server:server; empty: found in this binary's runfiles.");
 
@@ -299,8 +302,8 @@ int Main(const char* argv0) {
 }  // namespace ps::bench
 
 int main(int argc, char** argv) {
-  // As the worker binary does: no page faults on every transfer's buffers.
-  ps::KeepFreedMemory();
   absl::ParseCommandLine(argc, argv);
+  // As the worker binary does: no page faults on every transfer's buffers.
+  if (absl::GetFlag(FLAGS_keep_freed_memory)) ps::KeepFreedMemory();
   return ps::bench::Main(argv[0]);
 }
