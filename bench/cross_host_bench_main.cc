@@ -76,16 +76,37 @@ double Median(std::vector<double> values) {
   return values.empty() ? 0 : values[values.size() / 2];
 }
 
-// Moves the calling thread into network namespace `name`; threads it starts
-// afterwards (gRPC's) are made there too.
-absl::Status EnterNamespace(const std::string& name) {
-  const int fd = open(absl::StrCat("/run/netns/", name).c_str(), O_RDONLY);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("open ", name));
-  const int rc = setns(fd, CLONE_NEWNET);
-  close(fd);
-  if (rc != 0) return absl::UnavailableError(absl::StrCat("setns ", name));
-  return absl::OkStatus();
-}
+// Moves the calling thread into a host's network namespace; threads it
+// starts afterwards (gRPC's) are made there too. The destructor moves it
+// back: TestHosts kills every process whose main thread is in one of its
+// namespaces, so this must end before the hosts do.
+class InHostNamespace {
+ public:
+  static absl::StatusOr<std::unique_ptr<InHostNamespace>> Enter(
+      const std::string& name) {
+    const int home = open("/proc/self/ns/net", O_RDONLY);
+    if (home < 0) return absl::UnavailableError("open /proc/self/ns/net");
+    std::unique_ptr<InHostNamespace> entered(new InHostNamespace(home));
+    const int fd = open(absl::StrCat("/run/netns/", name).c_str(), O_RDONLY);
+    if (fd < 0) return absl::UnavailableError(absl::StrCat("open ", name));
+    const int rc = setns(fd, CLONE_NEWNET);
+    close(fd);
+    if (rc != 0) return absl::UnavailableError(absl::StrCat("setns ", name));
+    return entered;
+  }
+  ~InHostNamespace() {
+    if (setns(home_, CLONE_NEWNET) != 0) {
+      std::fprintf(stderr, "cross_host_bench: cannot leave the host\n");
+    }
+    close(home_);
+  }
+  InHostNamespace(const InHostNamespace&) = delete;
+  InHostNamespace& operator=(const InHostNamespace&) = delete;
+
+ private:
+  explicit InHostNamespace(int home) : home_(home) {}
+  const int home_;
+};
 
 struct Figures {
   double ours_round_us = 0;
@@ -214,10 +235,9 @@ int Main(const char* argv0) {
            O_RDONLY);
   if (peer_netns < 0) return Fail(absl::UnavailableError("open host 0"));
   // Before any thread of gRPC's starts, so that all of them are made there.
-  if (absl::Status s = EnterNamespace((*hosts)->namespace_name(max_servers));
-      !s.ok()) {
-    return Fail(s);
-  }
+  absl::StatusOr<std::unique_ptr<InHostNamespace>> in_host =
+      InHostNamespace::Enter((*hosts)->namespace_name(max_servers));
+  if (!in_host.ok()) return Fail(in_host.status());
   if (!cpus.worker.empty()) {
     if (absl::Status s = RestrictThreadToCpus(cpus.worker); !s.ok()) {
       return Fail(s);
@@ -283,8 +303,9 @@ int Main(const char* argv0) {
           pull.push_back(f->pull_gbps);
         }
         std::printf(
-            "%-9s %-7s %-3d %9.0f %9.3f %9.3f %9.3f %9.0f %8.2f %8.2f %8.2f "
-            "%7.2f %7.2f %6.2f %6.2f %6s\n",
+            // Significant digits, so that no positive figure prints as 0.
+            "%-9s %-7s %-3d %9.0f %9.3g %9.3g %9.3g %9.0f %8.3g %8.3g %8.3g "
+            "%7.3g %7.3g %6.3g %6.3g %6s\n",
             link.c_str(), FormatSize(size).c_str(), n, Median(us), Median(gbps),
             Median(iperf), Median(tcp), Median(rr), Median(vs_iperf),
             Median(vs_tcp), Median(vs_rr), Median(cpu), Median(tcp_cpu),
