@@ -142,9 +142,7 @@ absl::StatusOr<double> Iperf3Gbps(const testing::TestHosts& hosts, int from,
     }
   }
   return absl::DataLossError(
-      absl::StrCat("no receiver rate in iperf3's "
-                   "output:\n",
-                   *output));
+      absl::StrCat("no receiver rate in iperf3's output:\n", *output));
 }
 
 absl::StatusOr<Figures> MeasureOnce(const testing::TestHosts& hosts,
@@ -230,6 +228,7 @@ int Main(const char* argv0) {
   absl::StatusOr<std::unique_ptr<testing::TestHosts>> hosts =
       testing::TestHosts::Create(max_servers + 1, 0);
   if (!hosts.ok()) return Fail(hosts.status());
+  // Kept open to the end; the process's exit closes it on an error.
   const int peer_netns =
       open(absl::StrCat("/run/netns/", (*hosts)->namespace_name(0)).c_str(),
            O_RDONLY);
