@@ -19,6 +19,11 @@ constexpr absl::Duration kMaxCheckInterval = absl::Milliseconds(250);
 
 }  // namespace
 
+MembersSnapshot UpdateCoordinator::Members() const {
+  absl::MutexLock lock(&mu_);
+  return members_.Snapshot();
+}
+
 std::vector<int> UpdateCoordinator::RanksBlocking(uint64_t step) const {
   absl::MutexLock lock(&mu_);
   return policy_->RanksBlocking(ViewLocked(), step);

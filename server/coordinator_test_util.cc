@@ -175,8 +175,12 @@ void ExpectBitIdentical(const std::vector<std::vector<float>>& a,
 
 absl::StatusOr<uint64_t> Pull(UpdateCoordinator& coordinator, int rank,
                               uint64_t step) {
-  return coordinator.AwaitPull(rank, IncarnationOf(rank), step,
-                               [] { return false; });
+  return coordinator.AwaitPull(rank, IncarnationOf(rank), step, [&] {
+    // As a client's heartbeats go on while its pull waits (refused once
+    // another process registered the rank, which ends the pull anyway).
+    (void)coordinator.Heartbeat(rank, IncarnationOf(rank));
+    return false;
+  });
 }
 
 LogCapture::LogCapture() : previous_(spdlog::default_logger()) {

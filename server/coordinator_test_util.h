@@ -77,7 +77,8 @@ void ExpectBitIdentical(const std::vector<std::vector<float>>& a,
                         const std::vector<std::vector<float>>& b,
                         const std::string& what);
 
-// AwaitPull without cancellation, as IncarnationOf(rank).
+// AwaitPull without cancellation, as IncarnationOf(rank), heartbeating
+// meanwhile as a client does.
 absl::StatusOr<uint64_t> Pull(UpdateCoordinator& coordinator, int rank,
                               uint64_t step);
 

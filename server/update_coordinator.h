@@ -152,6 +152,9 @@ class UpdateCoordinator {
   std::vector<int> RanksBlocking(uint64_t step) const;
 
   uint64_t version() const;
+  // The ranks' next steps and deaths, and how many are unheard (for the
+  // metrics).
+  MembersSnapshot Members() const;
   // FailedPrecondition once a worker died under FailurePolicy::kFail; OK
   // otherwise.
   absl::Status failure() const;
