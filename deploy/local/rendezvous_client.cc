@@ -33,20 +33,24 @@ bool NoAnswer(const absl::Status& status) {
 
 // Host 0 may start long after the others: reconnect soon after it does,
 // not after gRPC's default backoff of up to two minutes.
-std::shared_ptr<grpc::Channel> RendezvousChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> RendezvousChannel(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments arguments;
   arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   arguments);
+  return grpc::CreateCustomChannel(address, std::move(credentials), arguments);
 }
 
 }  // namespace
 
-RendezvousClient::RendezvousClient(const std::string& address)
+RendezvousClient::RendezvousClient(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials)
     : address_(address),
-      stub_(rendezvous::Rendezvous::NewStub(RendezvousChannel(address))) {}
+      stub_(rendezvous::Rendezvous::NewStub(
+          RendezvousChannel(address, std::move(credentials)))) {}
 
 absl::StatusOr<JobPlan> RendezvousClient::Join(const HostJoin& join,
                                                absl::Time deadline) {
