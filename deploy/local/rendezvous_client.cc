@@ -56,6 +56,9 @@ absl::StatusOr<JobPlan> RendezvousClient::Join(const HostJoin& join,
                                                absl::Time deadline) {
   const rendezvous::JoinRequest request = WriteJoin(join);
   bool answered = false;
+  // Why the last call went unanswered: a refused TLS handshake (another
+  // CA) looks like no answer, and only its message tells.
+  std::string last_error;
   std::vector<int> waiting_for;
   while (true) {
     rendezvous::JoinResponse response;
@@ -78,6 +81,8 @@ absl::StatusOr<JobPlan> RendezvousClient::Join(const HostJoin& join,
       waiting_for = progress->waiting_for;
     } else if (!NoAnswer(status)) {
       return status;
+    } else {
+      last_error = std::string(status.message());
     }
     if (absl::Now() + kPollInterval >= deadline) break;
     absl::SleepFor(kPollInterval);
@@ -86,7 +91,9 @@ absl::StatusOr<JobPlan> RendezvousClient::Join(const HostJoin& join,
     return absl::DeadlineExceededError(absl::StrCat(
         "the rendezvous at ", address_,
         " did not answer before --rendezvous_timeout ran out: is host 0's "
-        "launch running, and is --rendezvous its address?"));
+        "launch running, and is --rendezvous its address? With --auth, do "
+        "both have the same --auth_ca? (last: ",
+        last_error, ")"));
   }
   std::vector<std::string> names;
   for (int host : waiting_for) names.push_back(absl::StrCat(host));
