@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
+#include "tests/hosts/host_launcher.h"
 #include "tests/hosts/test_hosts.h"
 
 namespace ps::testing {
@@ -51,34 +52,11 @@ std::unique_ptr<Subprocess> StartHost(const TestHosts& hosts, int host,
                                       const std::string& name,
                                       const std::string& job_ca,
                                       std::vector<std::string> extra) {
-  std::vector<std::string> argv = {
-      RunfilePath("deploy/local/launch"),
-      absl::StrCat("--server_binary=", RunfilePath("server/server")),
-      absl::StrCat("--worker_binary=", RunfilePath("worker/worker")),
-      absl::StrCat("--num_hosts=", hosts.size()),
-      absl::StrCat("--host_index=", host),
-      absl::StrCat("--rendezvous=", hosts.address(0), ":29400"),
-      "--num_workers=2",
-      "--num_servers=2",
-      "--epochs=1",
-      "--max_steps=40",
-      "--batch_size=32",
-      "--optimizer=sgd",
-      "--learning_rate=0.05",
-      "--device=cpu",
-      "--log_every=20",
-      "--output=stream",
-      "--auth=mtls",
-      absl::StrCat("--auth_ca=", job_ca),
-      absl::StrCat("--run_dir=", TempPath(absl::StrCat(name, "-host", host)))};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  SubprocessOptions options =
-      TestProcessOptions(absl::StrCat("host ", host), std::move(argv));
-  options.output_drain_timeout = absl::Seconds(30);
-  absl::StatusOr<std::unique_ptr<Subprocess>> child =
-      hosts.Start(host, std::move(options));
-  EXPECT_TRUE(child.ok()) << child.status();
-  return child.ok() ? *std::move(child) : nullptr;
+  extra.insert(extra.begin(), {"--max_steps=40", "--auth=mtls",
+                               absl::StrCat("--auth_ca=", job_ca)});
+  return StartHostLauncher(hosts, host,
+                           TempPath(absl::StrCat(name, "-host", host)),
+                           std::move(extra));
 }
 
 class AuthHostsTest : public ::testing::Test {
