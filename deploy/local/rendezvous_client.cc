@@ -35,8 +35,10 @@ bool NoAnswer(const absl::Status& status) {
 // not after gRPC's default backoff of up to two minutes.
 std::shared_ptr<grpc::Channel> RendezvousChannel(
     const std::string& address,
-    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+    std::shared_ptr<grpc::ChannelCredentials> credentials,
+    bool own_connection = false) {
   grpc::ChannelArguments arguments;
+  if (own_connection) arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
@@ -49,8 +51,9 @@ RendezvousClient::RendezvousClient(
     const std::string& address,
     std::shared_ptr<grpc::ChannelCredentials> credentials)
     : address_(address),
+      credentials_(std::move(credentials)),
       stub_(rendezvous::Rendezvous::NewStub(
-          RendezvousChannel(address, std::move(credentials)))) {}
+          RendezvousChannel(address, credentials_))) {}
 
 absl::StatusOr<JobPlan> RendezvousClient::Join(const HostJoin& join,
                                                absl::Time deadline) {
@@ -60,12 +63,20 @@ absl::StatusOr<JobPlan> RendezvousClient::Join(const HostJoin& join,
   // CA) looks like no answer, and only its message tells.
   std::string last_error;
   std::vector<int> waiting_for;
+  // A connection of its own, made anew after each call left unanswered: a
+  // TLS connection first tried before host 0 listened was seen to stall
+  // (gRPC 1.51) and never finish its handshake.
+  std::unique_ptr<rendezvous::Rendezvous::Stub> stub;
   while (true) {
+    if (stub == nullptr) {
+      stub = rendezvous::Rendezvous::NewStub(
+          RendezvousChannel(address_, credentials_, /*own_connection=*/true));
+    }
     rendezvous::JoinResponse response;
     grpc::ClientContext context;
     SetDeadline(&context, std::min(kCallTimeout, deadline - absl::Now()));
     const absl::Status status =
-        FromGrpcStatus(stub_->Join(&context, request, &response));
+        FromGrpcStatus(stub->Join(&context, request, &response));
     if (status.ok()) {
       answered = true;
       absl::StatusOr<JoinProgress> progress = ReadPlan(response);
@@ -83,6 +94,7 @@ absl::StatusOr<JobPlan> RendezvousClient::Join(const HostJoin& join,
       return status;
     } else {
       last_error = std::string(status.message());
+      stub.reset();
     }
     if (absl::Now() + kPollInterval >= deadline) break;
     absl::SleepFor(kPollInterval);

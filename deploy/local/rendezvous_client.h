@@ -50,6 +50,7 @@ class RendezvousClient {
 
  private:
   const std::string address_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   std::unique_ptr<rendezvous::Rendezvous::Stub> stub_;
 };
 

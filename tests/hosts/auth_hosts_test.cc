@@ -75,6 +75,9 @@ TEST_F(AuthHostsTest, TheMainJobRunsWithMutualTlsAcrossHosts) {
   const std::string job_ca = MakeJobCa("job-ca");
   std::unique_ptr<Subprocess> host1 = StartHost(hosts, 1, "mtls", job_ca, {});
   ASSERT_NE(host1, nullptr);
+  // Host 0 last: host 1 already tries a rendezvous that is not there.
+  ASSERT_TRUE(
+      host1->WaitForOutputLine("joining the rendezvous", kTimeout).ok());
   std::unique_ptr<Subprocess> host0 = StartHost(hosts, 0, "mtls", job_ca, {});
   ASSERT_NE(host0, nullptr);
   for (Subprocess* launcher : {host0.get(), host1.get()}) {
