@@ -163,11 +163,8 @@ ABSL_FLAG(std::string, auth, "none",
           "mtls: also a certificate the clients must present. The files "
           "live in a private temporary directory, removed at the end.");
 ABSL_FLAG(std::string, auth_ca, "",
-          "With --auth on several hosts (or to use a CA of your own): a "
-          "directory made by --make_auth_ca, the same on every host. Each "
-          "host signs its certificates (for its --advertise_address) with "
-          "it and uses its job token; the rendezvous is secured with them "
-          "too.");
+          "--auth on several hosts: the job's CA and token (--make_auth_ca), "
+          "copied to every host; each signs its own certificates with it.");
 ABSL_FLAG(std::string, make_auth_ca, "",
           "Makes a job's CA and token (for --auth_ca) in this new directory "
           "and exits; copy it to every host over a channel you trust.");
@@ -354,10 +351,8 @@ int Main(int argc, char** argv) {
   const std::set<std::string> given = FlagsOnCommandLine(flag_count, argv);
   if (const std::string dir = absl::GetFlag(FLAGS_make_auth_ca); !dir.empty()) {
     if (absl::Status s = MakeJobCa(dir); !s.ok()) return BadFlags(s.message());
-    std::fprintf(stderr,
-                 "launch: made the job's CA and token in %s; copy it to every "
-                 "host (scp -rp) and give --auth_ca=%s there\n",
-                 dir.c_str(), dir.c_str());
+    std::fprintf(stderr, "launch: made %s: copy it to every host, --auth_ca\n",
+                 dir.c_str());
     return kExitOk;
   }
   const std::string cwd = UserDirectory();
@@ -385,9 +380,6 @@ int Main(int argc, char** argv) {
   // Servers restore an extended run's checkpoints with --extend: the newest
   // may be of the run before the extension.
   config->extend = setup->extended();
-  if (settings.Text("auth") == "none" && !settings.Text("auth_ca").empty()) {
-    return BadFlags("--auth_ca needs --auth=tls or --auth=mtls");
-  }
   std::unique_ptr<HostSession> session;
   // Made once the flags are checked, before the hosts join; removed when
   // Main returns, after every process has stopped.

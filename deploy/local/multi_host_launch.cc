@@ -53,6 +53,10 @@ absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
     return given.count(name) ? std::optional<int>(settings.Get<int>(name))
                              : std::nullopt;
   };
+  if (settings.Text("auth") == "none" && !settings.Text("auth_ca").empty()) {
+    return absl::InvalidArgumentError(
+        "--auth_ca needs --auth=tls or --auth=mtls");
+  }
   absl::StatusOr<HostPlacement> placement =
       ResolveHostPlacement(given_int("num_hosts"), given_int("host_index"),
                            settings.Text("rendezvous"), lookup);

@@ -122,7 +122,7 @@ std::map<std::string, std::string> SharedJobSettings(
 // worker and shard counts in `config`), --host_timeout,
 // --rendezvous_timeout or --advertise_address, and for what several hosts
 // do not do yet: --resume or --extend (`continues_a_run`); --auth needs
-// --auth_ca (one CA for every host). Without --advertise_address, this
+// --auth_ca (one CA for every host), which needs --auth. Without --advertise_address, this
 // host's address on the route to the rendezvous.
 absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
     const RunSettings& settings, const std::set<std::string>& given,

@@ -21,8 +21,8 @@
 namespace ps {
 namespace {
 
-using ::testing::ElementsAre;
 using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // A free port on loopback for host 0's rendezvous.
@@ -229,6 +229,14 @@ TEST(HostOptionsTest, AuthWithTheJobsCaIsAccepted) {
   EXPECT_EQ((*options)->settings.at("auth"), "mtls");
   // The CA's path is each host's own.
   EXPECT_EQ((*options)->settings.count("auth_ca"), 0u);
+}
+
+TEST(HostOptionsTest, AJobCaWithoutAuthIsRefused) {
+  // On one host too.
+  absl::StatusOr<std::optional<HostSessionOptions>> options =
+      FromFlags({{"auth_ca", "/secrets/job-ca"}});
+  EXPECT_TRUE(absl::IsInvalidArgument(options.status())) << options.status();
+  EXPECT_THAT(options.status().message(), HasSubstr("--auth_ca needs --auth"));
 }
 
 TEST(LaunchAuthOptionsTest, CertificatesNameTheHostsAddresses) {
