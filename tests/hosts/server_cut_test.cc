@@ -108,7 +108,7 @@ void RunJob(const TestHosts& hosts, const std::string& mode, Fault fault,
         absl::StrCat("--max_steps=", kSteps), absl::StrCat("--mode=", mode),
         "--log_every=20",
         // Long enough that the cut lands in the middle of the job.
-        "--slowdown_ms=20"};
+        "--slowdown_ms=50"};
     if (rank == 0) flags.push_back(absl::StrCat("--save_model=", model_file));
     ASSERT_TRUE((*job)->StartWorker(rank, kWorkerHost[rank], flags).ok());
   }

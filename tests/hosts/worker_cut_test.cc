@@ -63,7 +63,7 @@ TEST(WorkerCutTest, ElasticSyncGoesOnWithoutItAndItRejoins) {
                          "--log_every=20",
                          // Long enough that the cut lands in the
                          // middle of the job.
-                         "--slowdown_ms=20"})
+                         "--slowdown_ms=50"})
             .ok());
   }
   auto version = [&](int index) {
