@@ -24,7 +24,6 @@ namespace {
 constexpr absl::string_view kMagic = "PSUL";
 constexpr uint32_t kFormatVersion = 1;
 constexpr size_t kHeaderBytes = 4 + 4 + 4 + 8 + 4;
-constexpr size_t kRecordPrefixBytes = 8;
 
 absl::Status ErrnoError(absl::string_view what, const std::string& path) {
   return absl::InternalError(absl::StrCat("update log: ", what, " ", path, ": ",
@@ -231,8 +230,8 @@ absl::StatusOr<UpdateLogContents> ReadUpdateLog(const std::string& path,
                                   record.size() - length, " bytes after it"));
     }
     contents.records.emplace_back(payload);
-    in.remove_prefix(kRecordPrefixBytes + length);
-    contents.valid_bytes += kRecordPrefixBytes + length;
+    in.remove_prefix(kLogRecordPrefixBytes + length);
+    contents.valid_bytes += kLogRecordPrefixBytes + length;
   }
   contents.torn_bytes = bytes.size() - contents.valid_bytes;
   return contents;

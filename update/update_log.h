@@ -28,6 +28,9 @@ namespace ps::update {
 // a killed process; with `fsync` each append is also made durable
 // (fdatasync) before Append returns.
 
+// Bytes before each record's payload (its length and checksum).
+inline constexpr uint64_t kLogRecordPrefixBytes = 8;
+
 // A record's payload with its checksum, computed by MakeLogEntry outside
 // any lock so that appending costs only the write.
 struct LogEntry {
