@@ -222,7 +222,7 @@ TEST(AsyncRecoveryTest, EveryAcknowledgedPushIsInTheWeightsExactlyOnce) {
   config.learning_rate = kLearningRate;
   config.extra_server_flags = {absl::StrCat("--checkpoint_dir=", dir),
                                "--restore", "--checkpoint_every_steps=100",
-                               "--worker_timeout=30s"};
+                               "--momentum=0", "--worker_timeout=30s"};
   ProcessCluster cluster(config);
   ASSERT_TRUE(cluster.StartAllServers().ok());
   std::atomic<int> acked{0};
