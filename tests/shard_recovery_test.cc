@@ -74,7 +74,15 @@ LaunchConfig MainJob(const std::string& dir, const std::string& model_path) {
   return config;
 }
 
-enum class Fault { kNone, kKillMidRun, kKillInCheckpointWrite };
+enum class Fault {
+  kNone,
+  kKillMidRun,
+  kKillInCheckpointWrite,
+  // Both shards at once.
+  kKillBothShards,
+  // Worker 1 and shard 1 at once.
+  kKillWorkerAndShard,
+};
 
 // Runs the main job with `fault` on server 1 and returns the saved model's
 // bytes; `replayed` gets server 1's "replayed N updates" count after a
@@ -100,13 +108,21 @@ std::string RunMainJob(Fault fault, const std::string& name,
                                       : std::vector<std::string>{})
                   .ok());
   EXPECT_TRUE(cluster.StartAllWorkers().ok());
-  if (fault == Fault::kKillMidRun) {
+  if (fault == Fault::kKillMidRun || fault == Fault::kKillBothShards ||
+      fault == Fault::kKillWorkerAndShard) {
     EXPECT_TRUE(cluster.AwaitWorkerLine(0, " step 60/", kJobTimeout).ok());
+    if (fault == Fault::kKillWorkerAndShard) cluster.KillWorker(1);
+    if (fault == Fault::kKillBothShards) cluster.KillServer(0);
     cluster.KillServer(1);
   } else if (fault == Fault::kKillInCheckpointWrite) {
     EXPECT_TRUE(
         cluster.AwaitServerLine(1, "killing this process", kJobTimeout).ok());
     EXPECT_TRUE(cluster.WaitServer(1, absl::Seconds(30)).has_value());
+  }
+  if (fault == Fault::kKillBothShards) {
+    EXPECT_TRUE(cluster.StartServer(0).ok());
+    EXPECT_TRUE(
+        cluster.AwaitServerLine(0, "replayed ", absl::Seconds(30)).ok());
   }
   if (fault != Fault::kNone) {
     EXPECT_TRUE(cluster.StartServer(1).ok());
@@ -118,6 +134,9 @@ std::string RunMainJob(Fault fault, const std::string& name,
       EXPECT_TRUE(absl::SimpleAtoi(after.substr(0, after.find(' ')), replayed))
           << *line;
     }
+  }
+  if (fault == Fault::kKillWorkerAndShard) {
+    EXPECT_TRUE(cluster.StartWorker(1).ok());
   }
   ExpectExitsZero(cluster.WaitWorker(0, kJobTimeout), "worker 0");
   ExpectExitsZero(cluster.WaitWorker(1, kJobTimeout), "worker 1");
@@ -157,6 +176,22 @@ TEST_F(SyncRecoveryTest, AShardKilledInACheckpointWriteEndsTheSame) {
   // log replayed across the file the third one began.
   EXPECT_GE(replayed, 20u);
   EXPECT_EQ(model.size(), undisturbed_->size());
+  EXPECT_TRUE(model == *undisturbed_) << "the models differ";
+}
+
+TEST_F(SyncRecoveryTest, BothShardsKilledAtOnceEndTheSame) {
+  ASSERT_FALSE(undisturbed_->empty());
+  const std::string model = RunMainJob(Fault::kKillBothShards, "both_shards");
+  EXPECT_TRUE(model == *undisturbed_) << "the models differ";
+}
+
+// The worker's step in flight was never acknowledged: restarted, it resumes
+// from the shards' record of its data and pushes that step again, before
+// the shards would go on without it (--worker_timeout=30s).
+TEST_F(SyncRecoveryTest, AWorkerAndAShardKilledAtOnceEndTheSame) {
+  ASSERT_FALSE(undisturbed_->empty());
+  const std::string model =
+      RunMainJob(Fault::kKillWorkerAndShard, "worker_and_shard");
   EXPECT_TRUE(model == *undisturbed_) << "the models differ";
 }
 
