@@ -65,11 +65,16 @@ std::shared_ptr<const update::LogEntry> UpdateCoordinator::PushEntry(
     const StagedPush& push) const {
   std::vector<uint64_t> sizes;
   for (const Slice& s : store_->slices()) sizes.push_back(s.num_elements);
-  return std::make_shared<const update::LogEntry>(
-      update::MakeLogEntry(update::EncodePushRecord(
-          LoggedMeta(push), sizes, [&push](int slice, absl::Span<float> out) {
-            push.gradients[slice].Read(0, out);
-          })));
+  // The received bytes are written where they lie; the copy of the
+  // gradients shares them and keeps them alive.
+  auto gradients =
+      std::make_shared<const std::vector<SliceGradient>>(push.gradients);
+  return std::make_shared<const update::LogEntry>(update::MakePushEntry(
+      LoggedMeta(push), sizes,
+      [&gradients](int slice, absl::FunctionRef<void(absl::string_view)> emit) {
+        (*gradients)[slice].ForEachPiece(emit);
+      },
+      gradients));
 }
 
 absl::Status UpdateCoordinator::AppendLocked(

@@ -57,6 +57,33 @@ TEST(SliceGradientTest, ReadsAnyRangeAcrossChunksAddedInAnyOrder) {
   }
 }
 
+TEST(SliceGradientTest, ForEachPieceGivesTheBytesInElementOrderInPlace) {
+  const std::vector<float> values = Values(50);
+  const absl::Span<const float> all = values;
+  std::string a, b, c;
+  SliceGradient g;
+  g.Add(30, InPieces(all.subspan(30), 7, &c));
+  g.Add(0, InPieces(all.subspan(0, 13), 7, &a));
+  g.Add(13, InPieces(all.subspan(13, 17), 7, &b));
+  std::string joined;
+  int pieces = 0;
+  bool in_place = true;
+  g.ForEachPiece([&](absl::string_view piece) {
+    joined.append(piece.data(), piece.size());
+    ++pieces;
+    in_place =
+        in_place &&
+        (piece.data() >= a.data() && piece.data() < a.data() + a.size() ||
+         piece.data() >= b.data() && piece.data() < b.data() + b.size() ||
+         piece.data() >= c.data() && piece.data() < c.data() + c.size());
+  });
+  std::string expected;
+  EncodeFloats(all, &expected);
+  EXPECT_EQ(joined, expected);
+  EXPECT_GT(pieces, 3);
+  EXPECT_TRUE(in_place);
+}
+
 TEST(SliceGradientTest, ViewsRunsInPlaceAndCopiesOnlyAnElementSplitByPieces) {
   const std::vector<float> values = Values(30);
   std::string storage;

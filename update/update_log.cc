@@ -41,7 +41,7 @@ std::string Header(int server_index, uint64_t start_version) {
 
 std::string Prefix(const LogEntry& entry) {
   std::string prefix;
-  PutFixed32(&prefix, static_cast<uint32_t>(entry.payload.size()));
+  PutFixed32(&prefix, static_cast<uint32_t>(entry.size()));
   PutFixed32(&prefix, entry.crc);
   return prefix;
 }
@@ -80,8 +80,11 @@ absl::Status WriteEntries(int fd, absl::Span<const LogEntry* const> entries,
   for (const LogEntry* entry : entries) {
     prefixes.push_back(Prefix(*entry));
     parts.push_back({prefixes.back().data(), prefixes.back().size()});
-    parts.push_back(
-        {const_cast<char*>(entry->payload.data()), entry->payload.size()});
+    for (absl::string_view piece : entry->pieces) {
+      if (!piece.empty()) {
+        parts.push_back({const_cast<char*>(piece.data()), piece.size()});
+      }
+    }
   }
   return WriteParts(fd, std::move(parts), path);
 }
@@ -106,11 +109,35 @@ std::optional<uint64_t> LogVersion(absl::string_view name, int server_index) {
 
 }  // namespace
 
+void LogEntry::AddOwned(std::string bytes) {
+  owned.push_back(std::move(bytes));
+  pieces.push_back(owned.back());
+}
+
+uint64_t LogEntry::size() const {
+  uint64_t n = 0;
+  for (absl::string_view piece : pieces) n += piece.size();
+  return n;
+}
+
+std::string LogEntry::Payload() const {
+  std::string out;
+  out.reserve(size());
+  for (absl::string_view piece : pieces) out.append(piece.data(), piece.size());
+  return out;
+}
+
 LogEntry MakeLogEntry(std::string payload) {
   LogEntry entry;
-  entry.crc = crc32c::Value(payload);
-  entry.payload = std::move(payload);
+  entry.AddOwned(std::move(payload));
+  SealLogEntry(entry);
   return entry;
+}
+
+void SealLogEntry(LogEntry& entry) {
+  uint32_t crc = 0;
+  for (absl::string_view piece : entry.pieces) crc = crc32c::Extend(crc, piece);
+  entry.crc = crc;
 }
 
 std::string UpdateLogFileName(int server_index, uint64_t start_version) {

@@ -2,6 +2,7 @@
 #define PS_UPDATE_UPDATE_LOG_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,13 +32,34 @@ namespace ps::update {
 // Bytes before each record's payload (its length and checksum).
 inline constexpr uint64_t kLogRecordPrefixBytes = 8;
 
-// A record's payload with its checksum, computed by MakeLogEntry outside
-// any lock so that appending costs only the write.
+// A record's payload with its checksum, computed outside any lock so that
+// appending costs only the write. The payload is `pieces` in order: bytes
+// the entry owns (`owned`) or that `keep` keeps alive (a push's received
+// buffers, written where they lie rather than copied first).
 struct LogEntry {
-  std::string payload;
+  LogEntry() = default;
+  // Moves keep the pieces valid (a deque's elements stay where they are);
+  // a copy would not.
+  LogEntry(LogEntry&&) = default;
+  LogEntry& operator=(LogEntry&&) = default;
+  LogEntry(const LogEntry&) = delete;
+  LogEntry& operator=(const LogEntry&) = delete;
+
+  std::deque<std::string> owned;  // A deque: its strings never move.
+  std::vector<absl::string_view> pieces;
+  std::shared_ptr<const void> keep;
   uint32_t crc = 0;
+
+  // Appends a piece the entry owns.
+  void AddOwned(std::string bytes);
+  uint64_t size() const;
+  // The payload as one string (tests, restating).
+  std::string Payload() const;
 };
+// An entry of one owned payload, its checksum computed.
 LogEntry MakeLogEntry(std::string payload);
+// Computes `entry`'s checksum over its pieces.
+void SealLogEntry(LogEntry& entry);
 
 // "shard-<index>-<version>.wal".
 std::string UpdateLogFileName(int server_index, uint64_t start_version);

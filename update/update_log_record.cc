@@ -86,36 +86,27 @@ absl::StatusOr<LogRecord> DecodePush(absl::string_view in) {
 
 }  // namespace
 
-std::string EncodePushRecord(
+LogEntry MakePushEntry(
     const LoggedPush& push, absl::Span<const uint64_t> slice_sizes,
-    absl::FunctionRef<void(int slice, absl::Span<float> out)> read) {
-  std::string out = PushHeader(push);
+    absl::FunctionRef<void(int slice,
+                           absl::FunctionRef<void(absl::string_view)> emit)>
+        bytes,
+    std::shared_ptr<const void> keep) {
+  LogEntry entry;
+  entry.keep = std::move(keep);
+  std::string head = PushHeader(push);
   const bool values = push.num_examples > 0;
-  uint64_t total = 0;
-  if (values) {
-    for (uint64_t n : slice_sizes) total += 8 + n * sizeof(float);
+  PutFixed32(&head, values ? static_cast<uint32_t>(slice_sizes.size()) : 0);
+  for (size_t s = 0; values && s < slice_sizes.size(); ++s) {
+    PutFixed64(&head, slice_sizes[s]);
+    entry.AddOwned(std::move(head));
+    head.clear();
+    bytes(static_cast<int>(s),
+          [&entry](absl::string_view piece) { entry.pieces.push_back(piece); });
   }
-  out.reserve(out.size() + 4 + total);
-  PutFixed32(&out, values ? static_cast<uint32_t>(slice_sizes.size()) : 0);
-  if (!values) return out;
-  for (size_t s = 0; s < slice_sizes.size(); ++s) {
-    PutFixed64(&out, slice_sizes[s]);
-    const size_t at = out.size();
-    out.resize(at + slice_sizes[s] * sizeof(float));
-    // The string's bytes are suitably aligned for floats only by chance;
-    // read into a float buffer where they are not.
-    if (reinterpret_cast<uintptr_t>(out.data() + at) % alignof(float) == 0) {
-      read(static_cast<int>(s),
-           absl::MakeSpan(reinterpret_cast<float*>(out.data() + at),
-                          slice_sizes[s]));
-    } else {
-      std::vector<float> buffer(slice_sizes[s]);
-      read(static_cast<int>(s), absl::MakeSpan(buffer));
-      std::memcpy(out.data() + at, buffer.data(),
-                  buffer.size() * sizeof(float));
-    }
-  }
-  return out;
+  if (!head.empty()) entry.AddOwned(std::move(head));
+  SealLogEntry(entry);
+  return entry;
 }
 
 std::string EncodeLogRecord(const LogRecord& record) {
@@ -123,10 +114,15 @@ std::string EncodeLogRecord(const LogRecord& record) {
   if (const auto* p = std::get_if<LoggedPush>(&record)) {
     std::vector<uint64_t> sizes;
     for (const std::vector<float>& g : p->gradients) sizes.push_back(g.size());
-    return EncodePushRecord(*p, sizes, [p](int slice, absl::Span<float> out) {
-      std::memcpy(out.data(), p->gradients[slice].data(),
-                  out.size() * sizeof(float));
-    });
+    return MakePushEntry(
+               *p, sizes,
+               [p](int slice, absl::FunctionRef<void(absl::string_view)> emit) {
+                 const std::vector<float>& g = p->gradients[slice];
+                 emit(absl::string_view(reinterpret_cast<const char*>(g.data()),
+                                        g.size() * sizeof(float)));
+               },
+               nullptr)
+        .Payload();
   } else if (const auto* a = std::get_if<LoggedApply>(&record)) {
     PutFixed32(&out, static_cast<uint32_t>(Type::kApply));
     PutFixed64(&out, a->version);

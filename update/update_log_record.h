@@ -2,6 +2,7 @@
 #define PS_UPDATE_UPDATE_LOG_RECORD_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -11,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "update/update_log.h"
 
 namespace ps::update {
 
@@ -71,12 +73,17 @@ using LogRecord = std::variant<LoggedPush, LoggedApply, LoggedStep,
 // gradients as a u32 slice count and per slice a u64 element count and the
 // float32 values.
 std::string EncodeLogRecord(const LogRecord& record);
-// The same for a push whose gradients are read in place (`push.gradients`
-// is ignored): `read(slice, out)` fills slice `slice`'s `out`, sized
-// `slice_sizes[slice]`; nothing is read when the push has no examples.
-std::string EncodePushRecord(
+// A push's record as a log entry (update/update_log.h), its checksum
+// computed, whose gradients are written where they lie (`push.gradients`
+// is ignored): `bytes(slice, emit)` emits the float32 little-endian bytes
+// of slice `slice`'s `slice_sizes[slice]` elements, in order, as views that
+// `keep` keeps alive. Not called when the push has no examples.
+LogEntry MakePushEntry(
     const LoggedPush& push, absl::Span<const uint64_t> slice_sizes,
-    absl::FunctionRef<void(int slice, absl::Span<float> out)> read);
+    absl::FunctionRef<void(int slice,
+                           absl::FunctionRef<void(absl::string_view)> emit)>
+        bytes,
+    std::shared_ptr<const void> keep);
 // DataLoss naming what is malformed.
 absl::StatusOr<LogRecord> DecodeLogRecord(absl::string_view payload);
 

@@ -48,7 +48,9 @@ TEST_F(UpdateLogTest, ReadsBackWhatWasAppended) {
 }
 
 TEST_F(UpdateLogTest, CreateRestatesInitialRecords) {
-  std::vector<LogEntry> initial = {MakeLogEntry("a"), MakeLogEntry("bb")};
+  std::vector<LogEntry> initial;
+  initial.push_back(MakeLogEntry("a"));
+  initial.push_back(MakeLogEntry("bb"));
   absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
       UpdateLogWriter::Create(dir_, 3, 7, Pointers(initial), true);
   ASSERT_TRUE(writer.ok());
@@ -57,6 +59,28 @@ TEST_F(UpdateLogTest, CreateRestatesInitialRecords) {
   absl::StatusOr<UpdateLogContents> read = ReadUpdateLog((*writer)->path(), 3);
   ASSERT_TRUE(read.ok());
   EXPECT_EQ(read->records, (std::vector<std::string>{"a", "bb", "ccc"}));
+}
+
+TEST_F(UpdateLogTest, WritesAnEntrysPiecesAsOneRecord) {
+  const std::string borrowed = "borrowed bytes";
+  LogEntry entry;
+  entry.AddOwned("head:");
+  entry.pieces.push_back(borrowed);
+  entry.AddOwned("");
+  entry.AddOwned(":tail");
+  SealLogEntry(entry);
+  EXPECT_EQ(entry.crc, MakeLogEntry("head:borrowed bytes:tail").crc);
+  // Moved, as entries are: the pieces stay valid.
+  std::vector<LogEntry> moved;
+  moved.push_back(std::move(entry));
+  moved.push_back(MakeLogEntry("x"));
+  absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
+      UpdateLogWriter::Create(dir_, 3, 0, Pointers(moved), false);
+  ASSERT_TRUE(writer.ok());
+  absl::StatusOr<UpdateLogContents> read = ReadUpdateLog((*writer)->path(), 3);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->records,
+            (std::vector<std::string>{"head:borrowed bytes:tail", "x"}));
 }
 
 TEST_F(UpdateLogTest, DropsARecordCutShortAtTheEnd) {
