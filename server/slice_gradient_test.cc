@@ -57,7 +57,7 @@ TEST(SliceGradientTest, ReadsAnyRangeAcrossChunksAddedInAnyOrder) {
   }
 }
 
-TEST(SliceGradientTest, ForEachPieceGivesTheBytesInElementOrderInPlace) {
+TEST(SliceGradientTest, ForEachPieceGivesTheBytesInElementOrder) {
   const std::vector<float> values = Values(50);
   const absl::Span<const float> all = values;
   std::string a, b, c;
@@ -67,21 +67,14 @@ TEST(SliceGradientTest, ForEachPieceGivesTheBytesInElementOrderInPlace) {
   g.Add(13, InPieces(all.subspan(13, 17), 7, &b));
   std::string joined;
   int pieces = 0;
-  bool in_place = true;
   g.ForEachPiece([&](absl::string_view piece) {
     joined.append(piece.data(), piece.size());
     ++pieces;
-    in_place =
-        in_place &&
-        (piece.data() >= a.data() && piece.data() < a.data() + a.size() ||
-         piece.data() >= b.data() && piece.data() < b.data() + b.size() ||
-         piece.data() >= c.data() && piece.data() < c.data() + c.size());
   });
   std::string expected;
   EncodeFloats(all, &expected);
   EXPECT_EQ(joined, expected);
   EXPECT_GT(pieces, 3);
-  EXPECT_TRUE(in_place);
 }
 
 TEST(SliceGradientTest, ViewsRunsInPlaceAndCopiesOnlyAnElementSplitByPieces) {
