@@ -17,6 +17,7 @@
 namespace ps::server {
 namespace {
 
+using ::ps::server::testing::Adam;
 using ::ps::server::testing::AllWeights;
 using ::ps::server::testing::ConstantPush;
 using ::ps::server::testing::ExpectBitIdentical;
@@ -28,28 +29,8 @@ using ::ps::server::testing::MakeStore;
 using ::ps::server::testing::PlainSgd;
 using ::ps::server::testing::RegisterAll;
 using ::ps::server::testing::SetGradientValues;
+using ::ps::server::testing::VariedPush;
 using ::ps::update::ShardStore;
-
-update::OptimizerConfig Adam() {
-  update::OptimizerConfig c;
-  c.learning_rate = 0.01f;
-  return c;
-}
-
-// A push whose gradient varies by element, rank and step, so that every bit
-// of the weights and of Adam's state depends on replaying it exactly.
-StagedPush VariedPush(const ShardStore& store, int rank, uint64_t step) {
-  StagedPush p = ConstantPush(store, rank, step, 0.0f, 3 + rank,
-                              /*base_version=*/step > 0 ? step - 1 : 0);
-  std::vector<std::vector<float>> values = GradientValues(p);
-  for (std::vector<float>& g : values) {
-    for (size_t i = 0; i < g.size(); ++i) {
-      g[i] = 0.1f * static_cast<float>((i * 7 + step * 3 + rank) % 11) - 0.37f;
-    }
-  }
-  SetGradientValues(p, values);
-  return p;
-}
 
 class CoordinatorLogTest : public ::testing::Test {
  protected:

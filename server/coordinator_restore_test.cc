@@ -15,6 +15,7 @@
 namespace ps::server {
 namespace {
 
+using ::ps::server::testing::Adam;
 using ::ps::server::testing::AllWeights;
 using ::ps::server::testing::ConstantPush;
 using ::ps::server::testing::ExpectBitIdentical;
@@ -28,6 +29,7 @@ using ::ps::server::testing::PlainSgd;
 using ::ps::server::testing::Pull;
 using ::ps::server::testing::RegisterAll;
 using ::ps::server::testing::SetGradientValues;
+using ::ps::server::testing::VariedPush;
 using ::ps::update::ShardStore;
 
 // With every rank registered as IncarnationOf(rank).
@@ -39,26 +41,6 @@ std::unique_ptr<UpdateCoordinator> Make(ShardStore* store,
   EXPECT_TRUE(c.ok()) << c.status();
   RegisterAll(**c, num_workers);
   return *std::move(c);
-}
-
-update::OptimizerConfig Adam() {
-  update::OptimizerConfig c;
-  c.learning_rate = 0.01f;
-  return c;
-}
-
-// A push whose gradient varies by element, so every bit of state matters.
-StagedPush VariedPush(const ShardStore& store, int rank, uint64_t step) {
-  StagedPush p = ConstantPush(store, rank, step, 0.0f, 3 + rank,
-                              /*base_version=*/step > 0 ? step - 1 : 0);
-  std::vector<std::vector<float>> values = GradientValues(p);
-  for (std::vector<float>& g : values) {
-    for (size_t i = 0; i < g.size(); ++i) {
-      g[i] = 0.1f * static_cast<float>((i * 7 + step * 3 + rank) % 11) - 0.5f;
-    }
-  }
-  SetGradientValues(p, values);
-  return p;
 }
 
 void ExpectSameSlices(const ShardStore& a, const ShardStore& b) {
