@@ -7,6 +7,7 @@ layer as a whole, against real servers, is python_torch_test.py's.
 """
 
 import os
+import types
 import warnings
 
 import pytest
@@ -372,3 +373,34 @@ def test_every_missing_variable_is_named_at_once(monkeypatch):
     for name in ("PS_NUM_WORKERS", "PS_LOCAL_NUM_WORKERS", "PS_LOCAL_RANK",
                  "PS_NUM_SERVERS", "PS_SERVERS"):
         assert "$" + name in message
+
+
+class _ClientBeforeDeclaring:
+    """What _State reads of a client: its rank and registration."""
+    rank = 1
+    registration = None
+
+
+def test_size_without_the_launchers_variables_comes_from_the_servers(
+        monkeypatch):
+    # init(servers=[...], rank=1): no PS_NUM_WORKERS to read.
+    for name in ("PS_NUM_WORKERS", "WORLD_SIZE", "PS_LOCAL_NUM_WORKERS",
+                 "LOCAL_WORLD_SIZE", "PS_LOCAL_RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    client = _ClientBeforeDeclaring()
+    state = _runtime._State(client)
+    with pytest.raises(ValueError, match="not known yet"):
+        state.size  # noqa: B018
+    # The servers' reply to the declaration says 2 workers.
+    client.registration = types.SimpleNamespace(num_workers=2)
+    assert state.size == 2
+    assert state.local_size == 2
+    assert state.local_rank == 1
+
+
+def test_size_from_the_environment_wins(monkeypatch):
+    monkeypatch.setenv("PS_NUM_WORKERS", "4")
+    monkeypatch.setenv("PS_LOCAL_NUM_WORKERS", "2")
+    state = _runtime._State(_ClientBeforeDeclaring())
+    assert state.size == 4
+    assert state.local_size == 2

@@ -1,9 +1,12 @@
 #include "worker/worker_config.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "common/auth_files.h"
 #include "common/cluster_address.h"
 #include "common/consistency_mode.h"
+#include "common/launch_environment.h"
 #include "common/metrics_http.h"
 
 namespace ps::worker {
@@ -47,10 +50,43 @@ absl::Status CheckAuthFlags(const WorkerConfig& config) {
 
 }  // namespace
 
-absl::StatusOr<int> ResolveRank(const WorkerConfig& config,
-                                const char* job_completion_index) {
-  if (config.rank != -1) return config.rank;
-  return RankFromEnv(job_completion_index);
+absl::StatusOr<RankAndCount> ResolveRank(
+    const WorkerConfig& config, bool num_workers_given,
+    absl::FunctionRef<const char*(const char*)> lookup) {
+  if (config.rank != -1) return RankAndCount{config.rank, config.num_workers};
+  absl::StatusOr<std::optional<LaunchEnvironment>> launch =
+      ReadLaunchEnvironment(lookup);
+  if (!launch.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank=-1: ", launch.status().message()));
+  }
+  const char* index = lookup("JOB_COMPLETION_INDEX");
+  if (!launch->has_value()) {
+    absl::StatusOr<int> rank = RankFromEnv(index);
+    if (!rank.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rank=-1 takes the rank from srun's or mpirun's variables, or "
+          "else from $JOB_COMPLETION_INDEX: ",
+          rank.status().message()));
+    }
+    return RankAndCount{*rank, config.num_workers};
+  }
+  const LaunchEnvironment& scheduler = **launch;
+  const char* name = SchedulerName(scheduler.scheduler);
+  if (index != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rank=-1: both $JOB_COMPLETION_INDEX (Kubernetes) and ", name,
+        "'s variables are set; unset the one that does not start this "
+        "worker"));
+  }
+  if (num_workers_given && config.num_workers != scheduler.num_tasks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num_workers=", config.num_workers, " but ", name, " started ",
+        scheduler.num_tasks,
+        " tasks (one worker each): leave --num_workers out under --rank=-1, "
+        "or start as many tasks"));
+  }
+  return RankAndCount{scheduler.rank, scheduler.num_tasks};
 }
 
 absl::StatusOr<std::vector<std::string>> ResolveServers(

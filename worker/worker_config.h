@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -60,11 +61,27 @@ struct WorkerConfig {
   std::string metrics_host = "127.0.0.1";
 };
 
-// The rank `config.rank` says: itself, or with -1 the completion index of a
-// Kubernetes Indexed Job (`job_completion_index`, $JOB_COMPLETION_INDEX;
-// null when unset).
-absl::StatusOr<int> ResolveRank(const WorkerConfig& config,
-                                const char* job_completion_index);
+// Where a worker stands among the others.
+struct RankAndCount {
+  int rank = 0;
+  int num_workers = 1;
+};
+
+// The rank and number of workers the flags say: --rank and --num_workers,
+// or with --rank=-1 from the environment (`lookup`: std::getenv in main):
+// - a task that srun or mpirun started: the scheduler's rank and task count
+//   (common/launch_environment.h), one worker per task; --num_workers, where
+//   given (`num_workers_given`: main tells a value other than the flag's
+//   default), must equal the task count;
+// - a pod of a Kubernetes Indexed Job: $JOB_COMPLETION_INDEX, and
+//   --num_workers.
+// InvalidArgument, naming the flags and variables at fault, for a
+// scheduler's variables half set or contradictory, a task count unlike
+// --num_workers, $JOB_COMPLETION_INDEX beside a scheduler's variables, or
+// none of them set.
+absl::StatusOr<RankAndCount> ResolveRank(
+    const WorkerConfig& config, bool num_workers_given,
+    absl::FunctionRef<const char*(const char*)> lookup);
 
 // The servers' addresses: --servers, or --server_pattern expanded for
 // --num_servers. InvalidArgument unless exactly one is given.

@@ -1,5 +1,9 @@
 #include "worker/worker_config.h"
 
+#include <functional>
+#include <map>
+#include <string>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -20,13 +24,83 @@ TEST(WorkerConfigTest, DefaultsWithServersAreValid) {
   EXPECT_TRUE(CheckWorkerConfig(Valid(), 1).ok());
 }
 
+// A lookup of the variables `set` holds (std::getenv's stand-in).
+std::function<const char*(const char*)> Environment(
+    const std::map<std::string, std::string>& set) {
+  return [set](const char* name) -> const char* {
+    auto it = set.find(name);
+    return it == set.end() ? nullptr : it->second.c_str();
+  };
+}
+
+// What srun sets for task `rank` of `num_tasks` on one node.
+std::map<std::string, std::string> SrunTask(int rank, int num_tasks) {
+  return {{"SLURM_PROCID", std::to_string(rank)},
+          {"SLURM_NTASKS", std::to_string(num_tasks)},
+          {"SLURM_LOCALID", std::to_string(rank)},
+          {"SLURM_NODEID", "0"},
+          {"SLURM_NNODES", "1"},
+          {"SLURM_STEP_NODELIST", "vm"},
+          {"SLURM_STEP_TASKS_PER_NODE", std::to_string(num_tasks)},
+          {"SLURM_JOB_ID", "7"}};
+}
+
 TEST(WorkerConfigTest, RankComesFromTheFlagOrTheJobsIndex) {
   WorkerConfig config = Valid();
+  const auto index = Environment({{"JOB_COMPLETION_INDEX", "5"}});
   config.rank = 1;
-  EXPECT_EQ(*ResolveRank(config, "5"), 1);
+  EXPECT_EQ(ResolveRank(config, true, index)->rank, 1);
   config.rank = -1;
-  EXPECT_EQ(*ResolveRank(config, "5"), 5);
-  EXPECT_FALSE(ResolveRank(config, nullptr).ok());
+  EXPECT_EQ(ResolveRank(config, true, index)->rank, 5);
+  EXPECT_EQ(ResolveRank(config, true, index)->num_workers, 2);
+  EXPECT_FALSE(ResolveRank(config, true, Environment({})).ok());
+}
+
+TEST(WorkerConfigTest, RankAndCountComeFromSrunOrMpirunWithRankMinusOne) {
+  WorkerConfig config = Valid();
+  config.rank = -1;
+  config.num_workers = 1;  // The flag's default, not given.
+  absl::StatusOr<RankAndCount> place =
+      ResolveRank(config, false, Environment(SrunTask(2, 3)));
+  ASSERT_TRUE(place.ok()) << place.status();
+  EXPECT_EQ(place->rank, 2);
+  EXPECT_EQ(place->num_workers, 3);
+
+  place = ResolveRank(config, false,
+                      Environment({{"OMPI_COMM_WORLD_RANK", "1"},
+                                   {"OMPI_COMM_WORLD_SIZE", "4"},
+                                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}}));
+  ASSERT_TRUE(place.ok()) << place.status();
+  EXPECT_EQ(place->rank, 1);
+  EXPECT_EQ(place->num_workers, 4);
+
+  // --num_workers given: it must agree with the task count.
+  config.num_workers = 3;
+  EXPECT_EQ(ResolveRank(config, true, Environment(SrunTask(0, 3)))->rank, 0);
+
+  // A rank given by its flag wins over the scheduler's.
+  config.rank = 0;
+  EXPECT_EQ(ResolveRank(config, true, Environment(SrunTask(2, 3)))->rank, 0);
+}
+
+TEST(WorkerConfigTest, ContradictoryOrHalfSetSchedulerVariablesAreErrors) {
+  WorkerConfig config = Valid();
+  config.rank = -1;
+  config.num_workers = 2;
+  EXPECT_THAT(
+      ResolveRank(config, true, Environment(SrunTask(0, 3))).status().message(),
+      HasSubstr("--num_workers=2 but Slurm started 3 tasks"));
+
+  std::map<std::string, std::string> half = SrunTask(0, 2);
+  half.erase("SLURM_NTASKS");
+  EXPECT_THAT(ResolveRank(config, false, Environment(half)).status().message(),
+              HasSubstr("$SLURM_NTASKS is not set"));
+
+  std::map<std::string, std::string> both = SrunTask(0, 2);
+  both["JOB_COMPLETION_INDEX"] = "0";
+  EXPECT_THAT(ResolveRank(config, false, Environment(both)).status().message(),
+              HasSubstr("both $JOB_COMPLETION_INDEX"));
 }
 
 TEST(WorkerConfigTest, ServersComeFromOneOfTwoFlags) {

@@ -12,6 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -25,7 +26,9 @@
 #include "worker/worker_run.h"
 
 ABSL_FLAG(int, rank, 0,
-          "This worker's rank in [0, num_workers); -1 reads it from "
+          "This worker's rank in [0, num_workers); -1 reads it from the "
+          "environment: under srun or mpirun the task's rank, and the task "
+          "count as --num_workers (one worker per task); else "
           "$JOB_COMPLETION_INDEX (Kubernetes Indexed Job)");
 ABSL_FLAG(bool, rank0_elsewhere, false,
           "With --rank=-1: rank 0 runs in a Job of its own (the one pod that "
@@ -221,13 +224,19 @@ int main(int argc, char** argv) {
     std::fflush(nullptr);
     std::_Exit(ps::kExitTerminated);
   });
-  const ps::worker::WorkerConfig config = ps::worker::ConfigFromFlags();
-  absl::StatusOr<int> rank =
-      ps::worker::ResolveRank(config, std::getenv("JOB_COMPLETION_INDEX"));
-  if (!rank.ok()) {
-    spdlog::error("bad flags: {}", rank.status().message());
+  ps::worker::WorkerConfig config = ps::worker::ConfigFromFlags();
+  // Debian's Abseil keeps IsSpecifiedOnCommandLine() private: a value
+  // other than the default is what counts as given.
+  const absl::CommandLineFlag& num_workers =
+      absl::GetFlagReflectionHandle(FLAGS_num_workers);
+  absl::StatusOr<ps::worker::RankAndCount> place = ps::worker::ResolveRank(
+      config, num_workers.CurrentValue() != num_workers.DefaultValue(),
+      [](const char* name) { return std::getenv(name); });
+  if (!place.ok()) {
+    spdlog::error("bad flags: {}", place.status().message());
     return ps::kExitBadConfig;
   }
-  ps::InitLogging("worker", *rank);
-  return ps::worker::WorkerRun(config, *rank).Run();
+  config.num_workers = place->num_workers;
+  ps::InitLogging("worker", place->rank);
+  return ps::worker::WorkerRun(config, place->rank).Run();
 }

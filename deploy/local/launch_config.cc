@@ -236,7 +236,7 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
       absl::StrCat("--num_servers=", config.num_servers),
       absl::StrCat("--num_workers=", config.num_workers),
       absl::StrCat("--port=", port),
-      "--host=127.0.0.1",
+      absl::StrCat("--host=", config.server_host),
       absl::StrCat("--port_file=", port_file),
       absl::StrCat("--mode=", config.mode),
       absl::StrCat("--staleness=", config.staleness),
@@ -338,8 +338,9 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv(
   WorkerEnvironment environment;
   environment.rank = rank;
   environment.num_workers = config.num_workers;
-  environment.local_rank = rank;
-  environment.local_num_workers = config.num_workers;
+  environment.local_rank = rank - config.first_rank;
+  environment.local_num_workers =
+      config.host_workers < 0 ? config.num_workers : config.host_workers;
   environment.servers = servers;
   environment.job_id = config.job_id;
   if (config.auth.tls()) {
@@ -359,8 +360,12 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv(
 
 ClusterSpec MakeClusterSpec(const LaunchConfig& config) {
   ClusterSpec spec;
-  spec.num_servers = config.num_servers;
-  spec.num_workers = config.num_workers;
+  spec.num_servers =
+      config.host_servers < 0 ? config.num_servers : config.host_servers;
+  spec.num_workers =
+      config.host_workers < 0 ? config.num_workers : config.host_workers;
+  spec.first_server = config.first_server;
+  spec.first_rank = config.first_rank;
   spec.server_command = [config](int index, int port,
                                  const std::string& port_file) {
     return ServerArgv(config, index, port_file, port);
@@ -376,7 +381,7 @@ ClusterSpec MakeClusterSpec(const LaunchConfig& config) {
         };
     spec.stop_servers_after_workers = true;
   }
-  spec.host = "127.0.0.1";
+  spec.host = config.server_host;
   spec.startup_timeout = config.startup_timeout;
   spec.shutdown_timeout = config.shutdown_timeout;
   spec.kill_grace = config.kill_grace;

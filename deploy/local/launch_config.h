@@ -78,6 +78,15 @@ struct LaunchConfig {
   // threads of PyTorch's, NumPy's and OpenBLAS's math, which by default
   // start (and spin) one per core in every worker (torchrun sets 1).
   int program_threads = 0;
+  // This host's part of a job on several hosts (multi_host_launch.h):
+  // server shards [first_server, first_server + host_servers) and ranks
+  // [first_rank, first_rank + host_workers); -1: all of the job's. Its
+  // servers listen on, and are reached at, server_host.
+  int first_server = 0;
+  int host_servers = -1;
+  int first_rank = 0;
+  int host_workers = -1;
+  std::string server_host = "127.0.0.1";
   // 0: each server picks a free port; else server i listens on base_port + i.
   int base_port = 0;
   absl::Duration startup_timeout = absl::Seconds(60);
@@ -124,13 +133,14 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
                                     const std::string& port_file, int port = 0);
 std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
                                     const std::vector<std::string>& servers);
-// What a worker program (config.program) is told: every worker runs on this
-// host.
+// What a worker program (config.program) is told: its local rank among
+// this host's workers.
 std::vector<std::pair<std::string, std::string>> WorkerEnv(
     const LaunchConfig& config, int rank,
     const std::vector<std::string>& servers);
 
-// The cluster that runs `config` (validated) on 127.0.0.1.
+// The cluster that runs `config` (validated): this host's share of it, its
+// servers on server_host.
 ClusterSpec MakeClusterSpec(const LaunchConfig& config);
 
 }  // namespace ps

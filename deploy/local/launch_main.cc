@@ -24,7 +24,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -55,6 +57,7 @@
 #include "deploy/local/launch_config.h"
 #include "deploy/local/line_writer.h"
 #include "deploy/local/local_cluster.h"
+#include "deploy/local/multi_host_launch.h"
 #include "deploy/local/progress_output.h"
 #include "deploy/local/run_directory.h"
 #include "deploy/local/run_flags.h"
@@ -175,6 +178,34 @@ ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(30),
           "How long servers may take to exit after the workers finished.");
 ABSL_FLAG(absl::Duration, kill_grace, absl::Seconds(5),
           "Time between the stop signal and SIGKILL.");
+ABSL_FLAG(int, num_hosts, 1,
+          "Hosts the job runs on (torchrun's --nnodes): run the same launch "
+          "on each, with its --host_index and the same --rendezvous. Not "
+          "given: srun's SLURM_NNODES or mpirun's OMPI_COMM_WORLD_SIZE (one "
+          "launch per host), else 1. --num_workers and --num_servers are the "
+          "job's, split over the hosts.");
+ABSL_FLAG(int, host_index, 0,
+          "This host's index in [0, --num_hosts) (torchrun's --node_rank); "
+          "host 0 serves the rendezvous and prints the job's summary. Not "
+          "given: SLURM_NODEID or OMPI_COMM_WORLD_RANK.");
+ABSL_FLAG(std::string, rendezvous, "",
+          "HOST:PORT where host 0's launcher listens for the others "
+          "(torchrun's --rdzv_endpoint). Not given under srun: the first "
+          "host of SLURM_STEP_NODELIST, port 29400.");
+ABSL_FLAG(std::string, advertise_address, "",
+          "The address this host's servers listen on and the other hosts "
+          "reach them at; empty: this host's address on the route to the "
+          "rendezvous.");
+ABSL_FLAG(int, server_hosts, 0,
+          "0: every host runs its share of the server shards beside its "
+          "workers. N: hosts 0..N-1 run only server shards, the others only "
+          "workers.");
+ABSL_FLAG(absl::Duration, host_timeout, absl::Seconds(10),
+          "A host whose launcher has not been heard from for this long "
+          "(killed, or cut off) fails the job, named by every other host.");
+ABSL_FLAG(absl::Duration, rendezvous_timeout, absl::Minutes(5),
+          "How long each launcher waits for every host to join the "
+          "rendezvous (and for the rendezvous to answer).");
 
 namespace ps {
 namespace {
@@ -204,6 +235,42 @@ std::string UserDirectory() {
 int BadFlags(absl::string_view message) {
   std::fprintf(stderr, "launch: %s\n", std::string(message).c_str());
   return kExitBadConfig;
+}
+
+// For --num_hosts > 1: joins the job's hosts (host 0 serving the
+// rendezvous) and gives `config` this host's share. Returns the exit code
+// to end with, kExitOk to go on (`*session` null on one host).
+int JoinHosts(const RunSettings& settings, const std::set<std::string>& given,
+              const RunSetup& setup, const std::string& cwd,
+              LaunchConfig* config, std::unique_ptr<HostSession>* session) {
+  absl::StatusOr<std::optional<HostSessionOptions>> options =
+      HostOptionsFromSettings(
+          settings, given, setup.kind() != LaunchKind::kStart, setup.program(),
+          cwd, *config, [](const char* name) {
+            return static_cast<const char*>(std::getenv(name));
+          });
+  if (!options.ok()) return BadFlags(options.status().message());
+  if (!options->has_value()) return kExitOk;
+  const HostPlacement& placement = (*options)->placement;
+  std::fprintf(stderr,
+               "launch: host %d of %d: joining the rendezvous at %s (at most "
+               "--rendezvous_timeout=%s)\n",
+               placement.host_index, placement.num_hosts,
+               placement.rendezvous.c_str(),
+               absl::FormatDuration((*options)->rendezvous_timeout).c_str());
+  absl::StatusOr<std::unique_ptr<HostSession>> joined =
+      HostSession::Join(**std::move(options), *config);
+  if (!joined.ok()) {
+    if (absl::IsInvalidArgument(joined.status())) {
+      return BadFlags(joined.status().message());
+    }
+    std::fprintf(stderr, "launch: %s\n",
+                 std::string(joined.status().message()).c_str());
+    return kExitFailed;
+  }
+  *session = *std::move(joined);
+  (*session)->Apply(config);
+  return kExitOk;
 }
 
 int Main(int argc, char** argv) {
@@ -256,13 +323,13 @@ int Main(int argc, char** argv) {
     return BadFlags(absl::StrCat("unexpected argument '", positional[1],
                                  "' (a worker program goes after --)"));
   }
+  const std::set<std::string> given = FlagsOnCommandLine(flag_count, argv);
   const std::string cwd = UserDirectory();
   // The run's settings are a value from here on: --resume and --extend set
   // the run's own in it, never in the flag registry.
   absl::StatusOr<RunSetup> setup = RunSetup::Plan(
-      RunSettings::FromFlagsDefinedIn("deploy/local/launch_main.cc"),
-      FlagsOnCommandLine(flag_count, argv), std::move(program), cwd,
-      absl::Now());
+      RunSettings::FromFlagsDefinedIn("deploy/local/launch_main.cc"), given,
+      std::move(program), cwd, absl::Now());
   if (!setup.ok()) return BadFlags(setup.status().message());
   const RunSettings& settings = setup->settings();
   const LauncherLocation location{SelfExecutable(), argv[0],
@@ -282,6 +349,12 @@ int Main(int argc, char** argv) {
   // Servers restore an extended run's checkpoints with --extend: the newest
   // may be of the run before the extension.
   config->extend = setup->extended();
+  std::unique_ptr<HostSession> session;
+  if (const int code =
+          JoinHosts(settings, given, *setup, cwd, &*config, &session);
+      code != kExitOk) {
+    return code;
+  }
   if (absl::Status s = setup->Begin(*config, absl::Now()); !s.ok()) {
     if (absl::IsInvalidArgument(s)) return BadFlags(s.message());
     std::fprintf(stderr, "launch: %s\n", std::string(s.message()).c_str());
@@ -325,6 +398,9 @@ int Main(int argc, char** argv) {
   for (const std::string& line : setup->OpeningLines(*config)) {
     out->LauncherLine(LaunchLevel::kNotice, line);
   }
+  if (session != nullptr) {
+    out->LauncherLine(LaunchLevel::kNotice, session->Line());
+  }
   if (config->metrics_port_base != 0) {
     out->LauncherLine(LaunchLevel::kNotice, MetricsPortsLine(*config));
   }
@@ -356,7 +432,16 @@ int Main(int argc, char** argv) {
                      "certificates and token are in ",
                      auth->dir()));
   }
-  LocalCluster cluster(MakeClusterSpec(*config), out);
+  ClusterSpec spec = MakeClusterSpec(*config);
+  if (session != nullptr) session->Configure(&spec, config->startup_timeout);
+  LocalCluster cluster(std::move(spec), out);
+  if (session != nullptr) {
+    session->StartHeartbeats([&cluster, out](std::string why) {
+      out->LauncherLine(LaunchLevel::kError,
+                        absl::StrCat("the job failed elsewhere: ", why));
+      cluster.Abort(std::move(why));
+    });
+  }
   // Each signal becomes a RequestStop call, on a plain thread.
   (*stop_signals)->Watch([&cluster, out](int signal) {
     out->LauncherLine(LaunchLevel::kNotice,
@@ -365,14 +450,23 @@ int Main(int argc, char** argv) {
                                    "once)"));
     cluster.RequestStop(signal);
   });
-  const ClusterResult result = cluster.Run();
+  ClusterResult result = cluster.Run();
   stop_signals->reset();
+  if (session != nullptr) {
+    if (session->is_host_zero()) {
+      out->LauncherLine(LaunchLevel::kNotice,
+                        "this host is done; waiting for every host's outcome");
+    }
+    session->Finish(&result);
+  }
   progress_line.Close();
 
   for (const std::string& line :
        FinishRun(result, *config, progress.History(),
                  setup->kind() != LaunchKind::kStart, cwd, setup->dir(),
                  setup->record())) {
+    // --resume and --extend are for one host: a job on several starts anew.
+    if (session != nullptr && absl::StartsWith(line, "next: ")) continue;
     out->LauncherLine(LaunchLevel::kNotice, line);
   }
   return result.ExitCode();

@@ -95,6 +95,12 @@ void LocalCluster::RequestStop(int signal) {
   ++events_;
 }
 
+void LocalCluster::Abort(std::string reason) {
+  absl::MutexLock lock(&mu_);
+  if (abort_reason_.empty()) abort_reason_ = std::move(reason);
+  ++events_;
+}
+
 int64_t LocalCluster::Events() {
   absl::MutexLock lock(&mu_);
   return events_;
@@ -170,9 +176,11 @@ absl::Status LocalCluster::StartChild(size_t slot) {
 absl::Status LocalCluster::HandleExits(Phase phase) {
   std::vector<std::pair<int, int>> exits;
   int stop_signal = 0;
+  std::string abort_reason;
   {
     absl::MutexLock lock(&mu_);
     stop_signal = stop_signal_;
+    abort_reason = abort_reason_;
     exits.assign(exits_.begin() + exits_handled_, exits_.end());
     exits_handled_ = exits_.size();
   }
@@ -209,6 +217,10 @@ absl::Status LocalCluster::HandleExits(Phase phase) {
     } else if (stop_signal != 0 || spec_.max_restarts == 0) {
     } else if (bad_config) {
       why_not = " (exit code 2: bad configuration, not restarted)";
+    } else if (!child.id.is_server && ServersGone()) {
+      // A restarted worker would only find no server, and its failure to
+      // reach one would hide this one.
+      why_not = " (not restarted: every server had already exited)";
     } else if (child.id.is_server && !spec_.restart_servers) {
       why_not = " (not restarted: servers restart only from checkpoints)";
     } else if (static_cast<int>(restarts_.size()) >= spec_.max_restarts) {
@@ -222,6 +234,7 @@ absl::Status LocalCluster::HandleExits(Phase phase) {
       const absl::Time now = absl::Now();
       child.exited = true;
       child.restart_at = now + delay;
+      child.restart_reason = how;
       restarts_.push_back(
           RestartRecord{child.id.Name(), how, now - start_, delay});
       Log(LaunchLevel::kWarning,
@@ -236,6 +249,9 @@ absl::Status LocalCluster::HandleExits(Phase phase) {
         child.id.Name(), " ", status.ToString(), context,
         last_line.empty() ? " (no output)" : absl::StrCat(": ", last_line),
         why_not));
+  }
+  if (failure_.ok() && !abort_reason.empty()) {
+    failure_ = absl::AbortedError(abort_reason);
   }
   if (stop_signal != 0) {
     const char* abbrev = sigabbrev_np(stop_signal);
@@ -252,6 +268,18 @@ absl::Status LocalCluster::StartDueRestarts(absl::Time* next) {
   for (size_t i = 0; i < children_.size(); ++i) {
     Child& child = children_[i];
     if (!child.restart_at.has_value()) continue;
+    if (!child.id.is_server && ServersGone()) {
+      // The servers exited while the restart waited: the worker's own
+      // failure ends the run, not the unreachable servers it would find.
+      child.restart_at.reset();
+      if (failure_.ok()) {
+        failure_ = absl::AbortedError(
+            absl::StrCat(child.id.Name(), " ", child.restart_reason,
+                         " (not restarted: every server had exited in the "
+                         "meantime)"));
+      }
+      return failure_;
+    }
     if (*child.restart_at > now) {
       *next = std::min(*next, *child.restart_at);
       continue;
@@ -266,6 +294,10 @@ absl::Status LocalCluster::StartDueRestarts(absl::Time* next) {
                                : ", resuming where the servers recorded it"));
   }
   return absl::OkStatus();
+}
+
+bool LocalCluster::ServersGone() const {
+  return spec_.num_servers > 0 && AllExited(/*servers=*/true);
 }
 
 bool LocalCluster::AllExited(bool servers) const {
@@ -283,7 +315,7 @@ absl::Status LocalCluster::StartServers(std::vector<std::string>* addresses) {
     if (absl::Status status = HandleExits(Phase::kStartup); !status.ok()) {
       return status;
     }
-    children_.push_back(Child{ProcessId{true, i}});
+    children_.push_back(Child{ProcessId{true, spec_.first_server + i}});
     absl::Status status = StartChild(children_.size() - 1);
     if (!status.ok()) return status;
   }
@@ -295,19 +327,21 @@ absl::Status LocalCluster::StartServers(std::vector<std::string>* addresses) {
     for (int i = 0; i < spec_.num_servers; ++i) {
       Child& child = children_[i];
       if (child.port != 0) continue;
+      const int index = child.id.index;
       const std::string port_file =
-          absl::StrCat(work_dir_, "/server_", i, ".0.port");
+          absl::StrCat(work_dir_, "/server_", index, ".0.port");
       absl::StatusOr<int> port = ReadPortFile(port_file);
       if (port.ok()) {
         child.port = *port;
-        Log(LaunchLevel::kDetail, absl::StrCat("server ", i, " listening on ",
-                                               spec_.host, ":", *port));
+        Log(LaunchLevel::kDetail,
+            absl::StrCat("server ", index, " listening on ", spec_.host, ":",
+                         *port));
       } else if (absl::IsNotFound(port.status())) {
-        waiting.push_back(i);
+        waiting.push_back(index);
       } else {
         return absl::Status(
             port.status().code(),
-            absl::StrCat("server ", i, ": ", port.status().message()));
+            absl::StrCat("server ", index, ": ", port.status().message()));
       }
     }
     if (absl::Status status = HandleExits(Phase::kStartup); !status.ok()) {
@@ -333,6 +367,19 @@ absl::Status LocalCluster::StartServers(std::vector<std::string>* addresses) {
   for (int i = 0; i < spec_.num_servers; ++i) {
     addresses->push_back(absl::StrCat(spec_.host, ":", children_[i].port));
   }
+  if (!spec_.exchange_servers) return absl::OkStatus();
+  // Exits during the exchange are the training phase's: once the others
+  // have the list, a server may finish before this thread looks again.
+  absl::StatusOr<std::vector<std::string>> all =
+      spec_.exchange_servers(*addresses, [this] {
+        absl::MutexLock lock(&mu_);
+        return stop_signal_ != 0 || !abort_reason_.empty();
+      });
+  if (absl::Status status = HandleExits(Phase::kTraining); !status.ok()) {
+    return status;  // A stop or an abort explains a failed exchange best.
+  }
+  if (!all.ok()) return all.status();
+  *addresses = *std::move(all);
   return absl::OkStatus();
 }
 
@@ -341,7 +388,7 @@ absl::Status LocalCluster::StartWorkers() {
     if (absl::Status status = HandleExits(Phase::kTraining); !status.ok()) {
       return status;
     }
-    children_.push_back(Child{ProcessId{false, rank}});
+    children_.push_back(Child{ProcessId{false, spec_.first_rank + rank}});
     absl::Status status = StartChild(children_.size() - 1);
     if (!status.ok()) return status;
   }
@@ -358,7 +405,10 @@ absl::Status LocalCluster::AwaitWorkers() {
     if (absl::Status status = StartDueRestarts(&next_restart); !status.ok()) {
       return status;
     }
-    if (AllExited(/*servers=*/false)) return absl::OkStatus();
+    // A host without workers serves the job's until its servers exit.
+    if (AllExited(/*servers=*/spec_.num_workers == 0)) {
+      return absl::OkStatus();
+    }
     AwaitEvent(seen, next_restart);
   }
 }
@@ -471,7 +521,7 @@ ClusterResult LocalCluster::Run() {
   if (status.ok()) {
     Log(LaunchLevel::kNotice,
         absl::StrCat(
-            spec_.num_servers, " server", spec_.num_servers == 1 ? "" : "s",
+            addresses_.size(), " server", addresses_.size() == 1 ? "" : "s",
             " listening on ", absl::StrJoin(addresses_, ", "), "; starting ",
             spec_.num_workers, " worker", spec_.num_workers == 1 ? "" : "s"));
     status = StartWorkers();
@@ -495,7 +545,8 @@ ClusterResult LocalCluster::Run() {
                              status.message() == failure_.message();
   for (bool servers : {true, false}) {
     const int count = servers ? spec_.num_servers : spec_.num_workers;
-    for (int i = 0; i < count; ++i) {
+    const int first = servers ? spec_.first_server : spec_.first_rank;
+    for (int i = first; i < first + count; ++i) {
       ProcessOutcome outcome{ProcessId{servers, i}.Name(), std::nullopt, false};
       for (const Child& child : children_) {
         if (child.id.is_server == servers && child.id.index == i &&

@@ -21,8 +21,16 @@ namespace ps {
 // What a local cluster runs. Commands are built per process, so tests can run
 // shell stand-ins through the same orchestration as the real binaries.
 struct ClusterSpec {
+  // This host's servers and workers. On one host of several (the
+  // multi-host launcher), server indexes start at first_server and worker
+  // ranks at first_rank; the commands, names and logs use those. A host may
+  // run no servers or no workers: without workers, the host's work is done
+  // when its servers exit (once the job's workers on other hosts said they
+  // are done).
   int num_servers = 1;
   int num_workers = 1;
+  int first_server = 0;
+  int first_rank = 0;
   // argv of server `index`, listening on `port` (0: one of its choice, or a
   // fixed one the command knows); the server must write its port to
   // `port_file` (PATH.tmp, then rename). A restarted server is given the
@@ -45,6 +53,14 @@ struct ClusterSpec {
   bool stop_servers_after_workers = false;
   // Where the servers listen.
   std::string host = "127.0.0.1";
+  // Given this host's servers' "host:port" (in index order), returns every
+  // server of the job, which the workers are given; called once, after the
+  // servers listen. It should give up soon after `stopped()` turns true (a
+  // stop request or Abort). Empty: this host's servers are the job's.
+  std::function<absl::StatusOr<std::vector<std::string>>(
+      const std::vector<std::string>& local,
+      const std::function<bool()>& stopped)>
+      exchange_servers;
   // Servers must all have written their port file within this.
   absl::Duration startup_timeout = absl::Seconds(60);
   // After the workers succeed, servers get this long to exit on their own.
@@ -128,6 +144,11 @@ class LocalCluster {
   // Forwards `signal` to every child, then kills what is left after
   // kill_grace; a second request kills at once.
   void RequestStop(int signal);
+  // Ends the run as failed because of something outside it (another
+  // host's failure): `reason` is the result's status message unless a
+  // process of this cluster failed first. The processes are stopped as
+  // after a failure.
+  void Abort(std::string reason);
 
  private:
   struct Child {
@@ -138,6 +159,7 @@ class LocalCluster {
     // one that a restart will mend).
     bool exited = false;
     std::optional<absl::Time> restart_at;  // A restart is due then.
+    std::string restart_reason;            // How it failed, for the due one.
     int port = 0;                          // Servers, once known.
     bool stopped_by_launcher = false;
   };
@@ -158,6 +180,8 @@ class LocalCluster {
   // one still to come (InfiniteFuture if none).
   absl::Status StartDueRestarts(absl::Time* next);
   bool AllExited(bool servers) const;
+  // This host runs servers and every one has exited (none to restart).
+  bool ServersGone() const;
   int64_t Events();
   // Blocks until the event count moves past `seen` or `deadline`.
   void AwaitEvent(int64_t seen, absl::Time deadline);
@@ -185,6 +209,7 @@ class LocalCluster {
   // (child, generation) in the order they exited.
   std::vector<std::pair<int, int>> exits_ ABSL_GUARDED_BY(mu_);
   int stop_signal_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   bool kill_now_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<double> final_test_accuracy_ ABSL_GUARDED_BY(mu_);
 };

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/exit_codes.h"
+#include "deploy/local/local_cluster_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -22,106 +23,6 @@ namespace {
 
 using ::testing::Contains;
 using ::testing::HasSubstr;
-
-// A stand-in server that writes port 4000 + index, then runs `then`.
-// $1 is the port file, $2 the index.
-std::string ServerScript(const std::string& then) {
-  return absl::StrCat("printf 400$2 > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"; ",
-                      then);
-}
-
-// A fresh directory where stand-in workers say they are done.
-std::string DoneDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, ".", getpid());
-  EXPECT_EQ(system(absl::StrCat("rm -rf ", dir, " && mkdir -p ", dir).c_str()),
-            0);
-  return dir;
-}
-
-// Like a real server: runs until `num_workers` workers said they are done.
-std::string ServerUntilDone(const std::string& done_dir, int num_workers) {
-  return ServerScript(absl::StrCat("echo serving; while [ $(ls ", done_dir,
-                                   " | wc -l) -lt ", num_workers,
-                                   " ]; do sleep 0.02; done"));
-}
-
-// Runs `script`, then says it is done (like the Done RPC), then exits 0.
-std::string WorkerThenDone(const std::string& done_dir,
-                           const std::string& script) {
-  return absl::StrCat(script, "; touch ", done_dir, "/done.$2");
-}
-
-// Stand-ins get $1 = port file / server list and $2 = index / rank, and run
-// `scripts[index]` (or the last one for higher indexes).
-ClusterSpec ShellCluster(int num_servers, std::vector<std::string> servers,
-                         int num_workers, std::vector<std::string> workers) {
-  ClusterSpec spec;
-  spec.num_servers = num_servers;
-  spec.num_workers = num_workers;
-  spec.server_command = [servers](int index, int /*port*/,
-                                  const std::string& port_file) {
-    const std::string& script =
-        servers[std::min<size_t>(index, servers.size() - 1)];
-    return std::vector<std::string>{"/bin/sh", "-c",      script,
-                                    "sh",      port_file, absl::StrCat(index)};
-  };
-  spec.worker_command = [workers](int rank,
-                                  const std::vector<std::string>& addresses) {
-    const std::string& script =
-        workers[std::min<size_t>(rank, workers.size() - 1)];
-    return std::vector<std::string>{
-        "/bin/sh",         "-c", script, "sh", absl::StrJoin(addresses, ","),
-        absl::StrCat(rank)};
-  };
-  // Safety limits only, far above what a loaded 2-core CI machine needs:
-  // tests that exercise a limit set a short one of their own. A long
-  // kill_grace also means that a stand-in ending by a signal other than
-  // SIGKILL was stopped by the stop signal, not by the escalation.
-  spec.startup_timeout = absl::Seconds(60);
-  spec.shutdown_timeout = absl::Seconds(60);
-  spec.kill_grace = absl::Seconds(60);
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  spec.temp_root = tmp != nullptr ? tmp : "";
-  return spec;
-}
-
-// Collects everything the cluster prints.
-class Output {
- public:
-  Output()
-      : writer_([this](absl::string_view line) {
-          absl::MutexLock lock(&mu_);
-          lines_.emplace_back(line);
-          if (on_line_) on_line_(line);
-        }) {}
-  ClusterOutput* writer() { return &streamed_; }
-  std::vector<std::string> lines() {
-    absl::MutexLock lock(&mu_);
-    return lines_;
-  }
-  void OnLine(std::function<void(absl::string_view)> callback) {
-    absl::MutexLock lock(&mu_);
-    on_line_ = std::move(callback);
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
-  std::function<void(absl::string_view)> on_line_ ABSL_GUARDED_BY(mu_);
-  LineWriter writer_;
-  StreamedOutput streamed_{&writer_};
-};
-
-const ProcessOutcome& Find(const ClusterResult& result,
-                           const std::string& name) {
-  for (const ProcessOutcome& process : result.processes) {
-    if (process.name == name) return process;
-  }
-  ADD_FAILURE() << "no process " << name;
-  return result.processes.front();
-}
 
 TEST(LocalClusterTest, SucceedsWhenAllWorkersSucceed) {
   Output output;
@@ -439,6 +340,44 @@ TEST(LocalClusterTest, AnotherFailureIsNotBadConfiguration) {
   EXPECT_FALSE(result.status.ok());
   EXPECT_FALSE(result.bad_configuration);
   EXPECT_EQ(result.ExitCode(), kExitFailed);
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+// The servers exit (their workers said they were done) before a worker's
+// failure is handled: a restart would find no server, and the run would
+// end blaming an unreachable one; the worker's own failure ends it.
+TEST(LocalClusterTest, WorkerFailingAfterTheServersExitedIsNotRestarted) {
+  Output output;
+  const std::string done = DoneDir("servers_gone");
+  const std::string gone = absl::StrCat(done, "/../server_gone.", getpid());
+  ClusterSpec spec = ShellCluster(
+      1,
+      {ServerScript(absl::StrCat("while [ ! -e ", done,
+                                 "/done.0 ]; do sleep 0.02; done; touch ",
+                                 gone))},
+      2,
+      {WorkerThenDone(done, "true"),
+       // Fails as the server exits. Whether the launcher sees the server's
+       // exit first or not, no restart may follow: the restart waits
+       // (restart_backoff) and is dropped once the server is gone.
+       absl::StrCat("echo started; until [ -e ", gone,
+                    " ]; do sleep 0.02; done; echo 'my own failure'; exit 1")});
+  spec.max_restarts = 3;
+  spec.restart_backoff = absl::Minutes(1);
+  LocalCluster cluster(std::move(spec), output.writer());
+  const ClusterResult result = cluster.Run();
+  EXPECT_EQ(result.ExitCode(), kExitFailed);
+  EXPECT_THAT(result.status.message(),
+              HasSubstr("worker 1 exited with code 1: my own failure"));
+  EXPECT_THAT(result.status.message(), HasSubstr("not restarted: every "
+                                                 "server had"));
+  const std::vector<std::string> lines = output.lines();
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), "[worker 1] started"), 1);
 }
 
 }  // namespace

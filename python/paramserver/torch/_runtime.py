@@ -19,17 +19,38 @@ class _State:
         if place is not None:
             # The environment the client read its rank from (the launcher's,
             # or srun's or mpirun's): the same source for every number.
-            _, self.size, self.local_rank, self.local_size = place
+            _, self._size, self.local_rank, self._local_size = place
         else:
-            self.size = _env_int("PS_NUM_WORKERS", "WORLD_SIZE", 1)
+            # Servers or rank given by hand: without the launcher's
+            # variables, the servers tell the size when the model is
+            # declared (their reply to the registration).
+            self._size = _env_int("PS_NUM_WORKERS", "WORLD_SIZE", None)
             self.local_rank = _env_int("PS_LOCAL_RANK", "LOCAL_RANK",
                                        self.rank)
-            self.local_size = _env_int("PS_LOCAL_NUM_WORKERS",
-                                       "LOCAL_WORLD_SIZE", self.size)
+            self._local_size = _env_int("PS_LOCAL_NUM_WORKERS",
+                                        "LOCAL_WORLD_SIZE", None)
         # Tensors given to broadcast_parameters before the declaration.
         self.pending = {}
         self.optimizer = None
         self.finished = False
+
+    @property
+    def size(self):
+        """The number of workers: the environment's, else the servers'."""
+        if self._size is not None:
+            return self._size
+        registration = self.client.registration
+        if registration is None:
+            raise ValueError(
+                "paramserver.torch: size() is not known yet: without the "
+                "launcher's PS_NUM_WORKERS, the servers tell it once the model "
+                "is declared (when the DistributedOptimizer is created)")
+        return registration.num_workers
+
+    @property
+    def local_size(self):
+        """The workers on this host: the environment's, else size()."""
+        return self._local_size if self._local_size is not None else self.size
 
 
 _state = None

@@ -1,0 +1,345 @@
+#include "deploy/local/multi_host_launch.h"
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/cluster_address.h"
+#include "deploy/local/run_flags.h"
+
+namespace ps {
+namespace {
+
+// The most one rendezvous call may take before it counts as unanswered.
+constexpr absl::Duration kCallTimeout = absl::Seconds(5);
+// How often host 0 looks whether every host has reported.
+constexpr absl::Duration kStatusInterval = absl::Milliseconds(200);
+
+// Paths are each host's own.
+bool IsPerHostFlag(const std::string& name) {
+  return name == "data_dir" || name == "save_model" || name == "checkpoint_dir";
+}
+
+std::string Range(absl::string_view what, int first, int count) {
+  if (count == 0) return absl::StrCat("no ", what, "s");
+  if (count == 1) return absl::StrCat(what, " ", first);
+  return absl::StrCat(what, "s ", first, "-", first + count - 1);
+}
+
+}  // namespace
+
+std::map<std::string, std::string> SharedJobSettings(
+    const std::vector<std::pair<std::string, std::string>>& run_flags,
+    const std::map<std::string, std::string>& multi_host_flags) {
+  std::map<std::string, std::string> settings = multi_host_flags;
+  for (const auto& [name, value] : run_flags) {
+    if (!IsPerHostFlag(name)) settings[name] = value;
+  }
+  return settings;
+}
+
+absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
+    const RunSettings& settings, const std::set<std::string>& given,
+    bool continues_a_run, const std::vector<std::string>& program,
+    const std::string& cwd, const LaunchConfig& config,
+    absl::FunctionRef<const char*(const char*)> lookup) {
+  auto given_int = [&](const char* name) {
+    return given.count(name) ? std::optional<int>(settings.Get<int>(name))
+                             : std::nullopt;
+  };
+  absl::StatusOr<HostPlacement> placement =
+      ResolveHostPlacement(given_int("num_hosts"), given_int("host_index"),
+                           settings.Text("rendezvous"), lookup);
+  if (!placement.ok()) return placement.status();
+  const int server_hosts = settings.Get<int>("server_hosts");
+  if (absl::StatusOr<std::vector<HostShare>> plan =
+          PlanHosts(placement->num_hosts, config.num_workers,
+                    config.num_servers, server_hosts);
+      !plan.ok()) {
+    return plan.status();
+  }
+  if (placement->num_hosts == 1) return std::nullopt;
+  for (const char* name : {"host_timeout", "rendezvous_timeout"}) {
+    if (settings.Get<absl::Duration>(name) <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " must be positive"));
+    }
+  }
+  if (continues_a_run) {
+    return absl::InvalidArgumentError(
+        "--resume and --extend go on with a run of one host; a job on "
+        "several hosts starts anew (--num_hosts)");
+  }
+  if (settings.Text("auth") != "none") {
+    return absl::InvalidArgumentError(
+        "--auth with --num_hosts > 1 is not supported yet: the certificates "
+        "the launcher makes name 127.0.0.1 only");
+  }
+  HostSessionOptions options;
+  options.placement = *placement;
+  options.advertise_address = settings.Text("advertise_address");
+  if (!options.advertise_address.empty()) {
+    if (absl::Status s = ValidateServerAddress(
+            absl::StrCat(options.advertise_address, ":1"));
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--advertise_address must be a host name or address: ", s.message()));
+    }
+  } else {
+    absl::StatusOr<std::string> found = AddressTowards(placement->rendezvous);
+    if (!found.ok())
+      return absl::InvalidArgumentError(found.status().message());
+    options.advertise_address = *found;
+  }
+  std::map<std::string, std::string> shared;
+  for (const char* name : {"server_hosts", "max_restarts", "host_timeout"}) {
+    shared[name] = settings.Text(name);
+  }
+  shared["num_hosts"] = absl::StrCat(placement->num_hosts);
+  shared["program"] = absl::StrJoin(program, " ");
+  options.settings = SharedJobSettings(CurrentRunFlags(settings, cwd), shared);
+  options.server_hosts = server_hosts;
+  options.host_timeout = settings.Get<absl::Duration>("host_timeout");
+  options.rendezvous_timeout =
+      settings.Get<absl::Duration>("rendezvous_timeout");
+  return options;
+}
+
+HostSession::HostSession(HostSessionOptions options,
+                         std::unique_ptr<RendezvousState> state,
+                         std::unique_ptr<RendezvousServer> server)
+    : options_(std::move(options)),
+      state_(std::move(state)),
+      server_(std::move(server)),
+      client_(options_.placement.rendezvous) {}
+
+HostSession::~HostSession() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (heartbeats_.joinable()) heartbeats_.join();
+}
+
+absl::StatusOr<std::unique_ptr<HostSession>> HostSession::Join(
+    HostSessionOptions options, const LaunchConfig& config) {
+  const HostPlacement& placement = options.placement;
+  absl::StatusOr<std::vector<HostShare>> plan =
+      PlanHosts(placement.num_hosts, config.num_workers, config.num_servers,
+                options.server_hosts);
+  if (!plan.ok()) return plan.status();
+  std::unique_ptr<RendezvousState> state;
+  std::unique_ptr<RendezvousServer> server;
+  if (placement.host_index == 0) {
+    absl::StatusOr<std::pair<std::string, int>> split =
+        SplitHostPort(placement.rendezvous);
+    if (!split.ok()) return split.status();
+    RendezvousOptions rendezvous;
+    rendezvous.job_id = config.job_id;
+    rendezvous.settings = options.settings;
+    rendezvous.plan = *plan;
+    rendezvous.host_timeout = options.host_timeout;
+    state =
+        std::make_unique<RendezvousState>(std::move(rendezvous), absl::Now());
+    absl::StatusOr<std::unique_ptr<RendezvousServer>> started =
+        RendezvousServer::Start(absl::StrCat("0.0.0.0:", split->second),
+                                state.get());
+    if (!started.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          started.status().message(),
+          " (host 0 serves --rendezvous=", placement.rendezvous, ")"));
+    }
+    server = *std::move(started);
+  }
+  std::unique_ptr<HostSession> session(
+      new HostSession(std::move(options), std::move(state), std::move(server)));
+  HostJoin join;
+  join.host_index = placement.host_index;
+  join.num_hosts = placement.num_hosts;
+  join.address = session->options_.advertise_address;
+  join.settings = session->options_.settings;
+  absl::StatusOr<JobPlan> joined = session->client_.Join(
+      join, absl::Now() + session->options_.rendezvous_timeout);
+  if (!joined.ok()) {
+    // Never answered: most likely a wrong --rendezvous, which is
+    // configuration.
+    if (absl::IsDeadlineExceeded(joined.status()) &&
+        absl::StrContains(joined.status().message(), "did not answer")) {
+      return absl::InvalidArgumentError(joined.status().message());
+    }
+    return joined.status();
+  }
+  session->plan_ = *std::move(joined);
+  return session;
+}
+
+std::string HostSession::Name(int host) const {
+  return HostName(host, plan_.hosts[host].address);
+}
+
+void HostSession::Apply(LaunchConfig* config) const {
+  const HostShare& share = plan_.hosts[options_.placement.host_index];
+  config->job_id = plan_.job_id;
+  config->first_rank = share.first_rank;
+  config->host_workers = share.num_workers;
+  config->first_server = share.first_server;
+  config->host_servers = share.num_servers;
+  config->server_host = options_.advertise_address;
+}
+
+void HostSession::Configure(ClusterSpec* spec, absl::Duration startup_timeout) {
+  const int host = options_.placement.host_index;
+  spec->exchange_servers = [this, host, startup_timeout](
+                               const std::vector<std::string>& local,
+                               const std::function<bool()>& stopped) {
+    return client_.ExchangeServers(host, local, absl::Now() + startup_timeout,
+                                   stopped);
+  };
+  // Servers exit once every worker of the job said it is done, on
+  // whichever host; a failure elsewhere stops them through Abort.
+  spec->shutdown_timeout = absl::InfiniteDuration();
+}
+
+std::string HostSession::Line() const {
+  const int host = options_.placement.host_index;
+  const HostShare& share = plan_.hosts[host];
+  return absl::StrCat(
+      Name(host), " of ", options_.placement.num_hosts, " (",
+      options_.placement.source,
+      "): ", Range("worker", share.first_rank, share.num_workers), ", ",
+      Range("server", share.first_server, share.num_servers),
+      "; rendezvous at ", options_.placement.rendezvous,
+      host == 0 ? " (served here)" : "", "; job ", plan_.job_id);
+}
+
+void HostSession::StartHeartbeats(std::function<void(std::string)> on_failure) {
+  heartbeats_ = std::thread(
+      [this, on_failure = std::move(on_failure)] { Beat(on_failure); });
+}
+
+void HostSession::Beat(std::function<void(std::string)> on_failure) {
+  const int host = options_.placement.host_index;
+  const absl::Duration interval =
+      std::min(absl::Seconds(1), options_.host_timeout / 4);
+  absl::Time answered = absl::Now();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_;
+      };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), interval)) return;
+    }
+    absl::StatusOr<std::string> failure =
+        client_.Heartbeat(host, std::min(kCallTimeout, options_.host_timeout));
+    std::string why;
+    if (failure.ok()) {
+      answered = absl::Now();
+      why = *failure;
+    } else if (absl::Now() - answered > options_.host_timeout) {
+      why = absl::StrCat(Name(0), ", the rendezvous at ",
+                         options_.placement.rendezvous,
+                         ", stopped answering for ",
+                         absl::FormatDuration(options_.host_timeout),
+                         " (--host_timeout): its launcher was killed, or its "
+                         "host is cut off (",
+                         failure.status().message(), ")");
+    }
+    if (why.empty()) continue;
+    {
+      absl::MutexLock lock(&mu_);
+      told_failure_ = why;
+    }
+    on_failure(why);
+    return;
+  }
+}
+
+void HostSession::Finish(ClusterResult* result) {
+  std::string told;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    told = told_failure_;
+  }
+  if (heartbeats_.joinable()) heartbeats_.join();
+  const int host = options_.placement.host_index;
+  // This host's own failure is named by host; another host's (which ended
+  // this one) already is.
+  if (!result->status.ok() && result->stop_signal == 0 &&
+      result->status.message() != told) {
+    result->status =
+        absl::Status(result->status.code(),
+                     absl::StrCat(Name(host), ": ", result->status.message()));
+  }
+  HostReport report;
+  report.host_index = host;
+  report.exit_code = result->ExitCode();
+  if (report.exit_code != 0) {
+    report.failure =
+        result->status.ok() ? "failed" : std::string(result->status.message());
+  }
+  report.bad_configuration = result->bad_configuration;
+  report.final_test_accuracy = result->final_test_accuracy;
+  for (const ProcessOutcome& process : result->processes) {
+    report.processes.push_back(absl::StrCat(
+        process.name, ": ",
+        process.exit.has_value() ? process.exit->ToString() : "never started",
+        process.stopped_by_launcher ? " (stopped by the launcher)" : ""));
+  }
+  if (host != 0) {
+    if (absl::Status s = client_.Report(report, kCallTimeout); !s.ok()) {
+      result->notes.push_back(absl::StrCat(
+          "could not report this host's outcome to the rendezvous at ",
+          options_.placement.rendezvous, ": ", s.message()));
+    }
+    return;
+  }
+  // Host 0 reports to its own state and waits for everyone's.
+  (void)state_->Report(report, absl::Now());
+  std::vector<HostStatus> hosts;
+  while (true) {
+    hosts = state_->Status(absl::Now());
+    if (std::all_of(hosts.begin(), hosts.end(),
+                    [](const HostStatus& h) { return h.settled; })) {
+      break;
+    }
+    absl::SleepFor(kStatusInterval);
+  }
+  for (const HostStatus& other : hosts) {
+    if (other.host_index == 0) continue;
+    const std::string name = Name(other.host_index);
+    std::string failure;
+    bool bad_configuration = false;
+    if (!other.lost.empty()) {
+      failure = absl::StrCat(name, ": ", other.lost);
+      result->notes.push_back(failure);
+    } else {
+      const HostReport& theirs = *other.report;
+      if (!theirs.failure.empty()) {
+        // Their own message names the host already.
+        failure = absl::StartsWith(theirs.failure, name)
+                      ? theirs.failure
+                      : absl::StrCat(name, ": ", theirs.failure);
+        bad_configuration = theirs.bad_configuration;
+      }
+      if (!result->final_test_accuracy.has_value()) {
+        result->final_test_accuracy = theirs.final_test_accuracy;
+      }
+      for (const std::string& line : theirs.processes) {
+        result->notes.push_back(absl::StrCat(name, ": ", line));
+      }
+    }
+    if (!failure.empty() && result->status.ok()) {
+      result->status = absl::AbortedError(failure);
+      result->bad_configuration = bad_configuration;
+    }
+  }
+}
+
+}  // namespace ps

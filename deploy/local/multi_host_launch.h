@@ -1,0 +1,130 @@
+#ifndef PS_DEPLOY_LOCAL_MULTI_HOST_LAUNCH_H_
+#define PS_DEPLOY_LOCAL_MULTI_HOST_LAUNCH_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "deploy/local/host_placement.h"
+#include "deploy/local/launch_config.h"
+#include "deploy/local/local_cluster.h"
+#include "deploy/local/rendezvous_client.h"
+#include "deploy/local/rendezvous_server.h"
+#include "deploy/local/rendezvous_state.h"
+#include "deploy/local/run_settings.h"
+
+namespace ps {
+
+// What a host's launcher brings to the job besides its LaunchConfig.
+struct HostSessionOptions {
+  HostPlacement placement;
+  // Where this host's servers listen and are reached.
+  std::string advertise_address;
+  // The job-defining flags' text, compared across hosts.
+  std::map<std::string, std::string> settings;
+  // 0: servers beside the workers; else hosts [0, server_hosts) run only
+  // servers (PlanHosts).
+  int server_hosts = 0;
+  // A host silent for this long is lost, and so is the rendezvous to the
+  // others.
+  absl::Duration host_timeout = absl::Seconds(10);
+  // How long to wait for every host to join.
+  absl::Duration rendezvous_timeout = absl::Minutes(5);
+};
+
+// One host's part in a job on several hosts, torchrun's way: the same
+// `launch` runs on each, host 0 also serves the rendezvous. Join() waits
+// for every host and hands this host its share (ranks, shards) and the
+// job's id; the cluster then exchanges the server list through it; while
+// the processes run, heartbeats carry the job's first failure to every
+// host (and a host that stops answering is such a failure); Finish()
+// reports this host's outcome, and on host 0 waits for every host's and
+// folds them into the result that its summary shows, naming the host of
+// each failure.
+//
+// Thread-safety: Join, Apply, Finish from the launcher's main thread; the
+// heartbeat thread calls `on_failure` (once); ExchangeServers from the
+// cluster's thread.
+class HostSession {
+ public:
+  // Errors: InvalidArgument for the job's configuration (flags that differ
+  // across hosts, a rendezvous that never answered: check --rendezvous),
+  // others when the job failed before it started.
+  static absl::StatusOr<std::unique_ptr<HostSession>> Join(
+      HostSessionOptions options, const LaunchConfig& config);
+  ~HostSession();
+  HostSession(const HostSession&) = delete;
+  HostSession& operator=(const HostSession&) = delete;
+
+  bool is_host_zero() const { return options_.placement.host_index == 0; }
+
+  // This host's share, servers' address and the job's id, into `config`.
+  void Apply(LaunchConfig* config) const;
+  // Sets `spec` to exchange server lists through the rendezvous, and its
+  // servers to wait for the job's workers (on every host) to finish.
+  void Configure(ClusterSpec* spec, absl::Duration startup_timeout);
+  // "host 1 of 2 (10.0.0.2): workers 2-3, server 1; rendezvous 10.0.0.1:29400"
+  std::string Line() const;
+
+  // Heartbeats until Finish; `on_failure` gets the job's failure (another
+  // host's, or the rendezvous lost) once.
+  void StartHeartbeats(std::function<void(std::string)> on_failure);
+  // Reports `result`; host 0 then waits for every host and merges them in:
+  // a failure is named by host, a lost host too, the other hosts'
+  // processes become notes.
+  void Finish(ClusterResult* result);
+
+ private:
+  HostSession(HostSessionOptions options,
+              std::unique_ptr<RendezvousState> state,
+              std::unique_ptr<RendezvousServer> server);
+  void Beat(std::function<void(std::string)> on_failure);
+  std::string Name(int host) const;
+
+  const HostSessionOptions options_;
+  // Host 0 only.
+  std::unique_ptr<RendezvousState> state_;
+  std::unique_ptr<RendezvousServer> server_;
+  RendezvousClient client_;
+  JobPlan plan_;
+  std::thread heartbeats_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The failure heartbeats delivered (this host's result then has it).
+  std::string told_failure_ ABSL_GUARDED_BY(mu_);
+};
+
+// The job-defining flags of `settings` that every host must share (paths
+// may differ per host), with the multi-host ones.
+std::map<std::string, std::string> SharedJobSettings(
+    const std::vector<std::pair<std::string, std::string>>& run_flags,
+    const std::map<std::string, std::string>& multi_host_flags);
+
+// A launch's multi-host settings from its flags (`given`: those on the
+// command line) and the scheduler's variables (`lookup`, std::getenv):
+// nullopt for a job on one host. InvalidArgument naming the flag for a bad
+// --num_hosts, --host_index, --rendezvous, --server_hosts (with the job's
+// worker and shard counts in `config`), --host_timeout,
+// --rendezvous_timeout or --advertise_address, and for what several hosts
+// do not do yet: --resume or --extend (`continues_a_run`), --auth. Without
+// --advertise_address, this host's address on the route to the
+// rendezvous.
+absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
+    const RunSettings& settings, const std::set<std::string>& given,
+    bool continues_a_run, const std::vector<std::string>& program,
+    const std::string& cwd, const LaunchConfig& config,
+    absl::FunctionRef<const char*(const char*)> lookup);
+
+}  // namespace ps
+
+#endif  // PS_DEPLOY_LOCAL_MULTI_HOST_LAUNCH_H_

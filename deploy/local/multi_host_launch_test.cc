@@ -1,0 +1,220 @@
+// HostSession on loopback: two "hosts" in one process, each a LocalCluster
+// of shell stand-ins, joined through a real rendezvous.
+
+#include "deploy/local/multi_host_launch.h"
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
+#include "deploy/local/local_cluster_testing.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+// A free port on loopback for host 0's rendezvous.
+int FreePort() {
+  RendezvousState state(RendezvousOptions{"", {}, *PlanHosts(1, 1, 1, 0)},
+                        absl::Now());
+  absl::StatusOr<std::unique_ptr<RendezvousServer>> probe =
+      RendezvousServer::Start("127.0.0.1:0", &state);
+  return probe.ok() ? (*probe)->port() : 0;
+}
+
+HostSessionOptions Options(int host, int port) {
+  HostSessionOptions options;
+  options.placement.num_hosts = 2;
+  options.placement.host_index = host;
+  options.placement.rendezvous = absl::StrCat("127.0.0.1:", port);
+  options.advertise_address = "127.0.0.1";
+  options.settings = {{"epochs", "1"}};
+  options.host_timeout = absl::Minutes(2);
+  options.rendezvous_timeout = absl::Minutes(2);
+  return options;
+}
+
+LaunchConfig Job() {
+  LaunchConfig config;
+  config.num_servers = 2;
+  config.num_workers = 2;
+  config.job_id = "job-host0";
+  return config;
+}
+
+struct HostRun {
+  absl::StatusOr<std::unique_ptr<HostSession>> session;
+  ClusterResult result;
+  std::vector<std::string> lines;
+};
+
+// Runs host `host`'s share: servers until `done` has 2 files, workers
+// running `worker_script` (then touching their done file).
+void RunHost(int host, int port, const std::string& done,
+             const std::string& worker_script, HostRun* run) {
+  run->session = HostSession::Join(Options(host, port), Job());
+  if (!run->session.ok()) return;
+  LaunchConfig config = Job();
+  (*run->session)->Apply(&config);
+  ClusterSpec spec =
+      ShellCluster(config.host_servers, {ServerUntilDone(done, 2)},
+                   config.host_workers, {WorkerThenDone(done, worker_script)});
+  spec.first_server = config.first_server;
+  spec.first_rank = config.first_rank;
+  // Stand-in servers write port 4000 + index on 127.0.0.1.
+  (*run->session)->Configure(&spec, absl::Minutes(1));
+  Output output;
+  LocalCluster cluster(std::move(spec), output.writer());
+  (*run->session)->StartHeartbeats([&cluster](std::string why) {
+    cluster.Abort(std::move(why));
+  });
+  run->result = cluster.Run();
+  (*run->session)->Finish(&run->result);
+  run->lines = output.lines();
+}
+
+TEST(HostSessionTest, TwoHostsRunTheirSharesAndHostZeroHasEveryOutcome) {
+  const int port = FreePort();
+  ASSERT_NE(port, 0);
+  const std::string done = DoneDir("two_hosts");
+  HostRun runs[2];
+  std::thread other(
+      [&] { RunHost(1, port, done, "echo servers $1", &runs[1]); });
+  RunHost(0, port, done, "echo 'final test accuracy: 0.75'", &runs[0]);
+  other.join();
+  for (const HostRun& run : runs) {
+    ASSERT_TRUE(run.session.ok()) << run.session.status();
+    EXPECT_TRUE(run.result.status.ok()) << run.result.status;
+  }
+  EXPECT_EQ((*runs[0].session)->Line(),
+            "host 0 (127.0.0.1) of 2 (flags): worker 0, server 0; "
+            "rendezvous at 127.0.0.1:" +
+                absl::StrCat(port) + " (served here); job job-host0");
+  EXPECT_THAT(runs[1].lines,
+              Contains("[worker 1] servers 127.0.0.1:4000,127.0.0.1:4001"));
+  EXPECT_EQ(runs[0].result.final_test_accuracy, 0.75);
+  EXPECT_THAT(runs[0].result.notes,
+              Contains("host 1 (127.0.0.1): worker 1: exited with code 0"));
+}
+
+TEST(HostSessionTest, AFailureOnOneHostEndsBothAndHostZeroNamesIt) {
+  const int port = FreePort();
+  ASSERT_NE(port, 0);
+  const std::string done = DoneDir("host_fails");
+  HostRun runs[2];
+  std::thread other(
+      [&] { RunHost(1, port, done, "echo 'out of luck'; exit 1", &runs[1]); });
+  // Host 0's worker would wait for ever: only the failure ends it.
+  RunHost(0, port, done, "exec sleep 1000", &runs[0]);
+  other.join();
+  ASSERT_TRUE(runs[0].session.ok()) << runs[0].session.status();
+  EXPECT_EQ(runs[0].result.ExitCode(), kExitFailed);
+  EXPECT_THAT(runs[0].result.status.message(),
+              HasSubstr("host 1 (127.0.0.1): worker 1 exited with code 1: "
+                        "out of luck"));
+  EXPECT_THAT(runs[1].result.status.message(),
+              HasSubstr("host 1 (127.0.0.1): worker 1 exited with code 1"));
+}
+
+TEST(HostSessionTest, SharedSettingsLeavePathsToEachHost) {
+  const std::map<std::string, std::string> shared = SharedJobSettings(
+      {{"epochs", "2"}, {"data_dir", "/a"}, {"checkpoint_dir", "/b"}},
+      {{"num_hosts", "2"}});
+  EXPECT_EQ(shared, (std::map<std::string, std::string>{{"epochs", "2"},
+                                                        {"num_hosts", "2"}}));
+}
+
+// The launcher's flags that HostOptionsFromSettings reads, with launch's
+// defaults, set as `given` says.
+RunSettings HostFlags(const std::map<std::string, std::string>& given) {
+  using Type = RunSettings::Type;
+  RunSettings settings;
+  settings.Define("num_hosts", Type::kInt, "1");
+  settings.Define("host_index", Type::kInt, "0");
+  settings.Define("rendezvous", Type::kString, "");
+  settings.Define("advertise_address", Type::kString, "");
+  settings.Define("server_hosts", Type::kInt, "0");
+  settings.Define("host_timeout", Type::kDuration, "10s");
+  settings.Define("rendezvous_timeout", Type::kDuration, "5m");
+  settings.Define("max_restarts", Type::kInt, "3");
+  settings.Define("auth", Type::kString, "none");
+  settings.Define("epochs", Type::kInt, "10");
+  settings.Define("data_dir", Type::kString, "/data");
+  for (const auto& [name, value] : given) {
+    EXPECT_TRUE(settings.Set(name, value).ok()) << name;
+  }
+  return settings;
+}
+
+absl::StatusOr<std::optional<HostSessionOptions>> FromFlags(
+    const std::map<std::string, std::string>& flags,
+    bool continues_a_run = false) {
+  std::set<std::string> given;
+  for (const auto& [name, value] : flags) given.insert(name);
+  return HostOptionsFromSettings(
+      HostFlags(flags), given, continues_a_run, {}, "/cwd", Job(),
+      [](const char*) -> const char* { return nullptr; });
+}
+
+const std::map<std::string, std::string> kTwoHosts = {
+    {"num_hosts", "2"},
+    {"host_index", "1"},
+    {"rendezvous", "127.0.0.1:29400"},
+    {"advertise_address", "10.0.0.2"}};
+
+TEST(HostOptionsTest, OneHostIsNoSession) {
+  absl::StatusOr<std::optional<HostSessionOptions>> options = FromFlags({});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_FALSE(options->has_value());
+}
+
+TEST(HostOptionsTest, TwoHostsShareTheJobFlagsButNotThePaths) {
+  absl::StatusOr<std::optional<HostSessionOptions>> options =
+      FromFlags(kTwoHosts);
+  ASSERT_TRUE(options.ok()) << options.status();
+  ASSERT_TRUE(options->has_value());
+  const HostSessionOptions& host = **options;
+  EXPECT_EQ(host.placement.host_index, 1);
+  EXPECT_EQ(host.advertise_address, "10.0.0.2");
+  EXPECT_EQ(host.settings.at("epochs"), "10");
+  EXPECT_EQ(host.settings.at("num_hosts"), "2");
+  EXPECT_EQ(host.settings.count("data_dir"), 0u);
+  EXPECT_EQ(host.host_timeout, absl::Seconds(10));
+}
+
+TEST(HostOptionsTest, WhatSeveralHostsDoNotDoIsRefusedNamingTheFlag) {
+  auto with = [](std::string name, std::string value) {
+    std::map<std::string, std::string> flags = kTwoHosts;
+    flags[name] = value;
+    return FromFlags(flags).status();
+  };
+  EXPECT_THAT(with("host_timeout", "0s").message(),
+              HasSubstr("--host_timeout must be positive"));
+  EXPECT_THAT(with("rendezvous_timeout", "-1s").message(),
+              HasSubstr("--rendezvous_timeout must be positive"));
+  EXPECT_THAT(with("auth", "tls").message(), HasSubstr("--auth"));
+  EXPECT_THAT(with("advertise_address", "a b").message(),
+              HasSubstr("--advertise_address must be"));
+  EXPECT_THAT(with("server_hosts", "2").message(),
+              HasSubstr("--server_hosts must be in"));
+  EXPECT_THAT(FromFlags(kTwoHosts, /*continues_a_run=*/true).status().message(),
+              HasSubstr("--resume and --extend"));
+  for (const absl::Status& status :
+       {with("host_timeout", "0s"), with("auth", "tls")}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,216 @@
+// The same `launch` on each test host, joined through host 0's rendezvous
+// (deploy/local/multi_host_launch.h): the main job, cut short, with server
+// shards beside the workers and on hosts of their own, and a host whose
+// launcher is SIGKILLed mid-run, which host 0 reports by name (and host 0
+// killed, which the others report). Results are
+// read from host 0's run directory (run.txt) and the exit codes.
+// Skips (saying why) where network namespaces cannot be made.
+
+#include <signal.h>
+
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/exit_codes.h"
+#include "common/subprocess.h"
+#include "deploy/local/run_directory.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster_runner.h"
+#include "tests/hosts/test_hosts.h"
+
+namespace ps::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr int64_t kGbit = 1000 * 1000 * 1000;
+// Bounds a hang only: each job takes seconds.
+constexpr absl::Duration kTimeout = absl::Seconds(400);
+
+std::string Rendezvous(const TestHosts& hosts) {
+  return absl::StrCat(hosts.address(0), ":29400");
+}
+
+// Starts host `host`'s launcher of a job on every host of `hosts`.
+std::unique_ptr<Subprocess> StartHost(const TestHosts& hosts, int host,
+                                      const std::string& run_dir,
+                                      std::vector<std::string> extra) {
+  std::vector<std::string> argv = {
+      RunfilePath("deploy/local/launch"),
+      absl::StrCat("--server_binary=", RunfilePath("server/server")),
+      absl::StrCat("--worker_binary=", RunfilePath("worker/worker")),
+      absl::StrCat("--num_hosts=", hosts.size()),
+      absl::StrCat("--host_index=", host),
+      absl::StrCat("--rendezvous=", Rendezvous(hosts)),
+      "--num_workers=2",
+      "--num_servers=2",
+      "--epochs=1",
+      "--batch_size=32",
+      "--optimizer=sgd",
+      "--learning_rate=0.05",
+      "--device=cpu",
+      "--log_every=20",
+      "--output=stream",
+      absl::StrCat("--run_dir=", run_dir)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  SubprocessOptions options =
+      TestProcessOptions(absl::StrCat("host ", host), std::move(argv));
+  options.output_drain_timeout = absl::Seconds(30);
+  absl::StatusOr<std::unique_ptr<Subprocess>> child =
+      hosts.Start(host, std::move(options));
+  EXPECT_TRUE(child.ok()) << child.status();
+  return child.ok() ? *std::move(child) : nullptr;
+}
+
+RunRecord ReadRun(const std::string& run_dir) {
+  std::ifstream in(absl::StrCat(run_dir, "/run.txt"));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<RunRecord> record = ParseRunRecord(text.str());
+  EXPECT_TRUE(record.ok()) << run_dir << ": " << record.status();
+  return record.ok() ? *record : RunRecord{};
+}
+
+double AccuracyOf(const RunRecord& record) {
+  constexpr absl::string_view kPrefix = "final test accuracy ";
+  double value = 0;
+  if (!absl::StartsWith(record.outcome, kPrefix) ||
+      !absl::SimpleAtod(record.outcome.substr(kPrefix.size()), &value)) {
+    ADD_FAILURE() << "no accuracy in the outcome '" << record.outcome << "'";
+  }
+  return value;
+}
+
+// Runs the short job on every host; returns each host's run directory.
+std::vector<std::string> RunJob(const TestHosts& hosts,
+                                std::vector<std::string> extra,
+                                const std::string& name) {
+  std::vector<std::string> run_dirs;
+  std::vector<std::unique_ptr<Subprocess>> launchers;
+  // Host 0 last: the others wait for its rendezvous.
+  for (int host = hosts.size() - 1; host >= 0; --host) {
+    run_dirs.insert(run_dirs.begin(),
+                    TempPath(absl::StrCat(name, "-host", host)));
+    launchers.insert(launchers.begin(),
+                     StartHost(hosts, host, run_dirs.front(), extra));
+    if (launchers.front() == nullptr) return {};
+  }
+  for (int host = 0; host < hosts.size(); ++host) {
+    const std::optional<ExitStatus> exit = launchers[host]->WaitFor(kTimeout);
+    EXPECT_TRUE(exit.has_value()) << "host " << host << "'s launch still runs";
+    if (exit.has_value()) {
+      EXPECT_TRUE(exit->success())
+          << "host " << host << "'s launch " << exit->ToString();
+    }
+  }
+  return run_dirs;
+}
+
+class MultiHostLaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
+      GTEST_SKIP() << "no test hosts on this machine: " << why;
+    }
+  }
+};
+
+TEST_F(MultiHostLaunchTest, ServersBesideTheWorkersOnTwoHosts) {
+  absl::StatusOr<std::unique_ptr<TestHosts>> made = TestHosts::Create(2, kGbit);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const std::vector<std::string> run_dirs =
+      RunJob(**made, {"--max_steps=40"}, "colocated");
+  ASSERT_EQ(run_dirs.size(), 2u);
+  const RunRecord host0 = ReadRun(run_dirs[0]);
+  EXPECT_EQ(host0.state, "finished");
+  EXPECT_GT(AccuracyOf(host0), 0.3);
+  EXPECT_EQ(ReadRun(run_dirs[1]).state, "finished");
+  // Every host ran under the job id host 0 handed out.
+  EXPECT_EQ(ReadRun(run_dirs[1]).job_id, host0.job_id);
+}
+
+TEST_F(MultiHostLaunchTest, ServersOnHostsOfTheirOwn) {
+  absl::StatusOr<std::unique_ptr<TestHosts>> made = TestHosts::Create(4, kGbit);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const std::vector<std::string> run_dirs =
+      RunJob(**made, {"--max_steps=40", "--server_hosts=2"}, "own");
+  ASSERT_EQ(run_dirs.size(), 4u);
+  // Rank 0 ran on host 2; host 0 (servers only) has its accuracy.
+  const RunRecord host0 = ReadRun(run_dirs[0]);
+  EXPECT_EQ(host0.state, "finished");
+  EXPECT_GT(AccuracyOf(host0), 0.3);
+  for (int host = 1; host < 4; ++host) {
+    EXPECT_EQ(ReadRun(run_dirs[host]).state, "finished") << host;
+  }
+}
+
+TEST_F(MultiHostLaunchTest, AKilledHostsLauncherIsNamedByHostZero) {
+  absl::StatusOr<std::unique_ptr<TestHosts>> made = TestHosts::Create(2, kGbit);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const TestHosts& hosts = **made;
+  // Long enough never to finish before the kill.
+  const std::vector<std::string> extra = {"--max_steps=1000000", "--epochs=100",
+                                          "--host_timeout=3s",
+                                          "--max_restarts=0"};
+  const std::string run0 = TempPath("killed-host0");
+  std::unique_ptr<Subprocess> host1 =
+      StartHost(hosts, 1, TempPath("killed-host1"), extra);
+  ASSERT_NE(host1, nullptr);
+  std::unique_ptr<Subprocess> host0 = StartHost(hosts, 0, run0, extra);
+  ASSERT_NE(host0, nullptr);
+  // Mid-run: once worker 1 has logged training steps.
+  ASSERT_TRUE(host1->WaitForOutputLine("[worker 1]", kTimeout).ok());
+  ASSERT_TRUE(host1->WaitForOutputLine(" step 20/", kTimeout).ok());
+  ASSERT_TRUE(host1->Kill(SIGKILL).ok());
+
+  const std::optional<ExitStatus> exit = host0->WaitFor(kTimeout);
+  ASSERT_TRUE(exit.has_value()) << "host 0's launch hangs";
+  EXPECT_TRUE(exit->exited());
+  EXPECT_EQ(exit->exit_code(), kExitFailed);
+  const RunRecord record = ReadRun(run0);
+  EXPECT_EQ(record.state, "failed");
+  EXPECT_THAT(record.outcome,
+              StartsWith(absl::StrCat("host 1 (", hosts.address(1), ")")));
+  EXPECT_THAT(record.outcome, HasSubstr("stopped answering"));
+}
+
+TEST_F(MultiHostLaunchTest, AKilledHostZeroIsNamedByTheOthers) {
+  absl::StatusOr<std::unique_ptr<TestHosts>> made = TestHosts::Create(2, kGbit);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const TestHosts& hosts = **made;
+  const std::vector<std::string> extra = {"--max_steps=1000000", "--epochs=100",
+                                          "--host_timeout=3s",
+                                          "--max_restarts=0"};
+  const std::string run1 = TempPath("killed0-host1");
+  std::unique_ptr<Subprocess> host1 = StartHost(hosts, 1, run1, extra);
+  ASSERT_NE(host1, nullptr);
+  std::unique_ptr<Subprocess> host0 =
+      StartHost(hosts, 0, TempPath("killed0-host0"), extra);
+  ASSERT_NE(host0, nullptr);
+  ASSERT_TRUE(host1->WaitForOutputLine(" step 20/", kTimeout).ok());
+  ASSERT_TRUE(host0->Kill(SIGKILL).ok());
+
+  const std::optional<ExitStatus> exit = host1->WaitFor(kTimeout);
+  ASSERT_TRUE(exit.has_value()) << "host 1's launch hangs";
+  EXPECT_TRUE(exit->exited());
+  EXPECT_EQ(exit->exit_code(), kExitFailed);
+  const RunRecord record = ReadRun(run1);
+  EXPECT_EQ(record.state, "failed");
+  EXPECT_THAT(record.outcome,
+              StartsWith(absl::StrCat(
+                  "host 0 (", hosts.address(0), "), the rendezvous at ",
+                  Rendezvous(hosts), ", stopped answering")));
+}
+
+}  // namespace
+}  // namespace ps::testing
