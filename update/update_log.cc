@@ -181,12 +181,35 @@ absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Create(
 
 absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Reopen(
     const std::string& path, uint64_t valid_bytes, bool fsync) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open", path);
-  if (::ftruncate(fd, static_cast<off_t>(valid_bytes)) != 0 ||
-      ::lseek(fd, 0, SEEK_END) < 0) {
-    absl::Status s = ErrnoError("cannot cut the torn tail of", path);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return ErrnoError("cannot open", path);
+    bytes.resize(valid_bytes);
+    if (!in.read(bytes.data(), static_cast<std::streamsize>(valid_bytes))) {
+      return ErrnoError("cannot read", path);
+    }
+  }
+  // Written anew and renamed over it rather than appended to in place: the
+  // file may have other names (a launcher's copy of the checkpoints made
+  // with hard links), which must keep what they hold.
+  const std::string tmp = path + ".tmp";
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", tmp);
+  absl::Status s = WriteParts(fd, {{bytes.data(), bytes.size()}}, tmp);
+  if (s.ok() && fsync && ::fdatasync(fd) != 0) {
+    s = ErrnoError("cannot fsync", tmp);
+  }
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = ErrnoError("cannot rename to", path);
+  }
+  if (s.ok() && fsync) {
+    s = SyncDirectory(std::filesystem::path(path).parent_path().string());
+  }
+  if (!s.ok()) {
     ::close(fd);
+    ::unlink(tmp.c_str());
     return s;
   }
   return std::unique_ptr<UpdateLogWriter>(new UpdateLogWriter(path, fd, fsync));

@@ -76,8 +76,10 @@ class UpdateLogWriter {
   static absl::StatusOr<std::unique_ptr<UpdateLogWriter>> Create(
       const std::string& dir, int server_index, uint64_t start_version,
       absl::Span<const LogEntry* const> initial, bool fsync);
-  // Opens an existing log file to append after its first `valid_bytes`
-  // bytes (what ReadUpdateLog found whole: a torn record is cut off).
+  // Goes on with an existing log file after its first `valid_bytes` bytes
+  // (what ReadUpdateLog found whole: a torn record is cut off). Those bytes
+  // are written to a new file renamed over `path`, so that other names of
+  // the old file (hard links) keep what they held.
   static absl::StatusOr<std::unique_ptr<UpdateLogWriter>> Reopen(
       const std::string& path, uint64_t valid_bytes, bool fsync);
   ~UpdateLogWriter();

@@ -150,6 +150,23 @@ TEST_F(UpdateLogTest, ReopenCutsTheTornTailAndAppends) {
   EXPECT_EQ(read->torn_bytes, 0u);
 }
 
+TEST_F(UpdateLogTest, ReopenLeavesOtherNamesOfTheFileAsTheyWere) {
+  const std::string path = WriteLog(5, {"first"});
+  const std::string link = dir_ + "/kept-copy";
+  std::filesystem::create_hard_link(path, link);
+  const uintmax_t size = std::filesystem::file_size(link);
+  absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
+  ASSERT_TRUE(read.ok());
+  absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
+      UpdateLogWriter::Reopen(path, read->valid_bytes, false);
+  ASSERT_TRUE(writer.ok());
+  LogEntry second = MakeLogEntry("second");
+  ASSERT_TRUE((*writer)->Append({&second}).ok());
+  EXPECT_EQ(std::filesystem::file_size(link), size);
+  EXPECT_EQ(ReadUpdateLog(path, 3)->records,
+            (std::vector<std::string>{"first", "second"}));
+}
+
 TEST_F(UpdateLogTest, ListsOldestFirstAndPrunes) {
   WriteLog(200, {});
   WriteLog(0, {});
