@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -55,17 +56,41 @@ class UniqueFd {
   int fd_;
 };
 
-// A connected pair of TCP sockets over 127.0.0.1.
-absl::Status ConnectLoopback(UniqueFd* writer, UniqueFd* reader) {
-  UniqueFd listener(socket(AF_INET, SOCK_STREAM, 0));
-  if (listener.get() < 0) return Errno("socket");
+// A listening TCP socket on `peer`'s address, port 0, made in its network
+// namespace: setns changes only the calling thread's, so a short-lived
+// thread makes the socket there.
+absl::Status ListenAt(const TcpPeer& peer, UniqueFd* listener) {
+  if (peer.netns_fd < 0) {
+    *listener = UniqueFd(socket(AF_INET, SOCK_STREAM, 0));
+    return listener->get() < 0 ? Errno("socket") : absl::OkStatus();
+  }
+  absl::Status status;
+  std::thread([&] {
+    if (setns(peer.netns_fd, CLONE_NEWNET) != 0) {
+      status = Errno("setns to the peer's network namespace");
+      return;
+    }
+    *listener = UniqueFd(socket(AF_INET, SOCK_STREAM, 0));
+    if (listener->get() < 0) status = Errno("socket");
+  }).join();
+  return status;
+}
+
+// A connected pair of TCP sockets, `reader` on `peer`'s side.
+absl::Status ConnectPair(const TcpPeer& peer, UniqueFd* writer,
+                         UniqueFd* reader) {
+  UniqueFd listener;
+  if (absl::Status s = ListenAt(peer, &listener); !s.ok()) return s;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (inet_pton(AF_INET, peer.address.c_str(), &addr.sin_addr) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not an IPv4 address: '", peer.address, "'"));
+  }
   addr.sin_port = 0;
   if (bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) !=
       0) {
-    return Errno("bind 127.0.0.1:0");
+    return Errno(absl::StrCat("bind ", peer.address, ":0"));
   }
   if (listen(listener.get(), 1) != 0) return Errno("listen");
   socklen_t len = sizeof(addr);
@@ -77,7 +102,7 @@ absl::Status ConnectLoopback(UniqueFd* writer, UniqueFd* reader) {
   if (client.get() < 0) return Errno("socket");
   if (connect(client.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) !=
       0) {
-    return Errno("connect to 127.0.0.1");
+    return Errno(absl::StrCat("connect to ", peer.address));
   }
   UniqueFd server(accept(listener.get(), nullptr, nullptr));
   if (server.get() < 0) return Errno("accept");
@@ -341,13 +366,14 @@ absl::StatusOr<Measurement> MeasureMemcpy(const MeasureOptions& options,
   return m;
 }
 
-absl::StatusOr<Measurement> MeasureTcpStream(
-    const MeasureOptions& options, uint64_t size,
-    absl::Span<const int> reader_cpus) {
+absl::StatusOr<Measurement> MeasureTcpStream(const MeasureOptions& options,
+                                             uint64_t size,
+                                             absl::Span<const int> reader_cpus,
+                                             const TcpPeer& peer) {
   if (size == 0) return absl::InvalidArgumentError("size must be positive");
   UniqueFd writer;
   UniqueFd reader_fd;
-  if (absl::Status s = ConnectLoopback(&writer, &reader_fd); !s.ok()) {
+  if (absl::Status s = ConnectPair(peer, &writer, &reader_fd); !s.ok()) {
     return s;
   }
   const std::vector<char> data(size, 7);
@@ -369,18 +395,20 @@ absl::StatusOr<Measurement> MeasureTcpStream(
 
 absl::StatusOr<Measurement> MeasureTcpRequestResponse(
     const MeasureOptions& options, uint64_t size,
-    absl::Span<const int> peer_cpus) {
+    absl::Span<const int> peer_cpus, const TcpPeer& peer) {
   if (size == 0) return absl::InvalidArgumentError("size must be positive");
   UniqueFd client;
   UniqueFd peer_fd;
-  if (absl::Status s = ConnectLoopback(&client, &peer_fd); !s.ok()) return s;
+  if (absl::Status s = ConnectPair(peer, &client, &peer_fd); !s.ok()) {
+    return s;
+  }
   // Small requests go out at once, as gRPC sends them.
   const int one = 1;
   setsockopt(client.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   setsockopt(peer_fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   std::vector<char> request(size, 7);
   std::vector<char> response(size);
-  EchoPeer peer(peer_fd.get(), size,
+  EchoPeer echo(peer_fd.get(), size,
                 std::vector<int>(peer_cpus.begin(), peer_cpus.end()));
   absl::StatusOr<Measurement> m = MeasureRounds(options, 2 * size, [&] {
     if (absl::Status s = WriteAll(client.get(), request.data(), size);
@@ -390,7 +418,7 @@ absl::StatusOr<Measurement> MeasureTcpRequestResponse(
     return ReadAll(client.get(), response.data(), size);
   });
   shutdown(client.get(), SHUT_WR);
-  absl::Status peer_status = peer.Join();
+  absl::Status peer_status = echo.Join();
   if (m.ok() && !peer_status.ok()) return peer_status;
   return m;
 }

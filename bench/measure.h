@@ -2,6 +2,7 @@
 #define PS_BENCH_MEASURE_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -74,13 +75,23 @@ absl::StatusOr<Measurement> MeasureRounds(
 absl::StatusOr<Measurement> MeasureMemcpy(const MeasureOptions& options,
                                           uint64_t size);
 
+// Where the TCP baselines' receiving end listens: by default 127.0.0.1 in
+// the caller's network namespace; across test hosts another host's address,
+// its listening socket made in that host's network namespace (the rest of
+// the baseline stays in the caller's, so the bytes cross the link).
+struct TcpPeer {
+  std::string address = "127.0.0.1";
+  // An open /run/netns/NAME (not owned; must outlive the call), or -1.
+  int netns_fd = -1;
+};
+
 // Streams `size` bytes a round through one TCP connection over 127.0.0.1:
 // this thread writes, another (on `reader_cpus`, empty: any) reads into a
 // buffer of `size` bytes; a round ends when the reader has everything. The
 // kernel's loopback limit, without gRPC or protobuf.
 absl::StatusOr<Measurement> MeasureTcpStream(
     const MeasureOptions& options, uint64_t size,
-    absl::Span<const int> reader_cpus = {});
+    absl::Span<const int> reader_cpus = {}, const TcpPeer& peer = {});
 
 // One request of `size` bytes and its response of `size` bytes a round,
 // over one TCP connection on 127.0.0.1 (TCP_NODELAY) to a peer thread (on
@@ -88,7 +99,7 @@ absl::StatusOr<Measurement> MeasureTcpStream(
 // exchange a small push+pull makes, without gRPC. 2 x size a round.
 absl::StatusOr<Measurement> MeasureTcpRequestResponse(
     const MeasureOptions& options, uint64_t size,
-    absl::Span<const int> peer_cpus = {});
+    absl::Span<const int> peer_cpus = {}, const TcpPeer& peer = {});
 
 }  // namespace ps::bench
 

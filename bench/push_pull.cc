@@ -36,6 +36,9 @@ absl::StatusOr<Shards> StartShards(const PushPullOptions& options) {
     const std::string port_file = absl::StrCat(
         options.work_dir, "/shard", i, "_of_", options.num_servers, ".port");
     unlink(port_file.c_str());  // A stale file would name a dead port.
+    const std::string host = options.shard_hosts.empty()
+                                 ? std::string("127.0.0.1")
+                                 : options.shard_hosts[i];
     SubprocessOptions sub;
     sub.argv = {options.server_binary,
                 absl::StrCat("--server_index=", i),
@@ -43,7 +46,7 @@ absl::StatusOr<Shards> StartShards(const PushPullOptions& options) {
                 "--num_workers=1",
                 "--mode=async",
                 absl::StrCat("--optimizer=", options.optimizer),
-                "--host=127.0.0.1",
+                absl::StrCat("--host=", host),
                 "--port=0",
                 absl::StrCat("--port_file=", port_file),
                 absl::StrCat("--local_transport=",
@@ -64,13 +67,14 @@ absl::StatusOr<Shards> StartShards(const PushPullOptions& options) {
     sub.name = absl::StrCat("server ", i);
     sub.max_kept_lines = 200;
     absl::StatusOr<std::unique_ptr<Subprocess>> process =
-        Subprocess::Start(std::move(sub));
+        options.start_shard ? options.start_shard(i, std::move(sub))
+                            : Subprocess::Start(std::move(sub));
     if (!process.ok()) return process.status();
     absl::StatusOr<int> port =
         WaitForPortFile(port_file, options.start_timeout, process->get());
     if (!port.ok()) return port.status();
     unlink(port_file.c_str());
-    shards.addresses.push_back(absl::StrCat("127.0.0.1:", *port));
+    shards.addresses.push_back(absl::StrCat(host, ":", *port));
     shards.processes.push_back(*std::move(process));
   }
   return shards;
@@ -110,6 +114,12 @@ absl::Status ValidateOptions(const PushPullOptions& options) {
   if (options.optimizer != "sgd" && options.optimizer != "adam") {
     return absl::InvalidArgumentError(absl::StrCat(
         "optimizer must be sgd or adam, got \"", options.optimizer, "\""));
+  }
+  if (!options.shard_hosts.empty() &&
+      options.shard_hosts.size() != static_cast<size_t>(options.num_servers)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.shard_hosts.size(), " shard hosts for ",
+                     options.num_servers, " servers"));
   }
   if (options.work_dir.empty()) {
     return absl::InvalidArgumentError("no work directory given");

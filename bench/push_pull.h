@@ -2,12 +2,15 @@
 #define PS_BENCH_PUSH_PULL_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "bench/measure.h"
+#include "common/subprocess.h"
 
 namespace ps::bench {
 
@@ -28,6 +31,14 @@ struct PushPullOptions {
   bool local_transport = true;
   // The shards' --cpus (empty: any CPU).
   std::vector<int> server_cpus;
+  // Across test hosts: shard i listens on shard_hosts[i] (an address of
+  // this machine's network namespaces) and is started by start_shard(i,
+  // ...), e.g. TestHosts::Start on its host. Empty / unset: 127.0.0.1 and
+  // Subprocess::Start.
+  std::vector<std::string> shard_hosts;
+  std::function<absl::StatusOr<std::unique_ptr<Subprocess>>(
+      int shard, SubprocessOptions options)>
+      start_shard;
   // Where the shards' port files go; must exist.
   std::string work_dir;
   // "on": the shards write checkpoints (--checkpoint_dir, a fresh one under

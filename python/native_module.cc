@@ -33,6 +33,7 @@
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
 #include "python/model_types.h"
+#include "python/native_collectives.h"
 #include "python/saved_models.h"
 #include "python/status_exceptions.h"
 
@@ -57,10 +58,14 @@ absl::Duration Seconds(double seconds) {
 // steps, so close() while a step is open leaves that step usable.
 class NativeClient {
  public:
-  explicit NativeClient(std::unique_ptr<ParameterClient> client, int rank)
-      : client_(std::move(client)), rank_(rank) {}
+  NativeClient(std::unique_ptr<ParameterClient> client, ClientOptions options)
+      : client_(std::move(client)),
+        rank_(options.rank),
+        options_(std::move(options)) {}
 
   int rank() const { return rank_; }
+  // What the client connected with (for the collectives' connection).
+  const ClientOptions& options() const { return options_; }
 
   Registration Declare(const std::vector<TensorSpec>& tensors,
                        uint64_t planned_steps, uint64_t seed,
@@ -207,6 +212,7 @@ class NativeClient {
   mutable absl::Mutex client_mu_;
   std::shared_ptr<ParameterClient> client_ ABSL_GUARDED_BY(client_mu_);
   const int rank_;
+  const ClientOptions options_;
 
   absl::Mutex fill_mu_;
   TensorValues weights_ ABSL_GUARDED_BY(fill_mu_);
@@ -340,7 +346,7 @@ std::unique_ptr<NativeClient> Connect(
     client = ParameterClient::Connect(options);
   }
   return std::make_unique<NativeClient>(ValueOrThrow(std::move(client)),
-                                        options.rank);
+                                        options);
 }
 
 void DefineClient(py::module_& m) {
@@ -434,6 +440,8 @@ void DefineClient(py::module_& m) {
           py::arg("epoch"), py::arg("examples_done"), py::arg("pull_after"),
           py::arg("learning_rate") = py::none())
       .def("barrier", &NativeClient::Barrier)
+      .def("collectives",
+           [](NativeClient& c) { return ConnectCollectives(c.options()); })
       .def("finish", &NativeClient::Finish)
       .def("close", &NativeClient::Close);
 
@@ -451,5 +459,6 @@ PYBIND11_MODULE(_native, m) {
   ps::DefineExceptions(m);
   ps::DefineModelTypes(m);
   ps::DefineClient(m);
+  ps::DefineCollectives(m);
   ps::DefineSavedModels(m);
 }

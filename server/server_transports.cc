@@ -27,11 +27,22 @@ ServiceOptions ServiceOptionsOf(const ServerConfig& config,
   return options;
 }
 
+CollectiveServiceOptions CollectiveOptionsOf(const ServerConfig& config) {
+  CollectiveServiceOptions options;
+  options.server_index = config.server_index;
+  options.num_workers = config.coordinator.num_workers;
+  options.job_id = config.job_id;
+  return options;
+}
+
 }  // namespace
 
 ServerTransports::ServerTransports(const ServerConfig& config, ShardHost* host,
                                    ServerMetrics* metrics)
-    : config_(config), service_(host, ServiceOptionsOf(config, metrics)) {
+    : config_(config),
+      collectives_(CollectiveOptionsOf(config)),
+      service_(host, ServiceOptionsOf(config, metrics)) {
+  collectives_.AddTo(*service_.stream_service());
   if (!config.local_transport) return;
   LocalStreamServerOptions options;
   options.max_connections = config.max_threads;

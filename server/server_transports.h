@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "server/collective_service.h"
 #include "server/grpc_server.h"
 #include "server/local_stream_server.h"
 #include "server/parameter_service.h"
@@ -14,7 +15,8 @@
 
 namespace ps::server {
 
-// How calls reach the shard: ParameterService's handlers, served over gRPC
+// How calls reach the shard: ParameterService's handlers (and the
+// collectives', server/collective_service.h), served over gRPC
 // (TCP, authenticated as the flags say) and, with --local_transport, to
 // workers on this host over the same-host transport (a Unix socket whose
 // name and secret the gRPC port hands to registered workers).
@@ -56,6 +58,9 @@ class ServerTransports {
 
  private:
   const ServerConfig& config_;
+  // Its method is served by service_'s streams: declared first, so it
+  // outlives them.
+  CollectiveService collectives_;
   ParameterService service_;
   // Declared after the service, whose handlers they run: destroyed first.
   std::unique_ptr<LocalStreamServer> local_;

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 PYTHON = "/usr/bin/python3"
 # A generous bound: a job here takes seconds; only a hang reaches it.
@@ -102,3 +103,36 @@ def _launch(args, expect_success):
 def report(value):
     """For programs: one RESULT line, flushed so that it precedes exit."""
     print("RESULT " + json.dumps(value), flush=True)
+
+
+def wait_for(path, processes, deadline_s=120):
+    """Until `path` exists; fails if a process exits first. Only a hang
+    reaches the deadline."""
+    deadline = time.monotonic() + deadline_s
+    while not os.path.exists(path):
+        for p in processes:
+            assert p.poll() is None, "%s exited: %s" % (p.args, p.returncode)
+        assert time.monotonic() < deadline, "no %s" % path
+        time.sleep(0.05)
+
+
+def start_server(tmp_path, num_workers, flags=()):
+    """One server of one shard, started without the launcher (which ends a
+    job when a worker dies), for tests that kill and restart workers
+    themselves: (process, port, log file). A rank killed is restarted, not
+    given up for dead, however slowly its new process starts."""
+    port_file = tmp_path / "port"
+    log = open(tmp_path / "log.txt", "w")
+    server = subprocess.Popen(
+        [runfile("server/server"), "--server_index=0", "--num_servers=1",
+         "--num_workers=%d" % num_workers, "--port=0", "--host=127.0.0.1",
+         "--port_file=%s" % port_file, "--worker_timeout=600s"] +
+        list(flags), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(port_file, [server])
+    except BaseException:
+        server.kill()
+        server.wait()
+        log.close()
+        raise
+    return server, int(port_file.read_text()), log

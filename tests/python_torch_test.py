@@ -9,7 +9,6 @@ rounding: a dropped, doubled or unweighted push lands far outside it.
 
 import os
 import subprocess
-import time
 
 import numpy as np
 import pytest
@@ -211,39 +210,19 @@ def test_auto_placement_steps_on_the_workers_in_sync_mode_only(tmp_path):
     assert "--mode=async" in line, line
 
 
-def wait_for(path, processes, deadline_s=120):
-    """Until `path` exists; fails if a process exits first. Only a hang
-    reaches the deadline."""
-    deadline = time.monotonic() + deadline_s
-    while not os.path.exists(path):
-        for p in processes:
-            assert p.poll() is None, "%s exited: %s" % (p.args, p.returncode)
-        assert time.monotonic() < deadline, "no %s" % path
-        time.sleep(0.05)
-
-
 def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
     """Without the launcher (which ends a job when a worker dies): a server
     started without optimizer flags (it takes the declared SGD) and two
     workers started here. Rank 1 is killed before step 12 and restarted;
     its epoch loop resumes at epoch 2's third step (5 steps an epoch), and
     the job ends as single-process PyTorch does."""
-    port_file = tmp_path / "port"
-    log = open(tmp_path / "log.txt", "w")
-    server = subprocess.Popen(
-        [python_launch.runfile("server/server"), "--server_index=0",
-         "--num_servers=1", "--num_workers=2", "--port=0",
-         "--host=127.0.0.1", "--port_file=%s" % port_file, "--mode=sync",
-         # Rank 1 is restarted, not given up for dead, however slowly
-         # its new process starts.
-         "--worker_timeout=600s"],
-        stdout=log, stderr=subprocess.STDOUT)
+    server, port, log = python_launch.start_server(tmp_path, 2,
+                                                   ["--mode=sync"])
     workers = []
     try:
-        wait_for(port_file, [server])
         env = dict(os.environ, PS_NUM_WORKERS="2", PS_LOCAL_NUM_WORKERS="2",
                    PS_NUM_SERVERS="1", OMP_NUM_THREADS="1",
-                   PS_SERVERS="127.0.0.1:%d" % int(port_file.read_text()))
+                   PS_SERVERS="127.0.0.1:%d" % port)
 
         def start(rank):
             return subprocess.Popen(
@@ -253,7 +232,7 @@ def test_a_killed_worker_restarts_where_it_stopped(tmp_path):
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
         workers = [start(0), start(1)]
-        wait_for(tmp_path / "stopped", workers + [server])
+        python_launch.wait_for(tmp_path / "stopped", workers + [server])
         workers[1].kill()
         workers[1].wait()
         workers[1] = start(1)

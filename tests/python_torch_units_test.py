@@ -302,6 +302,24 @@ def test_backward_passes_per_step_below_one_is_refused():
 
 # -- _runtime and the package -----------------------------------------------
 
+# What the package added to torch.py's names, from Horovod's
+# horovod/torch/__init__.py (some of them refuse, naming what to use).
+_HOROVOD_NAMES = [
+    "cross_rank", "cross_size", "mpi_built", "mpi_enabled",
+    "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built",
+    "ddl_built", "ccl_built", "cuda_built", "rocm_built", "start_timeline",
+    "stop_timeline", "Compression", "ProcessSet", "add_process_set",
+    "remove_process_set", "allreduce", "allreduce_", "allreduce_async",
+    "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
+    "grouped_allreduce_async", "grouped_allreduce_async_",
+    "sparse_allreduce_async", "allgather", "allgather_async",
+    "grouped_allgather", "grouped_allgather_async", "broadcast",
+    "broadcast_", "broadcast_async", "broadcast_async_", "alltoall",
+    "alltoall_async", "reducescatter", "reducescatter_async",
+    "grouped_reducescatter", "grouped_reducescatter_async", "join",
+    "barrier", "poll", "synchronize", "broadcast_object", "allgather_object",
+    "broadcast_optimizer_state", "SyncBatchNorm"]
+
 
 def test_before_init_the_calls_say_so():
     assert not ps.is_initialized()
@@ -314,13 +332,21 @@ def test_before_init_the_calls_say_so():
     ps.shutdown()  # Nothing to do, no error.
 
 
+# Horovod's constants: not callable.
+_CONSTANTS = ["Average", "Sum", "Min", "Max", "Adasum", "Product",
+              "global_process_set"]
+
+
 def test_the_package_exports_what_torch_py_did():
     assert sorted(ps.__all__) == sorted([
         "init", "is_initialized", "rank", "size", "local_rank", "local_size",
         "mode", "broadcast_parameters", "DistributedOptimizer", "shutdown",
-        "save_model", "load_model"])
+        "save_model", "load_model"] + _HOROVOD_NAMES + _CONSTANTS)
     for name in ps.__all__:
-        assert callable(getattr(ps, name)), name
+        if name in _CONSTANTS:
+            assert getattr(ps, name) is not None, name
+        else:
+            assert callable(getattr(ps, name)), name
     with pytest.raises(AttributeError):
         ps.no_such_name  # noqa: B018
 
@@ -373,6 +399,37 @@ def test_every_missing_variable_is_named_at_once(monkeypatch):
     for name in ("PS_NUM_WORKERS", "PS_LOCAL_NUM_WORKERS", "PS_LOCAL_RANK",
                  "PS_NUM_SERVERS", "PS_SERVERS"):
         assert "$" + name in message
+
+
+# -- Horovod's names that need no servers -------------------------------------
+
+
+def test_unsupported_horovod_calls_refuse_at_once_naming_the_alternative():
+    import torch
+    for call, args, kwargs, advice in [
+            (ps.allreduce, (torch.ones(1),), {"op": ps.Adasum}, "Average"),
+            (ps.allreduce, (torch.ones(1),), {"op": ps.Product}, "Sum"),
+            (ps.alltoall, (torch.ones(1),), {}, "allgather"),
+            (ps.reducescatter, (torch.ones(1),), {}, "allreduce"),
+            (ps.SyncBatchNorm, (4,), {}, "BatchNorm"),
+            (ps.start_timeline, ("t.json",), {}, "Prometheus"),
+            (ps.add_process_set, ([0, 1],), {}, "every rank"),
+            (ps.ProcessSet, ([0],), {}, "join()")]:
+        with pytest.raises(NotImplementedError, match=advice):
+            call(*args, **kwargs)
+    assert not any(f() for f in (ps.nccl_built, ps.mpi_built, ps.gloo_built))
+
+
+def test_fp16_compression_rounds_to_half_and_back():
+    import torch
+    t = torch.tensor([1.0 + 2 ** -12, 3.0], dtype=torch.float32)
+    compressed, ctx = ps.Compression.fp16.compress(t)
+    assert compressed.dtype == torch.float16
+    back = ps.Compression.fp16.decompress(compressed, ctx)
+    assert back.dtype == torch.float32
+    assert back.tolist() == [1.0, 3.0]  # 2**-12 is below half's precision.
+    same, ctx = ps.Compression.none.compress(t)
+    assert same is t and ps.Compression.none.decompress(same, ctx) is t
 
 
 class _ClientBeforeDeclaring:

@@ -171,6 +171,7 @@ class Client:
         self.cursor = (0, 0)
         self._weights = []
         self._ids = {}
+        self._collectives = None
 
     @property
     def rank(self):
@@ -299,12 +300,29 @@ class Client:
         """Waits for every live rank's barrier."""
         self._native.barrier()
 
+    def collectives(self):
+        """The job's collectives, served by the same servers on a
+        connection of their own (client/collectives.h), with or without a
+        declared model: ``allreduce(name, op, array)`` (op 0 sum, 1
+        average, 2 min, 3 max), ``allgather(name, array)`` -> (rows, first
+        dimension per rank), ``broadcast(name, root_rank, array)``,
+        ``broadcast_bytes(name, root_rank, data)``, ``barrier()``,
+        ``join()`` -> last rank to join, and ``start_allreduce``,
+        ``start_allgather``, ``start_broadcast``, whose handle has
+        ``done()`` and ``wait()``. Float32 NumPy arrays in, new arrays out;
+        an empty name is the kind's default. Connected once, on first use.
+        """
+        if self._collectives is None:
+            self._collectives = self._native.collectives()
+        return self._collectives
+
     def finish(self):
         """Tells the shards this rank is done."""
         self._native.finish()
 
     def close(self):
         """Closes the connections (``weights`` stay readable)."""
+        self._collectives = None
         self._native.close()
 
     def __enter__(self):

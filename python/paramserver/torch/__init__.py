@@ -33,10 +33,13 @@ Where the optimizer runs (``placement``):
   that says otherwise refuses the declaration; one started without takes
   the declared optimizer. Any other optimizer is refused, naming
   placement='worker'.
-- ``"worker"`` (sync only; any PyTorch optimizer): the servers only average
-  gradients (the declaration asks them for SGD at learning rate 1 without
-  momentum, which applies w - mean(pushes)); ``step()`` puts the average
-  into ``.grad`` and steps the wrapped optimizer locally.
+- ``"worker"`` (sync only; any PyTorch optimizer): each gradient, times
+  the rank's ``num_examples``, is summed over the ranks by the servers'
+  collective service (``allreduce``, started from the gradient's hook);
+  ``step()`` puts the weighted mean into ``.grad`` and steps the wrapped
+  optimizer locally, as Horovod does. Every rank gets the same mean bit
+  for bit. The servers hold no weights of the model then: save it from a
+  worker.
 - ``"auto"``: "server" if the servers implement the wrapped optimizer with
   its settings, else "worker".
 
@@ -64,18 +67,62 @@ the servers' checkpoints in a directory, as a state_dict.
 # optimizer for a torch one; placement), _declaration (the tensors a
 # DistributedOptimizer declares), _gradients (what a step pushed, and the
 # edits and passes it refuses), _optimizer (gradient hooks, synchronize()
-# and step()), _model_files (save_model, load_model).
+# and step()), _model_files (save_model, load_model), _collectives
+# (Horovod's allreduce, allgather, broadcast, join, barrier on the servers'
+# collective service), _compression (Compression.none, .fp16), _functions
+# (broadcast_object, allgather_object, broadcast_optimizer_state).
 from paramserver.torch import _runtime
 from paramserver.torch._broadcast import broadcast_parameters
+from paramserver.torch._collectives import (
+    Adasum, Average, Max, Min, ProcessSet, Product, Sum, add_process_set,
+    allgather, allgather_async, allreduce, allreduce_, allreduce_async,
+    allreduce_async_, alltoall, alltoall_async, barrier, broadcast,
+    broadcast_, broadcast_async, broadcast_async_, global_process_set,
+    grouped_allgather, grouped_allgather_async, grouped_allreduce,
+    grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
+    grouped_reducescatter, grouped_reducescatter_async, join, poll,
+    reducescatter, reducescatter_async, remove_process_set,
+    sparse_allreduce_async, synchronize)
+from paramserver.torch._compression import Compression
+from paramserver.torch._functions import (allgather_object,
+                                          broadcast_object,
+                                          broadcast_optimizer_state)
 from paramserver.torch._model_files import load_model, save_model
 from paramserver.torch._optimizer import DistributedOptimizer
-from paramserver.torch._runtime import (init, is_initialized, local_rank,
-                                        local_size, mode, rank, shutdown,
-                                        size)
+from paramserver.torch._runtime import (
+    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
+    gloo_enabled, init, is_initialized, local_rank, local_size, mode,
+    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
+    rocm_built, shutdown, size, start_timeline, stop_timeline)
+
+
+def SyncBatchNorm(*args, **kwargs):
+    """Not supported: raises, naming what to use."""
+    raise NotImplementedError(
+        "paramserver: SyncBatchNorm is not supported: use torch.nn."
+        "BatchNorm*d (each rank normalises its own batch) and average the "
+        "running statistics with hvd.allreduce before saving or evaluating")
+
 
 __all__ = [
-    "init", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "mode", "broadcast_parameters", "DistributedOptimizer", "shutdown",
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
+    "local_size", "cross_rank", "cross_size", "mode",
+    "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built",
+    "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
+    "rocm_built", "start_timeline", "stop_timeline",
+    "Average", "Sum", "Min", "Max", "Adasum", "Product", "Compression",
+    "ProcessSet", "global_process_set", "add_process_set",
+    "remove_process_set",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "sparse_allreduce_async",
+    "allgather", "allgather_async", "grouped_allgather",
+    "grouped_allgather_async", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "grouped_reducescatter",
+    "grouped_reducescatter_async", "join", "barrier", "poll", "synchronize",
+    "broadcast_object", "allgather_object", "broadcast_parameters",
+    "broadcast_optimizer_state", "DistributedOptimizer", "SyncBatchNorm",
     "save_model", "load_model",
 ]
 

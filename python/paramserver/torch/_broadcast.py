@@ -26,18 +26,26 @@ def broadcast_parameters(params, root_rank=0):
     """Gives every rank root_rank's values of `params` (a state_dict or
     named parameters), in place.
 
-    Rank 0 declares the model, so root_rank must be 0. Called before
+    With root_rank 0, the rank that declares the model: called before
     DistributedOptimizer (as Horovod's examples do), the tensors join the
     declaration and are broadcast when the optimizer is created: buffers
     and frozen parameters included. Called after it, the trainable
     parameters already hold rank 0's values (the optimizer broadcast
     them), and anything else cannot be declared any more: an error.
+
+    With another root_rank, each tensor is broadcast at once through the
+    servers' collectives, as Horovod does.
     """
     state = _runtime.require_init()
-    if root_rank != 0:
-        raise ValueError("paramserver: only rank 0 declares the model, so "
-                         "root_rank must be 0, got %r" % root_rank)
     named = _named(params)
+    if root_rank != 0:
+        from paramserver.torch import _collectives
+        handles = [_collectives.broadcast_async_(
+            tensor, root_rank, "broadcast_parameters.%s" % name)
+            for name, tensor in named]
+        for handle in handles:
+            _collectives.synchronize(handle)
+        return
     if state.optimizer is None:
         for name, tensor in named:
             state.pending[name] = tensor

@@ -20,8 +20,9 @@ from paramserver.torch._gradients import StepGradients
 from paramserver.torch._declaration import (group_of, hyperparameters,
                                             tensor_specs,
                                             trainable_parameters)
-from paramserver.torch._server_optimizer import (SUMMATION_LR, declared_spec,
+from paramserver.torch._server_optimizer import (declared_spec,
                                                  resolve_placement)
+from paramserver.torch._worker_mean import GradientMean
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -66,8 +67,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._epoch = self.registration.epoch
         self._step_number = self.registration.next_step
         if placement == "worker":
-            self._zero_summation_state(self._step_number)
-            self._step_number += 1
+            self._mean = GradientMean(
+                self._client.collectives(), [n for n, _ in self._trainable],
+                [p.shape for _, p in self._trainable])
         self._push = None
         self._synchronized = False  # synchronize() finished the push.
         self._hook_error = None  # Why a hook cancelled the step.
@@ -79,17 +81,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._register_hooks()
 
     # -- construction ------------------------------------------------------
-
-    def _zero_summation_state(self, step):
-        """Worker placement: one server step that pushes s itself, leaving
-        s = 0 exactly on the servers (s - mean(s, s, ...)), so that the first
-        training step's mean gradient is exact too. See _send."""
-        weights = self._client.weights
-        push = self._client.start_step(step, pull_after=True)
-        for i, w in enumerate(weights):
-            push.send(i, w)
-        push.finish_with_pull()
-        self._sum_state = [np.zeros_like(w) for w in weights]
 
     def _broadcast_after_declaration(self, named):
         """broadcast_parameters(named) after this optimizer declared."""
@@ -136,8 +127,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _learning_rate(self):
         """What this step's push asks the servers to apply."""
-        if self._placement == "worker":
-            return SUMMATION_LR
         rates = {float(g["lr"]) for g in self.param_groups}
         if len(rates) > 1:
             self._abort(
@@ -147,13 +136,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 ", ".join(map(repr, sorted(rates))))
         return rates.pop()
 
+    def _check_num_examples(self):
+        if int(self.num_examples) < 1:
+            # The data cursor would not advance: the servers would take
+            # every push for a replay and apply none (server placement);
+            # the rank's gradient would weigh nothing (worker placement).
+            self._abort("paramserver: num_examples is %r; it is this "
+                        "rank's batch size, >= 1" % (self.num_examples,))
+
     def _start(self):
         if self._push is None:
-            if int(self.num_examples) < 1:
-                # The data cursor would not advance: the servers would take
-                # every push for a replay and apply none.
-                self._abort("paramserver: num_examples is %r; it is this "
-                            "rank's batch size, >= 1" % (self.num_examples,))
+            self._check_num_examples()
             self._push_lr = self._learning_rate()
             self._push = self._client.start_step(
                 self._step_number, pull_after=True,
@@ -163,6 +156,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _abort(self, message):
         """Cancels the open step (nothing is applied) and raises."""
+        if self._placement == "worker":
+            self._mean.cancel()
         self._push = None
         self._synchronized = False
         self._hook_error = None
@@ -189,14 +184,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 raise error from None
 
     def _send(self, i, grad):
+        if self._placement == "worker":
+            self._check_num_examples()
+            self._mean.send(i, grad, int(self.num_examples))
+            return
         push = self._start()
         if grad is None:
             values = self._zeros_for(i)
-        elif self._placement == "worker":
-            # The servers hold s (every rank knows it) and apply
-            # s - mean(pushes); pushing s - g leaves mean(g) there. A new
-            # array: the push reads it while the script goes on.
-            values = self._sum_state[i] - grad.detach().numpy()
         else:
             # A copy, read by the client's threads until the step ends,
             # that nothing the script does to .grad can change.
@@ -204,8 +198,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         push.send(i, values)
 
     def _zeros_for(self, i):
-        if self._placement == "worker":
-            return self._sum_state[i]  # s - 0.
         # Extra (broadcast-only) tensors: an update of zero.
         if i not in self._zeros:
             self._zeros[i] = np.zeros(self._client.model[i].shape, np.float32)
@@ -226,7 +218,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         (gi, key, before[key], after.get(key), before[key]))
 
     def synchronize(self):
-        """Placement 'worker': finishes the step's push and puts the
+        """Placement 'worker': finishes the step's collectives and puts the
         ranks' mean gradient into each ``.grad``, where the script may edit
         it (clipping, unscaling) before ``with skip_synchronize():
         step()``, as in Horovod. Placement 'server' refuses it: there the
@@ -240,13 +232,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 "placement='server' the servers average the gradients and "
                 "step, so there is no mean gradient on the worker to edit "
                 "(this step was cancelled)")
-        self._finish_push()
-        weights = self._client.weights
+        means = self._finish_mean()
         for i, (_, p) in enumerate(self._trainable):
-            self._sum_state[i][...] = weights[i]
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            p.grad.copy_(torch.from_numpy(weights[i]))
+            p.grad.copy_(torch.from_numpy(means[i]).reshape(p.shape))
         self._synchronized = True
 
     @contextlib.contextmanager
@@ -258,14 +248,31 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         finally:
             self._skip_synchronize = False
 
-    def _finish_push(self):
-        """Pushes what the hooks have not sent, after checking that what
-        they sent is what the script holds, and pulls the result."""
-        self._check_hyperparameters()
+    def _check_gradients(self):
         error = (self._gradients.incomplete() or self._gradients.edited(
             [p.grad for _, p in self._trainable]))
         if error is not None:
             self._abort(error)
+
+    def _finish_mean(self):
+        """Worker placement: sends what the hooks have not, after checking
+        that what they sent is what the script holds; the ranks' mean
+        gradients, by trainable index."""
+        self._check_gradients()
+        for i, (_, p) in enumerate(self._trainable):
+            if not self._mean.sent(i):
+                self._send(i, p.grad)
+        try:
+            return self._mean.finish(int(self.num_examples))
+        finally:
+            self._gradients.reset()
+            self._step_number += 1
+
+    def _finish_push(self):
+        """Pushes what the hooks have not sent, after checking that what
+        they sent is what the script holds, and pulls the result."""
+        self._check_hyperparameters()
+        self._check_gradients()
         push = self._start()
         if self._push_lr != self._learning_rate():
             self._abort("paramserver: the learning rate changed between "

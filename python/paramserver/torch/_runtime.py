@@ -124,6 +124,41 @@ def local_size():
     return require_init().local_size
 
 
+def cross_size():
+    """The number of hosts, each running local_size() workers (the
+    launcher's layout: ranks of a host are consecutive)."""
+    state = require_init()
+    return max(1, state.size // max(1, state.local_size))
+
+
+def cross_rank():
+    """The index of this worker's host (rank() // local_size())."""
+    state = require_init()
+    return state.rank // max(1, state.local_size)
+
+
+def _not_built():
+    return False
+
+
+# Scripts branch on these: the collectives go through the servers, with
+# neither MPI, NCCL nor Gloo.
+mpi_built = mpi_enabled = mpi_threads_supported = _not_built
+gloo_built = gloo_enabled = _not_built
+nccl_built = ddl_built = ccl_built = cuda_built = rocm_built = _not_built
+
+
+def start_timeline(file_path, mark_cycles=False):
+    raise NotImplementedError(
+        "paramserver: Horovod's timeline is not supported: the servers and "
+        "workers export their metrics for Prometheus (the launcher's "
+        "--metrics_port_base)")
+
+
+def stop_timeline():
+    start_timeline(None)
+
+
 def mode():
     """The servers' consistency mode, once DistributedOptimizer declared."""
     return require_init().client.mode

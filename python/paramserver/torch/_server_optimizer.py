@@ -3,15 +3,17 @@
 The servers implement SGD (momentum, weight decay) and Adam; server_spec
 maps a torch optimizer's class and param_groups to the equal
 paramserver.OptimizerSpec, or says why there is none. Worker placement
-declares summation_spec() instead: the servers then only average.
+declares summation_spec() instead, and averages through the servers'
+collectives.
 """
 
 import torch
 
 import paramserver
 
-# The servers' optimizer of worker placement: w - lr * mean(pushes) at
-# learning rate 1 is w - mean(pushes), which the optimizer's _send relies on.
+# The optimizer worker placement declares. It gets no pushes (the gradients
+# are averaged by the servers' collectives): any declared optimizer would
+# do, and plain SGD keeps the servers' state smallest.
 SUMMATION_LR = 1.0
 
 
