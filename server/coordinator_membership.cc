@@ -168,6 +168,8 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
     absl::StatusOr<Membership::Registration> registration = members_.Register(
         rank, incarnation, planned_steps, max_examples_per_push, absl::Now());
     if (!registration.ok()) return registration.status();
+    AppendOrWarnLocked(update::LoggedRegister{rank, incarnation, planned_steps,
+                                              max_examples_per_push});
     const update::DataProgress& accepted = members_.ranks().accepted(rank);
     progress = {policy_->ResumeStep(ViewLocked(), rank), accepted.epoch,
                 accepted.examples_done};
@@ -211,6 +213,7 @@ bool UpdateCoordinator::MarkDone(int rank) {
   // was logged.
   (void)ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     members_.ranks().MarkDone(rank);
+    AppendOrWarnLocked(update::LoggedDone{rank});
     return absl::OkStatus();
   });
   MaybeFinish();
