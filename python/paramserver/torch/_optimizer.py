@@ -13,10 +13,13 @@ import torch
 
 import paramserver
 from paramserver.torch import _runtime
+from paramserver.torch._collectives import Average
+from paramserver.torch._compression import Compression
 from paramserver.torch._broadcast import (broadcast_after_declaration,
                                           broadcast_declared)
 from paramserver.torch import _gradients
 from paramserver.torch._gradients import StepGradients
+from paramserver.torch._reduction import Reduction
 from paramserver.torch._declaration import (group_of, hyperparameters,
                                             tensor_specs,
                                             trainable_parameters)
@@ -31,7 +34,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     as for the optimizer itself. See DistributedOptimizer()."""
 
     def __init__(self, params, named_parameters, placement, planned_steps,
-                 backward_passes_per_step, seed):
+                 backward_passes_per_step, seed, reduction):
         super(self.__class__, self).__init__(params)
         state = _runtime.require_init()
         if state.optimizer is not None:
@@ -39,6 +42,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                              "process (the servers hold one model)")
         self._client = state.client
         self._placement = placement
+        self._reduction = reduction
         self.num_examples = 1
         self._trainable = trainable_parameters(self.param_groups,
                                                named_parameters)
@@ -69,7 +73,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if placement == "worker":
             self._mean = GradientMean(
                 self._client.collectives(), [n for n, _ in self._trainable],
-                [p.shape for _, p in self._trainable])
+                [p.shape for _, p in self._trainable], reduction)
         self._push = None
         self._synchronized = False  # synchronize() finished the push.
         self._hook_error = None  # Why a hook cancelled the step.
@@ -194,7 +198,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             # A copy, read by the client's threads until the step ends,
             # that nothing the script does to .grad can change.
-            values = grad.detach().numpy().copy()
+            values = self._reduction.outgoing(grad)
         push.send(i, values)
 
     def _zeros_for(self, i):
@@ -378,9 +382,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return self._step_number
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, placement="server",
-                         planned_steps=None, backward_passes_per_step=1,
-                         seed=1):
+def DistributedOptimizer(optimizer, named_parameters=None,
+                         compression=Compression.none,
+                         backward_passes_per_step=1, op=Average,
+                         gradient_predivide_factor=1.0, placement="server",
+                         planned_steps=None, seed=1, **unsupported):
     """Wraps `optimizer` so that step() trains through the servers.
 
     Collective: every rank creates it; it declares the model (the
@@ -402,13 +408,30 @@ def DistributedOptimizer(optimizer, named_parameters=None, placement="server",
     `backward_passes_per_step`: the backward() calls whose gradients
     accumulate into each step; backward() more often, or step() before the
     last, is refused.
+
+    Horovod's `compression`, `op` and `gradient_predivide_factor` (in
+    Horovod's positional order) mean in each placement what
+    paramserver.torch._reduction says: in short, all three as in Horovod
+    with placement='worker'; with placement='server' only op=hvd.Average
+    (the servers step on the mean), and fp16 rounds what is pushed. What
+    cannot be honoured raises ValueError before anything is declared.
+    Horovod's other arguments (sparse_as_dense, num_groups, groups,
+    process_set) raise TypeError naming them.
     """
-    _runtime.require_init()
+    if unsupported:
+        raise TypeError(
+            "paramserver: DistributedOptimizer does not take %s (Horovod's "
+            "fusion groups, sparse gradients and process sets are not "
+            "supported: gradients are sent one tensor at a time, dense, to "
+            "every rank)" % ", ".join(sorted(unsupported)))
     placement = resolve_placement(placement, optimizer)
+    reduction = Reduction(placement, compression, op,
+                          gradient_predivide_factor)
+    _runtime.require_init()
     # Named for what it is: an error about a missing attribute says
     # 'DistributedAdam', not 'Adam', while isinstance(opt, Adam) holds.
     cls = type("Distributed" + optimizer.__class__.__name__,
                (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     named = list(named_parameters) if named_parameters is not None else None
     return cls(optimizer.param_groups, named, placement, planned_steps,
-               backward_passes_per_step, seed)
+               backward_passes_per_step, seed, reduction)
