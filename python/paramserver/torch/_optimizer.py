@@ -376,6 +376,39 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                              (steps_per_epoch,))
         return divmod(self.resume_step, int(steps_per_epoch))
 
+    def state_dict(self):
+        """The wrapped optimizer's state_dict. Placement 'worker': its real
+        state (momentum, Adam moments), which load_state_dict restores.
+        Placement 'server': the servers hold the optimizer's state and the
+        client cannot read it, so "state" is empty and the dict says so
+        under "paramserver" (with this rank's step): the servers' own
+        --checkpoint_dir is what resumes their optimizer."""
+        sd = super(self.__class__, self).state_dict()
+        if self._placement == "server":
+            sd["paramserver"] = {
+                "placement": "server", "step": self._step_number,
+                "optimizer_state": "held by the servers, not in this dict: "
+                                   "their --checkpoint_dir resumes it"}
+        return sd
+
+    def load_state_dict(self, state_dict):
+        """Placement 'worker': the wrapped optimizer's load_state_dict.
+        Placement 'server': only the param_groups' hyper-parameters are
+        taken (learning rate; others must match the declaration); a state
+        with per-parameter entries (moments of a plain torch optimizer or
+        of placement='worker') is refused: the servers' optimizer state
+        cannot be set from a worker."""
+        if self._placement == "server" and state_dict.get("state"):
+            raise paramserver.FailedPreconditionError(
+                "paramserver: load_state_dict with optimizer state for %d "
+                "tensors, but with placement='server' that state lives on the "
+                "servers and cannot be set from a worker: resume the servers "
+                "from their --checkpoint_dir (the launcher restarts them from "
+                "it), or use placement='worker'" % len(state_dict["state"]))
+        state_dict = {k: v for k, v in state_dict.items()
+                      if k != "paramserver"}
+        super(self.__class__, self).load_state_dict(state_dict)
+
     @property
     def step_number(self):
         """Steps this rank has finished (the servers' clock for it)."""
