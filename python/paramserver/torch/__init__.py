@@ -65,6 +65,11 @@ placement='server', ``opt.state_dict()`` holds no per-parameter state (the
 servers hold it; their --checkpoint_dir resumes it) and says so, and
 ``load_state_dict`` refuses a state it cannot apply.
 
+Run by the launcher with --metrics_port_base, each worker serves the C++
+worker's Prometheus metrics (step time as compute, communication and
+waiting; examples/s; the loss given to ``report_loss(loss)``) on its
+port.
+
 ``save_model(path, module)`` writes a state_dict in the format of the
 servers' and the C++ worker's models; ``load_model(path)`` reads one, or
 the servers' checkpoints in a directory, as a state_dict.
@@ -103,7 +108,7 @@ from paramserver.torch._runtime import (
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
     gloo_enabled, init, is_initialized, local_rank, local_size, mode,
     mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
-    rocm_built, shutdown, size, start_timeline, stop_timeline)
+    report_loss, rocm_built, shutdown, size, start_timeline, stop_timeline)
 
 
 def SyncBatchNorm(*args, **kwargs):
@@ -134,7 +139,7 @@ __all__ = [
     "grouped_reducescatter_async", "join", "barrier", "poll", "synchronize",
     "broadcast_object", "allgather_object", "broadcast_parameters",
     "broadcast_optimizer_state", "DistributedOptimizer", "SyncBatchNorm",
-    "save_model", "load_model", "average_buffers",
+    "save_model", "load_model", "average_buffers", "report_loss",
 ]
 
 

@@ -41,6 +41,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError("paramserver: one DistributedOptimizer per "
                              "process (the servers hold one model)")
         self._client = state.client
+        self._metrics = state.metrics
         self._placement = placement
         self._reduction = reduction
         self.num_examples = 1
@@ -188,6 +189,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 raise error from None
 
     def _send(self, i, grad):
+        with self._metrics.phase("communication"):
+            self._send_now(i, grad)
+
+    def _send_now(self, i, grad):
         if self._placement == "worker":
             self._check_num_examples()
             self._mean.send(i, grad, int(self.num_examples))
@@ -267,7 +272,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if not self._mean.sent(i):
                 self._send(i, p.grad)
         try:
-            return self._mean.finish(int(self.num_examples))
+            with self._metrics.phase("waiting"):
+                return self._mean.finish(int(self.num_examples))
         finally:
             self._gradients.reset()
             self._step_number += 1
@@ -287,7 +293,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             elif not self._gradients.was_pushed(i):
                 self._send(i, self._trainable[i][1].grad)
         try:
-            push.finish_with_pull()
+            with self._metrics.phase("waiting"):
+                push.finish_with_pull()
         finally:
             self._push = None
             self._gradients.reset()
@@ -316,6 +323,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._placement == "worker":
             super(self.__class__, self).step()
         self._synchronized = False
+        self._metrics.step_done(self.num_examples, self._epoch)
         return loss
 
     def set_epoch(self, epoch):
