@@ -85,7 +85,7 @@ the servers' checkpoints in a directory, as a state_dict.
 # collective service), _compression (Compression.none, .fp16), _functions
 # (broadcast_object, allgather_object, broadcast_optimizer_state), _buffers
 # (average_buffers), _reduction (compression, op, predivide factor).
-from paramserver.torch import _runtime
+from paramserver.torch import _runtime, elastic
 from paramserver.torch._broadcast import broadcast_parameters
 from paramserver.torch._buffers import average_buffers
 from paramserver.torch._collectives import (
