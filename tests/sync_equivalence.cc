@@ -118,8 +118,10 @@ void ExpectTwoWorkersTrainLikeOne(const SyncEquivalence& check) {
                                 ", step ", step));
       const std::string path =
           TempPath(absl::StrCat(workers, "x", batch, "_step", step, ".model"));
-      const ClusterResult result =
-          RunCluster(PlainSgdJob(check.model, 2, workers, batch, step, path));
+      LaunchConfig job =
+          PlainSgdJob(check.model, 2, workers, batch, step, path);
+      job.mode = check.mode;
+      const ClusterResult result = RunCluster(job);
       ASSERT_TRUE(result.status.ok()) << result.status;
       ASSERT_EQ(result.ExitCode(), 0);
       absl::StatusOr<std::vector<std::vector<float>>> after =

@@ -37,6 +37,9 @@ struct SyncEquivalence {
   int steps = 25;
   int batch_size = 32;  // Per worker of two; one worker gets twice that.
   double mistake_share_outside = 0.001;
+  // The launcher's --mode for both runs: "sync" through the servers, or
+  // "allreduce" (the workers' ring).
+  std::string mode = "sync";
   // The exact step `step` (1-based) from `before` on the global batch that
   // 2 workers at batch_size split as `ranks`.
   std::function<ExactStep(

@@ -100,6 +100,21 @@ absl::StatusOr<uint64_t> LocalExchange::Pull(uint64_t /*clock*/,
   return version_;
 }
 
+std::vector<update::SliceSnapshot> LocalExchange::Snapshot() const {
+  std::vector<update::SliceSnapshot> slices;
+  for (int i = 0; i < store_->num_slices(); ++i) {
+    slices.push_back(store_->Snapshot(i));
+  }
+  return slices;
+}
+
+absl::Status LocalExchange::Restore(
+    const std::vector<update::SliceSnapshot>& slices, uint64_t version) {
+  if (absl::Status s = store_->Restore(slices); !s.ok()) return s;
+  version_ = version;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> LocalExchange::PullFinal(uint64_t clock,
                                                   TensorValues& weights) {
   return Pull(clock, weights);

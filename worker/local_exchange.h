@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
@@ -36,6 +37,17 @@ class LocalExchange final : public WeightExchange {
   Registration Declare(uint64_t planned_steps);
 
   const ModelSpec& model() const override { return partition_.model(); }
+  const Partition& partition() const { return partition_; }
+  // Steps applied so far, and the steps the schedule spans.
+  uint64_t version() const { return version_; }
+  uint64_t planned_steps() const { return planned_steps_; }
+
+  // The weights and optimizer state of every slice, for a checkpoint.
+  std::vector<update::SliceSnapshot> Snapshot() const;
+  // Takes a checkpoint's slices and the version they were taken at;
+  // nothing changes on error (ShardStore::Restore).
+  absl::Status Restore(const std::vector<update::SliceSnapshot>& slices,
+                       uint64_t version);
   absl::StatusOr<uint64_t> Pull(uint64_t clock, TensorValues& weights) override;
   absl::StatusOr<uint64_t> PullFinal(uint64_t clock,
                                      TensorValues& weights) override;

@@ -119,5 +119,35 @@ TEST(LocalExchangeTest, APushMissingATensorAppliesNothing) {
   EXPECT_EQ(weights[0], std::vector<float>(6, 1.0f));
 }
 
+TEST(LocalExchangeTest, RestoredSnapshotContinuesWhereItWasTaken) {
+  std::unique_ptr<LocalExchange> exchange = MakeExchange();
+  const std::vector<float> w_grad = {1, 2, 3, 4, 5, 6};
+  const std::vector<float> b_grad = {2, 0, -2};
+  auto step = [&](LocalExchange& e, uint64_t clock) {
+    std::unique_ptr<StepPush> push = e.StartStep(Step(clock), false);
+    ASSERT_TRUE(push->Send(0, w_grad).ok());
+    ASSERT_TRUE(push->Send(1, b_grad).ok());
+    ASSERT_TRUE(push->Finish().ok());
+  };
+  step(*exchange, 0);
+  const std::vector<update::SliceSnapshot> snapshot = exchange->Snapshot();
+  ASSERT_EQ(exchange->version(), 1u);
+  step(*exchange, 1);
+
+  std::unique_ptr<LocalExchange> restored = MakeExchange();
+  ASSERT_TRUE(restored->Restore(snapshot, 1).ok());
+  EXPECT_EQ(restored->version(), 1u);
+  step(*restored, 1);
+  TensorValues a, b;
+  ASSERT_EQ(*exchange->Pull(0, a), 2u);
+  ASSERT_EQ(*restored->Pull(0, b), 2u);
+  EXPECT_EQ(a, b);
+  // A snapshot of another layout changes nothing.
+  std::vector<update::SliceSnapshot> wrong = snapshot;
+  wrong.front().weights.pop_back();
+  EXPECT_FALSE(restored->Restore(wrong, 7).ok());
+  EXPECT_EQ(restored->version(), 2u);
+}
+
 }  // namespace
 }  // namespace ps::worker

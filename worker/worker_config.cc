@@ -137,7 +137,25 @@ absl::Status CheckWorkerConfig(const WorkerConfig& config, int rank) {
     return absl::InvalidArgumentError("--heartbeat_period must be positive");
   }
   const std::string mode = config.mode;
-  if (!mode.empty()) {
+  if (mode == kAllreduceMode) {
+    if (config.local) {
+      return absl::InvalidArgumentError(
+          "--local and --mode=allreduce exclude each other");
+    }
+    if (config.checkpoint_every_steps < 0) {
+      return absl::InvalidArgumentError(
+          "--checkpoint_every_steps must not be negative");
+    }
+    if (config.allreduce_bucket_kb < 1 ||
+        config.allreduce_bucket_kb > 1024 * 1024) {
+      return absl::InvalidArgumentError(
+          "--allreduce_bucket_kb must be in [1, 1048576]");
+    }
+  } else if (!config.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--checkpoint_dir is for --mode=allreduce: elsewhere the servers "
+        "checkpoint");
+  } else if (!mode.empty()) {
     if (absl::Status s = ParseConsistencyMode(mode).status(); !s.ok()) {
       return s;
     }

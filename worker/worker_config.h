@@ -31,6 +31,8 @@ struct WorkerConfig {
   uint64_t seed = 1;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string device = "auto";
+  // A consistency mode the servers must run, or "allreduce" (kAllreduceMode):
+  // no servers, the workers average gradients among themselves.
   std::string mode;
   std::string save_model;
   int log_every = 100;
@@ -59,7 +61,16 @@ struct WorkerConfig {
   std::string cpus;
   int metrics_port = 0;
   std::string metrics_host = "127.0.0.1";
+  int allreduce_bucket_kb = 25600;
+  std::string allreduce_host;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every_steps = 200;
 };
+
+// --mode's value for the all-reduce mode: --servers then names the ring's
+// coordinator (allreduce/coordinator_main.cc), and the optimizer flags are
+// this worker's own, as with --local.
+inline constexpr char kAllreduceMode[] = "allreduce";
 
 // Where a worker stands among the others.
 struct RankAndCount {

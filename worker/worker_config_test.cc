@@ -144,5 +144,27 @@ TEST(WorkerConfigTest, NamesTheFlagAtFault) {
               HasSubstr("--heartbeat_period must be positive"));
 }
 
+TEST(WorkerConfigTest, AllreduceModeTakesItsOwnFlagsOnly) {
+  WorkerConfig config = Valid();
+  config.mode = kAllreduceMode;
+  config.checkpoint_dir = "/tmp/ring";
+  EXPECT_TRUE(CheckWorkerConfig(config, 1).ok());
+  config.allreduce_bucket_kb = 0;
+  EXPECT_THAT(CheckWorkerConfig(config, 1).message(),
+              HasSubstr("--allreduce_bucket_kb"));
+  config.allreduce_bucket_kb = 256;
+  config.checkpoint_every_steps = -1;
+  EXPECT_THAT(CheckWorkerConfig(config, 1).message(),
+              HasSubstr("--checkpoint_every_steps"));
+  config.checkpoint_every_steps = 200;
+  config.local = true;
+  EXPECT_THAT(CheckWorkerConfig(config, 1).message(), HasSubstr("--local"));
+  // The servers checkpoint in their modes.
+  config.local = false;
+  config.mode = "sync";
+  EXPECT_THAT(CheckWorkerConfig(config, 1).message(),
+              HasSubstr("--checkpoint_dir"));
+}
+
 }  // namespace
 }  // namespace ps::worker

@@ -61,7 +61,10 @@ ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda");
 ABSL_FLAG(std::string, mode, "",
           "Expected consistency mode (sync, ssp, async); empty accepts the "
-          "servers'");
+          "servers'. allreduce: no servers; the workers average gradients "
+          "among themselves over a Gloo ring, each holding the full model and "
+          "updating it with the optimizer flags below (as with --local); "
+          "--servers then names the ring's coordinator");
 ABSL_FLAG(std::string, save_model, "", "Rank 0 writes the final model here");
 ABSL_FLAG(int, log_every, 100, "Progress line every this many steps");
 ABSL_FLAG(int, eval_every, 0,
@@ -95,6 +98,21 @@ ABSL_FLAG(std::string, tls_server_name, "",
 ABSL_FLAG(std::string, token_file, "",
           "File holding the job token (the servers' --token_file), sent with "
           "every call. Needs --tls_ca.");
+ABSL_FLAG(int, allreduce_bucket_kb, 25600,
+          "With --mode=allreduce: gradients are summed in buckets of this "
+          "many KiB, each as soon as backward has filled it (the default, "
+          "DDP's 25 MiB, makes one bucket of a small model: fewer collectives, "
+          "no overlap with backward)");
+ABSL_FLAG(std::string, allreduce_host, "",
+          "With --mode=allreduce: the address the other workers reach this "
+          "one at; empty: this host's name");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "With --mode=allreduce: rank 0 writes checkpoints of the model and "
+          "optimizer state here (the servers' format), and every rank resumes "
+          "from the newest; empty: none");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 200,
+          "With --checkpoint_dir: a checkpoint every this many steps (0: only "
+          "at the end)");
 ABSL_FLAG(bool, local, false,
           "Train in this process alone, without servers (one worker): the "
           "weights are initialised and updated by the servers' own code with "
@@ -103,22 +121,24 @@ ABSL_FLAG(bool, local, false,
 ABSL_FLAG(
     std::string, optimizer,
     std::string(ps::OptimizerKindName(ps::update::OptimizerConfig().kind)),
-    "With --local: adam or sgd, as the servers' flag");
+    "With --local or --mode=allreduce: adam or sgd, as the servers' flag");
 ABSL_FLAG(float, learning_rate, ps::update::OptimizerConfig().learning_rate,
-          "With --local: as the servers' flag");
+          "With --local or --mode=allreduce: as the servers' flag");
 ABSL_FLAG(float, momentum, ps::update::OptimizerConfig().momentum,
-          "With --local: as the servers' flag");
+          "With --local or --mode=allreduce: as the servers' flag");
 ABSL_FLAG(float, weight_decay, ps::update::OptimizerConfig().weight_decay,
-          "With --local: as the servers' flag");
+          "With --local or --mode=allreduce: as the servers' flag");
 ABSL_FLAG(float, beta1, ps::update::OptimizerConfig().beta1,
-          "With --local: as the servers' flag");
+          "With --local or --mode=allreduce: as the servers' flag");
 ABSL_FLAG(float, beta2, ps::update::OptimizerConfig().beta2,
-          "With --local: as the servers' flag");
+          "With --local or --mode=allreduce: as the servers' flag");
 ABSL_FLAG(float, epsilon, ps::update::OptimizerConfig().epsilon,
-          "With --local: as the servers' flag");
+          "With --local or --mode=allreduce: as the servers' flag");
 ABSL_FLAG(std::string, lr_schedule, "constant",
-          "With --local: constant or cosine, as the servers' flag");
-ABSL_FLAG(float, min_learning_rate, 0.0f, "With --local: as the servers' flag");
+          "With --local or --mode=allreduce: constant or cosine, as the "
+          "servers' flag");
+ABSL_FLAG(float, min_learning_rate, 0.0f,
+          "With --local or --mode=allreduce: as the servers' flag");
 ABSL_FLAG(std::string, cpus, "",
           "CPUs this worker may run on, in the kernel's list format "
           "(\"0-3,8\"); empty: any. On a host shared with servers, separate "
@@ -186,6 +206,10 @@ WorkerConfig ConfigFromFlags() {
   config.lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
   config.min_learning_rate = absl::GetFlag(FLAGS_min_learning_rate);
   config.cpus = absl::GetFlag(FLAGS_cpus);
+  config.allreduce_bucket_kb = absl::GetFlag(FLAGS_allreduce_bucket_kb);
+  config.allreduce_host = absl::GetFlag(FLAGS_allreduce_host);
+  config.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  config.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   return config;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "allreduce/join_ring.h"
 #include "client/parameter_client.h"
 #include "common/consistency_mode.h"
 #include "common/cpu_affinity.h"
@@ -219,7 +220,41 @@ std::optional<int> WorkerRun::LoadDataAndModel() {
   return std::nullopt;
 }
 
+std::optional<int> WorkerRun::JoinRing() {
+  allreduce::RingOptions options;
+  options.coordinator = servers_.front();
+  options.rank = rank_;
+  options.num_workers = config_.num_workers;
+  options.job_id = config_.job_id;
+  options.hostname = config_.allreduce_host;
+  options.join_timeout = config_.retry_timeout;
+  // A peer may be evaluating (rank 0, at each epoch's end) while the others
+  // wait in the next step's all-reduce.
+  options.timeout = config_.retry_timeout;
+  absl::StatusOr<allreduce::JoinedRing> ring = allreduce::JoinRing(options);
+  if (!ring.ok()) return Fail(ring.status(), ServerCallExitCode(ring.status()));
+  absl::StatusOr<std::unique_ptr<LocalExchange>> local =
+      LocalFromConfig(config_, model_spec_);
+  if (!local.ok()) return Fail(local.status(), kExitBadConfig);
+  AllreduceOptions allreduce;
+  allreduce.bucket_bytes = size_t{1024} * config_.allreduce_bucket_kb;
+  allreduce.checkpoint_dir = config_.checkpoint_dir;
+  allreduce.checkpoint_every_steps = config_.checkpoint_every_steps;
+  absl::StatusOr<std::unique_ptr<AllreduceExchange>> made =
+      AllreduceExchange::Create(*std::move(local), std::move(ring->group),
+                                allreduce);
+  if (!made.ok()) return Fail(made.status(), kExitBadConfig);
+  ring_weights_ = *std::move(made);
+  spdlog::info(
+      "joined the all-reduce ring (round {}) of {} workers: {} "
+      "buckets",
+      ring->round, config_.num_workers,
+      ring_weights_->buckets().bucket_sizes.size());
+  return std::nullopt;
+}
+
 std::optional<int> WorkerRun::Connect() {
+  if (config_.mode == kAllreduceMode) return JoinRing();
   if (config_.local) {
     absl::StatusOr<std::unique_ptr<LocalExchange>> made =
         LocalFromConfig(config_, model_spec_);
@@ -267,23 +302,25 @@ std::optional<int> WorkerRun::Register() {
   options.save_model_path = rank_ == 0 ? config_.save_model : "";
   options.slowdown = absl::Milliseconds(config_.slowdown_ms);
   options.metrics = metrics_.get();
+  WeightExchange* weights = server_weights_.get();
+  if (config_.local) weights = local_weights_.get();
+  if (ring_weights_ != nullptr) weights = ring_weights_.get();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
-      options,
-      config_.local ? static_cast<WeightExchange*>(local_weights_.get())
-                    : server_weights_.get(),
-      model_.get(), &*train_, rank_ == 0 ? &*test_ : nullptr);
+      options, weights, model_.get(), &*train_, rank_ == 0 ? &*test_ : nullptr);
   if (!trainer.ok()) return Fail(trainer.status(), kExitBadConfig);
   trainer_ = *std::move(trainer);
 
   absl::StatusOr<Registration> info =
-      config_.local
+      ring_weights_ != nullptr
+          ? ring_weights_->Declare(trainer_->planned_steps())
+      : config_.local
           ? local_weights_->Declare(trainer_->planned_steps())
           : client_->Declare(model_spec_, trainer_->planned_steps(),
                              static_cast<uint32_t>(config_.batch_size));
   if (!info.ok()) return Fail(info.status(), ServerCallExitCode(info.status()));
   registration_ = *std::move(info);
   const std::string& expected_mode = config_.mode;
-  if (!expected_mode.empty() &&
+  if (!expected_mode.empty() && expected_mode != kAllreduceMode &&
       *ParseConsistencyMode(expected_mode) != registration_.mode) {
     return Fail(absl::FailedPreconditionError(absl::StrCat(
                     "--mode=", expected_mode, " but the servers run ",
@@ -296,7 +333,10 @@ std::optional<int> WorkerRun::Register() {
                     " but the servers expect ", registration_.num_workers)),
                 kExitBadConfig);
   }
-  if (config_.local) {
+  if (ring_weights_ != nullptr) {
+    spdlog::info("training in the all-reduce ring, without servers: device {}",
+                 backend_->name());
+  } else if (config_.local) {
     spdlog::info("training locally, without servers: device {}",
                  backend_->name());
   } else {
@@ -311,6 +351,11 @@ int WorkerRun::Train() {
   absl::StatusOr<TrainingSummary> summary = trainer_->Run(registration_);
   if (!summary.ok()) {
     return Fail(summary.status(), ServerCallExitCode(summary.status()));
+  }
+  if (ring_weights_ != nullptr) {
+    // What --extend trains on from (rank 0's; the others do nothing).
+    absl::Status written = ring_weights_->WriteCheckpoint();
+    if (!written.ok()) return Fail(written, kExitFailed);
   }
   if (client_ != nullptr) {
     // The Done RPC: the servers stop waiting for this rank.

@@ -11,6 +11,7 @@
 #include "common/metrics_http.h"
 #include "common/model_spec.h"
 #include "kernels/device.h"
+#include "worker/allreduce_exchange.h"
 #include "worker/idx_reader.h"
 #include "worker/local_exchange.h"
 #include "worker/nn/model.h"
@@ -24,12 +25,12 @@ namespace ps::worker {
 
 // One worker's run, from its settings to its exit code: checks them, loads
 // its share of the data and the model, connects to the servers (or, with
-// --local, trains alone), registers, trains, and tells the servers it is
-// done. Each failure is logged with its reason and becomes an exit code of
-// common/exit_codes.h that a supervisor can act on: kExitBadConfig for the
-// settings, data or model (and a mode or worker count the servers do not
-// share), kExitServersLost for servers unreachable past --retry_timeout,
-// kExitFailed otherwise.
+// --local, trains alone; with --mode=allreduce, joins the workers' ring),
+// registers, trains, and tells the servers it is done. Each failure is logged
+// with its reason and becomes an exit code of common/exit_codes.h that a
+// supervisor can act on: kExitBadConfig for the settings, data or model (and a
+// mode or worker count the servers do not share), kExitServersLost for servers
+// unreachable past --retry_timeout, kExitFailed otherwise.
 //
 // Not thread-safe: one thread calls Run, once. Owns everything the run
 // makes (data, model, connections), until destroyed.
@@ -49,8 +50,10 @@ class WorkerRun {
   std::optional<int> CheckSettings();
   std::optional<int> StartMetrics();
   std::optional<int> LoadDataAndModel();
-  // To the servers, or the local weights of --local.
+  // To the servers, the local weights of --local, or the ring of
+  // --mode=allreduce.
   std::optional<int> Connect();
+  std::optional<int> JoinRing();
   // Declares the model and plan; checks the servers' mode and worker count.
   std::optional<int> Register();
   int Train();
@@ -74,6 +77,7 @@ class WorkerRun {
   std::unique_ptr<ParameterClient> client_;  // Null with --local.
   std::unique_ptr<LocalExchange> local_weights_;
   std::unique_ptr<WeightExchange> server_weights_;
+  std::unique_ptr<AllreduceExchange> ring_weights_;  // --mode=allreduce.
   std::unique_ptr<Trainer> trainer_;
   Registration registration_;
 };

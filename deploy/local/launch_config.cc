@@ -13,6 +13,7 @@
 #include "common/consistency_mode.h"
 #include "common/model_spec.h"
 #include "common/worker_environment.h"
+#include "deploy/local/allreduce_mode.h"
 #include "worker/nn/model_description.h"
 
 namespace ps {
@@ -56,7 +57,8 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
            CheckRange("num_workers", config.num_workers, 1, kMaxProcesses),
            CheckRange("epochs", config.epochs, 1, 100000),
            CheckRange("batch_size", config.batch_size, 1, 1 << 20),
-           CheckOneOf("mode", config.mode, {"sync", "ssp", "async"}),
+           CheckOneOf("mode", config.mode,
+                      {"sync", "ssp", "async", kLaunchAllreduceMode}),
            CheckOneOf("optimizer", config.optimizer, {"", "adam", "sgd"}),
            CheckRange("seed", config.seed, 0, INT64_MAX),
            CheckOneOf("device", config.device, {"auto", "cpu", "cuda"}),
@@ -82,7 +84,10 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
   }
   // The mode parses: CheckOneOf above.
   if (absl::Status status =
-          CheckStaleness(*ParseConsistencyMode(config.mode), config.staleness);
+          IsAllreduce(config)
+              ? CheckAllreduceConfig(config)
+              : CheckStaleness(*ParseConsistencyMode(config.mode),
+                               config.staleness);
       !status.ok()) {
     return status;
   }
@@ -229,6 +234,7 @@ absl::StatusOr<std::vector<std::string>> ParseExtraFlags(
 
 std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
                                     const std::string& port_file, int port) {
+  if (IsAllreduce(config)) return CoordinatorArgv(config, port_file, port);
   if (port == 0 && config.base_port != 0) port = config.base_port + index;
   std::vector<std::string> argv = {
       config.server_binary,
@@ -327,6 +333,11 @@ std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
       argv.push_back(absl::StrCat("--token_file=", auth.token));
     }
   }
+  if (IsAllreduce(config)) {
+    for (std::string& flag : AllreduceWorkerFlags(config)) {
+      argv.push_back(std::move(flag));
+    }
+  }
   argv.insert(argv.end(), config.extra_worker_flags.begin(),
               config.extra_worker_flags.end());
   return argv;
@@ -393,6 +404,13 @@ ClusterSpec MakeClusterSpec(const LaunchConfig& config) {
   spec.max_restarts = config.max_restarts;
   spec.restart_backoff = config.restart_backoff;
   spec.restart_servers = !config.checkpoint_dir.empty();
+  if (IsAllreduce(config)) {
+    // The coordinator alone, in server 0's place: it keeps no state, so it
+    // may restart, and it never exits on its own.
+    spec.num_servers = 1;
+    spec.restart_servers = true;
+    spec.stop_servers_after_workers = true;
+  }
   return spec;
 }
 

@@ -38,7 +38,7 @@ TEST(LaunchConfigTest, RejectsBadValuesNamingTheFlag) {
       {[](LaunchConfig* c) { c->epochs = 0; }, "--epochs"},
       {[](LaunchConfig* c) { c->batch_size = 0; }, "--batch_size"},
       {[](LaunchConfig* c) { c->mode = "bsp"; },
-       "--mode must be one of sync|ssp|async, got 'bsp'"},
+       "--mode must be one of sync|ssp|async|allreduce, got 'bsp'"},
       {[](LaunchConfig* c) { c->staleness = 3; },
        "--staleness applies only to --mode=ssp"},
       {[](LaunchConfig* c) { c->mode = "ssp"; },

@@ -50,6 +50,7 @@
 #include "common/exit_codes.h"
 #include "common/process_control.h"
 #include "common/stop_signals.h"
+#include "deploy/local/allreduce_mode.h"
 #include "deploy/local/binary_locator.h"
 #include "deploy/local/cluster_output.h"
 #include "deploy/local/config_from_settings.h"
@@ -76,7 +77,10 @@ ABSL_FLAG(std::string, model, "784-256-128-10",
           "declares.");
 ABSL_FLAG(int, epochs, 10, "Training epochs.");
 ABSL_FLAG(int, batch_size, 64, "Examples per worker per step.");
-ABSL_FLAG(std::string, mode, "sync", "Consistency: sync|ssp|async.");
+ABSL_FLAG(std::string, mode, "sync",
+          "Consistency: sync|ssp|async, or allreduce: no parameter servers, "
+          "the workers average gradients over a Gloo ring (one coordinator "
+          "process for their rendezvous).");
 ABSL_FLAG(int, staleness, 0,
           "--mode=ssp: how many steps a worker may lead the slowest (>= 1; "
           "needed with ssp).");
@@ -251,6 +255,10 @@ int JoinHosts(const RunSettings& settings, const std::set<std::string>& given,
           });
   if (!options.ok()) return BadFlags(options.status().message());
   if (!options->has_value()) return kExitOk;
+  if (IsAllreduce(*config)) {
+    return BadFlags(
+        "--mode=allreduce runs on one host for now: leave --num_hosts out");
+  }
   const HostPlacement& placement = (*options)->placement;
   std::fprintf(stderr,
                "launch: host %d of %d: joining the rendezvous at %s (at most "

@@ -1,0 +1,278 @@
+// The same job in sync-PS mode (servers on hosts of their own, or beside
+// the workers) and in all-reduce mode (--mode=allreduce: a Gloo ring, no
+// servers), on test hosts joined by shaped links (tests/hosts/test_hosts.h):
+// time per step, bytes each worker's host sends and receives per step
+// against 2 (N - 1) / N times the model, and the final test accuracy.
+// Needs root (network namespaces); prints one Markdown row per run.
+//
+//   bazel run -c opt //bench:ring_vs_servers_bench -- \
+//       --workers=2,4 --rates_mbit=1000,10000
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "common/subprocess.h"
+#include "tests/hosts/test_hosts.h"
+
+ABSL_FLAG(std::string, workers, "2", "Worker counts to run, comma-separated");
+ABSL_FLAG(std::string, rates_mbit, "1000,10000",
+          "Link rates in Mbit/s, comma-separated (0: unshaped)");
+ABSL_FLAG(int, epochs, 1, "Epochs of each run");
+ABSL_FLAG(int, batch_size, 64, "Batch per worker");
+ABSL_FLAG(int, bucket_kb, 25600,
+          "The ring's --allreduce_bucket_kb (a bucket larger than the model: "
+          "one all-reduce after backward, no overlap)");
+ABSL_FLAG(bool, ring_only, false, "Run the all-reduce mode only");
+
+namespace ps::testing {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Minutes(20);
+// 784-256-128-10 in float32.
+constexpr double kModelBytes =
+    4.0 * ((784 * 256 + 256) + (256 * 128 + 128) + (128 * 10 + 10));
+
+enum class Layout { kServersApart, kServersBeside, kRing };
+
+const char* LayoutName(Layout layout) {
+  switch (layout) {
+    case Layout::kServersApart:
+      return "sync-PS, 2 servers on hosts of their own";
+    case Layout::kServersBeside:
+      return "sync-PS, 2 servers beside workers 0 and 1";
+    case Layout::kRing:
+      return "allreduce (Gloo ring)";
+  }
+  return "";
+}
+
+struct Result {
+  uint64_t steps = 0;
+  double ms_per_step = 0;
+  double sent_per_step = 0;  // Mean over the workers' hosts.
+  double received_per_step = 0;
+  double accuracy = -1;
+  // Rank 0's "time per step: compute 2.179 ms, communication ...".
+  std::string split;
+};
+
+// A binary of this workspace in this program's runfiles: `bazel run` starts
+// it in their workspace directory.
+std::string RunfilePath(const std::string& workspace_relative) {
+  if (const char* runfiles = std::getenv("RUNFILES_DIR"); runfiles != nullptr) {
+    return absl::StrCat(runfiles, "/paramserver/", workspace_relative);
+  }
+  return (std::filesystem::current_path() / workspace_relative).string();
+}
+
+std::unique_ptr<Subprocess> StartOn(const TestHosts& hosts, int host,
+                                    const std::string& name,
+                                    std::vector<std::string> argv) {
+  SubprocessOptions options;
+  options.argv = std::move(argv);
+  options.name = name;
+  options.kill_grace = absl::Seconds(2);
+  absl::StatusOr<std::unique_ptr<Subprocess>> child =
+      hosts.Start(host, std::move(options));
+  if (!child.ok()) {
+    std::fprintf(stderr, "%s: %s\n", name.c_str(),
+                 child.status().ToString().c_str());
+    return nullptr;
+  }
+  return *std::move(child);
+}
+
+// The text after `prefix` in the process's output, once it has exited.
+std::optional<std::string> After(Subprocess& child, const std::string& prefix) {
+  absl::StatusOr<std::string> line =
+      child.WaitForOutputLine(prefix, absl::ZeroDuration());
+  if (!line.ok()) return std::nullopt;
+  return line->substr(line->rfind(prefix) + prefix.size());
+}
+
+std::optional<Result> RunJob(Layout layout, int num_workers,
+                             int64_t bits_per_second) {
+  const int num_hosts =
+      layout == Layout::kServersApart ? num_workers + 2 : num_workers;
+  absl::StatusOr<std::unique_ptr<TestHosts>> made =
+      TestHosts::Create(num_hosts, bits_per_second);
+  if (!made.ok()) {
+    std::fprintf(stderr, "hosts: %s\n", made.status().ToString().c_str());
+    return std::nullopt;
+  }
+  const TestHosts& hosts = **made;
+  const std::vector<std::string> update = {
+      "--optimizer=adam", "--learning_rate=0.001", "--lr_schedule=constant"};
+
+  // Servers, or the ring's coordinator, each on its host.
+  std::vector<std::unique_ptr<Subprocess>> services;
+  std::vector<std::string> addresses;
+  const int num_services = layout == Layout::kRing ? 1 : 2;
+  for (int index = 0; index < num_services; ++index) {
+    const int host =
+        layout == Layout::kServersApart ? num_workers + index : index;
+    const std::string port_file =
+        absl::StrCat(std::filesystem::temp_directory_path().string(),
+                     "/ring-bench-", getpid(), "-", index, ".port");
+    std::filesystem::remove(port_file);
+    std::vector<std::string> argv;
+    if (layout == Layout::kRing) {
+      argv = {RunfilePath("allreduce/coordinator"),
+              absl::StrCat("--num_workers=", num_workers)};
+    } else {
+      argv = {RunfilePath("server/server"),
+              absl::StrCat("--server_index=", index), "--num_servers=2",
+              absl::StrCat("--num_workers=", num_workers), "--mode=sync"};
+      argv.insert(argv.end(), update.begin(), update.end());
+    }
+    argv.push_back(absl::StrCat("--host=", hosts.address(host)));
+    argv.push_back("--port=0");
+    argv.push_back(absl::StrCat("--port_file=", port_file));
+    services.push_back(
+        StartOn(hosts, host, absl::StrCat("service ", index), argv));
+    if (services.back() == nullptr) return std::nullopt;
+    absl::StatusOr<int> port =
+        WaitForPortFile(port_file, kTimeout, services.back().get());
+    if (!port.ok()) {
+      std::fprintf(stderr, "port: %s\n", port.status().ToString().c_str());
+      return std::nullopt;
+    }
+    addresses.push_back(absl::StrCat(hosts.address(host), ":", *port));
+    std::filesystem::remove(port_file);
+  }
+
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int rank = 0; rank < num_workers; ++rank) {
+    std::vector<std::string> argv = {
+        RunfilePath("worker/worker"),
+        absl::StrCat("--rank=", rank),
+        absl::StrCat("--num_workers=", num_workers),
+        absl::StrCat("--servers=", absl::StrJoin(addresses, ",")),
+        absl::StrCat("--batch_size=", absl::GetFlag(FLAGS_batch_size)),
+        absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs)),
+        "--device=cpu",
+        "--log_every=100"};
+    if (layout == Layout::kRing) {
+      argv.push_back("--mode=allreduce");
+      argv.push_back(absl::StrCat("--allreduce_host=", hosts.address(rank)));
+      argv.push_back(absl::StrCat("--allreduce_bucket_kb=",
+                                  absl::GetFlag(FLAGS_bucket_kb)));
+      argv.insert(argv.end(), update.begin(), update.end());
+    } else {
+      argv.push_back("--mode=sync");
+    }
+    workers.push_back(
+        StartOn(hosts, rank, absl::StrCat("worker ", rank), argv));
+    if (workers.back() == nullptr) return std::nullopt;
+  }
+  for (int rank = 0; rank < num_workers; ++rank) {
+    const std::optional<ExitStatus> exit = workers[rank]->WaitFor(kTimeout);
+    if (!exit.has_value() || !exit->success()) {
+      std::fprintf(stderr, "worker %d failed: %s\n", rank,
+                   workers[rank]->LastLines(20).c_str());
+      return std::nullopt;
+    }
+  }
+
+  Result result;
+  // "trained 469 steps on 30016 examples in 7.1s, last loss 0.3"
+  const std::optional<std::string> trained = After(*workers[0], "trained ");
+  const std::optional<std::string> accuracy =
+      After(*workers[0], "final test accuracy: ");
+  if (!trained.has_value() || !accuracy.has_value()) return std::nullopt;
+  const std::vector<std::string> words = absl::StrSplit(*trained, ' ');
+  absl::Duration wall;
+  if (words.size() < 7 || !absl::SimpleAtoi(words[0], &result.steps) ||
+      !absl::ParseDuration(absl::StripSuffix(words[6], ","), &wall) ||
+      !absl::SimpleAtod(*accuracy, &result.accuracy) || result.steps == 0) {
+    std::fprintf(stderr, "cannot parse \"%s\"\n", trained->c_str());
+    return std::nullopt;
+  }
+  result.ms_per_step = absl::ToDoubleMilliseconds(wall) / result.steps;
+  if (std::optional<std::string> split =
+          After(*workers[0], "time per step: compute ");
+      split.has_value()) {
+    // "2.179 ms, communication 4.873 ms, slowdown 0.000 ms"
+    const std::vector<std::string> parts = absl::StrSplit(*split, ' ');
+    if (parts.size() >= 4)
+      result.split = absl::StrCat(parts[0], " / ", parts[3]);
+  }
+  for (int rank = 0; rank < num_workers; ++rank) {
+    absl::StatusOr<TestHosts::LinkBytes> bytes = hosts.Bytes(rank);
+    if (!bytes.ok()) return std::nullopt;
+    result.sent_per_step += static_cast<double>(bytes->sent) / result.steps;
+    result.received_per_step +=
+        static_cast<double>(bytes->received) / result.steps;
+  }
+  result.sent_per_step /= num_workers;
+  result.received_per_step /= num_workers;
+  return result;
+}
+
+int Main() {
+  if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
+    std::fprintf(stderr, "no test hosts here: %s\n", why.c_str());
+    return 1;
+  }
+  std::printf(
+      "| workers | link | mode | steps | ms/step | rank 0: compute / "
+      "communication ms | sent MB/step | received MB/step | 2(N-1)/N x model, "
+      "MB | test accuracy |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (absl::string_view w :
+       absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
+    int num_workers = 0;
+    if (!absl::SimpleAtoi(w, &num_workers)) return 2;
+    for (absl::string_view r :
+         absl::StrSplit(absl::GetFlag(FLAGS_rates_mbit), ',')) {
+      int64_t mbit = 0;
+      if (!absl::SimpleAtoi(r, &mbit)) return 2;
+      for (Layout layout :
+           {Layout::kServersApart, Layout::kServersBeside, Layout::kRing}) {
+        if (absl::GetFlag(FLAGS_ring_only) && layout != Layout::kRing) continue;
+        const std::optional<Result> result =
+            RunJob(layout, num_workers, mbit * 1000 * 1000);
+        const std::string link =
+            mbit == 0 ? "unshaped" : absl::StrCat(mbit / 1000.0, " Gbit/s");
+        if (!result.has_value()) {
+          std::printf("| %d | %s | %s | failed |\n", num_workers, link.c_str(),
+                      LayoutName(layout));
+          continue;
+        }
+        std::printf(
+            "| %d | %s | %s | %llu | %.2f | %s | %.3f | %.3f | %.3f | "
+            "%.4f |\n",
+            num_workers, link.c_str(), LayoutName(layout),
+            static_cast<unsigned long long>(result->steps), result->ms_per_step,
+            result->split.c_str(), result->sent_per_step / 1e6,
+            result->received_per_step / 1e6,
+            2.0 * (num_workers - 1) / num_workers * kModelBytes / 1e6,
+            result->accuracy);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ps::testing
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return ps::testing::Main();
+}

@@ -1,0 +1,45 @@
+#ifndef PS_DEPLOY_LOCAL_ALLREDUCE_MODE_H_
+#define PS_DEPLOY_LOCAL_ALLREDUCE_MODE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "deploy/local/launch_config.h"
+
+namespace ps {
+
+// --mode=allreduce in the local launcher: no parameter servers. One small
+// coordinator (//allreduce:coordinator: rendezvous only, no model) runs in
+// the place of server 0, so the cluster starts, restarts and stops it as
+// it would a server; the workers average their gradients among themselves
+// (worker/allreduce_exchange.h) and each applies the update the servers
+// would, with the update flags the servers would have had.
+
+inline constexpr char kLaunchAllreduceMode[] = "allreduce";
+
+bool IsAllreduce(const LaunchConfig& config);
+
+// What the all-reduce mode does not support: a program after -- (only our
+// worker has the mode), --auth (Gloo's TCP transport is plaintext), staleness,
+// and --server_flags other than the update's (--momentum, ...).
+absl::Status CheckAllreduceConfig(const LaunchConfig& config);
+
+// The coordinator beside the server binary: "<root>/allreduce/coordinator"
+// for "<root>/server/server" (bazel-bin and runfiles trees alike).
+std::string CoordinatorBinary(const std::string& server_binary);
+
+// argv of the coordinator, in the place of server 0.
+std::vector<std::string> CoordinatorArgv(const LaunchConfig& config,
+                                         const std::string& port_file,
+                                         int port);
+
+// Flags each worker takes in this mode on top of the usual: the update
+// flags (the servers' --optimizer, --learning_rate, --lr_schedule and the
+// update flags among --server_flags), the address the others reach it at,
+// and --checkpoint_dir (rank 0 checkpoints there, as servers would).
+std::vector<std::string> AllreduceWorkerFlags(const LaunchConfig& config);
+
+}  // namespace ps
+
+#endif  // PS_DEPLOY_LOCAL_ALLREDUCE_MODE_H_

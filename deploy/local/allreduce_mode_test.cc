@@ -1,0 +1,96 @@
+#include "deploy/local/allreduce_mode.h"
+
+#include <string>
+#include <vector>
+
+#include "deploy/local/launch_config.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+LaunchConfig AllreduceConfig() {
+  LaunchConfig config;
+  config.server_binary = "/root/bin/server/server";
+  config.worker_binary = "/root/bin/worker/worker";
+  config.mode = "allreduce";
+  config.num_workers = 3;
+  return config;
+}
+
+TEST(AllreduceModeTest, IsAValidMode) {
+  EXPECT_TRUE(ValidateLaunchConfig(AllreduceConfig()).ok());
+  EXPECT_TRUE(IsAllreduce(AllreduceConfig()));
+  EXPECT_FALSE(IsAllreduce(LaunchConfig()));
+}
+
+TEST(AllreduceModeTest, RefusesWhatTheModeCannotDo) {
+  LaunchConfig program = AllreduceConfig();
+  program.program = {"python3", "train.py"};
+  EXPECT_THAT(ValidateLaunchConfig(program).message(), HasSubstr("program"));
+  LaunchConfig auth = AllreduceConfig();
+  auth.auth.server_cert = "/tmp/cert.pem";
+  EXPECT_THAT(ValidateLaunchConfig(auth).message(), HasSubstr("--auth"));
+  LaunchConfig staleness = AllreduceConfig();
+  staleness.staleness = 2;
+  EXPECT_THAT(ValidateLaunchConfig(staleness).message(),
+              HasSubstr("--staleness"));
+  LaunchConfig server_flag = AllreduceConfig();
+  server_flag.extra_server_flags = {"--worker_timeout=5s"};
+  EXPECT_THAT(ValidateLaunchConfig(server_flag).message(),
+              HasSubstr("--worker_timeout=5s"));
+}
+
+TEST(AllreduceModeTest, StartsTheCoordinatorInPlaceOfTheServers) {
+  LaunchConfig config = AllreduceConfig();
+  config.job_id = "job-1";
+  const std::vector<std::string> argv = ServerArgv(config, 0, "/tmp/p", 0);
+  ASSERT_FALSE(argv.empty());
+  EXPECT_EQ(argv[0], "/root/bin/allreduce/coordinator");
+  EXPECT_THAT(argv, Contains("--num_workers=3"));
+  EXPECT_THAT(argv, Contains("--port_file=/tmp/p"));
+  EXPECT_THAT(argv, Contains("--job_id=job-1"));
+  const ClusterSpec spec = MakeClusterSpec(config);
+  EXPECT_EQ(spec.num_servers, 1);
+  EXPECT_TRUE(spec.stop_servers_after_workers);
+}
+
+TEST(AllreduceModeTest, WorkersTakeTheUpdateFlagsTheServersWouldHave) {
+  LaunchConfig config = AllreduceConfig();
+  config.optimizer = "sgd";
+  config.learning_rate = 0.25;
+  config.lr_schedule = "cosine";
+  config.extra_server_flags = {"--momentum=0"};
+  const std::vector<std::string> argv =
+      WorkerArgv(config, 1, {"127.0.0.1:5000"});
+  EXPECT_THAT(argv, Contains("--mode=allreduce"));
+  EXPECT_THAT(argv, Contains("--servers=127.0.0.1:5000"));
+  EXPECT_THAT(argv, Contains("--optimizer=sgd"));
+  EXPECT_THAT(argv, Contains("--learning_rate=0.25"));
+  EXPECT_THAT(argv, Contains("--lr_schedule=cosine"));
+  EXPECT_THAT(argv, Contains("--momentum=0"));
+  EXPECT_THAT(argv, Contains("--allreduce_host=127.0.0.1"));
+  EXPECT_THAT(argv, Not(Contains(HasSubstr("--checkpoint_dir"))));
+  config.checkpoint_dir = "/tmp/run/checkpoints";
+  EXPECT_THAT(WorkerArgv(config, 0, {"127.0.0.1:5000"}),
+              Contains("--checkpoint_dir=/tmp/run/checkpoints"));
+  // Not in the other modes: the servers take them there.
+  LaunchConfig sync = config;
+  sync.mode = "sync";
+  sync.extra_server_flags.clear();
+  EXPECT_THAT(WorkerArgv(sync, 1, {"127.0.0.1:5000"}),
+              Not(Contains("--optimizer=sgd")));
+}
+
+TEST(AllreduceModeTest, CoordinatorLivesBesideTheServer) {
+  EXPECT_EQ(CoordinatorBinary("/a/b/server/server"),
+            "/a/b/allreduce/coordinator");
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,100 @@
+#ifndef PS_WORKER_ALLREDUCE_EXCHANGE_H_
+#define PS_WORKER_ALLREDUCE_EXCHANGE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "allreduce/bucketed_allreduce.h"
+#include "allreduce/gloo_group.h"
+#include "common/model_spec.h"
+#include "worker/local_exchange.h"
+#include "worker/weight_exchange.h"
+
+namespace ps::worker {
+
+struct AllreduceOptions {
+  // Gradients are summed in buckets of about this size.
+  size_t bucket_bytes = 25 << 20;
+  // Empty: no checkpoints. Else rank 0 writes one here every
+  // `checkpoint_every_steps` steps (worker/ring_checkpoint.h), and the ring
+  // resumes from the newest rank 0 reads there.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every_steps = 200;
+};
+
+// The weights of the all-reduce mode (--mode=allreduce): every worker holds
+// the full model in a LocalExchange (the servers' update code: optimizer,
+// schedule) and the workers average each step's gradients among themselves
+// over a Gloo ring, so all of them apply the same step to the same weights.
+//
+// A step's gradient is what a sync server would apply: sum_r n_r g_r /
+// sum_r n_r, for rank r's mean gradient g_r of n_r examples. Each rank puts
+// n_r g_r into the buckets (allreduce::BucketedAllreduce, with one more
+// tensor: n_r, and each rank's data position for checkpoints), each bucket is
+// summed across the ranks as soon as backward has filled it, and Finish divides
+// by the summed count. The sums are taken in float in Gloo's ring order; a sync
+// server sums in double in rank order, then rounds once. Where the n_r are
+// powers of two (2 workers at batch 32: n_r g_r is exact) and two ranks sum
+// (one addition, in either order), both round the same exact value once: the
+// same bits. Otherwise each step differs by a few float roundings of the sum.
+//
+// Not thread-safe (one trainer's thread); the push must not outlive the
+// exchange. Owns the local weights and the ring.
+class AllreduceExchange final : public WeightExchange {
+ public:
+  static absl::StatusOr<std::unique_ptr<AllreduceExchange>> Create(
+      std::unique_ptr<LocalExchange> local,
+      std::unique_ptr<allreduce::GlooGroup> group,
+      const AllreduceOptions& options);
+  ~AllreduceExchange() override;
+
+  // LocalExchange::Declare for the ring's workers, from the newest
+  // checkpoint rank 0 finds (if any): every rank calls it, first.
+  absl::StatusOr<Registration> Declare(uint64_t planned_steps);
+
+  // On rank 0 with a checkpoint directory: writes the checkpoint of the
+  // current step (the end of training's, say); elsewhere does nothing.
+  absl::Status WriteCheckpoint();
+
+  const ModelSpec& model() const override { return local_->model(); }
+  absl::StatusOr<uint64_t> Pull(uint64_t clock, TensorValues& weights) override;
+  absl::StatusOr<uint64_t> PullFinal(uint64_t clock,
+                                     TensorValues& weights) override;
+  std::unique_ptr<StepPush> StartStep(const StepInfo& info,
+                                      bool pull_after) override;
+
+  LocalExchange& local() { return *local_; }
+  allreduce::GlooGroup& group() { return *group_; }
+  const allreduce::BucketPlan& buckets() const { return reduce_->plan(); }
+
+ private:
+  class AllreduceStepPush;
+
+  AllreduceExchange(std::unique_ptr<LocalExchange> local,
+                    std::unique_ptr<allreduce::GlooGroup> group,
+                    AllreduceOptions options);
+
+  // After every tensor was added: the mean gradient, applied locally.
+  absl::Status FinishStep(const StepInfo& info);
+
+  const std::unique_ptr<LocalExchange> local_;
+  const std::unique_ptr<allreduce::GlooGroup> group_;
+  const AllreduceOptions options_;
+  // After group_, which it borrows: destroyed first.
+  std::unique_ptr<allreduce::BucketedAllreduce> reduce_;
+  // The mean gradient of the step, reused.
+  TensorValues mean_;
+  // Every rank's data position after the last step.
+  std::vector<DataCursor> cursors_;
+  // The step record's tensor: [n_r, examples done by rank 0, by rank 1...],
+  // this rank's entries only.
+  std::vector<float> record_;
+};
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_ALLREDUCE_EXCHANGE_H_
