@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -51,6 +52,14 @@ absl::StatusOr<Shards> StartShards(const PushPullOptions& options) {
                 absl::StrCat("--local_transport=",
                              options.local_transport ? "true" : "false")};
     if (options.optimizer == "sgd") sub.argv.push_back("--momentum=0");
+    if (options.update_log == "on" || options.update_log == "off") {
+      const std::string dir = absl::StrCat(options.work_dir, "/checkpoints");
+      // A fresh shard refuses a directory holding checkpoints of its own.
+      if (i == 0) std::filesystem::remove_all(dir);
+      sub.argv.push_back(absl::StrCat("--checkpoint_dir=", dir));
+      sub.argv.push_back(
+          absl::StrCat("--update_log=", options.update_log == "on"));
+    }
     if (!options.server_cpus.empty()) {
       sub.argv.push_back(
           absl::StrCat("--cpus=", FormatCpuList(options.server_cpus)));

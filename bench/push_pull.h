@@ -41,6 +41,11 @@ struct PushPullOptions {
       start_shard;
   // Where the shards' port files go; must exist.
   std::string work_dir;
+  // "on": the shards write checkpoints (--checkpoint_dir, a fresh one under
+  // work_dir for each start) with their update log, as a launched job's
+  // do; "off": checkpoints without the log (--update_log=false); "none"
+  // (empty too): no checkpoint directory, as before.
+  std::string update_log;
   absl::Duration start_timeout = absl::Seconds(60);
 };
 

@@ -13,8 +13,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "bench/bench_runner.h"
 #include "bench/push_pull.h"
@@ -38,6 +38,11 @@ ABSL_FLAG(int, chunk_kb, 1024,
 ABSL_FLAG(int, echo_chunk_kb, 1024, "The gRPC echo baseline's chunk in KiB.");
 ABSL_FLAG(std::string, optimizer, "sgd",
           "Shards' optimizer: sgd (momentum 0, cheapest) or adam.");
+ABSL_FLAG(std::string, update_log, "none",
+          "Shards' checkpoints and update log: on (checkpoints in a fresh "
+          "directory, every update logged first, as a launched job's shards "
+          "do), off (checkpoints, --update_log=false) or none (no "
+          "--checkpoint_dir).");
 ABSL_FLAG(bool, baselines, true,
           "Measure memcpy, TCP and gRPC echo too; false leaves them 0 (for "
           "profiling ours alone).");
@@ -114,6 +119,14 @@ absl::StatusOr<BenchConfig> ConfigFromFlags(const char* argv0) {
   config.push_pull.chunk_bytes = static_cast<uint64_t>(chunk_kb) << 10;
   config.echo_chunk_bytes = static_cast<uint64_t>(echo_chunk_kb) << 10;
   config.push_pull.optimizer = absl::GetFlag(FLAGS_optimizer);
+  config.push_pull.update_log = absl::GetFlag(FLAGS_update_log);
+  if (config.push_pull.update_log != "on" &&
+      config.push_pull.update_log != "off" &&
+      config.push_pull.update_log != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--update_log must be on, off or none, got \"",
+                     config.push_pull.update_log, "\""));
+  }
   if (config.push_pull.optimizer != "sgd" &&
       config.push_pull.optimizer != "adam") {
     return absl::InvalidArgumentError(

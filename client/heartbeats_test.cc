@@ -128,5 +128,26 @@ TEST_F(HeartbeatsTest, NeverStartedSendsNothing) {
   EXPECT_EQ(shards_[0]->count(), 0u);
 }
 
+TEST(UnansweredShardTest, SaysWhomItWaitsForNowAndThenAndWhenItAnswers) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  UnansweredShard shard("server 0 (10.0.0.1:5)", absl::Seconds(10));
+  EXPECT_EQ(shard.Answered(t0), std::nullopt) << "nothing to say";
+  const absl::Status timeout = absl::DeadlineExceededError("Deadline Exceeded");
+  EXPECT_EQ(shard.Failed(t0, timeout),
+            "server 0 (10.0.0.1:5) has not answered a heartbeat "
+            "(DEADLINE_EXCEEDED: Deadline Exceeded); this worker waits for "
+            "it");
+  EXPECT_EQ(shard.Failed(t0 + absl::Seconds(5), timeout), std::nullopt);
+  EXPECT_EQ(shard.Failed(t0 + absl::Seconds(10), timeout),
+            "server 0 (10.0.0.1:5) has not answered heartbeats for 10s "
+            "(DEADLINE_EXCEEDED: Deadline Exceeded); this worker waits for "
+            "it");
+  EXPECT_EQ(shard.Answered(t0 + absl::Milliseconds(12500)),
+            "server 0 (10.0.0.1:5) answers heartbeats again after 12s");
+  EXPECT_EQ(shard.Answered(t0 + absl::Seconds(13)), std::nullopt);
+  // A new run of failures is said at once.
+  EXPECT_NE(shard.Failed(t0 + absl::Seconds(14), timeout), std::nullopt);
+}
+
 }  // namespace
 }  // namespace ps::client_internal

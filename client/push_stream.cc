@@ -5,6 +5,7 @@
 
 #include "absl/types/span.h"
 #include "client/pull_reader.h"
+#include "client/retry.h"
 #include "common/grpc_status.h"
 
 namespace ps::client_internal {
@@ -61,14 +62,15 @@ absl::Status PushCalls::Complete(ClientStream& call, bool broken,
   if (spec_.kind == PushKind::kStepPullAfter) {
     if (!broken) call.WritesDone();
     // A broken stream shows in the call's status, which this returns.
-    return ReceiveWeights(call, *spec_.partition, spec_.server, *weights,
-                          &pulled_version_);
+    return DroppedByShardIsUnavailable(ReceiveWeights(
+        call, *spec_.partition, spec_.server, *weights, &pulled_version_));
   }
   // The one response is the shard's acknowledgement; its version is not
   // needed here.
   grpc::ByteBuffer response;
   const bool answered = !broken && call.WritesDone() && call.Read(&response);
-  absl::Status status = FromGrpcStatus(call.Finish());
+  absl::Status status =
+      DroppedByShardIsUnavailable(FromGrpcStatus(call.Finish()));
   if (status.ok() && !answered) {
     return absl::InternalError("push stream ended without an answer");
   }

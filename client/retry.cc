@@ -12,6 +12,12 @@ RetryPolicy RetryPolicy::FromOptions(const ClientOptions& options) {
   return {options.retry_timeout, options.initial_backoff, options.max_backoff};
 }
 
+absl::Status DroppedByShardIsUnavailable(absl::Status status) {
+  if (!absl::IsCancelled(status)) return status;
+  return absl::UnavailableError(
+      absl::StrCat("the shard dropped the call: ", status.message()));
+}
+
 absl::Status RetryWhileUnavailable(
     const RetryPolicy& policy, absl::string_view who, absl::string_view what,
     const std::function<absl::Status()>& attempt) {

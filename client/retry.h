@@ -22,6 +22,14 @@ struct RetryPolicy {
   static RetryPolicy FromOptions(const ClientOptions& options);
 };
 
+// The status of a call this client completed (it never cancels a call it
+// completes): CANCELLED there means the shard dropped the call, e.g. one
+// whose stream stalled past the shard's --stream_idle_timeout because the
+// link dropped in the middle of it, and kept nothing of it (a push is
+// applied whole or not at all). Returned as UNAVAILABLE, so that
+// RetryWhileUnavailable makes the call again; any other status as it is.
+absl::Status DroppedByShardIsUnavailable(absl::Status status);
+
 // Runs `attempt` until it succeeds, fails with an error other than
 // UNAVAILABLE, or has failed UNAVAILABLE for `policy.timeout` (counted from
 // the first such failure: a pull may wait long for other ranks before its

@@ -39,6 +39,26 @@ TEST(RetryTest, ReturnsAnyOtherErrorAtOnce) {
   EXPECT_EQ(attempts, 2);
 }
 
+TEST(RetryTest, ACallTheShardDroppedIsMadeAgain) {
+  EXPECT_EQ(DroppedByShardIsUnavailable(absl::CancelledError("Cancelled on the "
+                                                             "server side")),
+            absl::UnavailableError(
+                "the shard dropped the call: Cancelled on the server side"));
+  EXPECT_EQ(DroppedByShardIsUnavailable(absl::AbortedError("stale")),
+            absl::AbortedError("stale"));
+  EXPECT_TRUE(DroppedByShardIsUnavailable(absl::OkStatus()).ok());
+  int attempts = 0;
+  const absl::Status status =
+      RetryWhileUnavailable(Patient(), "server 0 (a:1)", "push", [&] {
+        ++attempts;
+        return DroppedByShardIsUnavailable(
+            attempts == 1 ? absl::CancelledError("Cancelled on the server side")
+                          : absl::OkStatus());
+      });
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(attempts, 2);
+}
+
 TEST(RetryTest, GivesUpOnceTheTimeoutHasPassedSayingWhatFailed) {
   RetryPolicy policy = Patient();
   policy.timeout = absl::ZeroDuration();

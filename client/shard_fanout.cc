@@ -8,6 +8,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "client/inline_push_stream.h"
 #include "client/pull_reader.h"
+#include "client/retry.h"
 #include "client/sharded_step_push.h"
 #include "client/threaded_push_stream.h"
 #include "common/chunk_wire.h"
@@ -202,8 +203,8 @@ absl::StatusOr<uint64_t> ShardFanout::PullFromAll(uint64_t clock,
   std::vector<uint64_t> versions(num_servers(), 0);
   absl::Status status = ForEachServer(threads_, num_servers(), [&](int s) {
     return shards_[s]->CallWithRetry("pull", [&] {
-      return PullFromShard(*shards_[s], clock, after_others_finish, weights,
-                           &versions[s]);
+      return DroppedByShardIsUnavailable(PullFromShard(
+          *shards_[s], clock, after_others_finish, weights, &versions[s]));
     });
   });
   if (!status.ok()) return status;

@@ -1,6 +1,11 @@
 #include "common/crc32c.h"
 
 #include <array>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
 
 namespace ps::crc32c {
 namespace {
@@ -27,9 +32,33 @@ struct Tables {
 
 constexpr Tables kTables;
 
+#if defined(__x86_64__)
+// The SSE4.2 crc32 instruction computes the same CRC-32C several times
+// faster than the tables (bench/README.md, the update log's cost).
+__attribute__((target("sse4.2"))) uint32_t ExtendHardware(
+    uint32_t crc, const unsigned char* p, size_t n) {
+  uint64_t c = crc;
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, sizeof(v));
+    c = _mm_crc32_u64(c, v);
+    p += 8;
+    n -= 8;
+  }
+  uint32_t c32 = static_cast<uint32_t>(c);
+  while (n-- > 0) c32 = _mm_crc32_u8(c32, *p++);
+  return c32;
+}
+
+bool HasHardware() {
+  static const bool has = __builtin_cpu_supports("sse4.2");
+  return has;
+}
+#endif
+
 }  // namespace
 
-uint32_t Extend(uint32_t init_crc, absl::string_view data) {
+uint32_t ExtendPortable(uint32_t init_crc, absl::string_view data) {
   const auto& t = kTables.t;
   const unsigned char* p = reinterpret_cast<const unsigned char*>(data.data());
   size_t n = data.size();
@@ -45,6 +74,17 @@ uint32_t Extend(uint32_t init_crc, absl::string_view data) {
   }
   while (n-- > 0) crc = (crc >> 8) ^ t[0][(crc ^ *p++) & 0xff];
   return ~crc;
+}
+
+uint32_t Extend(uint32_t init_crc, absl::string_view data) {
+#if defined(__x86_64__)
+  if (HasHardware()) {
+    return ~ExtendHardware(~init_crc,
+                           reinterpret_cast<const unsigned char*>(data.data()),
+                           data.size());
+  }
+#endif
+  return ExtendPortable(init_crc, data);
 }
 
 }  // namespace ps::crc32c

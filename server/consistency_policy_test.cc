@@ -33,7 +33,8 @@ class PolicyTest : public ::testing::Test {
     for (int r = 0; r < ranks_.num_workers(); ++r) {
       if (r != rank) ranks_.Touch(r, later);
     }
-    ASSERT_THAT(ranks_.ExpireLeases(later), ElementsAre(rank));
+    ASSERT_THAT(ranks_.LeasesRunOut(later), ElementsAre(rank));
+    ranks_.MarkDead(rank);
   }
 
   uint64_t version_ = 0;

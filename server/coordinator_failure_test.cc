@@ -143,10 +143,13 @@ TEST(CoordinatorFailureTest, FailPolicyAbortsWaitingAndLaterRequests) {
     const absl::Status pushed =
         coord->Commit(ConstantPush(*store, 0, 0, 1.0f)).status();
     // Rank 1 is never heard from; rank 0's waiting pull renews its lease at
-    // every poll, each followed by this cancellation check.
+    // every poll, each followed by this cancellation check, which
+    // heartbeats as its client would (rank 0's requests show that the shard
+    // still hears the network).
     absl::StatusOr<uint64_t> pulled =
         coord->AwaitPull(0, IncarnationOf(0), 1, [&] {
           watch.Tick();
+          (void)coord->Heartbeat(0, IncarnationOf(0));
           return false;
         });
     watch.Tick();
@@ -401,9 +404,13 @@ TEST(CoordinatorFailureTest, FinalPullStopsWaitingForARankGoneForGood) {
   auto store = MakeStore({6, 4, 2}, PlainSgd());
   auto coord = Make(store.get(), ShortLease(ConsistencyMode::kAsync, 2));
   const absl::Time start = absl::Now();
-  // Rank 1 never shows up: dead after its lease, gone after the grace.
+  // Rank 1 never shows up: dead after its lease (rank 0 heartbeats, as its
+  // client does), gone after the grace.
   absl::StatusOr<uint64_t> version =
-      coord->AwaitOthersFinished(0, IncarnationOf(0), [] { return false; });
+      coord->AwaitOthersFinished(0, IncarnationOf(0), [&] {
+        (void)coord->Heartbeat(0, IncarnationOf(0));
+        return false;
+      });
   ASSERT_TRUE(version.ok()) << version.status();
   EXPECT_EQ(*version, 0u);
   EXPECT_GE(absl::Now() - start, 2 * kTimeout);

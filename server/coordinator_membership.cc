@@ -19,6 +19,11 @@ constexpr absl::Duration kMaxCheckInterval = absl::Milliseconds(250);
 
 }  // namespace
 
+MembersSnapshot UpdateCoordinator::Members() const {
+  absl::MutexLock lock(&mu_);
+  return members_.Snapshot();
+}
+
 std::vector<int> UpdateCoordinator::RanksBlocking(uint64_t step) const {
   absl::MutexLock lock(&mu_);
   return policy_->RanksBlocking(ViewLocked(), step);
@@ -163,6 +168,8 @@ absl::StatusOr<RankProgress> UpdateCoordinator::Register(
     absl::StatusOr<Membership::Registration> registration = members_.Register(
         rank, incarnation, planned_steps, max_examples_per_push, absl::Now());
     if (!registration.ok()) return registration.status();
+    AppendOrWarnLocked(update::LoggedRegister{rank, incarnation, planned_steps,
+                                              max_examples_per_push});
     const update::DataProgress& accepted = members_.ranks().accepted(rank);
     progress = {policy_->ResumeStep(ViewLocked(), rank), accepted.epoch,
                 accepted.examples_done};
@@ -206,6 +213,7 @@ bool UpdateCoordinator::MarkDone(int rank) {
   // was logged.
   (void)ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     members_.ranks().MarkDone(rank);
+    AppendOrWarnLocked(update::LoggedDone{rank});
     return absl::OkStatus();
   });
   MaybeFinish();

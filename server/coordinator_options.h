@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -42,6 +43,13 @@ struct CoordinatorOptions {
   // learning-rate schedule's horizon move with it) instead of having to
   // match the checkpoint's; later registrations must match it.
   bool replan_after_restore = false;
+  // Where the shard's update log lives (update/update_log.h; the
+  // checkpoint directory); empty: no log, and a restore loses the updates
+  // after its checkpoint.
+  std::string update_log_dir;
+  // Each log append is made durable (fdatasync) before its update is
+  // acknowledged: survives power loss, not only a killed process.
+  bool update_log_fsync = false;
   // Called, without locks held, after a rank registered as a new process
   // replacing another (a restarted or extended run's worker), so that a
   // checkpoint records it: a shard restored from one that does not would

@@ -80,10 +80,28 @@ StagedPush ConstantPush(const update::ShardStore& store, int rank,
   return p;
 }
 
+update::OptimizerConfig Adam() {
+  update::OptimizerConfig c;
+  c.learning_rate = 0.01f;
+  return c;
+}
+
+StagedPush VariedPush(const update::ShardStore& store, int rank,
+                      uint64_t step) {
+  StagedPush p = ConstantPush(store, rank, step, 0.0f, 3 + rank,
+                              /*base_version=*/step > 0 ? step - 1 : 0);
+  std::vector<std::vector<float>> values = GradientValues(p);
+  for (std::vector<float>& g : values) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      g[i] = 0.1f * static_cast<float>((i * 7 + step * 3 + rank) % 11) - 0.5f;
+    }
+  }
+  SetGradientValues(p, values);
+  return p;
+}
+
 std::unique_ptr<update::ShardStore> MakeAdamStore() {
-  update::OptimizerConfig adam;
-  adam.learning_rate = 0.01f;
-  return MakeStore({30, 20, 10}, adam);
+  return MakeStore({30, 20, 10}, Adam());
 }
 
 std::vector<StagedPush> RandomPushes(const update::ShardStore& store) {
@@ -175,8 +193,12 @@ void ExpectBitIdentical(const std::vector<std::vector<float>>& a,
 
 absl::StatusOr<uint64_t> Pull(UpdateCoordinator& coordinator, int rank,
                               uint64_t step) {
-  return coordinator.AwaitPull(rank, IncarnationOf(rank), step,
-                               [] { return false; });
+  return coordinator.AwaitPull(rank, IncarnationOf(rank), step, [&] {
+    // As a client's heartbeats go on while its pull waits (refused once
+    // another process registered the rank, which ends the pull anyway).
+    (void)coordinator.Heartbeat(rank, IncarnationOf(rank));
+    return false;
+  });
 }
 
 LogCapture::LogCapture() : previous_(spdlog::default_logger()) {

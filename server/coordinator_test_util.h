@@ -47,6 +47,14 @@ StagedPush ConstantPush(const update::ShardStore& store, int rank,
                         uint64_t step, float value, uint32_t num_examples = 1,
                         uint64_t base_version = 0);
 
+// Adam at learning rate 0.01.
+update::OptimizerConfig Adam();
+
+// A push like ConstantPush's (3 + rank examples, based on the version
+// before `step`) whose gradient varies by element, rank and step, so that
+// every bit of the weights and optimizer state depends on it.
+StagedPush VariedPush(const update::ShardStore& store, int rank, uint64_t step);
+
 // A store of an MLP trained with Adam (learning rate 0.01).
 std::unique_ptr<update::ShardStore> MakeAdamStore();
 
@@ -77,7 +85,8 @@ void ExpectBitIdentical(const std::vector<std::vector<float>>& a,
                         const std::vector<std::vector<float>>& b,
                         const std::string& what);
 
-// AwaitPull without cancellation, as IncarnationOf(rank).
+// AwaitPull without cancellation, as IncarnationOf(rank), heartbeating
+// meanwhile as a client does.
 absl::StatusOr<uint64_t> Pull(UpdateCoordinator& coordinator, int rank,
                               uint64_t step);
 

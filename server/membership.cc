@@ -16,6 +16,8 @@ Membership::Membership(const CoordinatorOptions& options, absl::Time now)
                       update::LrScheduleKind::kCosine),
       replan_after_restore_(options.replan_after_restore),
       ranks_(options.num_workers, options.worker_timeout, now),
+      last_request_(now),
+      hearing_since_(now),
       extension_joins_(options.num_workers, false),
       barriers_(options.num_workers, 0) {}
 
@@ -29,6 +31,7 @@ absl::Status Membership::Admit(int rank, uint64_t incarnation, absl::Time now) {
   if (absl::Status s = ranks_.CheckIncarnation(rank, incarnation); !s.ok()) {
     return s;
   }
+  NoteRequest(now);
   if (ranks_.Touch(rank, now)) {
     // Rare, so logged under the coordinator's lock.
     spdlog::info("worker {} is live again", rank);
@@ -59,6 +62,7 @@ absl::StatusOr<Membership::Registration> Membership::Register(
   registration.previous_incarnation = ranks_.SetIncarnation(rank, incarnation);
   registration.extension_join = extension_joins_[rank];
   ranks_.SetMaxExamples(rank, max_examples_per_push);
+  NoteRequest(now);
   ranks_.Touch(rank, now);
   extension_joins_[rank] = false;
   return registration;
@@ -124,9 +128,65 @@ absl::Status Membership::CheckWithinPlan(int rank, absl::string_view what,
                    " planned steps): no worker of it gets there"));
 }
 
+void Membership::NoteRequest(absl::Time now) {
+  const absl::Duration silence = now - last_request_;
+  if (silence >= ranks_.lease() / 2) {
+    hearing_since_ = now;
+    last_deaf_spell_ = silence;
+  }
+  last_request_ = std::max(last_request_, now);
+}
+
+bool Membership::MayDeclareDead(int rank, absl::Time now) const {
+  bool others_live = false;
+  for (int r = 0; r < ranks_.num_workers(); ++r) {
+    if (r != rank && !ranks_.dead(r) && !ranks_.done(r)) others_live = true;
+  }
+  if (!others_live) return true;
+  const absl::Duration lease = ranks_.lease();
+  const bool deaf = now - last_request_ >= lease / 2;
+  return !deaf && now - hearing_since_ >= std::max(lease, 2 * last_deaf_spell_);
+}
+
+void Membership::NoteUnheard(std::vector<int> unheard, absl::Time now) {
+  std::vector<int> back;
+  for (int rank : unheard_) {
+    if (!ranks_.dead(rank) &&
+        std::find(unheard.begin(), unheard.end(), rank) == unheard.end()) {
+      back.push_back(rank);
+    }
+  }
+  if (!back.empty()) {
+    spdlog::info("{} heard from again, never declared dead",
+                 DescribeWorkers(back));
+  }
+  if (unheard_.empty() && !unheard.empty()) {
+    const absl::Duration deaf = now - last_request_ >= ranks_.lease() / 2
+                                    ? now - last_request_
+                                    : last_deaf_spell_;
+    spdlog::warn(
+        "{} silent past --worker_timeout={}, but not declared dead: this "
+        "shard heard no request of any worker for {} and may be the one cut "
+        "off (or every worker stopped at once); it waits until it hears the "
+        "workers again, and then gives the silent ones as long again to come "
+        "back",
+        DescribeWorkers(unheard), absl::FormatDuration(ranks_.lease()),
+        absl::FormatDuration(absl::Trunc(deaf, absl::Milliseconds(100))));
+  }
+  unheard_ = std::move(unheard);
+}
+
 std::vector<int> Membership::ExpireLeases(absl::Time now) {
   if (!Running().ok()) return {};
-  std::vector<int> dead = ranks_.ExpireLeases(now);
+  std::vector<int> dead;
+  std::vector<int> unheard;
+  // Decided before any is marked: two silent ranks must not make each
+  // other the last one live.
+  for (int rank : ranks_.LeasesRunOut(now)) {
+    (MayDeclareDead(rank, now) ? dead : unheard).push_back(rank);
+  }
+  for (int rank : dead) ranks_.MarkDead(rank);
+  NoteUnheard(std::move(unheard), now);
   if (dead.empty() || on_worker_failure_ != FailurePolicy::kFail) return dead;
   // Not Aborted: a worker retries a step refused with that (stale), and
   // this ends the job.
@@ -135,6 +195,16 @@ std::vector<int> Membership::ExpireLeases(absl::Time now) {
       " dead (no heartbeat for ", absl::FormatDuration(ranks_.lease()),
       "); --on_worker_failure=fail stops the job"));
   return dead;
+}
+
+MembersSnapshot Membership::Snapshot() const {
+  MembersSnapshot snapshot;
+  for (int r = 0; r < ranks_.num_workers(); ++r) {
+    snapshot.next_steps.push_back(ranks_.next_step(r));
+    snapshot.dead.push_back(ranks_.dead(r));
+  }
+  snapshot.unheard = static_cast<int>(unheard_.size());
+  return snapshot;
 }
 
 std::vector<int> Membership::OthersTraining(int rank, absl::Time now) const {

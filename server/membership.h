@@ -25,6 +25,16 @@ namespace ps::server {
 // waits on this state under it (a wait's condition reads it together with
 // the version and the step being collected, so one lock guards them all).
 // Never blocks; logs only rare events (a rank live again, a new plan).
+// The ranks as the shard's metrics show them.
+struct MembersSnapshot {
+  // By rank: the next step (steps [0, next) done here), and whether the
+  // rank is declared dead.
+  std::vector<uint64_t> next_steps;
+  std::vector<bool> dead;
+  // How many are unheard (Membership::unheard()).
+  int unheard = 0;
+};
+
 class Membership {
  public:
   // Every rank's lease starts at `now`. Reads the options it needs and keeps
@@ -79,10 +89,16 @@ class Membership {
   absl::Status CheckWithinPlan(int rank, absl::string_view what,
                                uint64_t step) const;
 
-  // Declares dead the ranks whose lease ran out by `now` and returns them in
-  // rank order; under FailurePolicy::kFail, if any, the job fails (see
-  // failure()). Nothing while the job does not run.
+  // Declares dead the ranks whose lease ran out by `now`, each only while
+  // this shard hears the network (MayDeclareDead), and returns them in rank
+  // order; under FailurePolicy::kFail, if any, the job
+  // fails (see failure()). The others whose lease ran out are unheard().
+  // Nothing while the job does not run.
   std::vector<int> ExpireLeases(absl::Time now);
+  // The ranks whose lease had run out at the last ExpireLeases but which it
+  // did not declare dead (MayDeclareDead); in rank order.
+  const std::vector<int>& unheard() const { return unheard_; }
+  MembersSnapshot Snapshot() const;
   // The ranks other than `rank` still training (RankRegistry::StillTraining
   // with the rejoin grace).
   std::vector<int> OthersTraining(int rank, absl::Time now) const;
@@ -111,6 +127,32 @@ class Membership {
   // with nothing changed if `planned_steps` does not fit.
   absl::Status TakePlan(int rank, uint64_t planned_steps);
 
+  // Whether `rank`, silent past its lease, may be declared dead at `now`.
+  //
+  // A shard cut off from the network hears from no worker and cannot tell
+  // that from every worker's death. The first is one fault where the
+  // second is many, and a wrong verdict loses work for good (a sync step
+  // goes on without pushes still on their way; the job fails under kFail)
+  // where waiting loses none. So a shard that is deaf, having had no
+  // request of any rank for half a lease, declares no one dead: live
+  // workers send one at least every --heartbeat_period, below half the
+  // --worker_timeout. (A waiting call renews its rank's lease but is no
+  // request: it goes on waiting across a cut.) Once it hears again after a
+  // deaf spell of length D, the ranks still silent get max(lease, 2 D)
+  // more: after a cut each connection comes back only when its own TCP
+  // retransmission timer fires, which has backed off to about D.
+  //
+  // A rank with no other live rank (the rest done or dead) is declared on
+  // its lease alone, as ever: nobody could show that the shard hears, and
+  // a job whose other workers are done must still end once it is gone for
+  // good.
+  bool MayDeclareDead(int rank, absl::Time now) const;
+  // A request of some rank arrived at `now`: the shard hears the network.
+  void NoteRequest(absl::Time now);
+  // Takes the ranks now unheard, logging when some first are, and those
+  // heard from again.
+  void NoteUnheard(std::vector<int> unheard, absl::Time now);
+
   const FailurePolicy on_worker_failure_;
   const absl::Duration rejoin_grace_;
   // A cosine learning-rate schedule spans the planned steps.
@@ -129,6 +171,13 @@ class Membership {
   // Per rank: the highest barrier generation it has reached.
   std::vector<uint64_t> barriers_;
   absl::Status failure_;
+  // When the last request of any rank arrived.
+  absl::Time last_request_;
+  // When the shard began to hear requests again after its last deaf spell
+  // (half a lease or more without any), and that spell's length.
+  absl::Time hearing_since_;
+  absl::Duration last_deaf_spell_ = absl::ZeroDuration();
+  std::vector<int> unheard_;
   bool finished_ = false;
   bool shutdown_ = false;
 };

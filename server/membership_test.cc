@@ -41,6 +41,16 @@ void RegisterAll(Membership& members, int n, uint64_t planned = 0) {
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
+// `rank` (incarnation 100 + rank) heartbeats every 2 s, less than half the
+// lease, as a live worker does, from `from` to `to`.
+void Heartbeats(Membership& members, int rank, absl::Time from, absl::Time to) {
+  for (absl::Time t = from; t <= to; t += absl::Seconds(2)) {
+    ASSERT_TRUE(members.Admit(rank, 100 + rank, t).ok()) << rank;
+  }
+}
+
+absl::Time At(int seconds) { return kStart + absl::Seconds(seconds); }
+
 TEST(MembershipTest, AdmitsTheRegisteredIncarnationOnly) {
   Membership members(Options(2), kStart);
   EXPECT_EQ(members.Admit(0, 100, kStart).code(),
@@ -61,7 +71,7 @@ TEST(MembershipTest, AdmitsTheRegisteredIncarnationOnly) {
 TEST(MembershipTest, AnAdmittedRequestRenewsTheLease) {
   Membership members(Options(2), kStart);
   RegisterAll(members, 2);
-  ASSERT_TRUE(members.Admit(1, 101, kStart + absl::Seconds(8)).ok());
+  Heartbeats(members, 1, At(2), At(12));
   EXPECT_THAT(members.ExpireLeases(kStart + absl::Seconds(12)), ElementsAre(0));
   EXPECT_TRUE(members.failure().ok()) << "elastic: the job goes on";
   // Heard from again: live again.
@@ -69,12 +79,90 @@ TEST(MembershipTest, AnAdmittedRequestRenewsTheLease) {
   EXPECT_TRUE(members.ranks().active(0));
 }
 
+TEST(MembershipTest, AShardThatHearsFromNoWorkerDeclaresNoneDead) {
+  CoordinatorOptions options = Options(2);
+  options.on_worker_failure = FailurePolicy::kFail;
+  Membership members(options, kStart);
+  RegisterAll(members, 2);
+  // Cut off: neither rank is heard from, for as long as it lasts.
+  EXPECT_THAT(members.ExpireLeases(kStart + 5 * kLease), IsEmpty());
+  EXPECT_THAT(members.unheard(), ElementsAre(0, 1));
+  EXPECT_TRUE(members.failure().ok()) << members.failure();
+  EXPECT_TRUE(members.ranks().active(0));
+  EXPECT_TRUE(members.ranks().active(1));
+  // Plugged back in: both are heard from, and nobody was dead.
+  ASSERT_TRUE(members.Admit(1, 101, kStart + 5 * kLease).ok());
+  ASSERT_TRUE(members.Admit(0, 100, kStart + 5 * kLease).ok());
+  EXPECT_THAT(members.ExpireLeases(kStart + 5 * kLease + absl::Seconds(1)),
+              IsEmpty());
+  EXPECT_THAT(members.unheard(), IsEmpty());
+  EXPECT_TRUE(members.Running().ok());
+}
+
+TEST(MembershipTest, HearingAgainTheSilentGetAsLongAsTheCutToComeBack) {
+  Membership members(Options(2), kStart);
+  RegisterAll(members, 2);
+  Heartbeats(members, 0, At(2), At(20));
+  Heartbeats(members, 1, At(2), At(20));
+  // Cut off from 20 s to 40 s.
+  EXPECT_THAT(members.ExpireLeases(At(39)), IsEmpty());
+  EXPECT_THAT(members.unheard(), ElementsAre(0, 1));
+  // Rank 1's connection comes back first; rank 0's TCP retries back off
+  // as long as the cut, 20 s, and it gets twice that from 40 s.
+  Heartbeats(members, 1, At(40), At(79));
+  EXPECT_THAT(members.ExpireLeases(At(79)), IsEmpty());
+  EXPECT_THAT(members.unheard(), ElementsAre(0));
+  Heartbeats(members, 1, At(80), At(80));
+  EXPECT_THAT(members.ExpireLeases(At(80)), ElementsAre(0));
+  EXPECT_THAT(members.unheard(), IsEmpty());
+  EXPECT_TRUE(members.ranks().dead(0));
+}
+
+TEST(MembershipTest, RanksFallingSilentTogetherAreNotDeclaredOneByOne) {
+  Membership members(Options(3), kStart);
+  RegisterAll(members, 3);
+  // Their last requests before the cut came within half a lease.
+  ASSERT_TRUE(members.Admit(1, 101, At(1)).ok());
+  ASSERT_TRUE(members.Admit(2, 102, At(4)).ok());
+  // Rank 0's lease runs out first, while the others' have not.
+  EXPECT_THAT(members.ExpireLeases(At(11)), IsEmpty());
+  EXPECT_THAT(members.unheard(), ElementsAre(0));
+  EXPECT_THAT(members.ExpireLeases(At(15)), IsEmpty());
+  EXPECT_THAT(members.unheard(), ElementsAre(0, 1, 2));
+}
+
+TEST(MembershipTest, AWaitingCallIsNoRequest) {
+  Membership members(Options(2), kStart);
+  RegisterAll(members, 2);
+  // Rank 0's call waits across a cut: its lease is renewed, but the shard
+  // heard nothing from the network.
+  members.ranks().Touch(0, At(10));
+  EXPECT_THAT(members.ExpireLeases(At(11)), IsEmpty());
+  EXPECT_THAT(members.unheard(), ElementsAre(1));
+  // Its heartbeats arrive from 11 s: rank 1 gets twice the 11 s deaf spell.
+  Heartbeats(members, 0, At(11), At(31));
+  EXPECT_THAT(members.ExpireLeases(At(31)), IsEmpty());
+  Heartbeats(members, 0, At(33), At(33));
+  EXPECT_THAT(members.ExpireLeases(At(33)), ElementsAre(1));
+}
+
+TEST(MembershipTest, TheLastRankTrainingDiesOnItsLeaseAlone) {
+  Membership members(Options(3), kStart);
+  RegisterAll(members, 3);
+  members.ranks().MarkDone(0);
+  members.ranks().MarkDead(1);
+  // Nobody is left who could witness for rank 2.
+  EXPECT_THAT(members.ExpireLeases(kStart + kLease + absl::Seconds(1)),
+              ElementsAre(2));
+  EXPECT_THAT(members.unheard(), IsEmpty());
+}
+
 TEST(MembershipTest, RefusesEverythingAfterShutdownAndAfterAFailure) {
   CoordinatorOptions options = Options(2);
   options.on_worker_failure = FailurePolicy::kFail;
   Membership members(options, kStart);
   RegisterAll(members, 2);
-  ASSERT_TRUE(members.Admit(1, 101, kStart + absl::Seconds(8)).ok());
+  Heartbeats(members, 1, At(2), At(12));
   EXPECT_THAT(members.ExpireLeases(kStart + absl::Seconds(12)), ElementsAre(0));
   const absl::Status failure = members.failure();
   EXPECT_EQ(failure.code(), absl::StatusCode::kFailedPrecondition);
@@ -226,7 +314,8 @@ TEST(MembershipTest, AFailedJobEndsWithItsFailure) {
   options.on_worker_failure = FailurePolicy::kFail;
   Membership members(options, kStart);
   RegisterAll(members, 2);
-  ASSERT_THAT(members.ExpireLeases(kStart + 2 * kLease), ElementsAre(0, 1));
+  Heartbeats(members, 0, At(2), At(12));
+  ASSERT_THAT(members.ExpireLeases(kStart + absl::Seconds(12)), ElementsAre(1));
   std::optional<absl::Status> outcome = members.EndIfOver(kStart);
   ASSERT_TRUE(outcome.has_value());
   EXPECT_EQ(outcome->code(), absl::StatusCode::kFailedPrecondition);

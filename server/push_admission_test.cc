@@ -89,7 +89,7 @@ TEST_F(PushAdmissionTest, RenewsThePushingRanksLease) {
   ASSERT_TRUE(
       Admit(Push(1, 0), ConsistencyMode::kSync, kStart + absl::Seconds(8))
           .ok());
-  EXPECT_THAT(members_.ExpireLeases(kStart + absl::Seconds(12)),
+  EXPECT_THAT(members_.ranks().LeasesRunOut(kStart + absl::Seconds(12)),
               ElementsAre(0));
 }
 

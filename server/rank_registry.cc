@@ -65,12 +65,11 @@ bool RankRegistry::Touch(int rank, absl::Time now) {
   return was_dead;
 }
 
-std::vector<int> RankRegistry::ExpireLeases(absl::Time now) {
+std::vector<int> RankRegistry::LeasesRunOut(absl::Time now) const {
   std::vector<int> expired;
   for (int i = 0; i < num_workers(); ++i) {
-    Rank& r = ranks_[i];
+    const Rank& r = ranks_[i];
     if (r.dead || r.done || now - r.last_heard <= lease_) continue;
-    r.dead = true;
     expired.push_back(i);
   }
   return expired;

@@ -55,9 +55,11 @@ class RankRegistry {
   // The rank was heard from at `now`: renews its lease. Returns true if it
   // had been declared dead (it is live again).
   bool Touch(int rank, absl::Time now);
-  // Declares dead every live rank that is not done and was not heard from
-  // within the lease; returns them in rank order.
-  std::vector<int> ExpireLeases(absl::Time now);
+  // The live ranks that are not done and were not heard from (Touch) within
+  // the lease, in rank order.
+  std::vector<int> LeasesRunOut(absl::Time now) const;
+  // Declares the rank dead (Touch makes it live again).
+  void MarkDead(int rank) { ranks_[rank].dead = true; }
   absl::Duration SinceHeard(int rank, absl::Time now) const {
     return now - ranks_[rank].last_heard;
   }

@@ -14,25 +14,46 @@ using ::ps::update::RankRecord;
 const absl::Time kStart = absl::FromUnixSeconds(1000);
 const absl::Duration kLease = absl::Seconds(10);
 
+// Declares dead every rank whose lease ran out, as a shard that hears from
+// other ranks does (Membership decides when it may), and returns them.
+std::vector<int> ExpireLeases(RankRegistry& ranks, absl::Time now) {
+  std::vector<int> expired = ranks.LeasesRunOut(now);
+  for (int rank : expired) ranks.MarkDead(rank);
+  return expired;
+}
+
 TEST(RankRegistryTest, LeasesExpireOnlyForSilentRanksThatAreNotDone) {
   RankRegistry ranks(3, kLease, kStart);
-  EXPECT_TRUE(ranks.ExpireLeases(kStart + kLease).empty());  // Not beyond.
+  EXPECT_TRUE(ExpireLeases(ranks, kStart + kLease).empty());  // Not beyond.
   ranks.Touch(0, kStart + absl::Seconds(5));
   ranks.MarkDone(2);
-  EXPECT_EQ(ranks.ExpireLeases(kStart + absl::Seconds(11)),
+  EXPECT_EQ(ExpireLeases(ranks, kStart + absl::Seconds(11)),
             std::vector<int>{1});
   EXPECT_TRUE(ranks.dead(1));
   EXPECT_FALSE(ranks.active(1));
   EXPECT_TRUE(ranks.active(0));
   EXPECT_FALSE(ranks.active(2));
-  EXPECT_TRUE(ranks.ExpireLeases(kStart + absl::Seconds(12)).empty());
-  EXPECT_EQ(ranks.ExpireLeases(kStart + absl::Seconds(16)),
+  EXPECT_TRUE(ExpireLeases(ranks, kStart + absl::Seconds(12)).empty());
+  EXPECT_EQ(ExpireLeases(ranks, kStart + absl::Seconds(16)),
             std::vector<int>{0});
   // Heard from again: live again, and Touch says it was dead.
   EXPECT_TRUE(ranks.Touch(1, kStart + absl::Seconds(20)));
   EXPECT_FALSE(ranks.Touch(1, kStart + absl::Seconds(21)));
   EXPECT_TRUE(ranks.active(1));
   EXPECT_EQ(ranks.SinceHeard(1, kStart + absl::Seconds(24)), absl::Seconds(3));
+}
+
+TEST(RankRegistryTest, LeasesRunOutListsWithoutDeclaringDead) {
+  RankRegistry ranks(2, kLease, kStart);
+  ranks.Touch(0, kStart + absl::Seconds(5));
+  EXPECT_EQ(ranks.SinceHeard(0, kStart + absl::Seconds(6)), absl::Seconds(1));
+  EXPECT_EQ(ranks.LeasesRunOut(kStart + absl::Seconds(11)),
+            std::vector<int>{1});
+  EXPECT_FALSE(ranks.dead(1)) << "only listed";
+  ranks.MarkDead(1);
+  EXPECT_TRUE(ranks.dead(1));
+  EXPECT_EQ(ranks.LeasesRunOut(kStart + absl::Seconds(16)), std::vector<int>{0})
+      << "a dead rank is not listed again";
 }
 
 TEST(RankRegistryTest, OnlyTheRegisteredIncarnationIsAccepted) {
@@ -159,7 +180,7 @@ TEST(RankRegistryTest, JobIsFinishedWhenEveryRankIsDoneOrDead) {
   const absl::Time later = kStart + absl::Seconds(100);
   const absl::Duration grace = absl::Seconds(5);
   EXPECT_FALSE(ranks.AllFinished(later, grace));
-  ranks.ExpireLeases(kStart + absl::Seconds(11));
+  ExpireLeases(ranks, kStart + absl::Seconds(11));
   EXPECT_FALSE(ranks.AllFinished(later, grace)) << "all dead, none done";
   ranks.MarkDone(0);
   EXPECT_TRUE(ranks.AllFinished(later, grace));
@@ -173,7 +194,7 @@ TEST(RankRegistryTest, JobIsFinishedWhenEveryRankIsDoneOrDead) {
 TEST(RankRegistryTest, DeadRankHoldsTheJobOpenForItsRejoinGrace) {
   RankRegistry ranks(2, kLease, kStart);
   ranks.MarkDone(0);
-  ranks.ExpireLeases(kStart + kLease + absl::Seconds(1));
+  ExpireLeases(ranks, kStart + kLease + absl::Seconds(1));
   const absl::Duration grace = absl::Seconds(30);
   // Rank 1 was last heard at kStart: dead, but it may still be restarted.
   EXPECT_FALSE(ranks.AllFinished(kStart + kLease + absl::Seconds(29), grace));
@@ -191,7 +212,7 @@ TEST(RankRegistryTest, StillTrainingLeavesOutDoneFinishingAndGoneRanks) {
   // Rank 3 dies; it still counts until its lease plus the grace are over.
   ranks.Touch(0, kStart + kLease);
   ranks.Touch(2, kStart + kLease);
-  ranks.ExpireLeases(kStart + kLease + absl::Seconds(1));
+  ExpireLeases(ranks, kStart + kLease + absl::Seconds(1));
   EXPECT_EQ(ranks.StillTraining(0, kStart + kLease + absl::Seconds(29), grace),
             std::vector<int>{3});
   EXPECT_TRUE(ranks.StillTraining(0, kStart + kLease + grace, grace).empty());
@@ -213,13 +234,13 @@ TEST(RankRegistryTest, TheSspMinimumCountsOnlyActiveRanks) {
   ranks.MarkDone(1);
   EXPECT_EQ(ranks.ActiveBefore(3), std::vector<int>{2});
   ranks.Touch(0, kStart + absl::Seconds(5));
-  ranks.ExpireLeases(kStart + absl::Seconds(11));
+  ExpireLeases(ranks, kStart + absl::Seconds(11));
   EXPECT_TRUE(ranks.ActiveBefore(3).empty());
 }
 
 TEST(RankRegistryTest, RestoreReplacesStateAndRestartsLeases) {
   RankRegistry ranks(2, kLease, kStart);
-  ranks.ExpireLeases(kStart + absl::Seconds(11));
+  ExpireLeases(ranks, kStart + absl::Seconds(11));
   const std::vector<RankRecord> records = {{3, 5, {1, 10}, false},
                                            {4, 6, {1, 20}, true}};
   const update::ExampleCounts examples = {{1, {10, 20}}};
@@ -229,7 +250,7 @@ TEST(RankRegistryTest, RestoreReplacesStateAndRestartsLeases) {
   EXPECT_EQ(ranks.next_step(0), 5u);
   EXPECT_EQ(ranks.accepted(1), (DataProgress{1, 20}));
   EXPECT_TRUE(ranks.active(0));
-  EXPECT_TRUE(ranks.ExpireLeases(later + kLease).empty());
+  EXPECT_TRUE(ExpireLeases(ranks, later + kLease).empty());
   EXPECT_EQ(ranks.ExamplesPerEpochLine(), "examples per epoch: 1=30");
 
   EXPECT_EQ(ranks.Restore({records[0]}, examples, later).code(),

@@ -161,15 +161,54 @@ TEST(ServerBinaryTest, FailPolicyExitsWithOneNamingTheDeadWorker) {
   ChildGuard guard{pid};
   const int port = WaitForPortFile(port_file);
   ASSERT_GT(port, 0) << ReadFile(log);
-  // Rank 0 declares the model and says nothing more; rank 1 never comes.
-  // Both die when their first lease ends.
-  ASSERT_TRUE(LifecycleClient(port, 1, 0).Register(0).ok());
-  EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 1) << ReadFile(log);
-  // One checker pass may find both leases ended, or one each.
-  EXPECT_NE(ReadFile(log).find("dead (no heartbeat for 300ms); "
+  // Rank 0 declares the model and heartbeats, as a live worker does; rank 1
+  // never comes, and dies when its first lease ends (rank 0's requests show
+  // that the shard hears the network).
+  LifecycleClient client(port, 1, 0);
+  ASSERT_TRUE(client.Register(0).ok());
+  std::optional<int> exit_code;
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!exit_code.has_value() && absl::Now() < give_up) {
+    client.Heartbeat(0);  // Refused once the job failed.
+    exit_code = WaitForExit(pid, absl::Milliseconds(50));
+  }
+  EXPECT_EQ(exit_code, 1) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("worker 1 is dead (no heartbeat for 300ms); "
                                "--on_worker_failure=fail stops the job"),
             std::string::npos)
       << ReadFile(log);
+}
+
+TEST(ServerBinaryTest, AShardThatHearsFromNoWorkerDeclaresNoneDead) {
+  const std::string log = TempPath("unheard.log");
+  const std::string port_file = TempPath("unheard.port");
+  std::remove(port_file.c_str());
+  pid_t pid = Spawn(
+      {"--server_index=0", "--num_workers=2", "--worker_timeout=300ms",
+       "--on_worker_failure=fail", absl::StrCat("--port_file=", port_file)},
+      log);
+  ChildGuard guard{pid};
+  const int port = WaitForPortFile(port_file);
+  ASSERT_GT(port, 0) << ReadFile(log);
+  // Rank 0 declares the model and says nothing more; rank 1 never comes:
+  // the shard may be the one cut off, and fails no one.
+  LifecycleClient client(port, 1, 0);
+  ASSERT_TRUE(client.Register(0).ok());
+  EXPECT_EQ(WaitForExit(pid, absl::Seconds(3)), std::nullopt) << ReadFile(log);
+  // Heard from again, it finds rank 1 dead on rank 0's word.
+  std::optional<int> exit_code;
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!exit_code.has_value() && absl::Now() < give_up) {
+    client.Heartbeat(0);
+    exit_code = WaitForExit(pid, absl::Milliseconds(50));
+  }
+  EXPECT_EQ(exit_code, 1) << ReadFile(log);
+  const std::string text = ReadFile(log);
+  EXPECT_NE(text.find("workers 0, 1 silent past --worker_timeout=300ms, but "
+                      "not declared dead"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("worker 1 is dead"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -150,6 +150,15 @@ class LifecycleClient {
     return stub_->Done(&context, request, &response);
   }
 
+  grpc::Status Heartbeat(int rank) {
+    grpc::ClientContext context;
+    proto::HeartbeatRequest request;
+    *request.mutable_header() = Header(rank);
+    request.set_incarnation(rank + 1);
+    proto::HeartbeatResponse response;
+    return stub_->Heartbeat(&context, request, &response);
+  }
+
  private:
   proto::RequestHeader Header(int rank) const {
     proto::RequestHeader h;

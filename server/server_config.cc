@@ -168,7 +168,12 @@ absl::Status FaultFlags(const ServerFlags& f, ServerConfig& c) {
     policy.dir = f.checkpoint_dir;
     policy.every_updates = static_cast<uint64_t>(steps);
     policy.every = absl::Seconds(seconds);
+    policy.kill_in_write = f.testonly_kill_in_checkpoint;
     c.checkpoints = policy;
+    if (f.update_log) {
+      o.update_log_dir = f.checkpoint_dir;
+      o.update_log_fsync = f.update_log_fsync;
+    }
   }
   // Only a restarted sync shard can be behind the workers' clock.
   o.fast_forward_after_restart = f.restore;

@@ -57,6 +57,9 @@ struct ServerFlags {
   std::string checkpoint_dir;
   int64_t checkpoint_every_steps = 200;
   int64_t checkpoint_every_seconds = 60;
+  bool update_log = true;
+  bool update_log_fsync = false;
+  int testonly_kill_in_checkpoint = 0;
   std::string cpus;
   int signal_exit_code = 0;
   std::string non_finite_gradients = "refuse";

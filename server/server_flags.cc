@@ -95,6 +95,18 @@ ABSL_FLAG(int64_t, checkpoint_every_steps, Default().checkpoint_every_steps,
 ABSL_FLAG(int64_t, checkpoint_every_seconds, Default().checkpoint_every_seconds,
           "A checkpoint every this many seconds if the shard changed; 0: not "
           "by time. One is also written on SIGTERM/SIGINT and at the end.");
+ABSL_FLAG(bool, update_log, Default().update_log,
+          "With --checkpoint_dir: log every update before acknowledging it "
+          "(shard-<index>-<version>.wal beside the checkpoints), so that a "
+          "shard killed and restarted with --restore replays the updates "
+          "since its checkpoint and loses none.");
+ABSL_FLAG(bool, update_log_fsync, Default().update_log_fsync,
+          "fdatasync each update log append before acknowledging the update: "
+          "the log then survives a power loss, not only a killed process.");
+ABSL_FLAG(int, testonly_kill_in_checkpoint,
+          Default().testonly_kill_in_checkpoint,
+          "Tests only: SIGKILL this process halfway through writing its Nth "
+          "checkpoint (0: never).");
 ABSL_FLAG(std::string, cpus, Default().cpus,
           "CPUs this shard may run on, in the kernel's list format "
           "(\"0-3,8\"); empty: any. On a host shared with workers, separate "
@@ -206,6 +218,10 @@ ServerFlags ServerFlagValues() {
   f.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   f.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   f.checkpoint_every_seconds = absl::GetFlag(FLAGS_checkpoint_every_seconds);
+  f.update_log = absl::GetFlag(FLAGS_update_log);
+  f.update_log_fsync = absl::GetFlag(FLAGS_update_log_fsync);
+  f.testonly_kill_in_checkpoint =
+      absl::GetFlag(FLAGS_testonly_kill_in_checkpoint);
   f.cpus = absl::GetFlag(FLAGS_cpus);
   f.signal_exit_code = absl::GetFlag(FLAGS_signal_exit_code);
   f.non_finite_gradients = absl::GetFlag(FLAGS_non_finite_gradients);

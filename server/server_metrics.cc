@@ -61,6 +61,23 @@ prometheus::MetricFamily GaugeFamily(const char* name, const char* help,
   return family;
 }
 
+// One gauge of `name` per rank, labelled with it.
+prometheus::MetricFamily RankGaugeFamily(const char* name, const char* help,
+                                         int shard,
+                                         const std::vector<double>& values) {
+  prometheus::MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = prometheus::MetricType::Gauge;
+  for (size_t rank = 0; rank < values.size(); ++rank) {
+    prometheus::ClientMetric& metric = family.metric.emplace_back();
+    metric.label.push_back({"rank", std::to_string(rank)});
+    metric.label.push_back({"shard", std::to_string(shard)});
+    metric.gauge.value = values[rank];
+  }
+  return family;
+}
+
 // StalenessHistogram counts 0..31 exactly and larger values in
 // power-of-two ranges; these bounds are sums of whole buckets.
 prometheus::MetricFamily StalenessFamily(int shard,
@@ -110,6 +127,22 @@ class ShardCollector : public prometheus::Collectable {
                                      "Updates applied to this shard.", shard,
                                      static_cast<double>(state->version)));
       families.push_back(StalenessFamily(shard, state->staleness));
+      families.push_back(RankGaugeFamily(
+          "ps_server_rank_next_step",
+          "Steps the rank has done here (its next step): a slow rank is "
+          "behind the others.",
+          shard,
+          std::vector<double>(state->next_steps.begin(),
+                              state->next_steps.end())));
+      families.push_back(RankGaugeFamily(
+          "ps_server_rank_dead", "1 while the rank is declared dead.", shard,
+          std::vector<double>(state->dead.begin(), state->dead.end())));
+      families.push_back(GaugeFamily(
+          "ps_server_workers_unheard",
+          "Workers silent past --worker_timeout but not declared dead: this "
+          "shard has not heard the network long enough to tell (it may be "
+          "the one cut off).",
+          shard, state->unheard));
     }
     return families;
   }

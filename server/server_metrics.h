@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -42,7 +43,14 @@ namespace ps::server {
 //   ps_server_start_time_seconds, ps_server_restored (1: from a checkpoint)
 // and, read from the shard at each scrape (ShardStateCollector):
 //   ps_server_version, ps_server_staleness_updates (histogram),
-//   ps_server_checkpoint_age_seconds.
+//   ps_server_checkpoint_age_seconds,
+//   ps_server_rank_next_step{rank}   steps the rank has done here: a slow
+//                                    rank is the one behind
+//   ps_server_rank_dead{rank}        1 while the rank is declared dead
+//   ps_server_workers_unheard        ranks silent past --worker_timeout but
+//                                    not declared dead, for this shard has
+//                                    not heard the network (it may be the
+//                                    one cut off; Membership::unheard)
 //
 // Thread-safe: series are resolved once, so a Record is a few atomic
 // increments and, for histograms, prometheus-cpp's brief lock. Shares the
@@ -78,6 +86,10 @@ class ServerMetrics {
   struct ShardState {
     uint64_t version = 0;
     StalenessHistogram::State staleness;
+    // By rank.
+    std::vector<uint64_t> next_steps;
+    std::vector<bool> dead;
+    int unheard = 0;
   };
   // Collects ps_server_version, ps_server_staleness_updates and
   // ps_server_checkpoint_age_seconds from `read` (called at each scrape, on

@@ -27,9 +27,11 @@ ServerMetricsEndpoint::Start(absl::string_view host, int port, int server_index,
       [shards]() -> std::optional<ServerMetrics::ShardState> {
         const DeclaredShard* shard = shards->get();
         if (shard == nullptr) return std::nullopt;
+        const MembersSnapshot members = shard->coordinator->Members();
         return ServerMetrics::ShardState{
             shard->coordinator->version(),
-            shard->coordinator->staleness().state()};
+            shard->coordinator->staleness().state(), members.next_steps,
+            members.dead, members.unheard};
       }));
   spdlog::info("serving metrics on {}", endpoint->endpoint_->url());
   return endpoint;

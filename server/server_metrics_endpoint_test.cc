@@ -51,6 +51,11 @@ TEST_F(ServerMetricsEndpointTest, ServesTheCountsAndTheShardOnceDeclared) {
   text = Scrape(port);
   EXPECT_THAT(text, HasSubstr("ps_server_restored{shard=\"3\"} 1"));
   EXPECT_THAT(text, HasSubstr("ps_server_version{shard=\"3\"} 0"));
+  // Every rank of the shard's membership, none dead yet.
+  EXPECT_THAT(text, HasSubstr("ps_server_rank_next_step{rank=\"0\",shard="
+                              "\"3\"} 0"));
+  EXPECT_THAT(text, HasSubstr("ps_server_rank_dead{rank=\"0\",shard=\"3\"} 0"));
+  EXPECT_THAT(text, HasSubstr("ps_server_workers_unheard{shard=\"3\"} 0"));
 }
 
 TEST_F(ServerMetricsEndpointTest, FailsOnAPortInUse) {

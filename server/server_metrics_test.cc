@@ -132,6 +132,29 @@ TEST_F(ServerMetricsTest, ExportsTheShardStateReadAtScrape) {
               HasSubstr("ps_server_checkpoint_version{shard=\"2\"} 12\n"));
 }
 
+TEST_F(ServerMetricsTest, NamesEachRanksStepsAndDeathAndTheUnheard) {
+  auto collector = ServerMetrics::ShardStateCollector(
+      &metrics_, [&]() -> std::optional<ServerMetrics::ShardState> {
+        ServerMetrics::ShardState state;
+        state.next_steps = {40, 4, 41};
+        state.dead = {false, true, false};
+        state.unheard = 2;
+        return state;
+      });
+  const std::string text = SerializeMetrics(*collector);
+  EXPECT_THAT(text, HasSubstr("ps_server_rank_next_step{rank=\"0\",shard="
+                              "\"2\"} 40\n"));
+  EXPECT_THAT(text, HasSubstr("ps_server_rank_next_step{rank=\"1\",shard="
+                              "\"2\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr("ps_server_rank_next_step{rank=\"2\",shard="
+                              "\"2\"} 41\n"));
+  EXPECT_THAT(text, HasSubstr("ps_server_rank_dead{rank=\"0\",shard=\"2\"} "
+                              "0\n"));
+  EXPECT_THAT(text, HasSubstr("ps_server_rank_dead{rank=\"1\",shard=\"2\"} "
+                              "1\n"));
+  EXPECT_THAT(text, HasSubstr("ps_server_workers_unheard{shard=\"2\"} 2\n"));
+}
+
 TEST_F(ServerMetricsTest, WithoutMetricsTheStatsOnlyCount) {
   ServerStats plain;
   EXPECT_FALSE(plain.exports_metrics());

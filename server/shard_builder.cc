@@ -125,6 +125,16 @@ absl::StatusOr<std::unique_ptr<DeclaredShard>> ShardBuilder::Build(
     }
     spdlog::info("restored {}: version {}, {} tensors", checkpoint->path,
                  checkpoint->checkpoint.version, model.tensors.size());
+    // Before serving: the updates acknowledged after the checkpoint.
+    if (absl::StatusOr<uint64_t> replayed = shard->coordinator->ReplayLog();
+        !replayed.ok()) {
+      return absl::Status(
+          replayed.status().code(),
+          absl::StrCat("cannot replay the update log after ", checkpoint->path,
+                       ": ", replayed.status().message()));
+    }
+  } else if (absl::Status s = shard->coordinator->StartFreshLog(); !s.ok()) {
+    return s;
   }
   if (config_.checkpoints.has_value()) {
     UpdateCoordinator* c = shard->coordinator.get();
@@ -135,8 +145,17 @@ absl::StatusOr<std::unique_ptr<DeclaredShard>> ShardBuilder::Build(
       };
     }
     shard->checkpointer = std::make_unique<Checkpointer>(
-        std::move(policy), [c] { return c->Snapshot(); },
+        std::move(policy), [c] { return c->SnapshotForCheckpoint(); },
         [c] { return c->version(); }, c->version());
+    // A fresh shard's log starts with a checkpoint of its first state, so
+    // that every update is in some checkpoint or log file. A shard awaiting
+    // rank 0's values has no state to keep yet: its log starts at its first
+    // checkpoint after them.
+    if (checkpoint == nullptr && !config_.coordinator.update_log_dir.empty() &&
+        !shard->store->awaiting_initial_values()) {
+      absl::StatusOr<std::string> first = shard->checkpointer->WriteNow();
+      if (!first.ok()) return first.status();
+    }
   }
   shard->identity = {partition->fingerprint(), config_.server_index,
                      config_.coordinator.num_workers, config_.job_id};

@@ -88,4 +88,11 @@ void SliceGradient::Read(uint64_t begin, absl::Span<float> out) const {
   }
 }
 
+void SliceGradient::ForEachPiece(
+    absl::FunctionRef<void(absl::string_view)> fn) const {
+  for (const std::shared_ptr<const Chunk>& chunk : chunks_) {
+    for (const Piece& piece : chunk->pieces) fn(piece.bytes);
+  }
+}
+
 }  // namespace ps::server

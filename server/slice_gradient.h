@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -46,6 +47,11 @@ class SliceGradient {
   // Decodes elements [begin, begin + out.size()) into `out`. Every one of
   // them must have been added.
   void Read(uint64_t begin, absl::Span<float> out) const;
+
+  // Calls `fn` with the received bytes of every element, in element order,
+  // where they lie (pieces may split an element). Every element must have
+  // been added. The views live as long as this gradient or a copy of it.
+  void ForEachPiece(absl::FunctionRef<void(absl::string_view)> fn) const;
 
  private:
   // A piece of a chunk's bytes, as the cord holds it.

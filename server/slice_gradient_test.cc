@@ -57,6 +57,26 @@ TEST(SliceGradientTest, ReadsAnyRangeAcrossChunksAddedInAnyOrder) {
   }
 }
 
+TEST(SliceGradientTest, ForEachPieceGivesTheBytesInElementOrder) {
+  const std::vector<float> values = Values(50);
+  const absl::Span<const float> all = values;
+  std::string a, b, c;
+  SliceGradient g;
+  g.Add(30, InPieces(all.subspan(30), 7, &c));
+  g.Add(0, InPieces(all.subspan(0, 13), 7, &a));
+  g.Add(13, InPieces(all.subspan(13, 17), 7, &b));
+  std::string joined;
+  int pieces = 0;
+  g.ForEachPiece([&](absl::string_view piece) {
+    joined.append(piece.data(), piece.size());
+    ++pieces;
+  });
+  std::string expected;
+  EncodeFloats(all, &expected);
+  EXPECT_EQ(joined, expected);
+  EXPECT_GT(pieces, 3);
+}
+
 TEST(SliceGradientTest, ViewsRunsInPlaceAndCopiesOnlyAnElementSplitByPieces) {
   const std::vector<float> values = Values(30);
   std::string storage;

@@ -1,5 +1,6 @@
 #include "server/update_coordinator.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,6 +102,9 @@ absl::StatusOr<PushVerdict> UpdateCoordinator::AdmitPushLocked(
 absl::StatusOr<uint64_t> UpdateCoordinator::CommitToStep(StagedPush push) {
   const int r = push.rank;
   const uint64_t step = push.step;
+  // Encoded before any lock: only the write of its bytes is under mu_.
+  const std::shared_ptr<const update::LogEntry> entry =
+      LogsUpdates() ? PushEntry(push) : nullptr;
   // The push that completes the step applies it, on this thread.
   return ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::StatusOr<PushVerdict> verdict = AdmitPushLocked(push);
@@ -111,6 +115,11 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitToStep(StagedPush push) {
         parts_.AddWithoutPush(r);
       }
       return absl::OkStatus();
+    }
+    // Logged before it is acknowledged; in the order of the step's record.
+    if (entry != nullptr) {
+      if (absl::Status s = AppendLocked({entry.get()}); !s.ok()) return s;
+      unapplied_.emplace_back(step, entry);
     }
     members_.ranks().RecordAccepted(r, step, {push.epoch, push.examples_done});
     parts_.Add(std::move(push));
@@ -133,8 +142,21 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ApplyIfReadyAfter(
 std::optional<ReadyStep> UpdateCoordinator::TakeReadyStepLocked() {
   std::optional<std::vector<int>> missing = policy_->StepReady(ViewLocked());
   if (!missing.has_value()) return std::nullopt;
-  return parts_.Take(version_, LearningRateLocked(version_),
-                     *std::move(missing));
+  ReadyStep ready =
+      parts_.Take(version_, LearningRateLocked(version_), *std::move(missing));
+  if (LogsUpdates()) {
+    update::LoggedStep logged{ready.step, ready.learning_rate, {}};
+    for (const StagedPush& p : ready.pushes) logged.ranks.push_back(p.rank);
+    auto entry = std::make_shared<const update::LogEntry>(
+        update::MakeLogEntry(update::EncodeLogRecord(logged)));
+    // The step is taken: a failure to log it can only be reported.
+    if (absl::Status s = AppendLocked({entry.get()}); !s.ok()) {
+      spdlog::error("step {} is applied but not in the update log: {}",
+                    ready.step, s.ToString());
+    }
+    unapplied_.emplace_back(ready.step, std::move(entry));
+  }
+  return ready;
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::ApplyStep(ReadyStep ready) {
@@ -154,6 +176,10 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ApplyStep(ReadyStep ready) {
   parts_.Applied();
   version_ = ready.step + 1;
   recovering_ = false;
+  unapplied_.erase(
+      std::remove_if(unapplied_.begin(), unapplied_.end(),
+                     [&](const auto& e) { return e.first <= ready.step; }),
+      unapplied_.end());
   if (!applied.ok()) {
     spdlog::error("update for step {} failed: {}", ready.step,
                   applied.ToString());
@@ -176,7 +202,8 @@ void UpdateCoordinator::WarnOfIncompleteUpdate(absl::string_view what) {
 
 absl::StatusOr<uint64_t> UpdateCoordinator::CommitAtOnce(StagedPush push) {
   const int r = push.rank;
-  const update::DataProgress progress{push.epoch, push.examples_done};
+  const std::shared_ptr<const update::LogEntry> entry =
+      LogsUpdates() ? PushEntry(push) : nullptr;
   // One update at a time, so each sees a definite version and none
   // interleaves with another on a slice.
   absl::MutexLock apply_lock(&apply_mu_);
@@ -186,21 +213,39 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAtOnce(StagedPush push) {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<PushVerdict> verdict = AdmitPushLocked(push);
     if (!verdict.ok()) return verdict.status();
-    RankRegistry& ranks = members_.ranks();
     if (*verdict == PushVerdict::kReplay) {
-      ranks.RaiseNextStep(r, push.step + 1);
-      return version_;
-    }
-    if (push.num_examples == 0) {
-      // Takes its step, changes no weight.
-      ranks.RecordAccepted(r, push.step, progress);
-      ranks.RecordApplied(r, push.step, progress, 0);
+      members_.ranks().RaiseNextStep(r, push.step + 1);
       return version_;
     }
     version_at_apply = version_;
     learning_rate = push.learning_rate.has_value()
                         ? push.learning_rate
                         : LearningRateLocked(version_);
+    // Logged before it is applied and acknowledged: the push, then what
+    // applied it (the version and rate, known only now).
+    if (entry != nullptr) {
+      const update::LogEntry apply =
+          update::MakeLogEntry(update::EncodeLogRecord(
+              update::LoggedApply{version_, learning_rate}));
+      if (absl::Status s = AppendLocked({entry.get(), &apply}); !s.ok()) {
+        return s;
+      }
+    }
+  }
+  return ApplyAtOnce(push, learning_rate, version_at_apply);
+}
+
+absl::StatusOr<uint64_t> UpdateCoordinator::ApplyAtOnce(
+    const StagedPush& push, std::optional<float> learning_rate,
+    uint64_t version_at_apply) {
+  const int r = push.rank;
+  const update::DataProgress progress{push.epoch, push.examples_done};
+  if (push.num_examples == 0) {
+    // Takes its step, changes no weight.
+    absl::MutexLock lock(&mu_);
+    members_.ranks().RecordAccepted(r, push.step, progress);
+    members_.ranks().RecordApplied(r, push.step, progress, 0);
+    return version_;
   }
   absl::Status applied = update::ForEachSlice(*store_, [&](int slice) {
     const SliceGradient& gradient = push.gradients[slice];
@@ -268,6 +313,16 @@ update::CheckpointIdentity UpdateCoordinator::identity() const {
 }
 
 update::ShardCheckpoint UpdateCoordinator::Snapshot() {
+  return *TakeSnapshot(/*rotate_log=*/false);
+}
+
+absl::StatusOr<update::ShardCheckpoint>
+UpdateCoordinator::SnapshotForCheckpoint() {
+  return TakeSnapshot(/*rotate_log=*/LogsUpdates());
+}
+
+absl::StatusOr<update::ShardCheckpoint> UpdateCoordinator::TakeSnapshot(
+    bool rotate_log) {
   // No update is half applied while apply_mu_ is held; a sync push still
   // waiting for its step is in neither the weights nor the rank records.
   absl::MutexLock apply_lock(&apply_mu_);
@@ -285,6 +340,11 @@ update::ShardCheckpoint UpdateCoordinator::Snapshot() {
   c.planned_steps = members_.planned_steps();
   c.ranks = members_.ranks().Records();
   c.examples = members_.ranks().examples();
+  // At this version, under both locks: every record before the new file's
+  // start is in the snapshot or restated in the file.
+  if (rotate_log) {
+    if (absl::Status s = RotateLogLocked(); !s.ok()) return s;
+  }
   return c;
 }
 
@@ -314,6 +374,9 @@ absl::Status UpdateCoordinator::Restore(
   version_ = checkpoint.version;
   members_.Restore(std::move(ranks), checkpoint.planned_steps);
   parts_.Clear();
+  unapplied_.clear();
+  // Until ReplayLog finds the log.
+  restored_without_log_ = checkpoint.version;
   return absl::OkStatus();
 }
 
@@ -322,9 +385,23 @@ std::string UpdateCoordinator::Report() const {
   const uint64_t incomplete = store_->IncompleteUpdates();
   absl::MutexLock lock(&mu_);
   const RankRegistry& ranks = members_.ranks();
+  std::string lost = absl::StrCat(updates_lost_);
+  if (restored_without_log_.has_value()) {
+    lost = absl::StrCat(
+        "unknown: restored from the checkpoint of version ",
+        *restored_without_log_,
+        " without an update log, so the updates this shard applied after it "
+        "are lost",
+        updates_lost_ > 0
+            ? absl::StrCat(" (", updates_lost_, " steps fast-forwarded)")
+            : "");
+  } else if (replayed_updates_.has_value()) {
+    absl::StrAppend(&lost, " (", *replayed_updates_,
+                    " updates replayed from the update log)");
+  }
   return absl::StrCat(ranks.RanksReport(), "\n", ranks.ExamplesPerEpochLine(),
                       "\nreplayed pushes acknowledged, not applied: ", replays_,
-                      "\nupdates lost in restarts: ", updates_lost_,
+                      "\nupdates lost in restarts: ", lost,
                       "\nslice updates that kept non-finite results out: ",
                       incomplete, "\n", staleness_.ToString());
 }

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -24,6 +25,8 @@
 #include "server/step_parts.h"
 #include "update/checkpoint.h"
 #include "update/shard_store.h"
+#include "update/update_log.h"
+#include "update/update_log_record.h"
 
 namespace ps::server {
 
@@ -152,6 +155,9 @@ class UpdateCoordinator {
   std::vector<int> RanksBlocking(uint64_t step) const;
 
   uint64_t version() const;
+  // The ranks' next steps and deaths, and how many are unheard (for the
+  // metrics).
+  MembersSnapshot Members() const;
   // FailedPrecondition once a worker died under FailurePolicy::kFail; OK
   // otherwise.
   absl::Status failure() const;
@@ -163,14 +169,37 @@ class UpdateCoordinator {
   // applied, blocks updates (not pulls or pushes) while the slices are
   // copied.
   update::ShardCheckpoint Snapshot();
+  // Snapshot for a checkpoint: with an update log, also starts the log file
+  // of the snapshot's version (restating the sync pushes still to be
+  // applied), so that the checkpoint and its file together hold every
+  // update acknowledged. The error of creating that file; the old file
+  // then goes on.
+  absl::StatusOr<update::ShardCheckpoint> SnapshotForCheckpoint();
   // Replaces the shard's state with `checkpoint`, before serving.
   // FailedPrecondition if it is another job's (identity), InvalidArgument
   // if it does not fit; nothing changes on error.
   absl::Status Restore(const update::ShardCheckpoint& checkpoint);
   update::CheckpointIdentity identity() const;
 
+  // With an update log (CoordinatorOptions::update_log_dir), after Restore
+  // and before serving: replays the log records after the restored version
+  // through the update code, so that the weights, optimizer state, version,
+  // rank records and the sync step being collected are as they were when
+  // the shard died, then appends to the log again. Returns the updates
+  // replayed. A record cut short at the end (an interrupted append, never
+  // acknowledged) is dropped; DataLoss naming the versions for a gap (a file
+  // or record missing, a log that does not start at the restored version)
+  // or a record that cannot be read. Without log files for the restored
+  // version (the log was off), replays nothing and the report says the
+  // updates after it are lost.
+  absl::StatusOr<uint64_t> ReplayLog();
+  // A fresh shard's log (no checkpoint restored): removes every earlier log
+  // file of the shard. Logging starts with the first SnapshotForCheckpoint.
+  absl::Status StartFreshLog();
+
   // Multi-line: worker states and progress, "examples per epoch: 0=60000
-  // 1=60000", replayed pushes, updates lost in restarts, staleness.
+  // 1=60000", replayed pushes, updates lost in restarts (a number only when
+  // known: "unknown" after a restore without an update log), staleness.
   std::string Report() const;
 
   const CoordinatorOptions& options() const { return options_; }
@@ -183,6 +212,38 @@ class UpdateCoordinator {
   absl::StatusOr<uint64_t> CommitToStep(StagedPush push);
   // A push applied as it comes (the policy does not collect steps).
   absl::StatusOr<uint64_t> CommitAtOnce(StagedPush push);
+  // Applies `push`, admitted, at once at `learning_rate` as the update from
+  // `version_at_apply` and records it (a push without examples only
+  // records its progress). Shared by CommitAtOnce and ReplayLog.
+  absl::StatusOr<uint64_t> ApplyAtOnce(const StagedPush& push,
+                                       std::optional<float> learning_rate,
+                                       uint64_t version_at_apply)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // The snapshot, rotating the log if `rotate_log`.
+  absl::StatusOr<update::ShardCheckpoint> TakeSnapshot(bool rotate_log);
+
+  // The update log (server/coordinator_log.cc).
+  bool LogsUpdates() const { return !options_.update_log_dir.empty(); }
+  // `push` as a log record, encoded without any lock held.
+  std::shared_ptr<const update::LogEntry> PushEntry(
+      const StagedPush& push) const;
+  // Appends `entries` with one write; OK without a log (or before its first
+  // file). Internal when the write fails: the update must not be
+  // acknowledged.
+  absl::Status AppendLocked(absl::Span<const update::LogEntry* const> entries)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends `record`, logging (not returning) a failure: for events that
+  // have already taken effect.
+  void AppendOrWarnLocked(const update::LogRecord& record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the log file of version_, restating unapplied_.
+  absl::Status RotateLogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replays one decoded record (ReplayLog); `pending` holds the sync
+  // pushes logged since the last step, `at_once` an ssp/async push awaiting
+  // its LoggedApply.
+  struct ReplayState;
+  absl::Status ReplayRecord(const update::LogRecord& record,
+                            std::string payload, ReplayState& state);
   // The admission check both commit paths share (AdmitPush), with this
   // coordinator's state; counts the replays.
   absl::StatusOr<PushVerdict> AdmitPushLocked(const StagedPush& push)
@@ -256,6 +317,18 @@ class UpdateCoordinator {
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t updates_lost_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t replays_ ABSL_GUARDED_BY(mu_) = 0;
+  // The log file being appended to; null without a log, or before its
+  // first file.
+  std::unique_ptr<update::UpdateLogWriter> log_ ABSL_GUARDED_BY(mu_);
+  // sync: the records logged for steps not yet applied (pushes, and a
+  // step's record once taken), by step, restated in each new log file.
+  std::vector<std::pair<uint64_t, std::shared_ptr<const update::LogEntry>>>
+      unapplied_ ABSL_GUARDED_BY(mu_);
+  // Restored from a checkpoint of this version with no log to replay: the
+  // updates after it are lost, how many is not known here.
+  std::optional<uint64_t> restored_without_log_ ABSL_GUARDED_BY(mu_);
+  // Restored, and this many updates replayed from the log.
+  std::optional<uint64_t> replayed_updates_ ABSL_GUARDED_BY(mu_);
 
   std::thread checker_;
 };

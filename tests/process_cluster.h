@@ -53,6 +53,9 @@ class ProcessCluster {
   std::vector<std::string> WorkerLines(int rank) const;
 
   const LaunchConfig& config() const { return config_; }
+  // "127.0.0.1:port" of every server that has listened (for clients a test
+  // runs itself).
+  std::vector<std::string> ServerAddresses() const { return Addresses(); }
 
  private:
   absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(

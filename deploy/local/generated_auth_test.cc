@@ -88,5 +88,60 @@ TEST(GeneratedAuthTest, SaysWhichProgramIsMissing) {
               HasSubstr("/nonexistent/openssl"));
 }
 
+TEST(GeneratedAuthTest, AJobsCaSignsEachHostsCertificates) {
+  const std::string job_ca = TestTmpDir() + "/job-ca";
+  ASSERT_TRUE(MakeJobCa(job_ca).ok());
+  EXPECT_TRUE(absl::IsAlreadyExists(MakeJobCa(job_ca)));
+  GeneratedAuthOptions options;
+  options.temp_root = TestTmpDir();
+  options.job_ca = job_ca;
+  options.server_names = {"10.0.0.2", "host-0.example"};
+  auto auth = GeneratedAuth::Create(AuthMode::kMtls, options);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  const AuthFiles& files = (*auth)->files();
+  // Verified by the job's CA, which every host has.
+  for (const std::string& leaf : {files.server_cert, files.client_cert}) {
+    EXPECT_THAT(Openssl({"verify", "-CAfile", job_ca + "/ca.crt", leaf}),
+                HasSubstr(": OK"));
+  }
+  const std::string names = Openssl(
+      {"x509", "-noout", "-ext", "subjectAltName", "-in", files.server_cert});
+  EXPECT_THAT(names, HasSubstr("IP Address:10.0.0.2"));
+  EXPECT_THAT(names, HasSubstr("DNS:host-0.example"));
+  EXPECT_THAT(names, HasSubstr("IP Address:127.0.0.1"));
+  EXPECT_EQ(ReadAll(files.token), ReadAll(job_ca + "/token"));
+  // The CA's key stays where it was; the run's directory never has it.
+  EXPECT_FALSE(std::filesystem::exists((*auth)->dir() + "/ca.key"));
+  EXPECT_TRUE(std::filesystem::exists(job_ca + "/ca.key"));
+}
+
+TEST(GeneratedAuthTest, RefusesAJobCaOthersCanRead) {
+  const std::string job_ca = TestTmpDir() + "/open-ca";
+  ASSERT_TRUE(MakeJobCa(job_ca).ok());
+  std::filesystem::permissions(job_ca + "/ca.key",
+                               std::filesystem::perms::others_read,
+                               std::filesystem::perm_options::add);
+  GeneratedAuthOptions options;
+  options.temp_root = TestTmpDir();
+  options.job_ca = job_ca;
+  auto auth = GeneratedAuth::Create(AuthMode::kTls, options);
+  ASSERT_FALSE(auth.ok());
+  EXPECT_THAT(std::string(auth.status().message()), HasSubstr("chmod 600"));
+  options.job_ca = TestTmpDir() + "/no-such-ca";
+  auth = GeneratedAuth::Create(AuthMode::kTls, options);
+  ASSERT_FALSE(auth.ok());
+  EXPECT_THAT(std::string(auth.status().message()),
+              HasSubstr("--make_auth_ca"));
+}
+
+TEST(GeneratedAuthTest, RefusesAServerNameThatIsNoName) {
+  GeneratedAuthOptions options;
+  options.temp_root = TestTmpDir();
+  options.server_names = {"a, DNS:evil"};
+  auto auth = GeneratedAuth::Create(AuthMode::kTls, options);
+  ASSERT_FALSE(auth.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(auth.status())) << auth.status();
+}
+
 }  // namespace
 }  // namespace ps

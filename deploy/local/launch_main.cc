@@ -157,10 +157,17 @@ ABSL_FLAG(std::string, job_id, "",
           "its run.txt).");
 ABSL_FLAG(std::string, auth, "none",
           "none: plaintext. tls: the launcher makes a CA, a certificate for "
-          "the servers (127.0.0.1) and a job token for this run (openssl), "
+          "the servers (127.0.0.1, and this host's address on several hosts) "
+          "and a job token for this run (openssl), "
           "and clients must check the one and send the other on every call. "
           "mtls: also a certificate the clients must present. The files "
           "live in a private temporary directory, removed at the end.");
+ABSL_FLAG(std::string, auth_ca, "",
+          "--auth on several hosts: the job's CA and token (--make_auth_ca), "
+          "copied to every host; each signs its own certificates with it.");
+ABSL_FLAG(std::string, make_auth_ca, "",
+          "Makes a job's CA and token (for --auth_ca) in this new directory "
+          "and exits; copy it to every host over a channel you trust.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Directory of the Fashion-MNIST IDX files.");
 ABSL_FLAG(std::string, device, "auto", "Worker compute device: auto|cpu|cuda.");
@@ -241,12 +248,21 @@ int BadFlags(absl::string_view message) {
   return kExitBadConfig;
 }
 
-// For --num_hosts > 1: joins the job's hosts (host 0 serving the
-// rendezvous) and gives `config` this host's share. Returns the exit code
-// to end with, kExitOk to go on (`*session` null on one host).
+// An error that ends the launch: bad configuration or a failure.
+int Failed(const absl::Status& status) {
+  if (absl::IsInvalidArgument(status)) return BadFlags(status.message());
+  std::fprintf(stderr, "launch: %s\n", std::string(status.message()).c_str());
+  return kExitFailed;
+}
+
+// With --auth, makes `*auth`: this host's certificates. For --num_hosts > 1:
+// joins the job's hosts (host 0 serving the rendezvous) and gives `config`
+// this host's share. Returns the exit code to end with, kExitOk to go on
+// (`*session` null on one host).
 int JoinHosts(const RunSettings& settings, const std::set<std::string>& given,
               const RunSetup& setup, const std::string& cwd,
-              LaunchConfig* config, std::unique_ptr<HostSession>* session) {
+              LaunchConfig* config, std::unique_ptr<HostSession>* session,
+              std::unique_ptr<GeneratedAuth>* auth) {
   absl::StatusOr<std::optional<HostSessionOptions>> options =
       HostOptionsFromSettings(
           settings, given, setup.kind() != LaunchKind::kStart, setup.program(),
@@ -254,6 +270,14 @@ int JoinHosts(const RunSettings& settings, const std::set<std::string>& given,
             return static_cast<const char*>(std::getenv(name));
           });
   if (!options.ok()) return BadFlags(options.status().message());
+  if (const AuthMode mode = *ParseAuthMode(settings.Text("auth"));
+      mode != AuthMode::kNone) {
+    absl::StatusOr<std::unique_ptr<GeneratedAuth>> made = GeneratedAuth::Create(
+        mode, LaunchAuthOptions(*options, settings.Text("auth_ca")));
+    if (!made.ok()) return Failed(made.status());
+    *auth = *std::move(made);
+    if (options->has_value()) (*options)->auth = (*auth)->files();
+  }
   if (!options->has_value()) return kExitOk;
   if (IsAllreduce(*config)) {
     return BadFlags(
@@ -268,14 +292,7 @@ int JoinHosts(const RunSettings& settings, const std::set<std::string>& given,
                absl::FormatDuration((*options)->rendezvous_timeout).c_str());
   absl::StatusOr<std::unique_ptr<HostSession>> joined =
       HostSession::Join(**std::move(options), *config);
-  if (!joined.ok()) {
-    if (absl::IsInvalidArgument(joined.status())) {
-      return BadFlags(joined.status().message());
-    }
-    std::fprintf(stderr, "launch: %s\n",
-                 std::string(joined.status().message()).c_str());
-    return kExitFailed;
-  }
+  if (!joined.ok()) return Failed(joined.status());
   *session = *std::move(joined);
   (*session)->Apply(config);
   return kExitOk;
@@ -332,6 +349,12 @@ int Main(int argc, char** argv) {
                                  "' (a worker program goes after --)"));
   }
   const std::set<std::string> given = FlagsOnCommandLine(flag_count, argv);
+  if (const std::string dir = absl::GetFlag(FLAGS_make_auth_ca); !dir.empty()) {
+    if (absl::Status s = MakeJobCa(dir); !s.ok()) return BadFlags(s.message());
+    std::fprintf(stderr, "launch: made %s: copy it to every host, --auth_ca\n",
+                 dir.c_str());
+    return kExitOk;
+  }
   const std::string cwd = UserDirectory();
   // The run's settings are a value from here on: --resume and --extend set
   // the run's own in it, never in the flag registry.
@@ -358,15 +381,16 @@ int Main(int argc, char** argv) {
   // may be of the run before the extension.
   config->extend = setup->extended();
   std::unique_ptr<HostSession> session;
+  // Made once the flags are checked, before the hosts join; removed when
+  // Main returns, after every process has stopped.
+  std::unique_ptr<GeneratedAuth> auth;
   if (const int code =
-          JoinHosts(settings, given, *setup, cwd, &*config, &session);
+          JoinHosts(settings, given, *setup, cwd, &*config, &session, &auth);
       code != kExitOk) {
     return code;
   }
   if (absl::Status s = setup->Begin(*config, absl::Now()); !s.ok()) {
-    if (absl::IsInvalidArgument(s)) return BadFlags(s.message());
-    std::fprintf(stderr, "launch: %s\n", std::string(s.message()).c_str());
-    return kExitFailed;
+    return Failed(s);
   }
 
   // Before any thread exists, so that every thread inherits the mask and
@@ -419,25 +443,14 @@ int Main(int argc, char** argv) {
                                    " (its share of the CPUs; set "
                                    "OMP_NUM_THREADS to choose)"));
   }
-  // Made after the flags are checked; removed when Main returns, after
-  // every process has stopped.
-  std::unique_ptr<GeneratedAuth> auth;
-  if (const AuthMode mode = *ParseAuthMode(settings.Text("auth"));
-      mode != AuthMode::kNone) {
-    absl::StatusOr<std::unique_ptr<GeneratedAuth>> made =
-        GeneratedAuth::Create(mode);
-    if (!made.ok()) {
-      std::fprintf(stderr, "launch: %s\n",
-                   std::string(made.status().message()).c_str());
-      return kExitFailed;
-    }
-    auth = *std::move(made);
+  if (auth != nullptr) {
     config->auth = auth->files();
     out->LauncherLine(
         LaunchLevel::kNotice,
-        absl::StrCat(mode == AuthMode::kMtls ? "mutual TLS" : "TLS",
-                     " with a job token on every call; this run's CA, "
-                     "certificates and token are in ",
+        absl::StrCat(auth->files().mtls() ? "mutual TLS" : "TLS",
+                     " with a job token on every call",
+                     session != nullptr ? " (and on the rendezvous)" : "",
+                     "; this run's certificates and token are in ",
                      auth->dir()));
   }
   ClusterSpec spec = MakeClusterSpec(*config);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/cluster_address.h"
+#include "deploy/local/rendezvous_auth.h"
 #include "deploy/local/run_flags.h"
 
 namespace ps {
@@ -52,6 +53,10 @@ absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
     return given.count(name) ? std::optional<int>(settings.Get<int>(name))
                              : std::nullopt;
   };
+  if (settings.Text("auth") == "none" && !settings.Text("auth_ca").empty()) {
+    return absl::InvalidArgumentError(
+        "--auth_ca needs --auth=tls or --auth=mtls");
+  }
   absl::StatusOr<HostPlacement> placement =
       ResolveHostPlacement(given_int("num_hosts"), given_int("host_index"),
                            settings.Text("rendezvous"), lookup);
@@ -75,10 +80,14 @@ absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
         "--resume and --extend go on with a run of one host; a job on "
         "several hosts starts anew (--num_hosts)");
   }
-  if (settings.Text("auth") != "none") {
+  // Each host signs its own certificates with the job's CA: nothing secret
+  // travels between the launchers (the CA is copied by the user, over a
+  // channel they trust).
+  if (settings.Text("auth") != "none" && settings.Text("auth_ca").empty()) {
     return absl::InvalidArgumentError(
-        "--auth with --num_hosts > 1 is not supported yet: the certificates "
-        "the launcher makes name 127.0.0.1 only");
+        "--auth with --num_hosts > 1 needs --auth_ca=DIR, the job's CA on "
+        "every host: make it once with `launch --make_auth_ca=DIR` and copy "
+        "DIR to each host (scp, a secret store)");
   }
   HostSessionOptions options;
   options.placement = *placement;
@@ -110,13 +119,30 @@ absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
   return options;
 }
 
+GeneratedAuthOptions LaunchAuthOptions(
+    const std::optional<HostSessionOptions>& host, const std::string& job_ca) {
+  GeneratedAuthOptions auth;
+  auth.job_ca = job_ca;
+  if (!host.has_value()) return auth;
+  auth.server_names = {host->advertise_address};
+  if (host->placement.host_index == 0) {
+    absl::StatusOr<std::pair<std::string, int>> split =
+        SplitHostPort(host->placement.rendezvous);
+    if (split.ok() && split->first != host->advertise_address) {
+      auth.server_names.push_back(split->first);
+    }
+  }
+  return auth;
+}
+
 HostSession::HostSession(HostSessionOptions options,
                          std::unique_ptr<RendezvousState> state,
-                         std::unique_ptr<RendezvousServer> server)
+                         std::unique_ptr<RendezvousServer> server,
+                         std::shared_ptr<grpc::ChannelCredentials> credentials)
     : options_(std::move(options)),
       state_(std::move(state)),
       server_(std::move(server)),
-      client_(options_.placement.rendezvous) {}
+      client_(options_.placement.rendezvous, std::move(credentials)) {}
 
 HostSession::~HostSession() {
   {
@@ -133,9 +159,15 @@ absl::StatusOr<std::unique_ptr<HostSession>> HostSession::Join(
       PlanHosts(placement.num_hosts, config.num_workers, config.num_servers,
                 options.server_hosts);
   if (!plan.ok()) return plan.status();
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      RendezvousChannelCredentials(options.auth);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<RendezvousState> state;
   std::unique_ptr<RendezvousServer> server;
   if (placement.host_index == 0) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
+        server_credentials = RendezvousServerCredentials(options.auth);
+    if (!server_credentials.ok()) return server_credentials.status();
     absl::StatusOr<std::pair<std::string, int>> split =
         SplitHostPort(placement.rendezvous);
     if (!split.ok()) return split.status();
@@ -148,7 +180,7 @@ absl::StatusOr<std::unique_ptr<HostSession>> HostSession::Join(
         std::make_unique<RendezvousState>(std::move(rendezvous), absl::Now());
     absl::StatusOr<std::unique_ptr<RendezvousServer>> started =
         RendezvousServer::Start(absl::StrCat("0.0.0.0:", split->second),
-                                state.get());
+                                state.get(), *std::move(server_credentials));
     if (!started.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           started.status().message(),
@@ -157,7 +189,8 @@ absl::StatusOr<std::unique_ptr<HostSession>> HostSession::Join(
     server = *std::move(started);
   }
   std::unique_ptr<HostSession> session(
-      new HostSession(std::move(options), std::move(state), std::move(server)));
+      new HostSession(std::move(options), std::move(state), std::move(server),
+                      *std::move(credentials)));
   HostJoin join;
   join.host_index = placement.host_index;
   join.num_hosts = placement.num_hosts;

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "deploy/local/generated_auth.h"
 #include "deploy/local/host_placement.h"
 #include "deploy/local/launch_config.h"
 #include "deploy/local/local_cluster.h"
@@ -40,6 +41,9 @@ struct HostSessionOptions {
   absl::Duration host_timeout = absl::Seconds(10);
   // How long to wait for every host to join.
   absl::Duration rendezvous_timeout = absl::Minutes(5);
+  // With --auth: this host's files of the job's CA (--auth_ca), which
+  // secure the rendezvous as they do the servers (rendezvous_auth.h).
+  AuthFiles auth;
 };
 
 // One host's part in a job on several hosts, torchrun's way: the same
@@ -87,7 +91,8 @@ class HostSession {
  private:
   HostSession(HostSessionOptions options,
               std::unique_ptr<RendezvousState> state,
-              std::unique_ptr<RendezvousServer> server);
+              std::unique_ptr<RendezvousServer> server,
+              std::shared_ptr<grpc::ChannelCredentials> credentials);
   void Beat(std::function<void(std::string)> on_failure);
   std::string Name(int host) const;
 
@@ -116,14 +121,21 @@ std::map<std::string, std::string> SharedJobSettings(
 // --num_hosts, --host_index, --rendezvous, --server_hosts (with the job's
 // worker and shard counts in `config`), --host_timeout,
 // --rendezvous_timeout or --advertise_address, and for what several hosts
-// do not do yet: --resume or --extend (`continues_a_run`), --auth. Without
-// --advertise_address, this host's address on the route to the
-// rendezvous.
+// do not do yet: --resume or --extend (`continues_a_run`); --auth needs
+// --auth_ca (one CA for every host), which needs --auth. Without --advertise_address, this
+// host's address on the route to the rendezvous.
 absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
     const RunSettings& settings, const std::set<std::string>& given,
     bool continues_a_run, const std::vector<std::string>& program,
     const std::string& cwd, const LaunchConfig& config,
     absl::FunctionRef<const char*(const char*)> lookup);
+
+// How this host makes its certificates under --auth: signed by the job's
+// CA in `job_ca` (--auth_ca; empty: a CA of the run's own). On several
+// hosts (`host`), the server's are for this host's advertised address, and
+// on host 0 also for the rendezvous's host.
+GeneratedAuthOptions LaunchAuthOptions(
+    const std::optional<HostSessionOptions>& host, const std::string& job_ca);
 
 }  // namespace ps
 

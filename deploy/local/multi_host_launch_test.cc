@@ -22,6 +22,7 @@ namespace ps {
 namespace {
 
 using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // A free port on loopback for host 0's rendezvous.
@@ -149,6 +150,7 @@ RunSettings HostFlags(const std::map<std::string, std::string>& given) {
   settings.Define("rendezvous_timeout", Type::kDuration, "5m");
   settings.Define("max_restarts", Type::kInt, "3");
   settings.Define("auth", Type::kString, "none");
+  settings.Define("auth_ca", Type::kString, "");
   settings.Define("epochs", Type::kInt, "10");
   settings.Define("data_dir", Type::kString, "/data");
   for (const auto& [name, value] : given) {
@@ -203,7 +205,8 @@ TEST(HostOptionsTest, WhatSeveralHostsDoNotDoIsRefusedNamingTheFlag) {
               HasSubstr("--host_timeout must be positive"));
   EXPECT_THAT(with("rendezvous_timeout", "-1s").message(),
               HasSubstr("--rendezvous_timeout must be positive"));
-  EXPECT_THAT(with("auth", "tls").message(), HasSubstr("--auth"));
+  EXPECT_THAT(with("auth", "tls").message(),
+              HasSubstr("--auth with --num_hosts > 1 needs --auth_ca=DIR"));
   EXPECT_THAT(with("advertise_address", "a b").message(),
               HasSubstr("--advertise_address must be"));
   EXPECT_THAT(with("server_hosts", "2").message(),
@@ -214,6 +217,44 @@ TEST(HostOptionsTest, WhatSeveralHostsDoNotDoIsRefusedNamingTheFlag) {
        {with("host_timeout", "0s"), with("auth", "tls")}) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   }
+}
+
+TEST(HostOptionsTest, AuthWithTheJobsCaIsAccepted) {
+  std::map<std::string, std::string> flags = kTwoHosts;
+  flags["auth"] = "mtls";
+  flags["auth_ca"] = "/secrets/job-ca";
+  absl::StatusOr<std::optional<HostSessionOptions>> options = FromFlags(flags);
+  ASSERT_TRUE(options.ok()) << options.status();
+  ASSERT_TRUE(options->has_value());
+  EXPECT_EQ((*options)->settings.at("auth"), "mtls");
+  // The CA's path is each host's own.
+  EXPECT_EQ((*options)->settings.count("auth_ca"), 0u);
+}
+
+TEST(HostOptionsTest, AJobCaWithoutAuthIsRefused) {
+  // On one host too.
+  absl::StatusOr<std::optional<HostSessionOptions>> options =
+      FromFlags({{"auth_ca", "/secrets/job-ca"}});
+  EXPECT_TRUE(absl::IsInvalidArgument(options.status())) << options.status();
+  EXPECT_THAT(options.status().message(), HasSubstr("--auth_ca needs --auth"));
+}
+
+TEST(LaunchAuthOptionsTest, CertificatesNameTheHostsAddresses) {
+  EXPECT_TRUE(LaunchAuthOptions(std::nullopt, "").server_names.empty());
+  EXPECT_EQ(LaunchAuthOptions(std::nullopt, "/ca").job_ca, "/ca");
+  HostSessionOptions host;
+  host.advertise_address = "10.0.0.2";
+  host.placement.host_index = 1;
+  host.placement.rendezvous = "rdzv.example:29400";
+  EXPECT_THAT(LaunchAuthOptions(host, "/ca").server_names,
+              ElementsAre("10.0.0.2"));
+  // Host 0 serves the rendezvous too, at the name the others dial.
+  host.placement.host_index = 0;
+  EXPECT_THAT(LaunchAuthOptions(host, "/ca").server_names,
+              ElementsAre("10.0.0.2", "rdzv.example"));
+  host.placement.rendezvous = "10.0.0.2:29400";
+  EXPECT_THAT(LaunchAuthOptions(host, "/ca").server_names,
+              ElementsAre("10.0.0.2"));
 }
 
 }  // namespace

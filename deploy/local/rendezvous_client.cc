@@ -33,32 +33,50 @@ bool NoAnswer(const absl::Status& status) {
 
 // Host 0 may start long after the others: reconnect soon after it does,
 // not after gRPC's default backoff of up to two minutes.
-std::shared_ptr<grpc::Channel> RendezvousChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> RendezvousChannel(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials,
+    bool own_connection = false) {
   grpc::ChannelArguments arguments;
+  if (own_connection) arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   arguments);
+  return grpc::CreateCustomChannel(address, std::move(credentials), arguments);
 }
 
 }  // namespace
 
-RendezvousClient::RendezvousClient(const std::string& address)
+RendezvousClient::RendezvousClient(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials)
     : address_(address),
-      stub_(rendezvous::Rendezvous::NewStub(RendezvousChannel(address))) {}
+      credentials_(std::move(credentials)),
+      stub_(rendezvous::Rendezvous::NewStub(
+          RendezvousChannel(address, credentials_))) {}
 
 absl::StatusOr<JobPlan> RendezvousClient::Join(const HostJoin& join,
                                                absl::Time deadline) {
   const rendezvous::JoinRequest request = WriteJoin(join);
   bool answered = false;
+  // Why the last call went unanswered: a refused TLS handshake (another
+  // CA) looks like no answer, and only its message tells.
+  std::string last_error;
   std::vector<int> waiting_for;
+  // A connection of its own, made anew after each call left unanswered: a
+  // TLS connection first tried before host 0 listened was seen to stall
+  // (gRPC 1.51) and never finish its handshake.
+  std::unique_ptr<rendezvous::Rendezvous::Stub> stub;
   while (true) {
+    if (stub == nullptr) {
+      stub = rendezvous::Rendezvous::NewStub(
+          RendezvousChannel(address_, credentials_, /*own_connection=*/true));
+    }
     rendezvous::JoinResponse response;
     grpc::ClientContext context;
     SetDeadline(&context, std::min(kCallTimeout, deadline - absl::Now()));
     const absl::Status status =
-        FromGrpcStatus(stub_->Join(&context, request, &response));
+        FromGrpcStatus(stub->Join(&context, request, &response));
     if (status.ok()) {
       answered = true;
       absl::StatusOr<JoinProgress> progress = ReadPlan(response);
@@ -74,6 +92,9 @@ absl::StatusOr<JobPlan> RendezvousClient::Join(const HostJoin& join,
       waiting_for = progress->waiting_for;
     } else if (!NoAnswer(status)) {
       return status;
+    } else {
+      last_error = std::string(status.message());
+      stub.reset();
     }
     if (absl::Now() + kPollInterval >= deadline) break;
     absl::SleepFor(kPollInterval);
@@ -82,7 +103,9 @@ absl::StatusOr<JobPlan> RendezvousClient::Join(const HostJoin& join,
     return absl::DeadlineExceededError(absl::StrCat(
         "the rendezvous at ", address_,
         " did not answer before --rendezvous_timeout ran out: is host 0's "
-        "launch running, and is --rendezvous its address?"));
+        "launch running, and is --rendezvous its address? With --auth, do "
+        "both have the same --auth_ca? (last: ",
+        last_error, ")"));
   }
   std::vector<std::string> names;
   for (int host : waiting_for) names.push_back(absl::StrCat(host));

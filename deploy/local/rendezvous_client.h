@@ -9,12 +9,14 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "deploy/local/rendezvous_wire.h"
+#include "grpcpp/security/credentials.h"
 #include "proto/rendezvous.grpc.pb.h"
 
 namespace ps {
 
 // A host launcher's calls to the rendezvous (rendezvous_server.h) at
-// "HOST:PORT". The waits (Join, ExchangeServers) ask again every fraction
+// "HOST:PORT", with `credentials` (rendezvous_auth.h; plaintext by
+// default). The waits (Join, ExchangeServers) ask again every fraction
 // of a second until the rendezvous says every host is there, retrying a
 // rendezvous that does not answer yet (host 0 may start last), until their
 // deadline.
@@ -27,7 +29,10 @@ namespace ps {
 // Thread-safe (gRPC stubs are).
 class RendezvousClient {
  public:
-  explicit RendezvousClient(const std::string& address);
+  explicit RendezvousClient(
+      const std::string& address,
+      std::shared_ptr<grpc::ChannelCredentials> credentials =
+          grpc::InsecureChannelCredentials());
 
   const std::string& address() const { return address_; }
 
@@ -45,6 +50,7 @@ class RendezvousClient {
 
  private:
   const std::string address_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   std::unique_ptr<rendezvous::Rendezvous::Stub> stub_;
 };
 

@@ -80,13 +80,14 @@ RendezvousServer::~RendezvousServer() {
 }
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
-    const std::string& listen, RendezvousState* state) {
+    const std::string& listen, RendezvousState* state,
+    std::shared_ptr<grpc::ServerCredentials> credentials) {
   auto service = std::make_unique<Service>(state);
   int port = 0;
   grpc::ServerBuilder builder;
   // A second launcher on the same port must fail, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, std::move(credentials), &port);
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

@@ -6,14 +6,16 @@
 
 #include "absl/status/statusor.h"
 #include "deploy/local/rendezvous_state.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "proto/rendezvous.grpc.pb.h"
 
 namespace ps {
 
-// Serves a RendezvousState over gRPC (proto/rendezvous.proto), plaintext:
-// what travels is the job's plan and outcomes, which the servers' own
-// checks (--job_id, and TLS where configured) do not rely on.
+// Serves a RendezvousState over gRPC (proto/rendezvous.proto) with
+// `credentials` (rendezvous_auth.h: TLS and the job token under --auth;
+// plaintext by default: what travels is then the job's plan and outcomes,
+// which the servers' own checks, --job_id, do not rely on).
 //
 // Thread-safety: gRPC's threads call the state, which is thread-safe.
 // `state` is not owned and must outlive the server; the destructor stops
@@ -23,7 +25,9 @@ class RendezvousServer {
   // Listens on `listen`, "ADDRESS:PORT" (port 0: one of the kernel's).
   // Unavailable when it cannot listen there (e.g. the port is taken).
   static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(
-      const std::string& listen, RendezvousState* state);
+      const std::string& listen, RendezvousState* state,
+      std::shared_ptr<grpc::ServerCredentials> credentials =
+          grpc::InsecureServerCredentials());
   ~RendezvousServer();
   RendezvousServer(const RendezvousServer&) = delete;
   RendezvousServer& operator=(const RendezvousServer&) = delete;

@@ -25,6 +25,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
+#include "tests/hosts/host_launcher.h"
 #include "tests/hosts/test_hosts.h"
 
 namespace ps::testing {
@@ -36,41 +37,6 @@ using ::testing::StartsWith;
 constexpr int64_t kGbit = 1000 * 1000 * 1000;
 // Bounds a hang only: each job takes seconds.
 constexpr absl::Duration kTimeout = absl::Seconds(400);
-
-std::string Rendezvous(const TestHosts& hosts) {
-  return absl::StrCat(hosts.address(0), ":29400");
-}
-
-// Starts host `host`'s launcher of a job on every host of `hosts`.
-std::unique_ptr<Subprocess> StartHost(const TestHosts& hosts, int host,
-                                      const std::string& run_dir,
-                                      std::vector<std::string> extra) {
-  std::vector<std::string> argv = {
-      RunfilePath("deploy/local/launch"),
-      absl::StrCat("--server_binary=", RunfilePath("server/server")),
-      absl::StrCat("--worker_binary=", RunfilePath("worker/worker")),
-      absl::StrCat("--num_hosts=", hosts.size()),
-      absl::StrCat("--host_index=", host),
-      absl::StrCat("--rendezvous=", Rendezvous(hosts)),
-      "--num_workers=2",
-      "--num_servers=2",
-      "--epochs=1",
-      "--batch_size=32",
-      "--optimizer=sgd",
-      "--learning_rate=0.05",
-      "--device=cpu",
-      "--log_every=20",
-      "--output=stream",
-      absl::StrCat("--run_dir=", run_dir)};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  SubprocessOptions options =
-      TestProcessOptions(absl::StrCat("host ", host), std::move(argv));
-  options.output_drain_timeout = absl::Seconds(30);
-  absl::StatusOr<std::unique_ptr<Subprocess>> child =
-      hosts.Start(host, std::move(options));
-  EXPECT_TRUE(child.ok()) << child.status();
-  return child.ok() ? *std::move(child) : nullptr;
-}
 
 RunRecord ReadRun(const std::string& run_dir) {
   std::ifstream in(absl::StrCat(run_dir, "/run.txt"));
@@ -102,7 +68,7 @@ std::vector<std::string> RunJob(const TestHosts& hosts,
     run_dirs.insert(run_dirs.begin(),
                     TempPath(absl::StrCat(name, "-host", host)));
     launchers.insert(launchers.begin(),
-                     StartHost(hosts, host, run_dirs.front(), extra));
+                     StartHostLauncher(hosts, host, run_dirs.front(), extra));
     if (launchers.front() == nullptr) return {};
   }
   for (int host = 0; host < hosts.size(); ++host) {
@@ -164,9 +130,9 @@ TEST_F(MultiHostLaunchTest, AKilledHostsLauncherIsNamedByHostZero) {
                                           "--max_restarts=0"};
   const std::string run0 = TempPath("killed-host0");
   std::unique_ptr<Subprocess> host1 =
-      StartHost(hosts, 1, TempPath("killed-host1"), extra);
+      StartHostLauncher(hosts, 1, TempPath("killed-host1"), extra);
   ASSERT_NE(host1, nullptr);
-  std::unique_ptr<Subprocess> host0 = StartHost(hosts, 0, run0, extra);
+  std::unique_ptr<Subprocess> host0 = StartHostLauncher(hosts, 0, run0, extra);
   ASSERT_NE(host0, nullptr);
   // Mid-run: once worker 1 has logged training steps.
   ASSERT_TRUE(host1->WaitForOutputLine("[worker 1]", kTimeout).ok());
@@ -192,10 +158,10 @@ TEST_F(MultiHostLaunchTest, AKilledHostZeroIsNamedByTheOthers) {
                                           "--host_timeout=3s",
                                           "--max_restarts=0"};
   const std::string run1 = TempPath("killed0-host1");
-  std::unique_ptr<Subprocess> host1 = StartHost(hosts, 1, run1, extra);
+  std::unique_ptr<Subprocess> host1 = StartHostLauncher(hosts, 1, run1, extra);
   ASSERT_NE(host1, nullptr);
   std::unique_ptr<Subprocess> host0 =
-      StartHost(hosts, 0, TempPath("killed0-host0"), extra);
+      StartHostLauncher(hosts, 0, TempPath("killed0-host0"), extra);
   ASSERT_NE(host0, nullptr);
   ASSERT_TRUE(host1->WaitForOutputLine(" step 20/", kTimeout).ok());
   ASSERT_TRUE(host0->Kill(SIGKILL).ok());

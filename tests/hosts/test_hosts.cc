@@ -1,12 +1,16 @@
 #include "tests/hosts/test_hosts.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -17,6 +21,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/http_testing.h"
 
 namespace ps::testing {
 namespace {
@@ -302,6 +308,38 @@ absl::Status TestHosts::SetRate(int host, int64_t bits_per_second) const {
   return ShapeEgress(switch_namespace_, h.switch_port, bits_per_second);
 }
 
+absl::Status TestHosts::RunInHost(int host,
+                                  const std::function<void()>& fn) const {
+  // `ip netns add` bind-mounts each namespace here.
+  const std::string path = absl::StrCat("/run/netns/", namespace_name(host));
+  absl::Status joined;
+  // setns(CLONE_NEWNET) moves only the calling thread, so a thread of its
+  // own joins, and ends with the namespace.
+  std::thread thread([&] {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+      joined = absl::InternalError(absl::StrCat(
+          "joining the network namespace ", path, ": ", std::strerror(errno)));
+    }
+    if (fd >= 0) close(fd);
+    if (joined.ok()) fn();
+  });
+  thread.join();
+  return joined;
+}
+
+absl::StatusOr<std::string> TestHosts::HttpGet(int host, int port,
+                                               absl::string_view path,
+                                               absl::Duration timeout) const {
+  absl::StatusOr<std::string> body = absl::UnknownError("not run");
+  if (absl::Status s = RunInHost(
+          host, [&] { body = ::ps::testing::HttpGet(port, path, timeout); });
+      !s.ok()) {
+    return s;
+  }
+  return body;
+}
+
 absl::StatusOr<TestHosts::LinkBytes> TestHosts::Bytes(int host) const {
   LinkBytes bytes;
   for (auto [file, field] : {std::pair{"tx_bytes", &bytes.sent},
@@ -317,6 +355,23 @@ absl::StatusOr<TestHosts::LinkBytes> TestHosts::Bytes(int host) const {
     }
   }
   return bytes;
+}
+
+absl::Status TestHosts::AwaitSent(int host, int64_t bytes,
+                                  absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  int64_t sent = 0;
+  while (true) {
+    absl::StatusOr<LinkBytes> now = Bytes(host);
+    if (!now.ok()) return now.status();
+    sent = now->sent;
+    if (sent >= bytes) return absl::OkStatus();
+    if (absl::Now() >= deadline) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("host ", host, " sent ", sent, " bytes, not ", bytes,
+                   ", within ", absl::FormatDuration(timeout)));
 }
 
 absl::Status RemoveStaleTestHosts() {

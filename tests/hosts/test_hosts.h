@@ -2,6 +2,7 @@
 #define PS_TESTS_HOSTS_TEST_HOSTS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -94,12 +95,28 @@ class TestHosts {
   // Shapes host `host`'s link anew, both directions (0: unshaped).
   absl::Status SetRate(int host, int64_t bits_per_second) const;
 
+  // Runs `fn` on a thread of its own that has joined host `host`'s network
+  // namespace (sockets it opens are the host's: 127.0.0.1 is the host's
+  // loopback), and returns once `fn` has. The calling thread stays where it
+  // is. An error, with `fn` not run, if the thread cannot join it.
+  absl::Status RunInHost(int host, const std::function<void()>& fn) const;
+  // GETs http://127.0.0.1:`port``path` on host `host` (e.g. the /metrics of
+  // a process that listens on its loopback there), as ps::testing::HttpGet
+  // does: the body of a 200 answer.
+  absl::StatusOr<std::string> HttpGet(int host, int port,
+                                      absl::string_view path,
+                                      absl::Duration timeout) const;
+
   // Bytes host `host`'s eth0 sent and received since Create().
   struct LinkBytes {
     int64_t sent = 0;
     int64_t received = 0;
   };
   absl::StatusOr<LinkBytes> Bytes(int host) const;
+  // Polls Bytes(host) until the host has sent at least `bytes`, e.g. to cut
+  // its link in the middle of a transfer of known size: OK then,
+  // DeadlineExceeded after `timeout`.
+  absl::Status AwaitSent(int host, int64_t bytes, absl::Duration timeout) const;
 
  private:
   struct Host {

@@ -4,11 +4,16 @@
 
 #include "tests/hosts/test_hosts.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -71,6 +76,38 @@ std::unique_ptr<Subprocess> Serve(const TestHosts& hosts, int host) {
   return line.ok() ? *std::move(server) : nullptr;
 }
 
+// Whether a TCP socket can bind `address` (one of this namespace's).
+bool Bindable(const std::string& address) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  inet_pton(AF_INET, address.c_str(), &addr.sin_addr);
+  const bool bound =
+      bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return bound;
+}
+
+// A socket listening on 127.0.0.1 (of the calling thread's namespace), its
+// port in `port`; -1 on failure.
+int ListenOnLoopback(int* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(fd, 1) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
 // Sends `bytes` from host `from` to host `to`'s net_probe.
 absl::Status Send(const TestHosts& hosts, int from, int to, int64_t bytes,
                   absl::Duration connect_timeout) {
@@ -125,6 +162,51 @@ TEST(TestHostsTest, HostsReachEachOtherAtTheShapedRate) {
   ASSERT_TRUE(receiver.ok()) << receiver.status();
   EXPECT_GE(sender->sent, kBytes);
   EXPECT_GE(receiver->received, kBytes);
+}
+
+TEST(TestHostsTest, AwaitSentWaitsForWhatTheHostSent) {
+  SKIP_WITHOUT_TEST_HOSTS();
+  absl::StatusOr<std::unique_ptr<TestHosts>> hosts = TestHosts::Create(2, 0);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  const TestHosts& h = **hosts;
+  std::unique_ptr<Subprocess> server = Serve(h, 0);
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(h.AwaitSent(1, 100000, absl::Milliseconds(100)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(Send(h, 1, 0, 100000, kTimeout).ok());
+  EXPECT_TRUE(h.AwaitSent(1, 100000, kTimeout).ok());
+}
+
+TEST(TestHostsTest, RunInHostOpensSocketsOnTheHost) {
+  SKIP_WITHOUT_TEST_HOSTS();
+  absl::StatusOr<std::unique_ptr<TestHosts>> hosts = TestHosts::Create(1, 0);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  const TestHosts& h = **hosts;
+  // The host's address can be bound there, and only there.
+  bool bound_there = false;
+  ASSERT_TRUE(
+      h.RunInHost(0, [&] { bound_there = Bindable(h.address(0)); }).ok());
+  EXPECT_TRUE(bound_there);
+  EXPECT_FALSE(Bindable(h.address(0)));
+  // HttpGet reaches a server on the host's own loopback.
+  int listener = -1;
+  int port = 0;
+  ASSERT_TRUE(h.RunInHost(0, [&] { listener = ListenOnLoopback(&port); }).ok());
+  ASSERT_GE(listener, 0);
+  std::thread answer([listener] {
+    const int client = accept(listener, nullptr, nullptr);
+    if (client < 0) return;
+    char request[1024];
+    (void)read(client, request, sizeof(request));
+    const std::string reply = "HTTP/1.0 200 OK\r\n\r\nfrom host 0";
+    (void)write(client, reply.data(), reply.size());
+    close(client);
+  });
+  absl::StatusOr<std::string> body = h.HttpGet(0, port, "/x", kTimeout);
+  answer.join();
+  close(listener);
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(*body, "from host 0");
 }
 
 TEST(TestHostsTest, NothingIsRoutedOutsideTheHosts) {

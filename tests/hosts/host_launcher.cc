@@ -1,0 +1,46 @@
+#include "tests/hosts/host_launcher.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/cluster_runner.h"
+
+namespace ps::testing {
+
+std::string Rendezvous(const TestHosts& hosts) {
+  return absl::StrCat(hosts.address(0), ":29400");
+}
+
+std::unique_ptr<Subprocess> StartHostLauncher(const TestHosts& hosts, int host,
+                                              const std::string& run_dir,
+                                              std::vector<std::string> extra) {
+  std::vector<std::string> argv = {
+      RunfilePath("deploy/local/launch"),
+      absl::StrCat("--server_binary=", RunfilePath("server/server")),
+      absl::StrCat("--worker_binary=", RunfilePath("worker/worker")),
+      absl::StrCat("--num_hosts=", hosts.size()),
+      absl::StrCat("--host_index=", host),
+      absl::StrCat("--rendezvous=", Rendezvous(hosts)),
+      "--num_workers=2",
+      "--num_servers=2",
+      "--epochs=1",
+      "--batch_size=32",
+      "--optimizer=sgd",
+      "--learning_rate=0.05",
+      "--device=cpu",
+      "--log_every=20",
+      "--output=stream",
+      absl::StrCat("--run_dir=", run_dir)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  SubprocessOptions options =
+      TestProcessOptions(absl::StrCat("host ", host), std::move(argv));
+  options.output_drain_timeout = absl::Seconds(30);
+  absl::StatusOr<std::unique_ptr<Subprocess>> child =
+      hosts.Start(host, std::move(options));
+  EXPECT_TRUE(child.ok()) << child.status();
+  return child.ok() ? *std::move(child) : nullptr;
+}
+
+}  // namespace ps::testing

@@ -1,0 +1,139 @@
+#ifndef PS_UPDATE_UPDATE_LOG_H_
+#define PS_UPDATE_UPDATE_LOG_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace ps::update {
+
+// A shard's write-ahead update log: the files that hold, in order, every
+// update the shard acknowledged since a checkpoint, so that a restore
+// replays them (update/update_log_record.h says what a record holds).
+//
+// One file per checkpoint: "shard-<index>-<version>.wal" holds what came
+// after that shard's checkpoint of version <version>, in its directory.
+// Layout, all integers little-endian:
+//   header:  magic "PSUL" | u32 format version | u32 server index
+//            | u64 start version | u32 crc32c of the header so far
+//   records: u32 length | u32 crc32c of the payload | payload
+// A record is appended with one write() into the page cache, which outlives
+// a killed process; with `fsync` each append is also made durable
+// (fdatasync) before Append returns.
+
+// Bytes before each record's payload (its length and checksum).
+inline constexpr uint64_t kLogRecordPrefixBytes = 8;
+
+// A record's payload with its checksum, computed outside any lock so that
+// appending costs only the write. The payload is `pieces` in order: bytes
+// the entry owns (`owned`) or that `keep` keeps alive (a push's received
+// buffers, written where they lie rather than copied first).
+struct LogEntry {
+  LogEntry() = default;
+  // Moves keep the pieces valid (a deque's elements stay where they are);
+  // a copy would not.
+  LogEntry(LogEntry&&) = default;
+  LogEntry& operator=(LogEntry&&) = default;
+  LogEntry(const LogEntry&) = delete;
+  LogEntry& operator=(const LogEntry&) = delete;
+
+  std::deque<std::string> owned;  // A deque: its strings never move.
+  std::vector<absl::string_view> pieces;
+  std::shared_ptr<const void> keep;
+  uint32_t crc = 0;
+
+  // Appends a piece the entry owns.
+  void AddOwned(std::string bytes);
+  uint64_t size() const;
+  // The payload as one string (tests, restating).
+  std::string Payload() const;
+};
+// An entry of one owned payload, its checksum computed.
+LogEntry MakeLogEntry(std::string payload);
+// Computes `entry`'s checksum over its pieces.
+void SealLogEntry(LogEntry& entry);
+
+// "shard-<index>-<version>.wal".
+std::string UpdateLogFileName(int server_index, uint64_t start_version);
+
+// Appends records to one log file. Not thread-safe: its owner serializes
+// Append (UpdateCoordinator holds its lock around every append, so that
+// records are in the order their updates took effect).
+class UpdateLogWriter {
+ public:
+  // Creates `dir`/shard-<index>-<start_version>.wal holding `initial`
+  // (records that are still to take effect, restated from the previous
+  // file) atomically: written to a temporary file, renamed over any file of
+  // that name, so a crash leaves the old file or the complete new one.
+  static absl::StatusOr<std::unique_ptr<UpdateLogWriter>> Create(
+      const std::string& dir, int server_index, uint64_t start_version,
+      absl::Span<const LogEntry* const> initial, bool fsync);
+  // Goes on with an existing log file after its first `valid_bytes` bytes
+  // (what ReadUpdateLog found whole: a torn record is cut off). Those bytes
+  // are written to a new file renamed over `path`, so that other names of
+  // the old file (hard links) keep what they held.
+  static absl::StatusOr<std::unique_ptr<UpdateLogWriter>> Reopen(
+      const std::string& path, uint64_t valid_bytes, bool fsync);
+  ~UpdateLogWriter();
+
+  UpdateLogWriter(const UpdateLogWriter&) = delete;
+  UpdateLogWriter& operator=(const UpdateLogWriter&) = delete;
+
+  // Appends `entries` with one write (a record is never split between two
+  // calls). On error (Internal naming the file) the file may hold part of
+  // them: the writer refuses every later append, and the torn tail is what
+  // a reader drops.
+  absl::Status Append(absl::Span<const LogEntry* const> entries);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  UpdateLogWriter(std::string path, int fd, bool fsync)
+      : path_(std::move(path)), fd_(fd), fsync_(fsync) {}
+
+  const std::string path_;
+  const int fd_;
+  const bool fsync_;
+  absl::Status failed_;
+};
+
+// One log file as read back.
+struct UpdateLogContents {
+  uint64_t start_version = 0;
+  std::vector<std::string> records;  // Payloads, in order.
+  // Bytes up to the end of the last whole record.
+  uint64_t valid_bytes = 0;
+  // Bytes after it: a record cut short or whose checksum fails at the very
+  // end of the file (its append was interrupted; it was never
+  // acknowledged).
+  uint64_t torn_bytes = 0;
+};
+
+// Reads and verifies `path` as shard `server_index`'s log. NotFound;
+// DataLoss naming the file for a bad header, another shard's file, or a
+// record that fails its checksum with more records after it (corruption, not
+// an interrupted append).
+absl::StatusOr<UpdateLogContents> ReadUpdateLog(const std::string& path,
+                                                int server_index);
+
+// Shard `server_index`'s log files in `dir` as (start version, path),
+// oldest first. A missing directory holds none.
+absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> ListUpdateLogs(
+    const std::string& dir, int server_index);
+
+// Deletes shard `server_index`'s log files in `dir` that start before
+// `version` (no checkpoint kept needs them any more).
+absl::Status PruneUpdateLogs(const std::string& dir, int server_index,
+                             uint64_t version);
+
+}  // namespace ps::update
+
+#endif  // PS_UPDATE_UPDATE_LOG_H_
