@@ -138,6 +138,7 @@ def main():
             optimizer.step()
             scheduler.step()
             loss_sum += loss.item()
+            ps.report_loss(loss)  # ps: for the metrics (--metrics_port_base)
         line = "epoch %d: mean loss %.4f, %.1f s" % (
             epoch + 1, loss_sum / (steps_per_epoch - first),
             time.time() - start)

@@ -332,6 +332,10 @@ def test_before_init_the_calls_say_so():
     ps.shutdown()  # Nothing to do, no error.
 
 
+# Ours, beyond Horovod's: BatchNorm statistics, the metrics' loss.
+_OURS = ["average_buffers", "report_loss"]
+
+
 # Horovod's constants: not callable.
 _CONSTANTS = ["Average", "Sum", "Min", "Max", "Adasum", "Product",
               "global_process_set"]
@@ -341,7 +345,7 @@ def test_the_package_exports_what_torch_py_did():
     assert sorted(ps.__all__) == sorted([
         "init", "is_initialized", "rank", "size", "local_rank", "local_size",
         "mode", "broadcast_parameters", "DistributedOptimizer", "shutdown",
-        "save_model", "load_model"] + _HOROVOD_NAMES + _CONSTANTS)
+        "save_model", "load_model"] + _HOROVOD_NAMES + _CONSTANTS + _OURS)
     for name in ps.__all__:
         if name in _CONSTANTS:
             assert getattr(ps, name) is not None, name
@@ -349,6 +353,18 @@ def test_the_package_exports_what_torch_py_did():
             assert callable(getattr(ps, name)), name
     with pytest.raises(AttributeError):
         ps.no_such_name  # noqa: B018
+
+
+def test_horovods_elastic_names_refuse_at_once_naming_the_alternative():
+    with pytest.raises(NotImplementedError, match="resume_position"):
+        @ps.elastic.run
+        def train(state):
+            pass
+    for cls in (ps.elastic.State, ps.elastic.ObjectState,
+                ps.elastic.TorchState):
+        with pytest.raises(NotImplementedError,
+                           match="elastic.%s is not" % cls.__name__):
+            cls(torch.nn.Linear(2, 1), epoch=0)
 
 
 # -- the worker's place, from the launcher's environment or a scheduler's ----

@@ -247,6 +247,18 @@ TEST(LaunchConfigTest, AProgramsWorkersGetTheirThreadCount) {
                   testing::Field(&Variable::first, "OMP_NUM_THREADS"))));
 }
 
+TEST(LaunchConfigTest, AProgramsWorkersGetTheirMetricsPort) {
+  using Variable = std::pair<std::string, std::string>;
+  LaunchConfig config = ValidConfig();
+  config.program = {"/usr/bin/python3", "train.py"};
+  EXPECT_THAT(WorkerEnv(config, 1, {"a:1"}),
+              testing::Not(testing::Contains(
+                  testing::Field(&Variable::first, "PS_METRICS_PORT"))));
+  config.metrics_port_base = 9100;
+  EXPECT_THAT(WorkerEnv(config, 1, {"a:1"}),
+              testing::Contains(Variable("PS_METRICS_PORT", "9103")));
+}
+
 TEST(LaunchConfigTest, TlsWithoutClientCertificates) {
   LaunchConfig config = ValidConfig();
   config.auth = MutualTlsFiles();

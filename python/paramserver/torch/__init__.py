@@ -57,6 +57,19 @@ supported. Only trainable parameters (requires_grad, in the optimizer) are
 pushed; other tensors given to broadcast_parameters before the optimizer
 is created (buffers, frozen parameters) get rank 0's values once.
 
+Buffers (BatchNorm's running statistics) are per rank while training:
+every rank calls ``average_buffers(model)`` before evaluating or saving,
+which gives each the ranks' mean (a collective, so never implicit: a
+script that saves on rank 0 only would hang in it). With
+placement='server', ``opt.state_dict()`` holds no per-parameter state (the
+servers hold it; their --checkpoint_dir resumes it) and says so, and
+``load_state_dict`` refuses a state it cannot apply.
+
+Run by the launcher with --metrics_port_base, each worker serves the C++
+worker's Prometheus metrics (step time as compute, communication and
+waiting; examples/s; the loss given to ``report_loss(loss)``) on its
+port.
+
 ``save_model(path, module)`` writes a state_dict in the format of the
 servers' and the C++ worker's models; ``load_model(path)`` reads one, or
 the servers' checkpoints in a directory, as a state_dict.
@@ -70,9 +83,11 @@ the servers' checkpoints in a directory, as a state_dict.
 # and step()), _model_files (save_model, load_model), _collectives
 # (Horovod's allreduce, allgather, broadcast, join, barrier on the servers'
 # collective service), _compression (Compression.none, .fp16), _functions
-# (broadcast_object, allgather_object, broadcast_optimizer_state).
-from paramserver.torch import _runtime
+# (broadcast_object, allgather_object, broadcast_optimizer_state), _buffers
+# (average_buffers), _reduction (compression, op, predivide factor).
+from paramserver.torch import _runtime, elastic
 from paramserver.torch._broadcast import broadcast_parameters
+from paramserver.torch._buffers import average_buffers
 from paramserver.torch._collectives import (
     Adasum, Average, Max, Min, ProcessSet, Product, Sum, add_process_set,
     allgather, allgather_async, allreduce, allreduce_, allreduce_async,
@@ -93,7 +108,7 @@ from paramserver.torch._runtime import (
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
     gloo_enabled, init, is_initialized, local_rank, local_size, mode,
     mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
-    rocm_built, shutdown, size, start_timeline, stop_timeline)
+    report_loss, rocm_built, shutdown, size, start_timeline, stop_timeline)
 
 
 def SyncBatchNorm(*args, **kwargs):
@@ -101,7 +116,8 @@ def SyncBatchNorm(*args, **kwargs):
     raise NotImplementedError(
         "paramserver: SyncBatchNorm is not supported: use torch.nn."
         "BatchNorm*d (each rank normalises its own batch) and average the "
-        "running statistics with hvd.allreduce before saving or evaluating")
+        "running statistics with hvd.average_buffers(model) before saving or "
+        "evaluating")
 
 
 __all__ = [
@@ -123,7 +139,7 @@ __all__ = [
     "grouped_reducescatter_async", "join", "barrier", "poll", "synchronize",
     "broadcast_object", "allgather_object", "broadcast_parameters",
     "broadcast_optimizer_state", "DistributedOptimizer", "SyncBatchNorm",
-    "save_model", "load_model",
+    "save_model", "load_model", "average_buffers", "report_loss",
 ]
 
 

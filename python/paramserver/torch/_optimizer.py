@@ -13,10 +13,13 @@ import torch
 
 import paramserver
 from paramserver.torch import _runtime
+from paramserver.torch._collectives import Average
+from paramserver.torch._compression import Compression
 from paramserver.torch._broadcast import (broadcast_after_declaration,
                                           broadcast_declared)
 from paramserver.torch import _gradients
 from paramserver.torch._gradients import StepGradients
+from paramserver.torch._reduction import Reduction
 from paramserver.torch._declaration import (group_of, hyperparameters,
                                             tensor_specs,
                                             trainable_parameters)
@@ -31,14 +34,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     as for the optimizer itself. See DistributedOptimizer()."""
 
     def __init__(self, params, named_parameters, placement, planned_steps,
-                 backward_passes_per_step, seed):
+                 backward_passes_per_step, seed, reduction):
         super(self.__class__, self).__init__(params)
         state = _runtime.require_init()
         if state.optimizer is not None:
             raise ValueError("paramserver: one DistributedOptimizer per "
                              "process (the servers hold one model)")
         self._client = state.client
+        self._metrics = state.metrics
         self._placement = placement
+        self._reduction = reduction
         self.num_examples = 1
         self._trainable = trainable_parameters(self.param_groups,
                                                named_parameters)
@@ -69,7 +74,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if placement == "worker":
             self._mean = GradientMean(
                 self._client.collectives(), [n for n, _ in self._trainable],
-                [p.shape for _, p in self._trainable])
+                [p.shape for _, p in self._trainable], reduction)
         self._push = None
         self._synchronized = False  # synchronize() finished the push.
         self._hook_error = None  # Why a hook cancelled the step.
@@ -184,6 +189,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 raise error from None
 
     def _send(self, i, grad):
+        with self._metrics.phase("communication"):
+            self._send_now(i, grad)
+
+    def _send_now(self, i, grad):
         if self._placement == "worker":
             self._check_num_examples()
             self._mean.send(i, grad, int(self.num_examples))
@@ -194,7 +203,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             # A copy, read by the client's threads until the step ends,
             # that nothing the script does to .grad can change.
-            values = grad.detach().numpy().copy()
+            values = self._reduction.outgoing(grad)
         push.send(i, values)
 
     def _zeros_for(self, i):
@@ -263,7 +272,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if not self._mean.sent(i):
                 self._send(i, p.grad)
         try:
-            return self._mean.finish(int(self.num_examples))
+            with self._metrics.phase("waiting"):
+                return self._mean.finish(int(self.num_examples))
         finally:
             self._gradients.reset()
             self._step_number += 1
@@ -283,7 +293,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             elif not self._gradients.was_pushed(i):
                 self._send(i, self._trainable[i][1].grad)
         try:
-            push.finish_with_pull()
+            with self._metrics.phase("waiting"):
+                push.finish_with_pull()
         finally:
             self._push = None
             self._gradients.reset()
@@ -312,6 +323,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._placement == "worker":
             super(self.__class__, self).step()
         self._synchronized = False
+        self._metrics.step_done(self.num_examples, self._epoch)
         return loss
 
     def set_epoch(self, epoch):
@@ -372,15 +384,50 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                              (steps_per_epoch,))
         return divmod(self.resume_step, int(steps_per_epoch))
 
+    def state_dict(self):
+        """The wrapped optimizer's state_dict. Placement 'worker': its real
+        state (momentum, Adam moments), which load_state_dict restores.
+        Placement 'server': the servers hold the optimizer's state and the
+        client cannot read it, so "state" is empty and the dict says so
+        under "paramserver" (with this rank's step): the servers' own
+        --checkpoint_dir is what resumes their optimizer."""
+        sd = super(self.__class__, self).state_dict()
+        if self._placement == "server":
+            sd["paramserver"] = {
+                "placement": "server", "step": self._step_number,
+                "optimizer_state": "held by the servers, not in this dict: "
+                                   "their --checkpoint_dir resumes it"}
+        return sd
+
+    def load_state_dict(self, state_dict):
+        """Placement 'worker': the wrapped optimizer's load_state_dict.
+        Placement 'server': only the param_groups' hyper-parameters are
+        taken (learning rate; others must match the declaration); a state
+        with per-parameter entries (moments of a plain torch optimizer or
+        of placement='worker') is refused: the servers' optimizer state
+        cannot be set from a worker."""
+        if self._placement == "server" and state_dict.get("state"):
+            raise paramserver.FailedPreconditionError(
+                "paramserver: load_state_dict with optimizer state for %d "
+                "tensors, but with placement='server' that state lives on the "
+                "servers and cannot be set from a worker: resume the servers "
+                "from their --checkpoint_dir (the launcher restarts them from "
+                "it), or use placement='worker'" % len(state_dict["state"]))
+        state_dict = {k: v for k, v in state_dict.items()
+                      if k != "paramserver"}
+        super(self.__class__, self).load_state_dict(state_dict)
+
     @property
     def step_number(self):
         """Steps this rank has finished (the servers' clock for it)."""
         return self._step_number
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, placement="server",
-                         planned_steps=None, backward_passes_per_step=1,
-                         seed=1):
+def DistributedOptimizer(optimizer, named_parameters=None,
+                         compression=Compression.none,
+                         backward_passes_per_step=1, op=Average,
+                         gradient_predivide_factor=1.0, placement="server",
+                         planned_steps=None, seed=1, **unsupported):
     """Wraps `optimizer` so that step() trains through the servers.
 
     Collective: every rank creates it; it declares the model (the
@@ -402,13 +449,30 @@ def DistributedOptimizer(optimizer, named_parameters=None, placement="server",
     `backward_passes_per_step`: the backward() calls whose gradients
     accumulate into each step; backward() more often, or step() before the
     last, is refused.
+
+    Horovod's `compression`, `op` and `gradient_predivide_factor` (in
+    Horovod's positional order) mean in each placement what
+    paramserver.torch._reduction says: in short, all three as in Horovod
+    with placement='worker'; with placement='server' only op=hvd.Average
+    (the servers step on the mean), and fp16 rounds what is pushed. What
+    cannot be honoured raises ValueError before anything is declared.
+    Horovod's other arguments (sparse_as_dense, num_groups, groups,
+    process_set) raise TypeError naming them.
     """
-    _runtime.require_init()
+    if unsupported:
+        raise TypeError(
+            "paramserver: DistributedOptimizer does not take %s (Horovod's "
+            "fusion groups, sparse gradients and process sets are not "
+            "supported: gradients are sent one tensor at a time, dense, to "
+            "every rank)" % ", ".join(sorted(unsupported)))
     placement = resolve_placement(placement, optimizer)
+    reduction = Reduction(placement, compression, op,
+                          gradient_predivide_factor)
+    _runtime.require_init()
     # Named for what it is: an error about a missing attribute says
     # 'DistributedAdam', not 'Adam', while isinstance(opt, Adam) holds.
     cls = type("Distributed" + optimizer.__class__.__name__,
                (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     named = list(named_parameters) if named_parameters is not None else None
     return cls(optimizer.param_groups, named, placement, planned_steps,
-               backward_passes_per_step, seed)
+               backward_passes_per_step, seed, reduction)

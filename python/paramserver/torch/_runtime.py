@@ -8,6 +8,7 @@ created. Not thread-safe; a training script calls these from one thread.
 import os
 
 import paramserver
+from paramserver.torch._metrics import MetricsServer, WorkerMetrics
 
 
 class _State:
@@ -33,6 +34,10 @@ class _State:
         self.pending = {}
         self.optimizer = None
         self.finished = False
+        self.metrics = WorkerMetrics(self.rank)
+        port = os.environ.get("PS_METRICS_PORT")
+        self.metrics_server = (MetricsServer(self.metrics, int(port))
+                               if port else None)
 
     @property
     def size(self):
@@ -73,7 +78,9 @@ def init(servers=None, rank=None, job_id=None, connect_timeout=None,
     without the launcher); `options` are paramserver.Client's others:
     tls_ca_file=... (over the PS_TLS_* variables, which apply also when
     `servers` is given), local_transport=False (gRPC even on one host).
-    Calling it again does nothing.
+    Calling it again does nothing. With $PS_METRICS_PORT (the
+    launcher's --metrics_port_base), the worker's metrics are served there
+    (paramserver.torch._metrics).
     """
     global _state
     if _state is not None:
@@ -175,5 +182,13 @@ def shutdown():
             _state.client.finish()
             _state.finished = True
     finally:
+        if _state.metrics_server is not None:
+            _state.metrics_server.close()
         _state.client.close()
         _state = None
+
+
+def report_loss(loss):
+    """The training loss (a number or a one-element tensor) for the
+    metrics (ps_worker_loss), as the C++ worker exports its own."""
+    require_init().metrics.report_loss(float(loss))

@@ -18,8 +18,10 @@ _SUM = 0  # The native op code of a sum.
 class GradientMean:
     """The collectives of one step's gradients, by trainable index."""
 
-    def __init__(self, collectives, names, shapes):
+    def __init__(self, collectives, names, shapes, reduction):
+        """`reduction`: a _reduction.Reduction for placement 'worker'."""
         self._collectives = collectives
+        self._reduction = reduction
         self._names = ["paramserver.grad.%s" % n for n in names]
         self._shapes = [tuple(s) for s in shapes]
         self._pending = {}
@@ -29,13 +31,13 @@ class GradientMean:
 
     def send(self, i, gradient, num_examples):
         """Starts tensor i's sum with `gradient` (a tensor, or None for
-        zeros) times num_examples; reads a copy, so later edits of the
-        gradient change nothing."""
+        zeros) as self._reduction sends it (times num_examples for a
+        mean); reads a copy, so later edits of the gradient change
+        nothing."""
         if gradient is None:
             values = np.zeros(self._shapes[i], np.float32)
         else:
-            values = (gradient.detach().numpy().astype(np.float32) *
-                      np.float32(num_examples))
+            values = self._reduction.outgoing(gradient, num_examples)
         self._pending[i] = self._collectives.start_allreduce(
             self._names[i], _SUM, values)
 
@@ -48,10 +50,11 @@ class GradientMean:
         self._abandoned = [p for p in self._abandoned if not p.done()]
 
     def finish(self, num_examples):
-        """The ranks' mean of every tensor sent, in index order: each
-        rank's gradient weighted by its examples."""
+        """The ranks' reduction of every tensor sent, in index order: by
+        default the mean, each rank's gradient weighted by its examples."""
         total = self._collectives.allreduce(
             "paramserver.examples", _SUM,
             np.array(num_examples, dtype=np.float32))
         pending, self._pending = self._pending, {}
-        return [pending[i].wait() / total for i in sorted(pending)]
+        return [self._reduction.result(pending[i].wait(), total)
+                for i in sorted(pending)]
