@@ -16,10 +16,10 @@ Membership::Membership(const CoordinatorOptions& options, absl::Time now)
                       update::LrScheduleKind::kCosine),
       replan_after_restore_(options.replan_after_restore),
       ranks_(options.num_workers, options.worker_timeout, now),
-      last_request_(now),
-      hearing_since_(now),
       extension_joins_(options.num_workers, false),
-      barriers_(options.num_workers, 0) {}
+      barriers_(options.num_workers, 0),
+      last_request_(now),
+      hearing_since_(now) {}
 
 absl::Status Membership::Running() const {
   if (shutdown_) return absl::UnavailableError("server is shutting down");
