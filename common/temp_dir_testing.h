@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +32,15 @@ inline std::string FreshTestDir(absl::string_view name) {
   const std::string path = UnusedTestPath(name);
   std::filesystem::create_directories(path);
   return path;
+}
+
+// The bytes of the file at `path` (a model, a log, a checkpoint a test's
+// processes wrote); "" where there is none.
+inline std::string ReadTestFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
 }
 
 }  // namespace ps::testing

@@ -10,9 +10,7 @@
 // with.
 
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/exit_codes.h"
+#include "common/temp_dir_testing.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
 #include "tests/process_cluster.h"
@@ -30,6 +29,7 @@ namespace {
 
 using ::ps::testing::LineWith;
 using ::ps::testing::ProcessCluster;
+using ::ps::testing::ReadTestFile;
 using ::ps::testing::RunCluster;
 using ::ps::testing::SmallJob;
 using ::ps::testing::TempPath;
@@ -50,13 +50,6 @@ LaunchConfig RingJob(const std::string& checkpoint_dir) {
       "--log_every=10",
       absl::StrCat("--checkpoint_every_steps=", kCheckpointEvery)};
   return config;
-}
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 // The newest checkpoint's version in `dir`, once there is one.
@@ -117,9 +110,9 @@ TEST(AllreduceFaultTest, KilledWorkerRestartsTheRingFromTheLastCheckpoint) {
   clean.extra_worker_flags.push_back(absl::StrCat("--max_steps=", end));
   const ClusterResult result = RunCluster(clean);
   ASSERT_TRUE(result.status.ok()) << result.status;
-  const std::string a = ReadBytes(resumed_model);
+  const std::string a = ReadTestFile(resumed_model);
   ASSERT_FALSE(a.empty());
-  EXPECT_TRUE(a == ReadBytes(clean.save_model))
+  EXPECT_TRUE(a == ReadTestFile(clean.save_model))
       << "the resumed ring trained other bits than a run never killed";
 }
 

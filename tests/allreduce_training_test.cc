@@ -3,14 +3,13 @@
 // The workers average their gradients over a Gloo ring and each applies the
 // servers' update code (worker/allreduce_exchange.h).
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/model_spec.h"
+#include "common/temp_dir_testing.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
 #include "tests/exact_sgd_step.h"
@@ -25,6 +24,7 @@ using ::ps::testing::ExactSgdStep;
 using ::ps::testing::ExpectTwoWorkersTrainLikeOne;
 using ::ps::testing::LineWith;
 using ::ps::testing::PlainSgdJob;
+using ::ps::testing::ReadTestFile;
 using ::ps::testing::RunCluster;
 using ::ps::testing::SmallJob;
 using ::ps::testing::SyncEquivalence;
@@ -32,13 +32,6 @@ using ::ps::testing::TempPath;
 
 constexpr int kSteps = 25;
 constexpr int kLayers[] = {784, 256, 128, 10};
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 void ExpectSucceeded(const ClusterResult& result) {
   ASSERT_TRUE(result.status.ok()) << result.status;
@@ -90,9 +83,9 @@ TEST(AllreduceTrainingTest, TwoWorkersTrainTheSyncServersBits) {
   config.mode = "sync";
   config.save_model = servers;
   ExpectSucceeded(RunCluster(config));
-  const std::string a = ReadBytes(ring);
+  const std::string a = ReadTestFile(ring);
   ASSERT_FALSE(a.empty());
-  EXPECT_TRUE(a == ReadBytes(servers))
+  EXPECT_TRUE(a == ReadTestFile(servers))
       << "the ring and the sync servers trained other bits";
 }
 
@@ -109,9 +102,9 @@ TEST(AllreduceTrainingTest, SameSeedGivesBitIdenticalWeights) {
   ExpectSucceeded(RunCluster(config));
   config.save_model = second;
   ExpectSucceeded(RunCluster(config));
-  const std::string a = ReadBytes(first);
+  const std::string a = ReadTestFile(first);
   ASSERT_FALSE(a.empty());
-  EXPECT_TRUE(a == ReadBytes(second)) << "two runs with seed 1 differ";
+  EXPECT_TRUE(a == ReadTestFile(second)) << "two runs with seed 1 differ";
 }
 
 // The launcher's main job in this mode, cut short: no server starts, the

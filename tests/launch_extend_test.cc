@@ -6,15 +6,14 @@
 // binaries on 127.0.0.1.
 
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/temp_dir_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
@@ -24,6 +23,7 @@ namespace {
 
 using ::ps::testing::LauncherRun;
 using ::ps::testing::LineWith;
+using ::ps::testing::ReadTestFile;
 using ::ps::testing::RunfilePath;
 using ::ps::testing::TempPath;
 using ::testing::Contains;
@@ -32,19 +32,13 @@ using ::testing::HasSubstr;
 // Generous: only a hang reaches it.
 constexpr absl::Duration kLaunchTimeout = absl::Seconds(240);
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Every file directly in `dir`, by name, with its bytes.
 std::map<std::string, std::string> Files(const std::string& dir) {
   std::map<std::string, std::string> files;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.is_regular_file()) {
-      files[entry.path().filename().string()] = ReadFile(entry.path().string());
+      files[entry.path().filename().string()] =
+          ReadTestFile(entry.path().string());
     }
   }
   return files;
@@ -66,8 +60,8 @@ TEST(LaunchExtendTest, AFinishedRunTrainsOnForAnotherEpoch) {
       {"--num_servers=2", "--num_workers=2", "--epochs=1", "--batch_size=2000",
        "--lr_schedule=cosine", absl::StrCat("--run_dir=", run_dir)});
   ASSERT_TRUE(first.exit.success()) << first.exit.ToString();
-  ASSERT_THAT(ReadFile(run_dir + "/run.txt"), HasSubstr("state finished"));
-  const std::string record = ReadFile(run_dir + "/run.txt");
+  ASSERT_THAT(ReadTestFile(run_dir + "/run.txt"), HasSubstr("state finished"));
+  const std::string record = ReadTestFile(run_dir + "/run.txt");
   const std::map<std::string, std::string> finished = Files(checkpoints);
   // Per shard: the fresh shard's checkpoint, the final one, and the update
   // log file that follows each.
@@ -106,7 +100,7 @@ TEST(LaunchExtendTest, AFinishedRunTrainsOnForAnotherEpoch) {
     const std::string said = absl::StrJoin(refused.lines, "\n");
     EXPECT_EQ(refused.exit.exit_code(), 2) << said;
     EXPECT_THAT(said, HasSubstr(refusal.says));
-    EXPECT_EQ(ReadFile(run_dir + "/run.txt"), record) << refusal.says;
+    EXPECT_EQ(ReadTestFile(run_dir + "/run.txt"), record) << refusal.says;
     EXPECT_EQ(Files(checkpoints), finished) << refusal.says;
     EXPECT_FALSE(std::filesystem::exists(checkpoints + "/before-segment-2"));
   }
@@ -148,7 +142,7 @@ TEST(LaunchExtendTest, AFinishedRunTrainsOnForAnotherEpoch) {
   EXPECT_THAT(lines, Contains("[launch] result: success"));
 
   // run.txt: the run's start, then the extension with what it changed.
-  const std::string after = ReadFile(run_dir + "/run.txt");
+  const std::string after = ReadTestFile(run_dir + "/run.txt");
   EXPECT_THAT(after, HasSubstr("state finished\n"));
   EXPECT_THAT(after, HasSubstr("flag epochs=1\n"));
   EXPECT_THAT(after, HasSubstr("\nsegment_end finished: final test accuracy"));
@@ -158,7 +152,7 @@ TEST(LaunchExtendTest, AFinishedRunTrainsOnForAnotherEpoch) {
                         "segment_flag learning_rate=0.0005\n"
                         "segment_end finished: final test accuracy"));
   // The curves go on; the finished run's checkpoints are kept as they were.
-  const std::string csv = ReadFile(run_dir + "/curves.csv");
+  const std::string csv = ReadTestFile(run_dir + "/curves.csv");
   EXPECT_THAT(csv, HasSubstr("\n1,"));
   EXPECT_THAT(csv, HasSubstr("\n2,"));
   EXPECT_EQ(Files(checkpoints + "/before-segment-2"), finished);

@@ -17,7 +17,6 @@
 #include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/subprocess.h"
+#include "common/temp_dir_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
@@ -36,6 +36,7 @@ namespace ps {
 namespace {
 
 using ::ps::testing::LauncherRun;
+using ::ps::testing::ReadTestFile;
 using ::ps::testing::RunfilePath;
 using ::ps::testing::TempPath;
 using ::testing::Contains;
@@ -71,13 +72,6 @@ std::string LastLineWith(const std::vector<std::string>& lines,
     if (absl::StrContains(line, text)) found = line;
   }
   return found;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // The highest epoch (1-based) of the workers' "epoch E/N step ..." lines.
@@ -186,7 +180,7 @@ TEST(LaunchRestartTest, KilledWorkerAndServerAreRestartedAndTheJobCompletes) {
               HasSubstr("killed by signal 9 (SIGKILL)"));
   EXPECT_THAT(LastLineWith(lines, "restarted server 0"),
               HasSubstr("from its latest checkpoint"));
-  EXPECT_THAT(ReadFile(run_dir + "/run.txt"), HasSubstr("state stopped"));
+  EXPECT_THAT(ReadTestFile(run_dir + "/run.txt"), HasSubstr("state stopped"));
 
   // The job ends with the epoch it is in (it may have moved into the next
   // without a line yet).
@@ -220,7 +214,7 @@ TEST(LaunchRestartTest, KilledWorkerAndServerAreRestartedAndTheJobCompletes) {
   // Its reports before the stop and after: a restart's losses are its own.
   int64_t updates_lost = 0;
   const std::vector<std::string> server_0_log =
-      absl::StrSplit(ReadFile(run_dir + "/logs/server-0.log"), '\n');
+      absl::StrSplit(ReadTestFile(run_dir + "/logs/server-0.log"), '\n');
   for (const std::string& line : server_0_log) {
     int64_t lost = 0;
     if (absl::StrContains(line, "updates lost in restarts: ") &&
@@ -236,21 +230,21 @@ TEST(LaunchRestartTest, KilledWorkerAndServerAreRestartedAndTheJobCompletes) {
 
   // The run's directory: each process's log across its restarts and the
   // extension, the record, the curves.
-  const std::string server_log = ReadFile(run_dir + "/logs/server-0.log");
+  const std::string server_log = ReadTestFile(run_dir + "/logs/server-0.log");
   EXPECT_EQ(std::vector<std::string>(
                 absl::StrSplit(server_log, "[launch] started server 0"))
                     .size() -
                 1,
             3u);
   EXPECT_THAT(server_log, HasSubstr("restored"));
-  EXPECT_THAT(ReadFile(run_dir + "/logs/worker-1.log"),
+  EXPECT_THAT(ReadTestFile(run_dir + "/logs/worker-1.log"),
               HasSubstr("resuming at epoch 1"));
-  const std::string record = ReadFile(run_dir + "/run.txt");
+  const std::string record = ReadTestFile(run_dir + "/run.txt");
   EXPECT_THAT(record, HasSubstr("state finished"));
   EXPECT_THAT(record, HasSubstr("\nsegment_end stopped: "));
   EXPECT_THAT(record, HasSubstr(absl::StrCat("\nsegment_flag epochs=", epochs,
                                              "\nsegment_end finished: ")));
-  const std::string csv = ReadFile(run_dir + "/curves.csv");
+  const std::string csv = ReadTestFile(run_dir + "/curves.csv");
   EXPECT_THAT(csv, HasSubstr("epoch,train_loss,test_accuracy\n1,"));
   EXPECT_THAT(csv, HasSubstr(absl::StrCat("\n", epochs, ",")));
 }

@@ -9,10 +9,8 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/parameter_client.h"
+#include "common/temp_dir_testing.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
 #include "tests/process_cluster.h"
@@ -28,18 +27,12 @@ namespace ps {
 namespace {
 
 using ::ps::testing::ProcessCluster;
+using ::ps::testing::ReadTestFile;
 using ::ps::testing::SmallJob;
 using ::ps::testing::TempPath;
 
 constexpr absl::Duration kJobTimeout = absl::Seconds(300);
 constexpr int kSyncSteps = 120;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // The value after `prefix` on the last line of `lines` that holds it.
 std::optional<std::string> LastValue(const std::vector<std::string>& lines,
@@ -150,7 +143,7 @@ std::string RunMainJob(Fault fault, const std::string& name,
               absl::StrCat("0=", 2 * kSyncSteps * 64))
         << "server " << s;
   }
-  return ReadFile(model_path);
+  return ReadTestFile(model_path);
 }
 
 class SyncRecoveryTest : public ::testing::Test {

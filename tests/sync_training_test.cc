@@ -1,14 +1,13 @@
 // Multi-process tests of synchronous training: real server and worker
 // binaries on 127.0.0.1, real Fashion-MNIST data, a few dozen steps each.
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/model_spec.h"
+#include "common/temp_dir_testing.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
 #include "tests/exact_sgd_step.h"
@@ -23,6 +22,7 @@ using ::ps::testing::ExactSgdStep;
 using ::ps::testing::ExpectTwoWorkersTrainLikeOne;
 using ::ps::testing::LineWith;
 using ::ps::testing::PlainSgdJob;
+using ::ps::testing::ReadTestFile;
 using ::ps::testing::RunCluster;
 using ::ps::testing::SmallJob;
 using ::ps::testing::SyncEquivalence;
@@ -38,13 +38,6 @@ LaunchConfig Job(int num_servers, int num_workers, int batch_size,
                  const std::string& save_model) {
   return PlainSgdJob(SmallJob().model, num_servers, num_workers, batch_size,
                      kSteps, save_model);
-}
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 void ExpectSucceeded(const ClusterResult& result) {
@@ -92,9 +85,9 @@ TEST(SyncTrainingTest, SameSeedGivesBitIdenticalWeights) {
   ExpectSucceeded(RunCluster(config));
   config.save_model = second;
   ExpectSucceeded(RunCluster(config));
-  const std::string a = ReadBytes(first);
+  const std::string a = ReadTestFile(first);
   ASSERT_FALSE(a.empty());
-  EXPECT_TRUE(a == ReadBytes(second)) << "two runs with seed 1 differ";
+  EXPECT_TRUE(a == ReadTestFile(second)) << "two runs with seed 1 differ";
 }
 
 // Workers on the servers' host reach them over the same-host transport
@@ -116,9 +109,9 @@ TEST(SyncTrainingTest, GrpcAndTheSameHostTransportTrainTheSameBits) {
             "");
   EXPECT_NE(LineWith(lines, "server 1", "same-host transport served 0 calls"),
             "");
-  const std::string a = ReadBytes(local);
+  const std::string a = ReadTestFile(local);
   ASSERT_FALSE(a.empty());
-  EXPECT_TRUE(a == ReadBytes(grpc)) << "the transports trained other bits";
+  EXPECT_TRUE(a == ReadTestFile(grpc)) << "the transports trained other bits";
 }
 
 TEST(SyncTrainingTest, TrainingMovesWeightsAwayFromInitialization) {
@@ -128,7 +121,7 @@ TEST(SyncTrainingTest, TrainingMovesWeightsAwayFromInitialization) {
   LaunchConfig untrained = Job(1, 1, 32, initial);
   untrained.learning_rate = 1e-30;
   ExpectSucceeded(RunCluster(untrained));
-  EXPECT_NE(ReadBytes(trained), ReadBytes(initial));
+  EXPECT_NE(ReadTestFile(trained), ReadTestFile(initial));
 }
 
 }  // namespace
