@@ -242,19 +242,9 @@ int Main(const char* argv0) {
       return Fail(s);
     }
   }
-  SubprocessOptions iperf3_server;
-  iperf3_server.argv = {"iperf3", "-s", "--forceflush", "-B",
-                        (*hosts)->address(0)};
-  iperf3_server.name = "iperf3 server";
   absl::StatusOr<std::unique_ptr<Subprocess>> listening =
-      (*hosts)->Start(0, std::move(iperf3_server));
+      (*hosts)->StartIperf3Server(0, /*one_test=*/false);
   if (!listening.ok()) return Fail(listening.status());
-  if (absl::StatusOr<std::string> line =
-          (*listening)
-              ->WaitForOutputLine("Server listening", absl::Seconds(30));
-      !line.ok()) {
-    return Fail(line.status());
-  }
   const int iperf3_seconds = absl::GetFlag(FLAGS_iperf3_seconds);
   std::printf(
       "worker on host %d, CPUs %s; shards and TCP peers CPUs %s; %d runs, "

@@ -59,18 +59,9 @@ int MeasureWithIperf3(const TestHosts& hosts, int seconds,
         return Fail(s);
       }
     }
-    SubprocessOptions server;
-    server.argv = {"iperf3",       "-s", "-1",
-                   "--forceflush", "-B", hosts.address(0)};
     absl::StatusOr<std::unique_ptr<Subprocess>> listening =
-        hosts.Start(0, std::move(server));
+        hosts.StartIperf3Server(0, /*one_test=*/true);
     if (!listening.ok()) return Fail(listening.status());
-    if (absl::StatusOr<std::string> line =
-            (*listening)
-                ->WaitForOutputLine("Server listening", absl::Seconds(30));
-        !line.ok()) {
-      return Fail(line.status());
-    }
     absl::StatusOr<std::string> output =
         hosts.Run(1,
                   {"iperf3", "-c", hosts.address(0), "-t",

@@ -279,6 +279,21 @@ absl::StatusOr<std::unique_ptr<Subprocess>> TestHosts::Start(
   return Subprocess::Start(std::move(options));
 }
 
+absl::StatusOr<std::unique_ptr<Subprocess>> TestHosts::StartIperf3Server(
+    int host, bool one_test) const {
+  SubprocessOptions server;
+  server.argv = {"iperf3", "-s", "--forceflush", "-B", address(host)};
+  if (one_test) server.argv.push_back("-1");
+  server.name = absl::StrCat("iperf3 server on host ", host);
+  absl::StatusOr<std::unique_ptr<Subprocess>> started =
+      Start(host, std::move(server));
+  if (!started.ok()) return started.status();
+  absl::StatusOr<std::string> listening =
+      (*started)->WaitForOutputLine("Server listening", absl::Seconds(30));
+  if (!listening.ok()) return listening.status();
+  return started;
+}
+
 absl::StatusOr<std::string> TestHosts::Run(int host,
                                            std::vector<std::string> argv,
                                            absl::Duration timeout) const {

@@ -79,6 +79,11 @@ class TestHosts {
   // anything still running there.
   absl::StatusOr<std::unique_ptr<Subprocess>> Start(
       int host, SubprocessOptions options) const;
+  // iperf3's server on host `host`, bound to its address, once it listens
+  // (the raw TCP baseline of a link). With `one_test` it exits after one
+  // client's test. Owned as Start()'s processes are.
+  absl::StatusOr<std::unique_ptr<Subprocess>> StartIperf3Server(
+      int host, bool one_test) const;
   // Runs `argv` on host `host` to its end: its output (stdout and stderr),
   // or an error naming the command, how it ended and its last lines when it
   // fails or outlives `timeout` (it is then killed).
