@@ -2,7 +2,9 @@
 // update, how the log file follows each checkpoint, and the replay after a
 // restore (update/update_log.h, update/update_log_record.h).
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -49,11 +51,67 @@ absl::Status Gap(absl::string_view what) {
   return absl::DataLossError(absl::StrCat("update log gap: ", what));
 }
 
+// A sync push or step record replayed (or recognised as restated), kept
+// while a later file may restate it.
+struct RecentRecord {
+  uint64_t step = 0;
+  bool takes_step = false;  // A LoggedStep, not a push.
+  std::string payload;
+};
+
+// Forgets the records of steps before `step`.
+void DropBefore(uint64_t step, std::vector<RecentRecord>& recent) {
+  recent.erase(
+      std::remove_if(recent.begin(), recent.end(),
+                     [step](const RecentRecord& r) { return r.step < step; }),
+      recent.end());
+}
+
+// How many of `next`'s first records restate records already replayed,
+// which its replay skips. A file starts at the version of a checkpoint's
+// snapshot and restates the sync records logged for that step so far, which
+// the file before it holds too; if the snapshot came between the step being
+// taken and applied, the step's record as well, so that the file before it
+// reaches one version further. Those records must be the same bytes, in the
+// same order: anything else is a gap (`next` starts after `at`, or more
+// than one step before it) or two files that disagree, and nothing is
+// skipped on a guess. The records after them must go on from `at` (the
+// replay checks each record's version).
+absl::StatusOr<size_t> RestatedRecords(absl::Span<const RecentRecord> recent,
+                                       uint64_t at,
+                                       const update::UpdateLogContents& next,
+                                       const std::string& previous,
+                                       const std::string& path) {
+  const uint64_t start = next.start_version;
+  if (start > at || start + 1 < at) {
+    return Gap(absl::StrCat("replay reached version ", at, " at the end of ",
+                            previous, " but ", path, " starts at version ",
+                            start));
+  }
+  size_t n = 0;
+  for (const RecentRecord& r : recent) {
+    if (r.step < start) continue;
+    if (n >= next.records.size() || next.records[n] != r.payload) {
+      return absl::DataLossError(absl::StrCat(
+          "update log: ", path, " starts at version ", start,
+          " but its record ", n + 1, " is not the ",
+          r.takes_step ? "step" : "push", " record of step ", r.step, " that ",
+          previous, " holds: the files disagree about the same updates"));
+    }
+    ++n;
+  }
+  return n;
+}
+
 }  // namespace
 
 struct UpdateCoordinator::ReplayState {
-  // sync: the pushes logged for step version_, by rank, with their records.
-  std::vector<std::optional<std::pair<StagedPush, std::string>>> pending;
+  // sync: the pushes logged for step version_, by rank.
+  std::vector<std::optional<StagedPush>> pending;
+  // sync: the push and step records for steps from version_ - 1 on, in the
+  // order of the files: what the next file may restate (RestatedRecords),
+  // and at the end the pushes of step version_ to restate in later files.
+  std::vector<RecentRecord> recent;
   // ssp, async: a push whose LoggedApply has not come yet.
   std::optional<StagedPush> at_once;
   // The size of its record in the file, prefix included.
@@ -146,19 +204,22 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ReplayLog() {
     absl::StatusOr<update::UpdateLogContents> contents =
         update::ReadUpdateLog(path, index);
     if (!contents.ok()) return contents.status();
-    const uint64_t at = version();
-    if (contents->start_version != at) {
-      return Gap(absl::StrCat("replay reached version ", at, " but ", path,
-                              " starts at version ", contents->start_version));
+    size_t restated = 0;
+    if (f > first) {
+      absl::StatusOr<size_t> n = RestatedRecords(
+          state.recent, version(), *contents, (*files)[f - 1].second, path);
+      if (!n.ok()) return n.status();
+      restated = *n;
+      // The records restated are this file's from now on.
+      DropBefore(contents->start_version, state.recent);
     }
     if (contents->torn_bytes > 0 && f + 1 < files->size()) {
       return Gap(absl::StrCat(path, " ends in ", contents->torn_bytes,
                               " bytes of a torn record, and ",
                               (*files)[f + 1].second, " follows it"));
     }
-    // Each file restates the pushes still to be applied when it began.
-    for (auto& p : state.pending) p.reset();
-    for (std::string& payload : contents->records) {
+    for (size_t i = restated; i < contents->records.size(); ++i) {
+      std::string& payload = contents->records[i];
       absl::StatusOr<update::LogRecord> record =
           update::DecodeLogRecord(payload);
       if (!record.ok()) {
@@ -187,16 +248,19 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ReplayLog() {
                                       options_.update_log_fsync);
   if (!writer.ok()) return writer.status();
   absl::MutexLock lock(&mu_);
-  for (auto& p : state.pending) {
-    if (!p.has_value()) continue;
-    auto& [push, payload] = *p;
-    const uint64_t step = push.step;
-    members_.ranks().RecordAccepted(push.rank, step,
-                                    {push.epoch, push.examples_done});
-    unapplied_.emplace_back(step,
+  for (std::optional<StagedPush>& push : state.pending) {
+    if (!push.has_value()) continue;
+    members_.ranks().RecordAccepted(push->rank, push->step,
+                                    {push->epoch, push->examples_done});
+    parts_.Add(*std::move(push));
+  }
+  // The pushes of the step being collected, in the order of the file, as
+  // the next file restates them.
+  for (RecentRecord& r : state.recent) {
+    if (r.step != version_) continue;
+    unapplied_.emplace_back(r.step,
                             std::make_shared<const update::LogEntry>(
-                                update::MakeLogEntry(std::move(payload))));
-    parts_.Add(std::move(push));
+                                update::MakeLogEntry(std::move(r.payload))));
   }
   log_ = *std::move(writer);
   // The log holds every update acknowledged: nothing to fast-forward over.
@@ -234,7 +298,12 @@ absl::Status UpdateCoordinator::ReplayRecord(const update::LogRecord& record,
       return Gap(absl::StrCat("a push for step ", p->step,
                               " where the shard is at version ", at));
     }
-    state.pending[p->rank].emplace(FromLogged(*p), std::move(payload));
+    if (state.pending[p->rank].has_value()) {
+      return absl::DataLossError(absl::StrCat("two pushes of worker ", p->rank,
+                                              " for step ", p->step));
+    }
+    state.pending[p->rank].emplace(FromLogged(*p));
+    state.recent.push_back({p->step, false, std::move(payload)});
     return absl::OkStatus();
   }
   if (const auto* a = std::get_if<update::LoggedApply>(&record)) {
@@ -268,7 +337,7 @@ absl::Status UpdateCoordinator::ReplayRecord(const update::LogRecord& record,
         return Gap(absl::StrCat("step ", s->step, " sums worker ", r,
                                 "'s push, which is not in the log"));
       }
-      ready.pushes.push_back(std::move(state.pending[r]->first));
+      ready.pushes.push_back(*std::move(state.pending[r]));
       state.pending[r].reset();
     }
     {
@@ -281,6 +350,9 @@ absl::Status UpdateCoordinator::ReplayRecord(const update::LogRecord& record,
     absl::StatusOr<uint64_t> applied = ApplyStep(std::move(ready));
     if (!applied.ok()) return applied.status();
     ++state.updates;
+    // Only this step's records and the next one's may be restated later.
+    DropBefore(s->step, state.recent);
+    state.recent.push_back({s->step, true, std::move(payload)});
     return absl::OkStatus();
   }
   const int rank = std::holds_alternative<update::LoggedRegister>(record)

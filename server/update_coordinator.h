@@ -188,8 +188,10 @@ class UpdateCoordinator {
   // the shard died, then appends to the log again. Returns the updates
   // replayed. A record cut short at the end (an interrupted append, never
   // acknowledged) is dropped; DataLoss naming the versions for a gap (a file
-  // or record missing, a log that does not start at the restored version)
-  // or a record that cannot be read. Without log files for the restored
+  // or record missing, a log that does not start at the restored version),
+  // a record that cannot be read, or a file whose restated records (those
+  // of the step being collected, or being applied, when it began, which
+  // the file before it holds too) are not byte for byte the ones before. Without log files for the restored
   // version (the log was off), replays nothing and the report says the
   // updates after it are lost.
   absl::StatusOr<uint64_t> ReplayLog();
@@ -239,8 +241,8 @@ class UpdateCoordinator {
   // Starts the log file of version_, restating unapplied_.
   absl::Status RotateLogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replays one decoded record (ReplayLog); `pending` holds the sync
-  // pushes logged since the last step, `at_once` an ssp/async push awaiting
-  // its LoggedApply.
+  // pushes logged since the last step, `recent` the sync records a later
+  // file may restate, `at_once` an ssp/async push awaiting its LoggedApply.
   struct ReplayState;
   absl::Status ReplayRecord(const update::LogRecord& record,
                             std::string payload, ReplayState& state);
