@@ -41,6 +41,7 @@ class CoordinatorLogTest : public ::testing::Test {
   CoordinatorOptions Options(ConsistencyMode mode, int num_workers = 2) {
     CoordinatorOptions o = FastOptions(mode, num_workers);
     o.update_log_dir = dir_;
+    o.update_log_fsync = fsync_;
     o.fast_forward_after_restart = true;  // As --restore sets it.
     return o;
   }
@@ -98,6 +99,7 @@ class CoordinatorLogTest : public ::testing::Test {
   }
 
   std::string dir_;
+  bool fsync_ = false;  // --update_log_fsync
 };
 
 // Where the records of sync step `step` begin (its first push) and end
@@ -427,6 +429,39 @@ TEST_F(CoordinatorLogTest, RestatesReplayedPushesInTheOrderLogged) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->coordinator->version(), 3u);
   ExpectBitIdentical(AllWeights(*a.store), AllWeights(*c->store), "weights");
+}
+
+// --update_log_fsync: every file created, appended to and reopened with
+// fdatasync (and its directory synced) holds what it holds without.
+TEST_F(CoordinatorLogTest, FsyncedLogReplaysTheSame) {
+  fsync_ = true;
+  Shard a = Fresh(ConsistencyMode::kSync, Adam());
+  const update::ShardCheckpoint at0 = *a.coordinator->SnapshotForCheckpoint();
+  for (uint64_t step = 0; step < 4; ++step) {
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(a.coordinator->Commit(VariedPush(*a.store, r, step)).ok());
+    }
+    if (step == 1) ASSERT_TRUE(a.coordinator->SnapshotForCheckpoint().ok());
+  }
+  ASSERT_TRUE(a.coordinator->Commit(VariedPush(*a.store, 1, 4)).ok());
+  {
+    absl::StatusOr<Shard> b = Restored(ConsistencyMode::kSync, Adam(), at0);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->coordinator->version(), 4u);
+    ExpectBitIdentical(AllWeights(*a.store), AllWeights(*b->store), "weights");
+    // Appended after the reopened file's valid bytes, synced.
+    EXPECT_EQ(*b->coordinator->Commit(VariedPush(*b->store, 0, 4)), 5u);
+  }
+  EXPECT_EQ(*a.coordinator->Commit(VariedPush(*a.store, 0, 4)), 5u);
+  fsync_ = false;  // Reads the same files without syncing.
+  absl::StatusOr<Shard> c = Restored(ConsistencyMode::kSync, Adam(), at0);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->coordinator->version(), 5u);
+  ExpectBitIdentical(AllWeights(*a.store), AllWeights(*c->store), "step 4");
+  for (const std::filesystem::directory_entry& e :
+       std::filesystem::directory_iterator(dir_)) {
+    EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+  }
 }
 
 TEST_F(CoordinatorLogTest, WithoutALogTheReportSaysTheLossIsUnknown) {

@@ -342,6 +342,25 @@ TEST(ServerConfigTest, CheckpointsAndHowTheShardStarts) {
   EXPECT_TRUE(c->coordinator.replan_after_restore);
 }
 
+TEST(ServerConfigTest, KeepsTheUpdateLogBesideTheCheckpoints) {
+  ServerFlags f = Valid();
+  f.checkpoint_dir = "/tmp/ckpt";
+  absl::StatusOr<ServerConfig> c = Make(f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->coordinator.update_log_dir, "/tmp/ckpt");
+  EXPECT_FALSE(c->coordinator.update_log_fsync);
+
+  f.update_log_fsync = true;
+  c = Make(f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->coordinator.update_log_fsync);
+
+  f.update_log = false;
+  c = Make(f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->coordinator.update_log_dir, "");
+}
+
 TEST(ServerConfigTest, SetsTheResourceBounds) {
   ServerFlags f = Valid();
   f.num_workers = 10;

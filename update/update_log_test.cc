@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,42 @@ TEST_F(UpdateLogTest, ReopenLeavesOtherNamesOfTheFileAsTheyWere) {
   EXPECT_EQ(std::filesystem::file_size(link), size);
   EXPECT_EQ(ReadUpdateLog(path, 3)->records,
             (std::vector<std::string>{"first", "second"}));
+}
+
+TEST_F(UpdateLogTest, FsyncedFilesHoldTheSameBytes) {
+  std::vector<LogEntry> initial;
+  initial.push_back(MakeLogEntry("a"));
+  std::string plain;
+  for (bool fsync : {false, true}) {
+    SCOPED_TRACE(fsync ? "fsync" : "no fsync");
+    const std::string dir = dir_ + (fsync ? "/synced" : "/plain");
+    absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
+        UpdateLogWriter::Create(dir, 3, 7, Pointers(initial), fsync);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    const LogEntry more = MakeLogEntry("bb");
+    ASSERT_TRUE((*writer)->Append({&more}).ok());
+    const std::string path = (*writer)->path();
+    writer->reset();
+    absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
+    ASSERT_TRUE(read.ok()) << read.status();
+    absl::StatusOr<std::unique_ptr<UpdateLogWriter>> reopened =
+        UpdateLogWriter::Reopen(path, read->valid_bytes, fsync);
+    ASSERT_TRUE(reopened.ok()) << reopened.status();
+    const LogEntry last = MakeLogEntry("ccc");
+    ASSERT_TRUE((*reopened)->Append({&last}).ok());
+    read = ReadUpdateLog(path, 3);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->records, (std::vector<std::string>{"a", "bb", "ccc"}));
+    EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)),
+                            std::istreambuf_iterator<char>());
+    if (fsync) {
+      EXPECT_EQ(bytes, plain);
+    } else {
+      plain = bytes;
+    }
+  }
 }
 
 TEST_F(UpdateLogTest, ListsOldestFirstAndPrunes) {
