@@ -325,6 +325,14 @@ TEST_F(CoordinatorLogTest, ReplaysAFileThatRestatesAStepTheOneBeforeApplied) {
                 "updates lost in restarts: 0 (6 updates replayed"),
             std::string::npos)
       << b->coordinator->Report();
+  const ShardReport fields = b->coordinator->ReportFields();
+  EXPECT_EQ(fields.version, 6u);
+  EXPECT_EQ(fields.updates_replayed, 6u);
+  EXPECT_EQ(fields.updates_lost, 0u);
+  EXPECT_EQ(fields.mode, "sync");
+  EXPECT_EQ(fields.examples_per_epoch,
+            a.coordinator->ReportFields().examples_per_epoch);
+  EXPECT_FALSE(a.coordinator->ReportFields().updates_replayed.has_value());
   // It goes on appending to the newer file; a second restore replays both
   // again.
   for (int r = 0; r < 2; ++r) {
@@ -441,7 +449,9 @@ TEST_F(CoordinatorLogTest, FsyncedLogReplaysTheSame) {
     for (int r = 0; r < 2; ++r) {
       ASSERT_TRUE(a.coordinator->Commit(VariedPush(*a.store, r, step)).ok());
     }
-    if (step == 1) ASSERT_TRUE(a.coordinator->SnapshotForCheckpoint().ok());
+    if (step == 1) {
+      ASSERT_TRUE(a.coordinator->SnapshotForCheckpoint().ok());
+    }
   }
   ASSERT_TRUE(a.coordinator->Commit(VariedPush(*a.store, 1, 4)).ok());
   {
@@ -481,6 +491,9 @@ TEST_F(CoordinatorLogTest, WithoutALogTheReportSaysTheLossIsUnknown) {
                              "update log"),
             std::string::npos)
       << b->Report();
+  EXPECT_EQ(a->ReportFields().updates_lost, 0u);
+  EXPECT_FALSE(b->ReportFields().updates_lost.has_value());
+  EXPECT_FALSE(b->ReportFields().updates_replayed.has_value());
 }
 
 }  // namespace

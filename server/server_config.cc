@@ -84,6 +84,7 @@ absl::Status ServingFlags(const ServerFlags& f, ServerConfig& c) {
                   ? absl::StrCat("[", f.host, "]:", f.port)
                   : absl::StrCat(f.host, ":", f.port);
   c.port_file = f.port_file;
+  c.report_file = f.report_file;
 
   absl::StatusOr<ConsistencyMode> mode = ParseConsistencyMode(f.mode);
   if (!mode.ok()) return mode.status();

@@ -37,6 +37,7 @@ struct ServerFlags {
   std::string host = "127.0.0.1";
   int port = 0;
   std::string port_file;
+  std::string report_file;
   std::string mode = "sync";
   int staleness = 0;
   // Unset: OptimizerConfig's default, and the flag counts as not given.
@@ -99,6 +100,8 @@ struct ServerConfig {
   // host:port to listen on ([host]:port for an IPv6 literal).
   std::string address;
   std::string port_file;
+  // The final report for programs (server/shard_report.h); empty: none.
+  std::string report_file;
   CoordinatorOptions coordinator;
   // From the flags; a declared optimizer replaces it (ResolveOptimizer).
   update::OptimizerConfig optimizer;

@@ -359,6 +359,12 @@ TEST(ServerConfigTest, KeepsTheUpdateLogBesideTheCheckpoints) {
   c = Make(f);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->coordinator.update_log_dir, "");
+  EXPECT_EQ(c->report_file, "");
+
+  f.report_file = "/tmp/server0.report";
+  c = Make(f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->report_file, "/tmp/server0.report");
 }
 
 TEST(ServerConfigTest, SetsTheResourceBounds) {

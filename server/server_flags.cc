@@ -39,6 +39,10 @@ ABSL_FLAG(int, port, Default().port, "Port to listen on; 0 picks a free one.");
 ABSL_FLAG(
     std::string, port_file, Default().port_file,
     "If set, the bound port is written here (atomically) once listening.");
+ABSL_FLAG(std::string, report_file, Default().report_file,
+          "If set, the shard's final report is written here (atomically) at "
+          "exit, for programs to read (server/shard_report.h); not written "
+          "when no model was declared.");
 ABSL_FLAG(std::string, mode, Default().mode,
           "Consistency: sync, ssp or async.");
 ABSL_FLAG(int, staleness, Default().staleness,
@@ -199,6 +203,7 @@ ServerFlags ServerFlagValues() {
   f.host = absl::GetFlag(FLAGS_host);
   f.port = absl::GetFlag(FLAGS_port);
   f.port_file = absl::GetFlag(FLAGS_port_file);
+  f.report_file = absl::GetFlag(FLAGS_report_file);
   f.mode = absl::GetFlag(FLAGS_mode);
   f.staleness = absl::GetFlag(FLAGS_staleness);
   f.optimizer = absl::GetFlag(FLAGS_optimizer);

@@ -30,6 +30,7 @@ std::vector<std::string> Fields(const ServerFlags& f) {
       absl::StrCat("host=", f.host),
       absl::StrCat("port=", f.port),
       absl::StrCat("port_file=", f.port_file),
+      absl::StrCat("report_file=", f.report_file),
       absl::StrCat("mode=", f.mode),
       absl::StrCat("staleness=", f.staleness),
       absl::StrCat("optimizer=", Show(f.optimizer)),
@@ -85,6 +86,7 @@ TEST(ServerFlagsTest, EachFlagFillsItsFieldWithServerFlagsDefaults) {
       "--host=10.1.2.3",
       "--port=9",
       "--port_file=/p",
+      "--report_file=/r",
       "--mode=ssp",
       "--staleness=10",
       "--optimizer=sgd",
@@ -135,6 +137,7 @@ TEST(ServerFlagsTest, EachFlagFillsItsFieldWithServerFlagsDefaults) {
   want.host = "10.1.2.3";
   want.port = 9;
   want.port_file = "/p";
+  want.report_file = "/r";
   want.mode = "ssp";
   want.staleness = 10;
   want.optimizer = "sgd";

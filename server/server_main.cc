@@ -31,6 +31,7 @@
 #include "server/server_transports.h"
 #include "server/shard_builder.h"
 #include "server/shard_host.h"
+#include "server/shard_report.h"
 #include "server/startup_summary.h"
 #include "spdlog/spdlog.h"
 
@@ -127,6 +128,14 @@ int Run(const ServerConfig& config, StopSignals* signals) {
   // polls; the final checkpoint then sees no update in flight.
   host.StopAndCheckpoint();
   transports.Shutdown(absl::Now() + kShutdownGrace);
+  if (const DeclaredShard* declared = host.get();
+      declared != nullptr && !config.report_file.empty()) {
+    if (absl::Status s = WriteShardReport(
+            config.report_file, declared->coordinator->ReportFields());
+        !s.ok()) {
+      spdlog::error("--report_file: {}", s.ToString());
+    }
+  }
   return reason.exit_code;
 }
 

@@ -406,4 +406,25 @@ std::string UpdateCoordinator::Report() const {
                       incomplete, "\n", staleness_.ToString());
 }
 
+ShardReport UpdateCoordinator::ReportFields() const {
+  ShardReport r;
+  r.server_index = store_->server_index();
+  r.mode = std::string(ConsistencyModeName(options_.mode));
+  absl::MutexLock lock(&mu_);
+  r.version = version_;
+  r.updates_replayed = replayed_updates_;
+  if (restored_without_log_.has_value()) {
+    r.updates_lost.reset();
+  } else {
+    r.updates_lost = updates_lost_;
+  }
+  r.replayed_pushes = replays_;
+  for (const auto& [epoch, counts] : members_.ranks().examples()) {
+    uint64_t sum = 0;
+    for (uint64_t c : counts) sum += c;
+    r.examples_per_epoch[epoch] = sum;
+  }
+  return r;
+}
+
 }  // namespace ps::server

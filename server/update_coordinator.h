@@ -22,6 +22,7 @@
 #include "server/push_admission.h"
 #include "server/push_stager.h"
 #include "server/server_stats.h"
+#include "server/shard_report.h"
 #include "server/step_parts.h"
 #include "update/checkpoint.h"
 #include "update/shard_store.h"
@@ -191,9 +192,9 @@ class UpdateCoordinator {
   // or record missing, a log that does not start at the restored version),
   // a record that cannot be read, or a file whose restated records (those
   // of the step being collected, or being applied, when it began, which
-  // the file before it holds too) are not byte for byte the ones before. Without log files for the restored
-  // version (the log was off), replays nothing and the report says the
-  // updates after it are lost.
+  // the file before it holds too) are not byte for byte the ones before.
+  // Without log files for the restored version (the log was off), replays
+  // nothing and the report says the updates after it are lost.
   absl::StatusOr<uint64_t> ReplayLog();
   // A fresh shard's log (no checkpoint restored): removes every earlier log
   // file of the shard. Logging starts with the first SnapshotForCheckpoint.
@@ -203,6 +204,8 @@ class UpdateCoordinator {
   // 1=60000", replayed pushes, updates lost in restarts (a number only when
   // known: "unknown" after a restore without an update log), staleness.
   std::string Report() const;
+  // The same figures as fields, for --report_file.
+  ShardReport ReportFields() const;
 
   const CoordinatorOptions& options() const { return options_; }
   const StalenessHistogram& staleness() const { return staleness_; }

@@ -4,22 +4,27 @@
 // with a model byte for byte the undisturbed job's, whether the shard died
 // mid-run or halfway through writing a checkpoint; in async mode, with many
 // clients pushing a constant power-of-two gradient, every weight ends at
-// exactly initial - lr * (acknowledged pushes) * g.
+// exactly initial - lr * (acknowledged pushes) * g. Both with two shards
+// killed at once and with a worker killed with a shard. What the servers
+// counted is read from their --report_file (server/shard_report.h).
+
+#include <signal.h>
 
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/parameter_client.h"
 #include "common/temp_dir_testing.h"
 #include "gtest/gtest.h"
+#include "server/shard_report.h"
 #include "tests/cluster_runner.h"
 #include "tests/process_cluster.h"
 
@@ -33,16 +38,6 @@ using ::ps::testing::TempPath;
 
 constexpr absl::Duration kJobTimeout = absl::Seconds(300);
 constexpr int kSyncSteps = 120;
-
-// The value after `prefix` on the last line of `lines` that holds it.
-std::optional<std::string> LastValue(const std::vector<std::string>& lines,
-                                     absl::string_view prefix) {
-  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
-    const size_t at = it->find(prefix.data(), 0, prefix.size());
-    if (at != std::string::npos) return it->substr(at + prefix.size());
-  }
-  return std::nullopt;
-}
 
 void ExpectExitsZero(std::optional<ExitStatus> status, absl::string_view who) {
   ASSERT_TRUE(status.has_value()) << who << " did not finish in time";
@@ -77,9 +72,26 @@ enum class Fault {
   kKillWorkerAndShard,
 };
 
+// Where server `index` of the test `name` writes its final report
+// (--report_file; a restarted server writes the same file).
+std::string ReportPath(const std::string& name, int index) {
+  return TempPath(absl::StrCat(name, "_server", index, ".report"));
+}
+
+std::vector<std::string> ReportFlag(const std::string& name, int index) {
+  return {absl::StrCat("--report_file=", ReportPath(name, index))};
+}
+
+// Server `index`'s final report; a failure if it wrote none.
+server::ShardReport ReadReport(const std::string& name, int index) {
+  absl::StatusOr<server::ShardReport> report =
+      server::ReadShardReport(ReportPath(name, index));
+  EXPECT_TRUE(report.ok()) << report.status();
+  return report.ok() ? *report : server::ShardReport();
+}
+
 // Runs the main job with `fault` on server 1 and returns the saved model's
-// bytes; `replayed` gets server 1's "replayed N updates" count after a
-// fault.
+// bytes; `replayed` gets the updates server 1 replayed after a fault.
 std::string RunMainJob(Fault fault, const std::string& name,
                        uint64_t* replayed = nullptr) {
   const std::string dir = TempPath(absl::StrCat(name, "_checkpoints"));
@@ -87,19 +99,16 @@ std::string RunMainJob(Fault fault, const std::string& name,
   std::filesystem::create_directories(dir);
   const std::string model_path = TempPath(absl::StrCat(name, ".model"));
   std::filesystem::remove(model_path);
+  for (int s = 0; s < 2; ++s) std::filesystem::remove(ReportPath(name, s));
   ProcessCluster cluster(MainJob(dir, model_path));
-  EXPECT_TRUE(cluster.StartServer(0).ok());
+  EXPECT_TRUE(cluster.StartServer(0, ReportFlag(name, 0)).ok());
+  std::vector<std::string> flags1 = ReportFlag(name, 1);
   // Its third checkpoint (the first is of the fresh shard, then every 20
   // updates) is cut short by its own SIGKILL.
-  EXPECT_TRUE(cluster
-                  .StartServer(1, fault == Fault::kKillInCheckpointWrite
-                                      ? std::vector<std::string>{"--"
-                                                                 "testonly_"
-                                                                 "kill_in_"
-                                                                 "checkpoint="
-                                                                 "3"}
-                                      : std::vector<std::string>{})
-                  .ok());
+  if (fault == Fault::kKillInCheckpointWrite) {
+    flags1.push_back("--testonly_kill_in_checkpoint=3");
+  }
+  EXPECT_TRUE(cluster.StartServer(1, flags1).ok());
   EXPECT_TRUE(cluster.StartAllWorkers().ok());
   if (fault == Fault::kKillMidRun || fault == Fault::kKillBothShards ||
       fault == Fault::kKillWorkerAndShard) {
@@ -108,25 +117,18 @@ std::string RunMainJob(Fault fault, const std::string& name,
     if (fault == Fault::kKillBothShards) cluster.KillServer(0);
     cluster.KillServer(1);
   } else if (fault == Fault::kKillInCheckpointWrite) {
-    EXPECT_TRUE(
-        cluster.AwaitServerLine(1, "killing this process", kJobTimeout).ok());
-    EXPECT_TRUE(cluster.WaitServer(1, absl::Seconds(30)).has_value());
+    const std::optional<ExitStatus> killed = cluster.WaitServer(1, kJobTimeout);
+    EXPECT_TRUE(killed.has_value()) << "server 1 did not kill itself";
+    if (killed.has_value()) {
+      EXPECT_EQ(killed->signal(), SIGKILL) << killed->ToString();
+    }
   }
+  // A server listens once its log is replayed: StartServer waits for that.
   if (fault == Fault::kKillBothShards) {
-    EXPECT_TRUE(cluster.StartServer(0).ok());
-    EXPECT_TRUE(
-        cluster.AwaitServerLine(0, "replayed ", absl::Seconds(30)).ok());
+    EXPECT_TRUE(cluster.StartServer(0, ReportFlag(name, 0)).ok());
   }
   if (fault != Fault::kNone) {
-    EXPECT_TRUE(cluster.StartServer(1).ok());
-    absl::StatusOr<std::string> line =
-        cluster.AwaitServerLine(1, "replayed ", absl::Seconds(30));
-    EXPECT_TRUE(line.ok()) << line.status();
-    if (line.ok() && replayed != nullptr) {
-      const std::string after = line->substr(line->find("replayed ") + 9);
-      EXPECT_TRUE(absl::SimpleAtoi(after.substr(0, after.find(' ')), replayed))
-          << *line;
-    }
+    EXPECT_TRUE(cluster.StartServer(1, ReportFlag(name, 1)).ok());
   }
   if (fault == Fault::kKillWorkerAndShard) {
     EXPECT_TRUE(cluster.StartWorker(1).ok());
@@ -134,14 +136,19 @@ std::string RunMainJob(Fault fault, const std::string& name,
   ExpectExitsZero(cluster.WaitWorker(0, kJobTimeout), "worker 0");
   ExpectExitsZero(cluster.WaitWorker(1, kJobTimeout), "worker 1");
   for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE(absl::StrCat("server ", s));
     ExpectExitsZero(cluster.WaitServer(s, absl::Seconds(60)), "server");
-    EXPECT_TRUE(LastValue(cluster.ServerLines(s), "updates lost in restarts: 0")
-                    .has_value())
-        << "server " << s;
+    const server::ShardReport report = ReadReport(name, s);
+    EXPECT_EQ(report.updates_lost, 0u);
     // Every example of both workers counted once.
-    EXPECT_EQ(LastValue(cluster.ServerLines(s), "examples per epoch: "),
-              absl::StrCat("0=", 2 * kSyncSteps * 64))
-        << "server " << s;
+    EXPECT_EQ(report.examples_per_epoch,
+              (std::map<uint64_t, uint64_t>{{0, 2 * kSyncSteps * 64}}));
+    const bool restarted =
+        (s == 1 && fault != Fault::kNone) || fault == Fault::kKillBothShards;
+    EXPECT_EQ(report.updates_replayed.has_value(), restarted);
+    if (s == 1 && replayed != nullptr) {
+      *replayed = report.updates_replayed.value_or(0);
+    }
   }
   return ReadTestFile(model_path);
 }
@@ -214,9 +221,12 @@ ModelSpec ConstantModel() {
 }
 
 // One client: kPushesPerClient pushes of kGradient everywhere, each a new
-// batch of one example; counts those acknowledged.
+// batch of one example; counts those acknowledged. Once `die` is set it
+// dies as a killed worker would, in its next push: every tensor sent, the
+// push not waited for, the connections closed (Aborted).
 absl::Status PushConstant(ClientOptions options, std::atomic<int>* acked,
-                          TensorValues* final_weights) {
+                          TensorValues* final_weights,
+                          const std::atomic<bool>* die = nullptr) {
   absl::StatusOr<std::unique_ptr<ParameterClient>> client =
       ParameterClient::Connect(options);
   if (!client.ok()) return client.status();
@@ -236,6 +246,11 @@ absl::Status PushConstant(ClientOptions options, std::atomic<int>* acked,
     for (size_t t = 0; t < gradient.size(); ++t) {
       if (absl::Status s = push->Send(t, gradient[t]); !s.ok()) return s;
     }
+    if (die != nullptr && die->load()) {
+      push.reset();
+      client->reset();
+      return absl::AbortedError("killed");
+    }
     if (absl::Status s = push->Finish(); !s.ok()) return s;
     acked->fetch_add(1);
   }
@@ -247,10 +262,22 @@ absl::Status PushConstant(ClientOptions options, std::atomic<int>* acked,
   return (*client)->Finish();
 }
 
-TEST(AsyncRecoveryTest, EveryAcknowledgedPushIsInTheWeightsExactlyOnce) {
-  const std::string dir = TempPath("async_checkpoints");
+enum class AsyncFault {
+  kOneShard,
+  kBothShards,
+  // The last client (as a killed worker, then started again) and shard 1.
+  kClientAndShard,
+};
+
+class AsyncRecoveryTest : public ::testing::TestWithParam<AsyncFault> {};
+
+TEST_P(AsyncRecoveryTest, EveryAcknowledgedPushIsInTheWeightsExactlyOnce) {
+  const AsyncFault fault = GetParam();
+  const std::string name = absl::StrCat("async", static_cast<int>(fault));
+  const std::string dir = TempPath(absl::StrCat(name, "_checkpoints"));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  for (int s = 0; s < 2; ++s) std::filesystem::remove(ReportPath(name, s));
   LaunchConfig config = SmallJob();
   config.num_workers = kClients;
   config.mode = "async";
@@ -260,9 +287,13 @@ TEST(AsyncRecoveryTest, EveryAcknowledgedPushIsInTheWeightsExactlyOnce) {
                                "--restore", "--checkpoint_every_steps=100",
                                "--momentum=0", "--worker_timeout=30s"};
   ProcessCluster cluster(config);
-  ASSERT_TRUE(cluster.StartAllServers().ok());
+  for (int s = 0; s < 2; ++s) {
+    ASSERT_TRUE(cluster.StartServer(s, ReportFlag(name, s)).ok());
+  }
   std::atomic<int> acked{0};
+  std::atomic<bool> die{false};
   std::vector<absl::Status> results(kClients);
+  absl::Status died;
   TensorValues final_weights;
   std::vector<std::thread> clients;
   for (int r = 0; r < kClients; ++r) {
@@ -272,9 +303,17 @@ TEST(AsyncRecoveryTest, EveryAcknowledgedPushIsInTheWeightsExactlyOnce) {
     options.retry_timeout = absl::Seconds(120);
     options.heartbeat_period = absl::Milliseconds(500);
     options.local_transport = false;
-    clients.emplace_back([&, r, options] {
-      results[r] =
-          PushConstant(options, &acked, r == 0 ? &final_weights : nullptr);
+    const bool dies = fault == AsyncFault::kClientAndShard && r == kClients - 1;
+    clients.emplace_back([&, r, options, dies] {
+      TensorValues* weights = r == 0 ? &final_weights : nullptr;
+      if (dies) {
+        died = PushConstant(options, &acked, weights, &die);
+        if (died.code() != absl::StatusCode::kAborted) {
+          results[r] = died;
+          return;
+        }
+      }
+      results[r] = PushConstant(options, &acked, weights);
     });
   }
   // Killed with a third of the pushes acknowledged, restarted at once.
@@ -283,12 +322,20 @@ TEST(AsyncRecoveryTest, EveryAcknowledgedPushIsInTheWeightsExactlyOnce) {
          absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(2));
   }
+  die.store(true);
+  if (fault == AsyncFault::kBothShards) cluster.KillServer(0);
   cluster.KillServer(1);
   const int acked_at_kill = acked.load();
-  ASSERT_TRUE(cluster.StartServer(1).ok());
+  if (fault == AsyncFault::kBothShards) {
+    ASSERT_TRUE(cluster.StartServer(0, ReportFlag(name, 0)).ok());
+  }
+  ASSERT_TRUE(cluster.StartServer(1, ReportFlag(name, 1)).ok());
   for (std::thread& t : clients) t.join();
   for (int r = 0; r < kClients; ++r) {
     EXPECT_TRUE(results[r].ok()) << "client " << r << ": " << results[r];
+  }
+  if (fault == AsyncFault::kClientAndShard) {
+    EXPECT_EQ(died.code(), absl::StatusCode::kAborted) << died;
   }
   const int total = acked.load();
   ASSERT_EQ(total, kClients * kPushesPerClient);
@@ -302,17 +349,31 @@ TEST(AsyncRecoveryTest, EveryAcknowledgedPushIsInTheWeightsExactlyOnce) {
   EXPECT_EQ(wrong, 0) << "weights other than " << expected << ", e.g. "
                       << final_weights[0][0];
   for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE(absl::StrCat("server ", s));
     ExpectExitsZero(cluster.WaitServer(s, absl::Seconds(60)), "server");
-    const std::vector<std::string> lines = cluster.ServerLines(s);
-    std::optional<std::string> version =
-        LastValue(lines, "mode async version ");
-    ASSERT_TRUE(version.has_value()) << "server " << s;
-    EXPECT_EQ(version->substr(0, version->find_first_not_of("0123456789")),
-              absl::StrCat(total))
-        << "server " << s;
+    const server::ShardReport report = ReadReport(name, s);
+    EXPECT_EQ(report.version, static_cast<uint64_t>(total));
+    EXPECT_EQ(report.updates_lost, 0u);
+    EXPECT_EQ(report.updates_replayed.has_value(),
+              s == 1 || fault == AsyncFault::kBothShards);
   }
-  EXPECT_TRUE(LastValue(cluster.ServerLines(1), "replayed ").has_value());
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, AsyncRecoveryTest,
+    ::testing::Values(AsyncFault::kOneShard, AsyncFault::kBothShards,
+                      AsyncFault::kClientAndShard),
+    [](const ::testing::TestParamInfo<AsyncFault>& info) -> std::string {
+      switch (info.param) {
+        case AsyncFault::kOneShard:
+          return "OneShard";
+        case AsyncFault::kBothShards:
+          return "BothShards";
+        case AsyncFault::kClientAndShard:
+          return "AClientAndAShard";
+      }
+      return "Unknown";
+    });
 
 }  // namespace
 }  // namespace ps
