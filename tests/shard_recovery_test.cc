@@ -337,8 +337,16 @@ TEST_P(AsyncRecoveryTest, EveryAcknowledgedPushIsInTheWeightsExactlyOnce) {
   if (fault == AsyncFault::kClientAndShard) {
     EXPECT_EQ(died.code(), absl::StatusCode::kAborted) << died;
   }
-  const int total = acked.load();
-  ASSERT_EQ(total, kClients * kPushesPerClient);
+  // Every step of every rank, each applied once.
+  const int total = kClients * kPushesPerClient;
+  if (fault == AsyncFault::kClientAndShard) {
+    // The killed client's last push may have been taken by both shards,
+    // never acknowledged to it: its successor goes on after it.
+    EXPECT_GE(acked.load(), total - 1);
+    EXPECT_LE(acked.load(), total);
+  } else {
+    ASSERT_EQ(acked.load(), total);
+  }
   EXPECT_LT(acked_at_kill, total);
   const float expected = 0.0f - kLearningRate * kGradient * total;
   ASSERT_EQ(final_weights.size(), 2u);
