@@ -18,10 +18,12 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/parameter_client.h"
+#include "common/progress_line.h"
 #include "common/temp_dir_testing.h"
 #include "gtest/gtest.h"
 #include "server/shard_report.h"
@@ -72,6 +74,24 @@ enum class Fault {
   kKillWorkerAndShard,
 };
 
+// Waits until worker `rank` reports (common/progress_line.h) having done
+// `step` steps of its epoch; false at `timeout`.
+bool AwaitWorkerStep(const ProcessCluster& cluster, int rank, int64_t step,
+                     absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  do {
+    for (const std::string& line : cluster.WorkerLines(rank)) {
+      const std::optional<ProgressLine> progress =
+          ParseProgressLine(InfoMessageOf(line));
+      if (!progress.has_value()) continue;
+      const auto* s = std::get_if<StepProgress>(&*progress);
+      if (s != nullptr && s->step >= step) return true;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  } while (absl::Now() < deadline);
+  return false;
+}
+
 // Where server `index` of the test `name` writes its final report
 // (--report_file; a restarted server writes the same file).
 std::string ReportPath(const std::string& name, int index) {
@@ -112,7 +132,7 @@ std::string RunMainJob(Fault fault, const std::string& name,
   EXPECT_TRUE(cluster.StartAllWorkers().ok());
   if (fault == Fault::kKillMidRun || fault == Fault::kKillBothShards ||
       fault == Fault::kKillWorkerAndShard) {
-    EXPECT_TRUE(cluster.AwaitWorkerLine(0, " step 60/", kJobTimeout).ok());
+    EXPECT_TRUE(AwaitWorkerStep(cluster, 0, 60, kJobTimeout));
     if (fault == Fault::kKillWorkerAndShard) cluster.KillWorker(1);
     if (fault == Fault::kKillBothShards) cluster.KillServer(0);
     cluster.KillServer(1);
