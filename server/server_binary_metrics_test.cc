@@ -12,6 +12,7 @@
 #include "common/http_testing.h"
 #include "gtest/gtest.h"
 #include "server/server_binary_testing.h"
+#include "server/shard_report.h"
 
 namespace ps::server::testing {
 namespace {
@@ -20,14 +21,17 @@ TEST(ServerBinaryTest, ServesMetricsCountingPushesAndCheckpoints) {
   const std::string dir = FreshTempPath("metrics_ckpt");
   const std::string port_file = TempPath("metrics.port");
   const std::string log = TempPath("metrics.log");
+  const std::string report = TempPath("metrics.report");
   std::remove(port_file.c_str());
+  std::remove(report.c_str());
   absl::StatusOr<int> metrics_port = ps::testing::UnusedLoopbackPort();
   ASSERT_TRUE(metrics_port.ok()) << metrics_port.status();
   pid_t pid = Spawn(
       {"--server_index=0", "--mode=async",
        absl::StrCat("--checkpoint_dir=", dir), "--checkpoint_every_steps=1",
        absl::StrCat("--metrics_port=", *metrics_port),
-       absl::StrCat("--port_file=", port_file)},
+       absl::StrCat("--port_file=", port_file),
+       absl::StrCat("--report_file=", report)},
       log);
   ChildGuard guard{pid};
   const int port = WaitForPortFile(port_file);
@@ -64,11 +68,22 @@ TEST(ServerBinaryTest, ServesMetricsCountingPushesAndCheckpoints) {
         "ps_server_version{shard=\"0\"} 2\n",
         "ps_server_staleness_updates_count{shard=\"0\"} 2\n",
         "ps_server_checkpoint_version{shard=\"0\"} 2\n",
-        "ps_server_restored{shard=\"0\"} 0\n"}) {
+        "ps_server_restored{shard=\"0\"} 0\n",
+        "ps_server_updates_lost{shard=\"0\"} 0\n"}) {
     EXPECT_NE(text->find(line), std::string::npos) << line << *text;
   }
+  // Not restored: nothing replayed.
+  EXPECT_EQ(text->find("ps_server_updates_replayed"), std::string::npos);
   ASSERT_EQ(kill(pid, SIGTERM), 0);
   EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
+  // --report_file: the final report, written at the exit.
+  absl::StatusOr<ShardReport> final_report = ReadShardReport(report);
+  ASSERT_TRUE(final_report.ok()) << final_report.status();
+  EXPECT_EQ(final_report->server_index, 0);
+  EXPECT_EQ(final_report->mode, "async");
+  EXPECT_EQ(final_report->version, 2u);
+  EXPECT_EQ(final_report->updates_lost, 0u);
+  EXPECT_FALSE(final_report->updates_replayed.has_value());
 }
 
 TEST(ServerBinaryTest, RefusesAMetricsPortInUse) {

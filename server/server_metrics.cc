@@ -143,6 +143,20 @@ class ShardCollector : public prometheus::Collectable {
           "shard has not heard the network long enough to tell (it may be "
           "the one cut off).",
           shard, state->unheard));
+      if (state->updates_replayed.has_value()) {
+        families.push_back(GaugeFamily(
+            "ps_server_updates_replayed",
+            "Updates replayed from the update log after this process's "
+            "restore.",
+            shard, static_cast<double>(*state->updates_replayed)));
+      }
+      if (state->updates_lost.has_value()) {
+        families.push_back(GaugeFamily(
+            "ps_server_updates_lost",
+            "Updates this shard applied before a restart and no longer "
+            "holds (absent when not known: restored without an update log).",
+            shard, static_cast<double>(*state->updates_lost)));
+      }
     }
     return families;
   }

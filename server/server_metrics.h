@@ -47,6 +47,12 @@ namespace ps::server {
 //   ps_server_rank_next_step{rank}   steps the rank has done here: a slow
 //                                    rank is the one behind
 //   ps_server_rank_dead{rank}        1 while the rank is declared dead
+//   ps_server_updates_replayed       updates replayed from the update log
+//                                    after this process's restore (only
+//                                    after one)
+//   ps_server_updates_lost           updates lost in restarts (only when
+//                                    known: not after a restore without a
+//                                    log)
 //   ps_server_workers_unheard        ranks silent past --worker_timeout but
 //                                    not declared dead, for this shard has
 //                                    not heard the network (it may be the
@@ -90,6 +96,9 @@ class ServerMetrics {
     std::vector<uint64_t> next_steps;
     std::vector<bool> dead;
     int unheard = 0;
+    // As ShardReport's (server/shard_report.h): unset, not exported.
+    std::optional<uint64_t> updates_replayed;
+    std::optional<uint64_t> updates_lost = 0;
   };
   // Collects ps_server_version, ps_server_staleness_updates and
   // ps_server_checkpoint_age_seconds from `read` (called at each scrape, on

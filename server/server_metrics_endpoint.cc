@@ -3,6 +3,7 @@
 #include <optional>
 #include <utility>
 
+#include "server/shard_report.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
@@ -28,10 +29,15 @@ ServerMetricsEndpoint::Start(absl::string_view host, int port, int server_index,
         const DeclaredShard* shard = shards->get();
         if (shard == nullptr) return std::nullopt;
         const MembersSnapshot members = shard->coordinator->Members();
+        const ShardReport report = shard->coordinator->ReportFields();
         return ServerMetrics::ShardState{
             shard->coordinator->version(),
-            shard->coordinator->staleness().state(), members.next_steps,
-            members.dead, members.unheard};
+            shard->coordinator->staleness().state(),
+            members.next_steps,
+            members.dead,
+            members.unheard,
+            report.updates_replayed,
+            report.updates_lost};
       }));
   spdlog::info("serving metrics on {}", endpoint->endpoint_->url());
   return endpoint;

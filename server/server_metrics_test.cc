@@ -139,6 +139,7 @@ TEST_F(ServerMetricsTest, NamesEachRanksStepsAndDeathAndTheUnheard) {
         state.next_steps = {40, 4, 41};
         state.dead = {false, true, false};
         state.unheard = 2;
+        state.updates_replayed = 23;
         return state;
       });
   const std::string text = SerializeMetrics(*collector);
@@ -153,6 +154,21 @@ TEST_F(ServerMetricsTest, NamesEachRanksStepsAndDeathAndTheUnheard) {
   EXPECT_THAT(text, HasSubstr("ps_server_rank_dead{rank=\"1\",shard=\"2\"} "
                               "1\n"));
   EXPECT_THAT(text, HasSubstr("ps_server_workers_unheard{shard=\"2\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("ps_server_updates_replayed{shard=\"2\"} 23\n"));
+  EXPECT_THAT(text, HasSubstr("ps_server_updates_lost{shard=\"2\"} 0\n"));
+}
+
+TEST_F(ServerMetricsTest, LeavesOutRecoveryFiguresNotKnown) {
+  auto collector = ServerMetrics::ShardStateCollector(
+      &metrics_, [&]() -> std::optional<ServerMetrics::ShardState> {
+        ServerMetrics::ShardState state;
+        state.updates_lost.reset();  // Restored without a log.
+        return state;
+      });
+  const std::string text = SerializeMetrics(*collector);
+  EXPECT_THAT(text, Not(HasSubstr("ps_server_updates_replayed")));
+  EXPECT_THAT(text, Not(HasSubstr("ps_server_updates_lost")));
+  EXPECT_THAT(text, HasSubstr("ps_server_version{shard=\"2\"} 0\n"));
 }
 
 TEST_F(ServerMetricsTest, WithoutMetricsTheStatsOnlyCount) {
