@@ -45,7 +45,7 @@ for dir in "$repo"/deploy/k8s/overlays/*/ "$here"/fixtures/ok-*/; do
   out="$work/good.yaml"
   if ! "$kustomize" build "$dir" >"$out" 2>"$work/err"; then
     fail "$name: kustomize build failed: $(cat "$work/err")"
-  elif "$pscheck" "$out" >"$work/log" 2>&1; then
+  elif "$pscheck" -worker-environment="$repo/common/worker_environment.cc" "$out" >"$work/log" 2>&1; then
     pass "$name"
   else
     fail "$name: pscheck found problems:"
@@ -65,7 +65,7 @@ for dir in "$here"/fixtures/*/; do
     fail "$name: kustomize build failed: $(cat "$work/err")"
     continue
   fi
-  if "$pscheck" "$out" >"$work/log" 2>&1; then
+  if "$pscheck" -worker-environment="$repo/common/worker_environment.cc" "$out" >"$work/log" 2>&1; then
     fail "$name: pscheck accepted a broken manifest"
     continue
   fi
