@@ -135,5 +135,17 @@ else
   pass "Dockerfile"
 fi
 
+# Every file of ours that the manifests run from the image is put there by
+# the Dockerfile (the server's entrypoint, the example PyTorch program).
+missing=""
+for file in $(grep -rhoE '/usr/(local/bin|share/paramserver)/[A-Za-z0-9_./-]+' "$repo/deploy/k8s" | sort -u); do
+  grep -qF -- "$(basename "$file")" "$dockerfile" || missing+=" $file"
+done
+if [[ -n "$missing" ]]; then
+  fail "Dockerfile: the manifests run files the image lacks:$missing"
+else
+  pass "Dockerfile provides what the manifests run"
+fi
+
 echo "$passed passed, $failed failed"
 ((failed == 0))

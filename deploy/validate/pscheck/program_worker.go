@@ -48,7 +48,7 @@ func checkProgramWorker(job *batchv1.Job, c *corev1.Container, env map[string]en
 			continue
 		}
 		if _, ok := envAt(name); !ok {
-			p.add(at, "container %q: $%s is not set: the launcher sets it for every worker program (%s), and the program reads it", c.Name, name, v.source)
+			p.add(at, "container %q: $%s is not set: the launcher sets it for every worker program (%s, WorkerEnvironmentVariables)", c.Name, name, v.source)
 		}
 	}
 	// The servers: the count, and the list or its pattern.
