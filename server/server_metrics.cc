@@ -49,6 +49,18 @@ double UnixSeconds(absl::Time t) {
   return absl::ToDoubleSeconds(t - absl::UnixEpoch());
 }
 
+prometheus::MetricFamily CounterFamily(const char* name, const char* help,
+                                       int shard, double value) {
+  prometheus::MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = prometheus::MetricType::Counter;
+  prometheus::ClientMetric& metric = family.metric.emplace_back();
+  metric.label.push_back({"shard", std::to_string(shard)});
+  metric.counter.value = value;
+  return family;
+}
+
 prometheus::MetricFamily GaugeFamily(const char* name, const char* help,
                                      int shard, double value) {
   prometheus::MetricFamily family;
@@ -143,6 +155,18 @@ class ShardCollector : public prometheus::Collectable {
           "shard has not heard the network long enough to tell (it may be "
           "the one cut off).",
           shard, state->unheard));
+    }
+    if (std::optional<ServerMetrics::LocalTransportCounts> local =
+            metrics_->local_transport_counts()) {
+      families.push_back(CounterFamily(
+          "ps_server_local_calls_total",
+          "Calls served over the same-host transport; the others came over "
+          "gRPC.",
+          shard, static_cast<double>(local->calls)));
+      families.push_back(
+          CounterFamily("ps_server_local_connections_total",
+                        "Connections the same-host transport admitted.", shard,
+                        static_cast<double>(local->connections)));
     }
     return families;
   }
@@ -287,6 +311,19 @@ void ServerMetrics::RecordRestored() { restored_.Set(1); }
 std::optional<absl::Time> ServerMetrics::last_checkpoint() const {
   absl::MutexLock lock(&mu_);
   return last_checkpoint_;
+}
+
+void ServerMetrics::SetLocalTransportCounts(
+    std::function<LocalTransportCounts()> read) {
+  absl::MutexLock lock(&mu_);
+  read_local_ = std::move(read);
+}
+
+std::optional<ServerMetrics::LocalTransportCounts>
+ServerMetrics::local_transport_counts() const {
+  absl::MutexLock lock(&mu_);
+  if (!read_local_) return std::nullopt;
+  return read_local_();
 }
 
 std::shared_ptr<prometheus::Collectable> ServerMetrics::ShardStateCollector(
