@@ -13,6 +13,22 @@ std::string Rendezvous(const TestHosts& hosts) {
   return absl::StrCat(hosts.address(0), ":29400");
 }
 
+namespace {
+
+// Output streamed with the prefix "host N".
+std::unique_ptr<Subprocess> StartOnHost(const TestHosts& hosts, int host,
+                                        std::vector<std::string> argv) {
+  SubprocessOptions options =
+      TestProcessOptions(absl::StrCat("host ", host), std::move(argv));
+  options.output_drain_timeout = absl::Seconds(30);
+  absl::StatusOr<std::unique_ptr<Subprocess>> child =
+      hosts.Start(host, std::move(options));
+  EXPECT_TRUE(child.ok()) << child.status();
+  return child.ok() ? *std::move(child) : nullptr;
+}
+
+}  // namespace
+
 std::unique_ptr<Subprocess> StartHostLauncher(const TestHosts& hosts, int host,
                                               const std::string& run_dir,
                                               std::vector<std::string> extra) {
@@ -34,13 +50,25 @@ std::unique_ptr<Subprocess> StartHostLauncher(const TestHosts& hosts, int host,
       "--output=stream",
       absl::StrCat("--run_dir=", run_dir)};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  SubprocessOptions options =
-      TestProcessOptions(absl::StrCat("host ", host), std::move(argv));
-  options.output_drain_timeout = absl::Seconds(30);
-  absl::StatusOr<std::unique_ptr<Subprocess>> child =
-      hosts.Start(host, std::move(options));
-  EXPECT_TRUE(child.ok()) << child.status();
-  return child.ok() ? *std::move(child) : nullptr;
+  return StartOnHost(hosts, host, std::move(argv));
+}
+
+std::unique_ptr<Subprocess> ContinueHostLauncher(
+    const TestHosts& hosts, int host, int host_index, int rendezvous_host,
+    const std::string& how, const std::string& run_dir,
+    std::vector<std::string> extra) {
+  // The run's own flags come from its run.txt; only the placement is given.
+  std::vector<std::string> argv = {
+      RunfilePath("deploy/local/launch"),
+      absl::StrCat("--server_binary=", RunfilePath("server/server")),
+      absl::StrCat("--worker_binary=", RunfilePath("worker/worker")),
+      absl::StrCat("--num_hosts=", hosts.size()),
+      absl::StrCat("--host_index=", host_index),
+      absl::StrCat("--rendezvous=", hosts.address(rendezvous_host), ":29400"),
+      "--output=stream",
+      absl::StrCat("--", how, "=", run_dir)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return StartOnHost(hosts, host, std::move(argv));
 }
 
 }  // namespace ps::testing
