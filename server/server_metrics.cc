@@ -49,28 +49,32 @@ double UnixSeconds(absl::Time t) {
   return absl::ToDoubleSeconds(t - absl::UnixEpoch());
 }
 
-prometheus::MetricFamily CounterFamily(const char* name, const char* help,
-                                       int shard, double value) {
+// One sample labelled shard="<shard>".
+prometheus::MetricFamily ShardFamily(const char* name, const char* help,
+                                     int shard, prometheus::MetricType type,
+                                     double value) {
   prometheus::MetricFamily family;
   family.name = name;
   family.help = help;
-  family.type = prometheus::MetricType::Counter;
+  family.type = type;
   prometheus::ClientMetric& metric = family.metric.emplace_back();
   metric.label.push_back({"shard", std::to_string(shard)});
-  metric.counter.value = value;
+  if (type == prometheus::MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
   return family;
 }
 
 prometheus::MetricFamily GaugeFamily(const char* name, const char* help,
                                      int shard, double value) {
-  prometheus::MetricFamily family;
-  family.name = name;
-  family.help = help;
-  family.type = prometheus::MetricType::Gauge;
-  prometheus::ClientMetric& metric = family.metric.emplace_back();
-  metric.label.push_back({"shard", std::to_string(shard)});
-  metric.gauge.value = value;
-  return family;
+  return ShardFamily(name, help, shard, prometheus::MetricType::Gauge, value);
+}
+
+prometheus::MetricFamily CounterFamily(const char* name, const char* help,
+                                       int shard, double value) {
+  return ShardFamily(name, help, shard, prometheus::MetricType::Counter, value);
 }
 
 // One gauge of `name` per rank, labelled with it.

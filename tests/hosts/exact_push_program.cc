@@ -35,8 +35,8 @@ absl::Status CheckWeights(const std::vector<float>& weights, uint64_t version) {
   for (size_t i = 0; i < weights.size(); ++i) {
     if (weights[i] != expected) {
       return absl::DataLossError(absl::StrCat(
-          "weight ", i, " is ", weights[i], " at version ", version, ", not ",
-          expected, ": a push was applied twice or in part"));
+          "weight ", i, " is ", weights[i], " at version ", version,
+          ", not ", expected, ": a push was applied twice or in part"));
     }
   }
   return absl::OkStatus();
@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const absl::Status status = ps::Run();
   if (!status.ok()) {
-    std::fprintf(stderr, "exact_push_program: %s\n", status.ToString().c_str());
+    std::fprintf(stderr, "exact_push_program: %s\n",
+                 status.ToString().c_str());
     return 1;
   }
   return 0;

@@ -57,8 +57,8 @@ TEST(PushDropTest, APushCutInTheMiddleIsAppliedOnce) {
                                 absl::StrCat("--elements=", kElements)})
                   .ok());
 
-  // A quarter of the second push: the first whole, and a quarter again (what
-  // else the host sends, acknowledgements of the pulled weights, is small).
+  // A quarter of the second push: the first whole, and a quarter again (what else
+  // the host sends, acknowledgements of the pulled weights, is small).
   ASSERT_TRUE(
       hosts.AwaitSent(kWorkerHost, kPushBytes + kPushBytes / 4, kTimeout).ok());
   ASSERT_TRUE(hosts.SetLinkDown(kWorkerHost).ok());
