@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "common/cluster_address.h"
 
 namespace ps {
@@ -21,6 +22,10 @@ constexpr int kMaxWorkers = 1 << 16;
 constexpr const char* kRankVariables[] = {
     "PS_NUM_WORKERS", "PS_RANK", "PS_LOCAL_NUM_WORKERS", "PS_LOCAL_RANK"};
 constexpr const char* kServerVariables[] = {"PS_NUM_SERVERS", "PS_SERVERS"};
+// Stands in for PS_SERVERS where the list is a pattern of names, as a
+// Kubernetes StatefulSet's pods have (deploy/k8s): "{index}" becomes 0 ..
+// PS_NUM_SERVERS-1, as in the worker's --server_pattern.
+constexpr const char* kServerPatternVariable = "PS_SERVER_PATTERN";
 
 // Every unset variable at once, and the ways to set them.
 absl::Status NotSet(const std::vector<std::string>& names) {
@@ -107,10 +112,19 @@ absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
     launch = *std::move(scheduler);
     if (launch.has_value()) unset.clear();
   }
+  const char* pattern = lookup(kServerPatternVariable);
   for (const char* name : kServerVariables) {
-    if (lookup(name) == nullptr) unset.push_back(name);
+    if (lookup(name) == nullptr &&
+        !(pattern != nullptr && absl::string_view(name) == "PS_SERVERS")) {
+      unset.push_back(name);
+    }
   }
   if (!unset.empty()) return NotSet(unset);
+  const char* list = lookup("PS_SERVERS");
+  if (list != nullptr && pattern != nullptr) {
+    return absl::InvalidArgumentError(
+        "both $PS_SERVERS and $PS_SERVER_PATTERN are set; set one");
+  }
 
   if (launch.has_value()) {
     ApplyLaunchEnvironment(*launch, &environment);
@@ -135,11 +149,13 @@ absl::StatusOr<WorkerEnvironment> ReadWorkerEnvironment(
   absl::StatusOr<int> num_servers =
       ReadCount(lookup, "PS_NUM_SERVERS", 1, kMaxWorkers);
   if (!num_servers.ok()) return num_servers.status();
-  const char* list = lookup("PS_SERVERS");
-  absl::StatusOr<std::vector<std::string>> servers = ParseServerList(list);
+  absl::StatusOr<std::vector<std::string>> servers =
+      list != nullptr ? ParseServerList(list)
+                      : ExpandServerPattern(pattern, *num_servers);
   if (!servers.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("$PS_SERVERS: ", servers.status().message()));
+        absl::StrCat(list != nullptr ? "$PS_SERVERS: " : "$PS_SERVER_PATTERN: ",
+                     servers.status().message()));
   }
   if (servers->size() != static_cast<size_t>(*num_servers)) {
     return absl::InvalidArgumentError(

@@ -19,6 +19,10 @@ namespace ps {
 //   PS_LOCAL_NUM_WORKERS         how many workers this host runs
 //   PS_NUM_SERVERS, PS_SERVERS   the servers' host:port, comma-separated, in
 //                                index order
+//   PS_SERVER_PATTERN            instead of PS_SERVERS: one address with
+//                                "{index}" for 0 .. PS_NUM_SERVERS-1 (pods
+//                                of a StatefulSet, deploy/k8s); the
+//                                launcher sets PS_SERVERS
 //   PS_JOB_ID                    the job's id, which the servers check
 //                                (empty or unset: none)
 //   PS_TLS_CA, PS_TLS_CERT,      paths of the authentication files and the

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/status_testing.h"
 #include "gtest/gtest.h"
@@ -234,6 +235,33 @@ TEST(WorkerEnvironmentTest, RefusesMalformedOrInconsistentValues) {
     env.Set(c.name, c.value);
     ExpectInvalid(env.Read().status(), c.error);
   }
+}
+
+TEST(WorkerEnvironmentTest, ExpandsAServerPatternInsteadOfAList) {
+  FakeEnvironment env(ThirdOfFour());
+  env.Unset("PS_SERVERS");
+  env.Set("PS_NUM_SERVERS", "3");
+  env.Set("PS_SERVER_PATTERN", "run-a-ps-server-{index}.run-a-ps-server:7000");
+  absl::StatusOr<WorkerEnvironment> read = env.Read();
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->servers, (std::vector<std::string>{
+                               "run-a-ps-server-0.run-a-ps-server:7000",
+                               "run-a-ps-server-1.run-a-ps-server:7000",
+                               "run-a-ps-server-2.run-a-ps-server:7000"}));
+}
+
+TEST(WorkerEnvironmentTest, RefusesAServerListAndAPatternTogether) {
+  FakeEnvironment env(ThirdOfFour());
+  env.Set("PS_SERVER_PATTERN", "s-{index}:7000");
+  ExpectInvalid(env.Read().status(),
+                "both $PS_SERVERS and $PS_SERVER_PATTERN are set");
+}
+
+TEST(WorkerEnvironmentTest, RefusesAPatternWithoutIndex) {
+  FakeEnvironment env(ThirdOfFour());
+  env.Unset("PS_SERVERS");
+  env.Set("PS_SERVER_PATTERN", "s:7000");
+  ExpectInvalid(env.Read().status(), "$PS_SERVER_PATTERN: ");
 }
 
 }  // namespace

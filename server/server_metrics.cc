@@ -49,16 +49,32 @@ double UnixSeconds(absl::Time t) {
   return absl::ToDoubleSeconds(t - absl::UnixEpoch());
 }
 
-prometheus::MetricFamily GaugeFamily(const char* name, const char* help,
-                                     int shard, double value) {
+// One sample labelled shard="<shard>".
+prometheus::MetricFamily ShardFamily(const char* name, const char* help,
+                                     int shard, prometheus::MetricType type,
+                                     double value) {
   prometheus::MetricFamily family;
   family.name = name;
   family.help = help;
-  family.type = prometheus::MetricType::Gauge;
+  family.type = type;
   prometheus::ClientMetric& metric = family.metric.emplace_back();
   metric.label.push_back({"shard", std::to_string(shard)});
-  metric.gauge.value = value;
+  if (type == prometheus::MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
   return family;
+}
+
+prometheus::MetricFamily GaugeFamily(const char* name, const char* help,
+                                     int shard, double value) {
+  return ShardFamily(name, help, shard, prometheus::MetricType::Gauge, value);
+}
+
+prometheus::MetricFamily CounterFamily(const char* name, const char* help,
+                                       int shard, double value) {
+  return ShardFamily(name, help, shard, prometheus::MetricType::Counter, value);
 }
 
 // One gauge of `name` per rank, labelled with it.
@@ -157,6 +173,18 @@ class ShardCollector : public prometheus::Collectable {
             "holds (absent when not known: restored without an update log).",
             shard, static_cast<double>(*state->updates_lost)));
       }
+    }
+    if (std::optional<ServerMetrics::LocalTransportCounts> local =
+            metrics_->local_transport_counts()) {
+      families.push_back(CounterFamily(
+          "ps_server_local_calls_total",
+          "Calls served over the same-host transport; the others came over "
+          "gRPC.",
+          shard, static_cast<double>(local->calls)));
+      families.push_back(
+          CounterFamily("ps_server_local_connections_total",
+                        "Connections the same-host transport admitted.", shard,
+                        static_cast<double>(local->connections)));
     }
     return families;
   }
@@ -301,6 +329,19 @@ void ServerMetrics::RecordRestored() { restored_.Set(1); }
 std::optional<absl::Time> ServerMetrics::last_checkpoint() const {
   absl::MutexLock lock(&mu_);
   return last_checkpoint_;
+}
+
+void ServerMetrics::SetLocalTransportCounts(
+    std::function<LocalTransportCounts()> read) {
+  absl::MutexLock lock(&mu_);
+  read_local_ = std::move(read);
+}
+
+std::optional<ServerMetrics::LocalTransportCounts>
+ServerMetrics::local_transport_counts() const {
+  absl::MutexLock lock(&mu_);
+  if (!read_local_) return std::nullopt;
+  return read_local_();
 }
 
 std::shared_ptr<prometheus::Collectable> ServerMetrics::ShardStateCollector(

@@ -57,6 +57,10 @@ namespace ps::server {
 //                                    not declared dead, for this shard has
 //                                    not heard the network (it may be the
 //                                    one cut off; Membership::unheard)
+// and, while the same-host transport serves (SetLocalTransportCounts):
+//   ps_server_local_calls_total      calls served over the same-host
+//                                    transport (the rest came over gRPC)
+//   ps_server_local_connections_total  its connections admitted
 //
 // Thread-safe: series are resolved once, so a Record is a few atomic
 // increments and, for histograms, prometheus-cpp's brief lock. Shares the
@@ -87,6 +91,16 @@ class ServerMetrics {
 
   // When the last checkpoint was written; nullopt before the first.
   std::optional<absl::Time> last_checkpoint() const;
+
+  // What the same-host transport has served; read at each scrape.
+  struct LocalTransportCounts {
+    int64_t calls = 0;
+    int64_t connections = 0;
+  };
+  // `read` (null: no same-host transport) is called at each scrape until it
+  // is replaced; what it reads must outlive that.
+  void SetLocalTransportCounts(std::function<LocalTransportCounts()> read);
+  std::optional<LocalTransportCounts> local_transport_counts() const;
 
   // What a scrape reads from the shard; nullopt until the model is declared.
   struct ShardState {
@@ -141,6 +155,7 @@ class ServerMetrics {
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> last_checkpoint_ ABSL_GUARDED_BY(mu_);
+  std::function<LocalTransportCounts()> read_local_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps::server

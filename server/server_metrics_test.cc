@@ -171,6 +171,29 @@ TEST_F(ServerMetricsTest, LeavesOutRecoveryFiguresNotKnown) {
   EXPECT_THAT(text, HasSubstr("ps_server_version{shard=\"2\"} 0\n"));
 }
 
+TEST_F(ServerMetricsTest, ExportsTheSameHostTransportsCountsWhileItServes) {
+  auto collector = ServerMetrics::ShardStateCollector(
+      &metrics_, []() -> std::optional<ServerMetrics::ShardState> {
+        return std::nullopt;
+      });
+  EXPECT_THAT(SerializeMetrics(*collector),
+              Not(HasSubstr("ps_server_local_calls_total")));
+  int64_t calls = 5;
+  metrics_.SetLocalTransportCounts([&calls] {
+    return ServerMetrics::LocalTransportCounts{calls, 2};
+  });
+  std::string text = SerializeMetrics(*collector);
+  EXPECT_THAT(text, HasSubstr("ps_server_local_calls_total{shard=\"2\"} 5\n"));
+  EXPECT_THAT(text,
+              HasSubstr("ps_server_local_connections_total{shard=\"2\"} 2\n"));
+  calls = 9;  // Read at each scrape.
+  EXPECT_THAT(SerializeMetrics(*collector),
+              HasSubstr("ps_server_local_calls_total{shard=\"2\"} 9\n"));
+  metrics_.SetLocalTransportCounts(nullptr);
+  EXPECT_THAT(SerializeMetrics(*collector),
+              Not(HasSubstr("ps_server_local_calls_total")));
+}
+
 TEST_F(ServerMetricsTest, WithoutMetricsTheStatsOnlyCount) {
   ServerStats plain;
   EXPECT_FALSE(plain.exports_metrics());

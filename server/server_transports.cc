@@ -57,9 +57,19 @@ ServerTransports::ServerTransports(const ServerConfig& config, ShardHost* host,
   }
   local_ = *std::move(started);
   service_.AnnounceLocalEndpoint(local_->socket_name(), local_->secret());
+  if (metrics != nullptr) {
+    metrics_ = metrics;
+    metrics->SetLocalTransportCounts([local = local_.get()] {
+      return ServerMetrics::LocalTransportCounts{local->calls(),
+                                                 local->connections()};
+    });
+  }
 }
 
-ServerTransports::~ServerTransports() = default;
+ServerTransports::~ServerTransports() {
+  // Scrapes stop reading the same-host transport before it goes.
+  if (metrics_ != nullptr) metrics_->SetLocalTransportCounts(nullptr);
+}
 
 absl::Status ServerTransports::Listen() {
   GrpcServerOptions options;

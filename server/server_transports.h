@@ -29,7 +29,8 @@ class ServerTransports {
   // Builds the service for `host` and, with config.local_transport, starts
   // the same-host transport; when that fails it logs why, and workers on
   // this host use gRPC as workers elsewhere do. `config`, `host` and
-  // `metrics` (null: none) must outlive this.
+  // `metrics` (null: none) must outlive this; while the same-host
+  // transport serves, its scrapes report that transport's counts.
   ServerTransports(const ServerConfig& config, ShardHost* host,
                    ServerMetrics* metrics);
   ~ServerTransports();
@@ -58,6 +59,8 @@ class ServerTransports {
 
  private:
   const ServerConfig& config_;
+  // Reads the same-host transport's counts while it serves; null: none.
+  ServerMetrics* metrics_ = nullptr;
   // Its method is served by service_'s streams: declared first, so it
   // outlives them.
   CollectiveService collectives_;

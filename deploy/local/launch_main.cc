@@ -265,8 +265,8 @@ int JoinHosts(const RunSettings& settings, const std::set<std::string>& given,
               std::unique_ptr<GeneratedAuth>* auth) {
   absl::StatusOr<std::optional<HostSessionOptions>> options =
       HostOptionsFromSettings(
-          settings, given, setup.kind() != LaunchKind::kStart, setup.program(),
-          cwd, *config, [](const char* name) {
+          settings, given, setup.kind(), setup.program(), cwd, *config,
+          [](const char* name) {
             return static_cast<const char*>(std::getenv(name));
           });
   if (!options.ok()) return BadFlags(options.status().message());
@@ -295,6 +295,14 @@ int JoinHosts(const RunSettings& settings, const std::set<std::string>& given,
   if (!joined.ok()) return Failed(joined.status());
   *session = *std::move(joined);
   (*session)->Apply(config);
+  if (setup.kind() != LaunchKind::kStart && !config->checkpoint_dir.empty()) {
+    if (absl::Status s =
+            CheckResumedShards(config->checkpoint_dir, config->num_servers,
+                               config->first_server, config->host_servers);
+        !s.ok()) {
+      return Failed(s);
+    }
+  }
   return kExitOk;
 }
 
@@ -486,9 +494,15 @@ int Main(int argc, char** argv) {
        FinishRun(result, *config, progress.History(),
                  setup->kind() != LaunchKind::kStart, cwd, setup->dir(),
                  setup->record())) {
-    // --resume and --extend are for one host: a job on several starts anew.
-    if (session != nullptr && absl::StartsWith(line, "next: ")) continue;
-    out->LauncherLine(LaunchLevel::kNotice, line);
+    // Each host goes on with its own run directory, as it was placed.
+    out->LauncherLine(
+        LaunchLevel::kNotice,
+        session != nullptr && absl::StartsWith(line, "next: ")
+            ? absl::StrCat(line,
+                           " (on every host, each with its own run "
+                           "directory, and the --num_hosts, --host_index, "
+                           "--server_hosts and --rendezvous of this run)")
+            : line);
   }
   return result.ExitCode();
 }

@@ -12,6 +12,7 @@
 #include "common/cluster_address.h"
 #include "deploy/local/rendezvous_auth.h"
 #include "deploy/local/run_flags.h"
+#include "update/checkpoint.h"
 
 namespace ps {
 namespace {
@@ -46,7 +47,7 @@ std::map<std::string, std::string> SharedJobSettings(
 
 absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
     const RunSettings& settings, const std::set<std::string>& given,
-    bool continues_a_run, const std::vector<std::string>& program,
+    LaunchKind kind, const std::vector<std::string>& program,
     const std::string& cwd, const LaunchConfig& config,
     absl::FunctionRef<const char*(const char*)> lookup) {
   auto given_int = [&](const char* name) {
@@ -74,11 +75,6 @@ absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
       return absl::InvalidArgumentError(
           absl::StrCat("--", name, " must be positive"));
     }
-  }
-  if (continues_a_run) {
-    return absl::InvalidArgumentError(
-        "--resume and --extend go on with a run of one host; a job on "
-        "several hosts starts anew (--num_hosts)");
   }
   // Each host signs its own certificates with the job's CA: nothing secret
   // travels between the launchers (the CA is copied by the user, over a
@@ -111,12 +107,44 @@ absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
   }
   shared["num_hosts"] = absl::StrCat(placement->num_hosts);
   shared["program"] = absl::StrJoin(program, " ");
+  // Every host goes on with its part of one run, or none does: the run's
+  // job id (its checkpoints carry it) must be the same on every host.
+  if (kind != LaunchKind::kStart) {
+    shared[kind == LaunchKind::kResume ? "resume" : "extend"] = "on";
+    shared["job_id"] = config.job_id;
+  }
   options.settings = SharedJobSettings(CurrentRunFlags(settings, cwd), shared);
   options.server_hosts = server_hosts;
   options.host_timeout = settings.Get<absl::Duration>("host_timeout");
   options.rendezvous_timeout =
       settings.Get<absl::Duration>("rendezvous_timeout");
   return options;
+}
+
+absl::Status CheckResumedShards(const std::string& checkpoint_dir,
+                                int num_servers, int first_server,
+                                int host_servers) {
+  std::vector<int> with;
+  bool others = false;
+  for (int shard = 0; shard < num_servers; ++shard) {
+    absl::StatusOr<std::vector<std::string>> found =
+        update::ListCheckpoints(checkpoint_dir, shard);
+    if (!found.ok()) return found.status();
+    const bool own =
+        shard >= first_server && shard < first_server + host_servers;
+    if (!found->empty()) with.push_back(shard);
+    others = others || (!own && !found->empty());
+  }
+  // Its own shards may lack checkpoints (a run stopped before their first);
+  // another host's shard here means the shards moved.
+  if (!others) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      checkpoint_dir, " holds the checkpoints of ",
+      with.size() == 1 ? "shard " : "shards ", absl::StrJoin(with, ","),
+      " but the job now gives this host ",
+      Range("shard", first_server, host_servers),
+      ": each host resumes the shards it ran, so start every host with the "
+      "--num_hosts, --host_index and --server_hosts the run started with"));
 }
 
 GeneratedAuthOptions LaunchAuthOptions(

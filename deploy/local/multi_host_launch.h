@@ -23,6 +23,7 @@
 #include "deploy/local/rendezvous_server.h"
 #include "deploy/local/rendezvous_state.h"
 #include "deploy/local/run_settings.h"
+#include "deploy/local/run_setup.h"
 
 namespace ps {
 
@@ -120,13 +121,14 @@ std::map<std::string, std::string> SharedJobSettings(
 // nullopt for a job on one host. InvalidArgument naming the flag for a bad
 // --num_hosts, --host_index, --rendezvous, --server_hosts (with the job's
 // worker and shard counts in `config`), --host_timeout,
-// --rendezvous_timeout or --advertise_address, and for what several hosts
-// do not do yet: --resume or --extend (`continues_a_run`); --auth needs
-// --auth_ca (one CA for every host), which needs --auth. Without --advertise_address, this
-// host's address on the route to the rendezvous.
+// --rendezvous_timeout or --advertise_address; --auth needs --auth_ca (one
+// CA for every host), which needs --auth. Without --advertise_address, this
+// host's address on the route to the rendezvous. A --resume or --extend
+// (`kind`) is compared across hosts with the run's job id (`config.job_id`),
+// so that every host goes on with its part of one run.
 absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
     const RunSettings& settings, const std::set<std::string>& given,
-    bool continues_a_run, const std::vector<std::string>& program,
+    LaunchKind kind, const std::vector<std::string>& program,
     const std::string& cwd, const LaunchConfig& config,
     absl::FunctionRef<const char*(const char*)> lookup);
 
@@ -134,6 +136,18 @@ absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
 // CA in `job_ca` (--auth_ca; empty: a CA of the run's own). On several
 // hosts (`host`), the server's are for this host's advertised address, and
 // on host 0 also for the rendezvous's host.
+// On --resume or --extend of a job on several hosts: each host restores the
+// shards whose checkpoints its own run directory holds, so the job must give
+// it the same shards, [first_server, first_server + host_servers) of
+// `num_servers`. InvalidArgument, naming the shards found and how to start
+// the hosts, where `checkpoint_dir` holds checkpoints of another host's
+// shard (the hosts were started with other --num_hosts, --host_index or
+// --server_hosts). Its own shards may lack checkpoints: the run stopped
+// before their first.
+absl::Status CheckResumedShards(const std::string& checkpoint_dir,
+                                int num_servers, int first_server,
+                                int host_servers);
+
 GeneratedAuthOptions LaunchAuthOptions(
     const std::optional<HostSessionOptions>& host, const std::string& job_ca);
 

@@ -3,6 +3,7 @@
 
 #include "deploy/local/multi_host_launch.h"
 
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/exit_codes.h"
+#include "common/temp_dir_testing.h"
 #include "deploy/local/local_cluster_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -161,11 +163,11 @@ RunSettings HostFlags(const std::map<std::string, std::string>& given) {
 
 absl::StatusOr<std::optional<HostSessionOptions>> FromFlags(
     const std::map<std::string, std::string>& flags,
-    bool continues_a_run = false) {
+    LaunchKind kind = LaunchKind::kStart) {
   std::set<std::string> given;
   for (const auto& [name, value] : flags) given.insert(name);
   return HostOptionsFromSettings(
-      HostFlags(flags), given, continues_a_run, {}, "/cwd", Job(),
+      HostFlags(flags), given, kind, {}, "/cwd", Job(),
       [](const char*) -> const char* { return nullptr; });
 }
 
@@ -211,12 +213,31 @@ TEST(HostOptionsTest, WhatSeveralHostsDoNotDoIsRefusedNamingTheFlag) {
               HasSubstr("--advertise_address must be"));
   EXPECT_THAT(with("server_hosts", "2").message(),
               HasSubstr("--server_hosts must be in"));
-  EXPECT_THAT(FromFlags(kTwoHosts, /*continues_a_run=*/true).status().message(),
-              HasSubstr("--resume and --extend"));
   for (const absl::Status& status :
        {with("host_timeout", "0s"), with("auth", "tls")}) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   }
+}
+
+TEST(HostOptionsTest, AResumeOrExtensionIsComparedAcrossHostsWithTheJobId) {
+  for (LaunchKind kind : {LaunchKind::kResume, LaunchKind::kExtend}) {
+    absl::StatusOr<std::optional<HostSessionOptions>> options =
+        FromFlags(kTwoHosts, kind);
+    ASSERT_TRUE(options.ok()) << options.status();
+    ASSERT_TRUE(options->has_value());
+    const std::map<std::string, std::string>& shared = (*options)->settings;
+    const char* mine = kind == LaunchKind::kResume ? "resume" : "extend";
+    const char* other = kind == LaunchKind::kResume ? "extend" : "resume";
+    EXPECT_EQ(shared.at(mine), "on");
+    EXPECT_EQ(shared.count(other), 0u);
+    EXPECT_EQ(shared.at("job_id"), Job().job_id);
+  }
+  // A fresh start carries neither: a host that resumes differs from it.
+  absl::StatusOr<std::optional<HostSessionOptions>> fresh =
+      FromFlags(kTwoHosts);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ((*fresh)->settings.count("resume"), 0u);
+  EXPECT_EQ((*fresh)->settings.count("job_id"), 0u);
 }
 
 TEST(HostOptionsTest, AuthWithTheJobsCaIsAccepted) {
@@ -237,6 +258,39 @@ TEST(HostOptionsTest, AJobCaWithoutAuthIsRefused) {
       FromFlags({{"auth_ca", "/secrets/job-ca"}});
   EXPECT_TRUE(absl::IsInvalidArgument(options.status())) << options.status();
   EXPECT_THAT(options.status().message(), HasSubstr("--auth_ca needs --auth"));
+}
+
+// An empty file named as shard `shard`'s checkpoint (only names are read).
+void TouchCheckpoint(const std::string& dir, int shard) {
+  std::ofstream(absl::StrCat(dir, "/shard-", shard, "-7.ckpt")).put('x');
+}
+
+TEST(CheckResumedShardsTest, AcceptsAHostThatHoldsItsOwnShards) {
+  const std::string dir = testing::FreshTestDir("own-shards");
+  TouchCheckpoint(dir, 2);
+  TouchCheckpoint(dir, 3);
+  EXPECT_TRUE(CheckResumedShards(dir, 4, 2, 2).ok());
+  // One of its shards stopped before its first checkpoint.
+  EXPECT_TRUE(CheckResumedShards(dir, 6, 2, 3).ok());
+  // A run stopped before any checkpoint; a host without shards.
+  EXPECT_TRUE(CheckResumedShards(testing::FreshTestDir("none"), 4, 0, 2).ok());
+  EXPECT_TRUE(
+      CheckResumedShards(testing::FreshTestDir("no-shards"), 4, 4, 0).ok());
+}
+
+TEST(CheckResumedShardsTest, RefusesShardsThatMovedNamingThem) {
+  const std::string dir = testing::FreshTestDir("moved");
+  TouchCheckpoint(dir, 2);
+  TouchCheckpoint(dir, 3);
+  const absl::Status status = CheckResumedShards(dir, 4, 0, 2);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr("holds the checkpoints of shards 2,3"));
+  EXPECT_THAT(status.message(), HasSubstr("gives this host shards 0-1"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("--num_hosts, --host_index and --server_hosts"));
+  // Now a worker-only host (--server_hosts): it holds shards it no longer runs.
+  EXPECT_FALSE(CheckResumedShards(dir, 4, 4, 0).ok());
 }
 
 TEST(LaunchAuthOptionsTest, CertificatesNameTheHostsAddresses) {

@@ -22,6 +22,15 @@ std::unique_ptr<Subprocess> StartHostLauncher(const TestHosts& hosts, int host,
                                               const std::string& run_dir,
                                               std::vector<std::string> extra);
 
+// Starts, on test host `host`, `launch --resume=run_dir` (or --extend, as
+// `how` says) of that host's run, as host `host_index` of `hosts` (its own
+// index unless a test moves the hosts) with the rendezvous on test host
+// `rendezvous_host` (the one that runs index 0), with `extra` flags.
+std::unique_ptr<Subprocess> ContinueHostLauncher(
+    const TestHosts& hosts, int host, int host_index, int rendezvous_host,
+    const std::string& how, const std::string& run_dir,
+    std::vector<std::string> extra);
+
 }  // namespace ps::testing
 
 #endif  // PS_TESTS_HOSTS_HOST_LAUNCHER_H_

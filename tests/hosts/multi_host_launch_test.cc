@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "common/exit_codes.h"
 #include "common/subprocess.h"
@@ -27,6 +28,7 @@
 #include "tests/cluster_runner.h"
 #include "tests/hosts/host_launcher.h"
 #include "tests/hosts/test_hosts.h"
+#include "update/checkpoint.h"
 
 namespace ps::testing {
 namespace {
@@ -176,6 +178,128 @@ TEST_F(MultiHostLaunchTest, AKilledHostZeroIsNamedByTheOthers) {
               StartsWith(absl::StrCat(
                   "host 0 (", hosts.address(0), "), the rendezvous at ",
                   Rendezvous(hosts), ", stopped answering")));
+}
+
+// Where the job is stopped: some steps into its 120.
+constexpr int kStopAtVersion = 10;
+
+// The version in a checkpoint's name, "shard-<i>-<version>.ckpt".
+int CheckpointVersionOf(const std::string& path) {
+  const size_t dash = path.rfind('-');
+  int version = -1;
+  if (dash == std::string::npos ||
+      !absl::SimpleAtoi(
+          absl::StripSuffix(absl::string_view(path).substr(dash + 1), ".ckpt"),
+          &version)) {
+    return -1;
+  }
+  return version;
+}
+
+// Starts the job on both hosts with a checkpoint every update and stops it
+// (SIGINT, as Ctrl-C) once each host holds a checkpoint of its shard some
+// steps in; returns the run directories.
+std::vector<std::string> StartAndStop(const TestHosts& hosts,
+                                      const std::string& name) {
+  const std::vector<std::string> extra = {
+      "--max_steps=120", "--server_flags=--checkpoint_every_steps=1"};
+  std::vector<std::string> run_dirs = {TempPath(absl::StrCat(name, "-host0")),
+                                       TempPath(absl::StrCat(name, "-host1"))};
+  std::unique_ptr<Subprocess> host1 =
+      StartHostLauncher(hosts, 1, run_dirs[1], extra);
+  std::unique_ptr<Subprocess> host0 =
+      StartHostLauncher(hosts, 0, run_dirs[0], extra);
+  if (host0 == nullptr || host1 == nullptr) return {};
+  // Shard i runs on host i (servers beside the workers).
+  for (int host : {0, 1}) {
+    const std::string dir = absl::StrCat(run_dirs[host], "/checkpoints");
+    const absl::Time deadline = absl::Now() + kTimeout;
+    while (absl::Now() < deadline) {
+      absl::StatusOr<std::vector<std::string>> found =
+          update::ListCheckpoints(dir, host);
+      if (found.ok() && !found->empty() &&
+          CheckpointVersionOf(found->front()) >= kStopAtVersion) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+  for (Subprocess* launcher : {host0.get(), host1.get()}) {
+    EXPECT_EQ(kill(launcher->pid(), SIGINT), 0);
+  }
+  for (Subprocess* launcher : {host0.get(), host1.get()}) {
+    const std::optional<ExitStatus> exit = launcher->WaitFor(kTimeout);
+    EXPECT_TRUE(exit.has_value()) << launcher->name() << " still runs";
+  }
+  for (int host : {0, 1}) {
+    EXPECT_NE(ReadRun(run_dirs[host]).state, "finished")
+        << "host " << host << " finished before it was stopped";
+  }
+  return run_dirs;
+}
+
+TEST_F(MultiHostLaunchTest, AStoppedJobIsResumedOnEveryHostFromItsShards) {
+  absl::StatusOr<std::unique_ptr<TestHosts>> made = TestHosts::Create(2, kGbit);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const TestHosts& hosts = **made;
+  const std::vector<std::string> run_dirs = StartAndStop(hosts, "resumed");
+  ASSERT_EQ(run_dirs.size(), 2u);
+
+  std::vector<std::unique_ptr<Subprocess>> launchers(2);
+  for (int host : {1, 0}) {
+    launchers[host] = ContinueHostLauncher(hosts, host, host, 0, "resume",
+                                           run_dirs[host], {});
+    ASSERT_NE(launchers[host], nullptr);
+  }
+  for (int host : {0, 1}) {
+    const std::optional<ExitStatus> exit = launchers[host]->WaitFor(kTimeout);
+    ASSERT_TRUE(exit.has_value()) << "host " << host << "'s resume hangs";
+    EXPECT_TRUE(exit->success()) << "host " << host << " " << exit->ToString();
+  }
+  const RunRecord host0 = ReadRun(run_dirs[0]);
+  EXPECT_EQ(host0.state, "finished");
+  EXPECT_GT(AccuracyOf(host0), 0.3);
+  for (int host : {0, 1}) {
+    const RunRecord record = ReadRun(run_dirs[host]);
+    EXPECT_EQ(record.job_id, host0.job_id) << host;
+    ASSERT_EQ(record.segments.size(), 2u) << host;
+    EXPECT_EQ(record.segments[1].kind, "resume") << host;
+    // Its server restored its own shard: the run's checkpoints go on from
+    // where they were, not from version 0.
+    absl::StatusOr<std::vector<std::string>> others = update::ListCheckpoints(
+        absl::StrCat(run_dirs[host], "/checkpoints"), 1 - host);
+    ASSERT_TRUE(others.ok()) << others.status();
+    EXPECT_TRUE(others->empty())
+        << "host " << host << " wrote shard " << 1 - host << "'s checkpoints";
+  }
+}
+
+TEST_F(MultiHostLaunchTest, AResumeThatMovesTheShardsIsRefusedNamingThem) {
+  absl::StatusOr<std::unique_ptr<TestHosts>> made = TestHosts::Create(2, kGbit);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const TestHosts& hosts = **made;
+  const std::vector<std::string> run_dirs = StartAndStop(hosts, "moved");
+  ASSERT_EQ(run_dirs.size(), 2u);
+
+  // Each host goes on with its own run directory, but under the other's
+  // index: host 1 would run shard 0, whose checkpoints are on host 0.
+  std::vector<std::unique_ptr<Subprocess>> launchers(2);
+  for (int host : {0, 1}) {
+    launchers[host] = ContinueHostLauncher(hosts, host, 1 - host, 1, "resume",
+                                           run_dirs[host], {});
+    ASSERT_NE(launchers[host], nullptr);
+  }
+  for (int host : {0, 1}) {
+    const std::optional<ExitStatus> exit = launchers[host]->WaitFor(kTimeout);
+    ASSERT_TRUE(exit.has_value()) << "host " << host << "'s resume hangs";
+    EXPECT_EQ(exit->exit_code(), kExitBadConfig) << exit->ToString();
+    EXPECT_TRUE(launchers[host]
+                    ->WaitForOutputLine(
+                        absl::StrCat("holds the checkpoints of shard ", host),
+                        absl::ZeroDuration())
+                    .ok())
+        << "host " << host << ": " << launchers[host]->LastLines(10);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 package main
 
-// Our rules across objects: the servers (an Indexed Job) and the workers
+// Our rules across objects: the servers (a StatefulSet) and the workers
 // (one or more Jobs) must agree on ports, counts, mode and model, every rank
 // must be run exactly once, and the workers' server addresses must be the
 // server pods' DNS names, in index order.
@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -30,6 +31,16 @@ type flags struct {
 	missing  map[string]bool
 	reported map[string]bool
 	p        *problems
+	// How messages name a value: "flag --NAME" unless set (environment
+	// variables read as flags).
+	names map[string]string
+}
+
+func (f *flags) spell(name string) string {
+	if n, ok := f.names[name]; ok {
+		return n
+	}
+	return "flag --" + name
 }
 
 func parseFlags(at string, c *corev1.Container, env map[string]envValue, p *problems) *flags {
@@ -68,9 +79,9 @@ func (f *flags) get(name string) (string, bool) {
 	if !f.reported[name] && !f.missing[name] {
 		f.reported[name] = true
 		if !ok {
-			f.p.add(f.at, "flag --%s is missing", name)
+			f.p.add(f.at, "%s is missing", f.spell(name))
 		} else {
-			f.p.add(f.at, "flag --%s=%s: its value is not known from the manifests, so it cannot be checked", name, value)
+			f.p.add(f.at, "%s=%s: its value is not known from the manifests, so it cannot be checked", f.spell(name), value)
 		}
 	}
 	return "", false
@@ -98,7 +109,7 @@ func (f *flags) getInt(name string) (int, bool) {
 	if err != nil {
 		if !f.reported[name] {
 			f.reported[name] = true
-			f.p.add(f.at, "flag --%s=%q is not an integer", name, value)
+			f.p.add(f.at, "%s=%q is not an integer", f.spell(name), value)
 		}
 		return 0, false
 	}
@@ -123,7 +134,7 @@ func findContainer(spec *corev1.PodSpec, name string) *corev1.Container {
 	return nil
 }
 
-// serverSet is the servers' workload: an Indexed Job whose pods get DNS
+// serverSet is the servers' workload: a StatefulSet whose pods get DNS
 // names <name>-<index>.<service>.
 type serverSet struct {
 	at       string
@@ -131,14 +142,17 @@ type serverSet struct {
 	service  string
 	replicas int
 	spec     *corev1.PodSpec
+	// The StatefulSet's volumeClaimTemplates: one claim per pod each.
+	claimTemplates []corev1.PersistentVolumeClaim
 }
 
 func checkCluster(m *manifests, p *problems) {
-	var serverJobs, workerJobs []*batchv1.Job
+	var serverSets []*appsv1.StatefulSet
+	var workerJobs []*batchv1.Job
 	for _, job := range m.jobs {
 		switch {
 		case findContainer(&job.Spec.Template.Spec, "server") != nil:
-			serverJobs = append(serverJobs, job)
+			p.add(where("Job", job.Name), "servers in a Job: the shards of one Job's pod template share every claim, so one ReadWriteOnce checkpoint claim forces every shard onto one node; run the servers as a StatefulSet whose volumeClaimTemplates give each shard its own claim (deploy/k8s/base/server-statefulset.yaml)")
 		case findContainer(&job.Spec.Template.Spec, "worker") != nil:
 			workerJobs = append(workerJobs, job)
 		default:
@@ -147,41 +161,33 @@ func checkCluster(m *manifests, p *problems) {
 	}
 	for _, sts := range m.statefulSets {
 		if findContainer(&sts.Spec.Template.Spec, "server") != nil {
-			p.add(where("StatefulSet", sts.Name), "servers in a StatefulSet: a server exits 0 when training is done and the StatefulSet restarts it, so it crash-loops; run the servers as an Indexed Job with spec.template.spec.subdomain naming the headless Service")
+			serverSets = append(serverSets, sts)
+		} else {
+			p.add(where("StatefulSet", sts.Name), "no container named \"server\"")
 		}
 	}
-	if len(serverJobs) != 1 || len(workerJobs) == 0 {
-		p.add("manifests", "expected one Job of servers (container \"server\") and one or more Jobs of workers (container \"worker\"), found %d and %d", len(serverJobs), len(workerJobs))
+	if len(serverSets) != 1 || len(workerJobs) == 0 {
+		p.add("manifests", "expected one StatefulSet of servers (container \"server\") and one or more Jobs of workers (container \"worker\"), found %d and %d", len(serverSets), len(workerJobs))
 		return
 	}
-	job := serverJobs[0]
-	sAt := where("Job", job.Name)
-	server := findContainer(&job.Spec.Template.Spec, "server")
+	sts := serverSets[0]
+	sAt := where("StatefulSet", sts.Name)
+	server := findContainer(&sts.Spec.Template.Spec, "server")
 	quiet := &problems{} // Env problems were reported by the pod checks.
-	sf := parseFlags(sAt, server, containerEnv(podContext{at: sAt, m: m}, server, field.NewPath(""), quiet), p)
-	if job.Spec.CompletionMode == nil || *job.Spec.CompletionMode != batchv1.IndexedCompletion {
-		p.add(sAt, "spec.completionMode: must be Indexed: each server pod needs its own index (hostname %s-<index>)", job.Name)
+	sEnv := containerEnv(podContext{at: sAt, m: m}, server, field.NewPath(""), quiet)
+	sf := parseFlags(sAt, server, sEnv, p)
+	replicas := int32(1)
+	if sts.Spec.Replicas != nil {
+		replicas = *sts.Spec.Replicas
 	}
-	if job.Spec.Template.Spec.Subdomain == "" {
-		p.add(sAt, "spec.template.spec.subdomain: Required value: name the headless Service, so that server pods get the DNS names %s-<index>.<subdomain>", job.Name)
-	}
-	completions, parallelism := int32(1), int32(1)
-	if job.Spec.Completions != nil {
-		completions = *job.Spec.Completions
-	}
-	if job.Spec.Parallelism != nil {
-		parallelism = *job.Spec.Parallelism
-	}
-	if parallelism != completions {
-		p.add(sAt, "spec.parallelism is %d but spec.completions is %d: every shard must run at once", parallelism, completions)
-	}
-	set := serverSet{at: sAt, name: job.Name, service: job.Spec.Template.Spec.Subdomain, replicas: int(completions), spec: &job.Spec.Template.Spec}
+	set := serverSet{at: sAt, name: sts.Name, service: sts.Spec.ServiceName, replicas: int(replicas), spec: &sts.Spec.Template.Spec, claimTemplates: sts.Spec.VolumeClaimTemplates}
+	checkServerSet(sts, server, sf, sEnv, m, p)
 	port, portOK := checkServerFlags(set, server, sf, m, p)
 	if n, ok := sf.getInt("num_servers"); ok && n != set.replicas {
-		p.add(sAt, "flag --num_servers=%d but spec.completions is %d: every server must know how many shards there are", n, set.replicas)
+		p.add(sAt, "flag --num_servers=%d but spec.replicas is %d: every server must know how many shards there are", n, set.replicas)
 	}
 	if code, ok := sf.values["signal_exit_code"]; !ok || code == "0" {
-		p.add(sAt, "flag --signal_exit_code must be set and nonzero (143): a server stopped by SIGTERM would exit 0, and the Job would count its shard as finished and never replace it")
+		p.add(sAt, "flag --signal_exit_code must be set and nonzero (143): a server stopped by SIGTERM would exit 0, and its shard would be marked done and never serve again")
 	}
 	if _, ok := sf.values["checkpoint_dir"]; ok {
 		checkRunID(sAt, server, "checkpoint_dir", p)
@@ -192,7 +198,24 @@ func checkCluster(m *manifests, p *problems) {
 	for _, wjob := range workerJobs {
 		wAt := where("Job", wjob.Name)
 		worker := findContainer(&wjob.Spec.Template.Spec, "worker")
-		wf := parseFlags(wAt, worker, containerEnv(podContext{at: wAt, m: m}, worker, field.NewPath(""), quiet), p)
+		wEnv := containerEnv(podContext{at: wAt, m: m}, worker, field.NewPath(""), quiet)
+		if !runsOurWorker(worker) {
+			own, n := checkProgramWorker(wjob, worker, wEnv, set, port, portOK, sf, m.workerVariables, p)
+			for _, r := range own {
+				if other, dup := ranks[r]; dup {
+					p.add(wAt, "rank %d is run by both %s and %s", r, other, wAt)
+				}
+				ranks[r] = wAt
+			}
+			if n >= 0 {
+				if numWorkers >= 0 && numWorkers != n {
+					p.add(wAt, "$PS_NUM_WORKERS=%d but other workers say %d", n, numWorkers)
+				}
+				numWorkers = n
+			}
+			continue
+		}
+		wf := parseFlags(wAt, worker, wEnv, p)
 		checkWorkerFlags(wjob, worker, wf, p)
 		workers, workersOK := wf.getInt("num_workers")
 		if n, ok := sf.getInt("num_workers"); ok && workersOK && n != workers {
@@ -277,7 +300,8 @@ func checkServerFlags(set serverSet, c *corev1.Container, f *flags, m *manifests
 		}
 	}
 	if dir, ok := f.known("checkpoint_dir"); ok && dir != "" {
-		checkPersistentPath(at, c, "checkpoint_dir", dir, set.spec, nil, p)
+		checkPersistentPath(at, c, "checkpoint_dir", dir, set.spec, set.claimTemplates, p)
+		checkOwnClaim(at, c, "checkpoint_dir", dir, set, p)
 	}
 	port, ok := f.getInt("port")
 	if !ok {
@@ -304,20 +328,27 @@ func checkServerFlags(set serverSet, c *corev1.Container, f *flags, m *manifests
 	if f.has("tls_cert") && probePort == port {
 		p.add(at, "flag --tls_cert: the kubelet's gRPC probes speak plaintext and fail on the TLS port --port=%d; add --health_port and probe that port (components/auth does)", port)
 	}
+	// Readiness asks the health service. Startup and liveness go through
+	// the entrypoint, which also passes a finished shard: it no longer
+	// serves gRPC, and a gRPC probe would restart it forever.
 	for _, probe := range []struct {
-		name     string
-		probe    *corev1.Probe
-		required bool
-	}{{"readinessProbe", c.ReadinessProbe, true}, {"livenessProbe", c.LivenessProbe, true}, {"startupProbe", c.StartupProbe, false}} {
+		name  string
+		probe *corev1.Probe
+		grpc  bool
+	}{{"readinessProbe", c.ReadinessProbe, true}, {"livenessProbe", c.LivenessProbe, false}, {"startupProbe", c.StartupProbe, false}} {
 		switch {
+		case probe.probe == nil && probe.grpc:
+			p.add(at, "%s.%s: Required value: a grpc probe of the server's grpc.health.v1 service", cf, probe.name)
 		case probe.probe == nil:
-			if probe.required {
-				p.add(at, "%s.%s: Required value: a grpc probe of the server's grpc.health.v1 service", cf, probe.name)
-			}
-		case probe.probe.GRPC == nil:
+			p.add(at, "%s.%s: Required value: an exec probe [%s, --probe, PORT]", cf, probe.name, serverEntrypoint)
+		case probe.grpc && probe.probe.GRPC == nil:
 			p.add(at, "%s.%s: must be a grpc probe (the server serves grpc.health.v1)", cf, probe.name)
-		case int(probe.probe.GRPC.Port) != probePort:
+		case probe.grpc && int(probe.probe.GRPC.Port) != probePort:
 			p.add(at, "%s.%s.grpc.port: Invalid value: %d: %s=%d", cf, probe.name, probe.probe.GRPC.Port, probeFlag, probePort)
+		case !probe.grpc && probe.probe.GRPC != nil:
+			p.add(at, "%s.%s: a grpc probe fails once the shard is done (the server has exited), so the shard would be restarted forever; use an exec probe [%s, --probe, PORT]", cf, probe.name, serverEntrypoint)
+		case !probe.grpc:
+			checkEntrypointProbe(at, cf+"."+probe.name, probe.probe, probePort, probeFlag, p)
 		}
 		// Unset is 1 s: too short for a CPU-limited server that is busy
 		// applying gradients; failed probes would restart a healthy server.
@@ -489,47 +520,48 @@ func checkServerAddresses(set serverSet, port int, f *flags, p *problems) {
 	at := f.at
 	list, hasList := f.values["servers"]
 	pattern, hasPattern := f.values["server_pattern"]
+	servers, serverPattern, numServers := f.spell("servers"), f.spell("server_pattern"), f.spell("num_servers")
 	var addresses []string
 	var source string
 	switch {
 	case hasList && hasPattern:
-		p.add(at, "flags --servers and --server_pattern are both given; use one")
+		p.add(at, "%s and %s are both given; use one", servers, serverPattern)
 		return
 	case hasList:
 		if _, ok := f.get("servers"); !ok {
 			return
 		}
-		source = "--servers"
+		source = servers
 		addresses = strings.Split(list, ",")
 		if n, ok := f.known("num_servers"); ok && n != strconv.Itoa(len(addresses)) {
-			p.add(at, "flag --num_servers=%s but --servers lists %d servers", n, len(addresses))
+			p.add(at, "%s=%s but %s lists %d servers", numServers, n, servers, len(addresses))
 		}
 	case hasPattern:
 		if _, ok := f.get("server_pattern"); !ok {
 			return
 		}
-		source = "--server_pattern"
+		source = serverPattern
 		n, ok := f.getInt("num_servers")
 		if !ok {
 			return
 		}
 		if !strings.Contains(pattern, "{index}") {
-			p.add(at, "flag --server_pattern=%s has no {index}", pattern)
+			p.add(at, "%s=%s has no {index}", serverPattern, pattern)
 			return
 		}
 		for i := 0; i < n && i <= replicas; i++ {
 			addresses = append(addresses, strings.ReplaceAll(pattern, "{index}", strconv.Itoa(i)))
 		}
 		if n != replicas {
-			p.add(at, "flag --num_servers=%d but Job %s runs %d servers", n, set.name, replicas)
+			p.add(at, "%s=%d but StatefulSet %s runs %d servers", numServers, n, set.name, replicas)
 			return
 		}
 	default:
-		p.add(at, "flag --servers or --server_pattern (with --num_servers) is missing")
+		p.add(at, "%s or %s (with %s) is missing", servers, serverPattern, numServers)
 		return
 	}
 	if len(addresses) != replicas {
-		p.add(at, "flag %s names %d servers but Job %s runs %d", source, len(addresses), set.name, replicas)
+		p.add(at, "%s names %d servers but StatefulSet %s runs %d", source, len(addresses), set.name, replicas)
 		return
 	}
 	for i, address := range addresses {
@@ -537,15 +569,15 @@ func checkServerAddresses(set serverSet, port int, f *flags, p *problems) {
 		colon := strings.LastIndexByte(address, ':')
 		want := fmt.Sprintf("%s-%d.%s", set.name, i, set.service)
 		if colon < 0 {
-			p.add(at, "flag %s: server %d is %q, which has no port; expected %s:%d", source, i, address, want, port)
+			p.add(at, "%s: server %d is %q, which has no port; expected %s:%d", source, i, address, want, port)
 			continue
 		}
 		host, portText := address[:colon], address[colon+1:]
 		if !isPodDNSName(host, want) {
-			p.add(at, "flag %s: server %d is %q, but server pod %d is %s (pod %s-%d under Service %s)", source, i, address, i, want, set.name, i, set.service)
+			p.add(at, "%s: server %d is %q, but server pod %d is %s (pod %s-%d under Service %s)", source, i, address, i, want, set.name, i, set.service)
 		}
 		if portText != strconv.Itoa(port) {
-			p.add(at, "flag %s: server %d is %q, but the servers listen on --port=%d", source, i, address, port)
+			p.add(at, "%s: server %d is %q, but the servers listen on --port=%d", source, i, address, port)
 		}
 	}
 }

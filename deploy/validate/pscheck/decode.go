@@ -58,6 +58,8 @@ type manifests struct {
 	statefulSets []*appsv1.StatefulSet
 	jobs         []*batchv1.Job
 	count        int
+	// From -worker-environment; nil: not given.
+	workerVariables *workerVariables
 }
 
 func where(kind, name string) string { return kind + "/" + name }
