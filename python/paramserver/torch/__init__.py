@@ -49,7 +49,8 @@ Horovod's pattern with placement="worker": ``opt.synchronize()`` (the
 ranks' mean into ``.grad``), the edit, then ``with opt.skip_synchronize():
 opt.step()``. Accumulation over N backward passes needs
 ``backward_passes_per_step=N``. A restarted rank resumes its loop at
-``opt.resume_position(steps_per_epoch)``.
+``opt.resume_position(steps_per_epoch)``, or, in Horovod's elastic style,
+at the ``epoch`` and ``batch`` of an ``elastic.TorchState`` (elastic.py).
 
 Parameters alias the client's weight buffers in "server" placement: each
 step's pull lands in them with no copy. Only float32 CPU parameters are
