@@ -355,16 +355,13 @@ def test_the_package_exports_what_torch_py_did():
         ps.no_such_name  # noqa: B018
 
 
-def test_horovods_elastic_names_refuse_at_once_naming_the_alternative():
-    with pytest.raises(NotImplementedError, match="resume_position"):
-        @ps.elastic.run
-        def train(state):
-            pass
-    for cls in (ps.elastic.State, ps.elastic.ObjectState,
-                ps.elastic.TorchState):
-        with pytest.raises(NotImplementedError,
-                           match="elastic.%s is not" % cls.__name__):
-            cls(torch.nn.Linear(2, 1), epoch=0)
+def test_horovods_elastic_refuses_what_it_cannot_resume():
+    # elastic.run and TorchState work (python_torch_elastic_test); a state
+    # without the DistributedOptimizer, and ElasticSampler, refuse at once.
+    with pytest.raises(ValueError, match="needs the hvd.DistributedOptimizer"):
+        ps.elastic.TorchState(torch.nn.Linear(2, 1), epoch=0)
+    with pytest.raises(NotImplementedError, match="DistributedSampler"):
+        ps.elastic.ElasticSampler(list(range(4)))
 
 
 # -- the worker's place, from the launcher's environment or a scheduler's ----

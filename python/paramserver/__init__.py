@@ -95,10 +95,14 @@ def _as_initializer(value):
         "got %r" % (sorted(_INITIALIZERS), value))
 
 
-def tensor_spec(name, shape, initializer="zeros", weight_decay=True):
-    """A TensorSpec from plain values; shape () declares a scalar."""
+def tensor_spec(name, shape, initializer="zeros", weight_decay=True,
+                assigned=False):
+    """A TensorSpec from plain values; shape () declares a scalar.
+    `assigned`: a buffer, whose pushes carry its value and set it (a sync
+    step's weighted mean over the ranks), with no optimizer."""
     return TensorSpec(str(name), [int(d) for d in shape],
-                      _as_initializer(initializer), bool(weight_decay))
+                      _as_initializer(initializer), bool(weight_decay),
+                      bool(assigned))
 
 
 def _as_spec(item):
