@@ -333,7 +333,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._placement == "worker":
             super(self.__class__, self).step()
         self._synchronized = False
-        self._metrics.step_done(self.num_examples, self._epoch)
+        self._metrics.step_done(self.num_examples, self._epoch,
+                                self._client.replays.replays)
         return loss
 
 
