@@ -92,9 +92,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # first step in server placement: the servers keep those.
         check = (self._placement == "server" and self._client.rank == 0 and
                  self._step_number == self._client.registration.next_step)
-        broadcast_after_declaration(self._client, self._trainable,
-                                    self._extra, named,
-                                    self._uploaded_crc if check else None)
+        return broadcast_after_declaration(
+            self._client, self._trainable, self._extra, named,
+            self._uploaded_crc if check else None)
 
     def _register_hooks(self):
         for i, (_, p) in enumerate(self._trainable):
