@@ -474,3 +474,35 @@ def test_size_from_the_environment_wins(monkeypatch):
     state = _runtime._State(_ClientBeforeDeclaring())
     assert state.size == 4
     assert state.local_size == 2
+
+
+# -- the end of a script that never called shutdown() ------------------------
+
+class _RecordingClient:
+    def __init__(self):
+        self.calls = []
+
+    def finish(self):
+        self.calls.append("finish")
+
+    def close(self):
+        self.calls.append("close")
+
+
+@pytest.mark.parametrize("crashed", [False, True])
+def test_exit_finishes_a_rank_only_when_it_did_not_crash(monkeypatch,
+                                                         crashed):
+    client = _RecordingClient()
+    state = types.SimpleNamespace(client=client, optimizer=None,
+                                  finished=False, metrics_server=None)
+    monkeypatch.setattr(_runtime, "_state", state)
+    optimizer = types.SimpleNamespace(warn_if_untrained=lambda: None)
+    state.optimizer = optimizer
+    import sys
+    if crashed:
+        monkeypatch.setattr(sys, "last_type", ValueError, raising=False)
+    else:
+        monkeypatch.delattr(sys, "last_type", raising=False)
+    _runtime._at_exit()
+    # Crashed: the servers take the rank for dead, not done.
+    assert client.calls == (["close"] if crashed else ["finish", "close"])
