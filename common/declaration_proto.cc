@@ -35,6 +35,7 @@ void ModelSpecToProto(const ModelSpec& model, proto::ModelDeclaration* out) {
     d->set_dtype(static_cast<proto::DType>(t.dtype));
     d->mutable_shape()->Assign(t.shape.begin(), t.shape.end());
     d->set_no_weight_decay(!t.weight_decay);
+    d->set_assigned(t.assigned);
     const InitializerSpec& i = t.initializer;
     proto::Initializer* p = d->mutable_initializer();
     p->set_kind(static_cast<proto::Initializer::Kind>(i.kind));
@@ -76,6 +77,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromProto(
     t.dtype = DType::kFloat32;
     t.shape.assign(d.shape().begin(), d.shape().end());
     t.weight_decay = !d.no_weight_decay();
+    t.assigned = d.assigned();
     const proto::Initializer& p = d.initializer();
     if (!proto::Initializer::Kind_IsValid(p.kind())) {
       return absl::InvalidArgumentError(

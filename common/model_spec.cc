@@ -403,6 +403,11 @@ absl::Status CompareModelSpecs(const ModelSpec& expected,
                      g.weight_decay ? "on" : "off",
                      e.weight_decay ? "on" : "off");
     }
+    if (e.assigned != g.assigned) {
+      return differs(absl::StrCat(what, " assignment"),
+                     g.assigned ? "assigned (a buffer)" : "optimized",
+                     e.assigned ? "assigned (a buffer)" : "optimized");
+    }
   }
   if (expected.tensors.size() != got.tensors.size()) {
     const bool got_more = got.tensors.size() > expected.tensors.size();

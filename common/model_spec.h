@@ -72,6 +72,10 @@ struct TensorSpec {
   // Whether the servers' --weight_decay applies to this tensor (biases and
   // normalization parameters usually opt out).
   bool weight_decay = true;
+  // A buffer (BatchNorm's running statistics), not a parameter: a push
+  // carries the tensor's value, and each update sets it to the pushes'
+  // value (a sync step's weighted mean over the ranks), with no optimizer.
+  bool assigned = false;
 
   int64_t num_elements() const;
 };

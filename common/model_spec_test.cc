@@ -31,8 +31,12 @@ ModelSpec Unusual() {
       {"u", DType::kFloat32, {4}, InitializerSpec::Uniform(-1, 2)});
   m.tensors.push_back(
       {"n", DType::kFloat32, {2, 2}, InitializerSpec::Normal(0, 0.1)});
-  m.tensors.push_back(
-      {"e", DType::kFloat32, {9}, InitializerSpec::FromRank0()});
+  m.tensors.push_back({"e",
+                       DType::kFloat32,
+                       {9},
+                       InitializerSpec::FromRank0(),
+                       /*weight_decay=*/false,
+                       /*assigned=*/true});
   m.tensors.push_back({"z", DType::kFloat32, {1}, InitializerSpec::Zeros()});
   return m;
 }
@@ -153,6 +157,9 @@ TEST(ModelSpecTest, ComparisonNamesTheFirstDifference) {
        "normal(0, 0.1) by rank 0"},
       {[](ModelSpec& m) { m.tensors[0].weight_decay = true; },
        "weight decay: on declared by rank 1, off by rank 0"},
+      {[](ModelSpec& m) { m.tensors[4].assigned = false; },
+       "tensor 4 \"e\" assignment: optimized declared by rank 1, assigned "
+       "(a buffer) by rank 0"},
       {[](ModelSpec& m) { m.tensors.pop_back(); },
        "rank 1 declares 5 tensors, rank 0 6: tensor 5 \"z\" is declared only "
        "by rank 0"},

@@ -67,17 +67,19 @@ void DefineModelTypes(py::module_& m) {
 
   py::class_<TensorSpec>(m, "TensorSpec", "One declared float32 tensor.")
       .def(py::init([](std::string name, std::vector<int64_t> shape,
-                       InitializerSpec initializer, bool weight_decay) {
+                       InitializerSpec initializer, bool weight_decay,
+                       bool assigned) {
              TensorSpec spec;
              spec.name = std::move(name);
              spec.shape = std::move(shape);
              spec.initializer = initializer;
              spec.weight_decay = weight_decay;
+             spec.assigned = assigned;
              return spec;
            }),
            py::arg("name"), py::arg("shape"),
            py::arg("initializer") = InitializerSpec::Zeros(),
-           py::arg("weight_decay") = true)
+           py::arg("weight_decay") = true, py::arg("assigned") = false)
       .def_readonly("name", &TensorSpec::name)
       .def_property_readonly("shape",
                              [](const TensorSpec& t) {
@@ -88,18 +90,21 @@ void DefineModelTypes(py::module_& m) {
                              })
       .def_readonly("initializer", &TensorSpec::initializer)
       .def_readonly("weight_decay", &TensorSpec::weight_decay)
+      .def_readonly("assigned", &TensorSpec::assigned)
       .def_property_readonly("num_elements", &TensorSpec::num_elements)
       .def("__eq__",
            [](const TensorSpec& a, const TensorSpec& b) {
              return a.name == b.name && a.shape == b.shape &&
                     a.initializer == b.initializer &&
-                    a.weight_decay == b.weight_decay;
+                    a.weight_decay == b.weight_decay &&
+                    a.assigned == b.assigned;
            })
       .def("__repr__", [](const TensorSpec& t) {
         return absl::StrCat(
             "TensorSpec('", t.name, "', ", FormatShape(t.shape), ", ",
             InitializerRepr(t.initializer),
-            ", weight_decay=", t.weight_decay ? "True" : "False", ")");
+            ", weight_decay=", t.weight_decay ? "True" : "False",
+            t.assigned ? ", assigned=True" : "", ")");
       });
 
   py::class_<OptimizerSpec>(

@@ -153,13 +153,28 @@ def explicit_servers():
     report(found)
 
 
+def stuck_cursor(client):
+    """Four steps whose data cursor stays at (epoch 0, 32 examples): the
+    servers apply the first and skip the others as replays; reports the
+    weights before and after each step."""
+    client.declare(declaration(), planned_steps=4)
+    seen = [[w.tolist() for w in client.broadcast()]]
+    for step in range(4):
+        client.push_pull(step, gradients(client.rank, step), num_examples=32,
+                         epoch=0, examples_done=32)
+        seen.append([w.tolist() for w in client.weights])
+    client.finish()
+    report({"weights": seen, "replays": client.replays.replays})
+
+
 def main():
     scenario = sys.argv[1]
     if scenario == "explicit_servers":
         explicit_servers()
         return
     client = paramserver.Client()
-    {"sync_arithmetic": sync_arithmetic, "errors": errors}[scenario](client)
+    {"sync_arithmetic": sync_arithmetic, "errors": errors,
+     "stuck_cursor": stuck_cursor}[scenario](client)
     client.close()
 
 

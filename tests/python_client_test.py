@@ -5,6 +5,7 @@ go through the real launcher (python_launch.py), the rest needs no server.
 """
 
 import socket
+import warnings
 
 import numpy as np
 import pytest
@@ -49,6 +50,41 @@ def test_sync_steps_apply_the_mean_gradient_bit_for_bit():
             "weight_decay=True)",
             "TensorSpec('b', [3], Initializer.constant(0.25), "
             "weight_decay=False)"]
+
+
+def test_a_stuck_data_cursor_warns_and_is_counted():
+    job = python_launch.run(PROGRAM, ["stuck_cursor"],
+                            ["--num_servers=1", "--num_workers=1",
+                             "--mode=sync"] + SGD)
+    found = job.result(0)
+    # The first push is applied; the servers skip the rest, unapplied.
+    initial, first = found["weights"][:2]
+    assert first != initial
+    assert found["weights"][1:] == [first] * 4, found
+    assert found["replays"] == 3
+    assert "replayed pushes acknowledged, not applied: 3" in job.output
+    assert "rank 0's last 2 pushes were skipped by the servers as " \
+        "replays" in job.output, job.output
+    assert "(epoch 0, examples_done 32)" in job.output
+    assert "rank 0 finished with 3 of its 4 pushes skipped" in job.output
+
+
+def test_one_replay_is_quiet_and_two_in_a_row_warn():
+    assert paramserver._replays.is_replay((0, 32), (0, 32))
+    assert paramserver._replays.is_replay((0, 64), (1, 0))
+    assert not paramserver._replays.is_replay((1, 0), (0, 64))
+    watch = paramserver._replays.ReplayWatch(rank=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        watch.finished(True, (0, 32))  # A restarted rank's push again.
+        watch.finished(False, (0, 64))
+        watch.finished(True, (0, 64))
+        watch.warn_at_finish()  # Never two in a row: nothing to say.
+    with pytest.warns(RuntimeWarning, match="rank 2's last 2 pushes"):
+        watch.finished(True, (0, 64))
+    assert (watch.pushes, watch.replays, watch.in_a_row) == (4, 3, 2)
+    with pytest.warns(RuntimeWarning, match="3 of its 4 pushes"):
+        watch.warn_at_finish()
 
 
 def test_errors_are_exceptions_with_the_servers_message():

@@ -46,8 +46,9 @@ def test_a_step_is_split_into_compute_communication_and_waiting():
     clock.now += 1.0  # More backward.
     with metrics.phase("waiting"):
         clock.now += 0.25
-    metrics.step_done(examples=32, epoch=0)
+    metrics.step_done(examples=32, epoch=0, replayed=2)
     text = metrics.text()
+    assert value(text, 'ps_worker_replayed_pushes_total{rank="3"}') == 2
     assert phase(text, 3, "compute") == 3.0
     assert phase(text, 3, "communication") == 0.5
     assert phase(text, 3, "waiting") == 0.25

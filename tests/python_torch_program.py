@@ -170,9 +170,9 @@ def refusal(make):
 
 def declaration(out_dir):
     """Declares a model with buffers and a frozen parameter; reports what
-    was declared, what every rank holds after the broadcast, the errors of
-    a momentum change and of a late broadcast of a buffer, and the
-    optimizers placement='server' refuses."""
+    was declared, what every rank holds after the broadcast, what a late
+    broadcast of an undeclared tensor gives, the error of a momentum
+    change, and the optimizers placement='server' refuses."""
     torch.manual_seed(ps.rank())  # Every rank starts elsewhere.
     model = WithBuffers()
     model.norm.num_batches_tracked.fill_(3 + ps.rank())
@@ -206,10 +206,11 @@ def declaration(out_dir):
         "mode": ps.mode(),
         "refused": refused,
     }
-    try:
-        ps.broadcast_parameters([("extra", torch.zeros(2))])
-    except paramserver.Error as e:
-        found["late_broadcast"] = str(e)
+    # After the declaration (as Horovod's benchmark does it): not declared,
+    # so through the collectives; every rank gets rank 0's values.
+    extra = torch.full((2,), float(ps.rank()))
+    ps.broadcast_parameters([("extra", extra)])
+    found["late_broadcast"] = extra.tolist()
     opt.param_groups[0]["momentum"] = 0.5
     try:
         opt.step()

@@ -24,7 +24,8 @@ class WithNorm(nn.Module):
 
 
 def buffers(out_dir):
-    """Each rank trains on its own data, for a rank-dependent number of
+    """Each rank trains on its own data for 3 steps (saving its buffers,
+    which the steps gave the ranks' mean), then a rank-dependent number of
     forward passes, saves its buffers, averages them, and saves again;
     rank 0 then saves the model."""
     model = WithNorm()
@@ -38,6 +39,9 @@ def buffers(out_dir):
         model(torch.randn(8, 4, generator=g) * (1 + ps.rank())).sum() \
             .backward()
         opt.step()
+    # Each step's pull brought the servers' buffers: the ranks' mean.
+    torch.save(dict(model.named_buffers()),
+               "%s/stepped%d.pt" % (out_dir, ps.rank()))
     with torch.no_grad():  # Counted by num_batches_tracked, not trained.
         for _ in range(ps.rank()):
             model(torch.randn(8, 4, generator=g))

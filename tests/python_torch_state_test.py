@@ -1,6 +1,7 @@
 """paramserver.torch's buffers and optimizer state against real servers,
 through the launcher: average_buffers gives every rank the ranks' mean of
-BatchNorm's statistics, which the saved model holds; the wrapped
+BatchNorm's statistics, which the saved model holds, and each step leaves
+the ranks' mean on every rank and in the servers' checkpoints; the wrapped
 optimizer's state_dict round-trips with placement='worker' and, with
 placement='server' (state on the servers), says so and refuses a state it
 cannot apply.
@@ -21,7 +22,18 @@ FLAGS = ["--num_servers=2", "--num_workers=2", "--mode=sync",
 
 
 def test_buffers_are_averaged_across_ranks_and_saved(tmp_path):
-    python_launch.run(PROGRAM, ["buffers", tmp_path], FLAGS)
+    python_launch.run(PROGRAM, ["buffers", tmp_path],
+                      FLAGS + ["--checkpoint_dir=%s" % (tmp_path / "ckpt")])
+    # Every step pushed each rank's buffers; the servers kept their mean
+    # (in their checkpoints too) and every rank pulled it.
+    stepped = [torch.load(tmp_path / ("stepped%d.pt" % r)) for r in (0, 1)]
+    checkpointed = ps.load_model(str(tmp_path / "ckpt"))
+    for name in stepped[0]:
+        assert torch.equal(stepped[0][name], stepped[1][name]), name
+        assert torch.equal(checkpointed[name].to(stepped[0][name].dtype),
+                           stepped[0][name]), name
+    assert stepped[0]["norm.num_batches_tracked"].item() == 3
+    assert stepped[0]["norm.running_mean"].abs().sum() > 0
     before = [torch.load(tmp_path / ("before%d.pt" % r)) for r in (0, 1)]
     after = [torch.load(tmp_path / ("after%d.pt" % r)) for r in (0, 1)]
     # The ranks had drifted apart (own data, own batch counts)...

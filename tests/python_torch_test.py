@@ -127,10 +127,12 @@ def test_buffers_are_broadcast_and_only_trainables_pushed(tmp_path):
     assert found[1]["state"]["norm.num_batches_tracked"] == 3  # Rank 0's.
     for f in found:
         assert f["frozen_unchanged"]
-        # Buffers keep their own updates; pulls do not reset them.
+        # Buffers keep their updates: each step's pull gives every rank the
+        # ranks' mean of them.
         assert f["buffers_trained_locally"] == 5
-        assert "broadcast_parameters before DistributedOptimizer" in \
-            f["late_broadcast"]
+        # A tensor broadcast after the declaration gets rank 0's values
+        # (it was refused before; Horovod's benchmark broadcasts there).
+        assert f["late_broadcast"] == [0.0, 0.0]
         assert "param_groups[0]['momentum'] changed from 0 to 0.5" in \
             f["momentum_change"]
         refused = f["refused"]

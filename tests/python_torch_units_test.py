@@ -355,16 +355,13 @@ def test_the_package_exports_what_torch_py_did():
         ps.no_such_name  # noqa: B018
 
 
-def test_horovods_elastic_names_refuse_at_once_naming_the_alternative():
-    with pytest.raises(NotImplementedError, match="resume_position"):
-        @ps.elastic.run
-        def train(state):
-            pass
-    for cls in (ps.elastic.State, ps.elastic.ObjectState,
-                ps.elastic.TorchState):
-        with pytest.raises(NotImplementedError,
-                           match="elastic.%s is not" % cls.__name__):
-            cls(torch.nn.Linear(2, 1), epoch=0)
+def test_horovods_elastic_refuses_what_it_cannot_resume():
+    # elastic.run and TorchState work (python_torch_elastic_test); a state
+    # without the DistributedOptimizer, and ElasticSampler, refuse at once.
+    with pytest.raises(ValueError, match="needs the hvd.DistributedOptimizer"):
+        ps.elastic.TorchState(torch.nn.Linear(2, 1), epoch=0)
+    with pytest.raises(NotImplementedError, match="DistributedSampler"):
+        ps.elastic.ElasticSampler(list(range(4)))
 
 
 # -- the worker's place, from the launcher's environment or a scheduler's ----
@@ -477,3 +474,35 @@ def test_size_from_the_environment_wins(monkeypatch):
     state = _runtime._State(_ClientBeforeDeclaring())
     assert state.size == 4
     assert state.local_size == 2
+
+
+# -- the end of a script that never called shutdown() ------------------------
+
+class _RecordingClient:
+    def __init__(self):
+        self.calls = []
+
+    def finish(self):
+        self.calls.append("finish")
+
+    def close(self):
+        self.calls.append("close")
+
+
+@pytest.mark.parametrize("crashed", [False, True])
+def test_exit_finishes_a_rank_only_when_it_did_not_crash(monkeypatch,
+                                                         crashed):
+    client = _RecordingClient()
+    state = types.SimpleNamespace(client=client, optimizer=None,
+                                  finished=False, metrics_server=None)
+    monkeypatch.setattr(_runtime, "_state", state)
+    optimizer = types.SimpleNamespace(warn_if_untrained=lambda: None)
+    state.optimizer = optimizer
+    import sys
+    if crashed:
+        monkeypatch.setattr(sys, "last_type", ValueError, raising=False)
+    else:
+        monkeypatch.delattr(sys, "last_type", raising=False)
+    _runtime._at_exit()
+    # Crashed: the servers take the rank for dead, not done.
+    assert client.calls == (["close"] if crashed else ["finish", "close"])

@@ -114,6 +114,19 @@ PS_UPDATE_LOOP bool AdamLoop(EncodedFloats grad, float* w, float* m, float* v,
   return kept != 0;
 }
 
+// w = g: the pushes' mean is the value itself (a buffer).
+PS_UPDATE_LOOP bool AssignLoop(EncodedFloats values, float* w, size_t n) {
+  uint32_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float w0 = w[i];
+    const float next = values[i];
+    const bool ok = Finite(next);
+    w[i] = Select(ok, next, w0);
+    kept |= !ok;
+  }
+  return kept != 0;
+}
+
 #undef PS_UPDATE_LOOP
 
 // Plain SGD when momentum is 0, else heavy-ball momentum:
@@ -188,6 +201,22 @@ class AdamOptimizer final : public Optimizer {
   const float weight_decay_;
   std::vector<float> m_;
   std::vector<float> v_;
+};
+
+// TensorSpec::assigned: each update sets the weights to the pushed values
+// (a sync step's weighted mean of the ranks' values); no learning rate, no
+// state.
+class Assignment final : public Optimizer {
+ public:
+  explicit Assignment(size_t n) : Optimizer(n, 0.0f) {}
+
+  std::vector<OptimizerStateVector> state() override { return {}; }
+
+ private:
+  bool Update(EncodedFloats values, absl::Span<float> weights, float,
+              size_t) override {
+    return AssignLoop(values, weights.data(), weights.size());
+  }
 };
 
 }  // namespace
@@ -305,6 +334,10 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
     return std::make_unique<SgdOptimizer>(config, num_elements);
   }
   return std::make_unique<AdamOptimizer>(config, num_elements);
+}
+
+std::unique_ptr<Optimizer> CreateAssignment(size_t num_elements) {
+  return std::make_unique<Assignment>(num_elements);
 }
 
 }  // namespace ps::update

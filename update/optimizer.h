@@ -140,6 +140,11 @@ class Optimizer {
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(
     const OptimizerConfig& config, size_t num_elements);
 
+// The update of a TensorSpec::assigned tensor (a buffer): Apply sets the
+// weights to the "gradient" (the pushed values), ignoring the learning rate;
+// non-finite values are kept out as by every optimizer. No state.
+std::unique_ptr<Optimizer> CreateAssignment(size_t num_elements);
+
 }  // namespace ps::update
 
 #endif  // PS_UPDATE_OPTIMIZER_H_

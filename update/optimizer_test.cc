@@ -40,6 +40,19 @@ TEST(OptimizerTest, PlainSgdStepsAgainstTheGradient) {
   EXPECT_EQ(opt->update_count(), 1u);
 }
 
+TEST(OptimizerTest, AnAssignmentSetsThePushedValuesKeepingNonFiniteOut) {
+  std::unique_ptr<Optimizer> opt = CreateAssignment(3);
+  std::vector<float> w = {1.0f, 2.0f, 3.0f};
+  const float inf = std::numeric_limits<float>::infinity();
+  // The learning rate is not used.
+  ASSERT_TRUE(opt->Apply({0.5f, -4.0f, inf}, absl::MakeSpan(w), 0.1f).ok());
+  EXPECT_EQ(w, (std::vector<float>{0.5f, -4.0f, 3.0f}));
+  EXPECT_TRUE(opt->state().empty());
+  EXPECT_EQ(opt->incomplete_updates(), 1u);
+  ASSERT_TRUE(opt->Apply({7.0f, 8.0f, 9.0f}, absl::MakeSpan(w), 0.0f).ok());
+  EXPECT_EQ(w, (std::vector<float>{7.0f, 8.0f, 9.0f}));
+}
+
 TEST(OptimizerTest, SgdWeightDecayAddsL2TermToGradient) {
   auto opt = Make(Sgd(0.1f, 0.0f, 0.1f), 1);
   std::vector<float> w = {1.0f};

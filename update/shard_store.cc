@@ -42,8 +42,11 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
   for (const Slice& slice : store->slices_) {
     const TensorSpec& spec = partition.model().tensors[slice.tensor_id];
     auto state = std::make_unique<SliceState>();
-    absl::StatusOr<std::unique_ptr<Optimizer>> opt = CreateOptimizer(
-        spec.weight_decay ? optimizer : without_decay, slice.num_elements);
+    absl::StatusOr<std::unique_ptr<Optimizer>> opt =
+        spec.assigned
+            ? CreateAssignment(slice.num_elements)
+            : CreateOptimizer(spec.weight_decay ? optimizer : without_decay,
+                              slice.num_elements);
     if (!opt.ok()) return opt.status();
     {
       std::vector<float> weights(slice.num_elements);

@@ -248,6 +248,25 @@ TEST(ShardStoreTest, WeightDecayAppliesOnlyWhereDeclared) {
   EXPECT_EQ(store->ReadSlice(1), std::vector<float>(4, 2.0f));
 }
 
+TEST(ShardStoreTest, AnAssignedTensorTakesThePushedValuesWithoutOptimizer) {
+  ModelSpec model;
+  model.tensors.push_back(
+      {"w", DType::kFloat32, {2}, InitializerSpec::Constant(2)});
+  model.tensors.push_back({"running_mean",
+                           DType::kFloat32,
+                           {2},
+                           InitializerSpec::Constant(2),
+                           /*weight_decay=*/false,
+                           /*assigned=*/true});
+  auto store = *ShardStore::Create(*Partition::Create(model, 1), 0,
+                                   OptimizerConfig::Sgd(0.5f, 0.9f, 0.0f));
+  for (int i = 0; i < store->num_slices(); ++i) {
+    ASSERT_TRUE(store->ApplyGradient(i, {1.0f, 3.0f}).ok());
+  }
+  EXPECT_EQ(store->ReadSlice(0), (std::vector<float>{1.5f, 0.5f}));
+  EXPECT_EQ(store->ReadSlice(1), (std::vector<float>{1.0f, 3.0f}));
+}
+
 TEST(ShardStoreTest, ValuesFromRank0AreSetOnceForEverySliceAwaitingThem) {
   ModelSpec model;
   model.tensors.push_back(

@@ -46,6 +46,7 @@ except ImportError as e:  # pragma: no cover - depends on the build
         "paramserver._native is not built or not on the path: run "
         "`bazel build //python:paramserver` and put bazel-bin/python/site "
         "on PYTHONPATH, with Debian's /usr/bin/python3 (%s)" % e) from e
+from paramserver import _replays  # noqa: E402 (after the check above)
 
 Error = _native.Error
 InvalidArgumentError = _native.InvalidArgumentError
@@ -95,10 +96,14 @@ def _as_initializer(value):
         "got %r" % (sorted(_INITIALIZERS), value))
 
 
-def tensor_spec(name, shape, initializer="zeros", weight_decay=True):
-    """A TensorSpec from plain values; shape () declares a scalar."""
+def tensor_spec(name, shape, initializer="zeros", weight_decay=True,
+                assigned=False):
+    """A TensorSpec from plain values; shape () declares a scalar.
+    `assigned`: a buffer, whose pushes carry its value and set it (a sync
+    step's weighted mean over the ranks), with no optimizer."""
     return TensorSpec(str(name), [int(d) for d in shape],
-                      _as_initializer(initializer), bool(weight_decay))
+                      _as_initializer(initializer), bool(weight_decay),
+                      bool(assigned))
 
 
 def _as_spec(item):
@@ -121,6 +126,7 @@ class Step:
         self._client = client
         self._step = native_step
         self._cursor = cursor
+        self._replay = _replays.is_replay(cursor, client.cursor)
 
     def send(self, tensor, gradient):
         """Queues the gradient of `tensor` (its id or name)."""
@@ -129,13 +135,17 @@ class Step:
     def finish(self):
         """Waits until every shard took the push."""
         self._step.finish()
+        self._finished()
+
+    def _finished(self):
+        self._client.replays.finished(self._replay, self._cursor)
         self._client.cursor = self._cursor
 
     def finish_with_pull(self):
         """Waits for the push and the next step's weights; returns their
         version. The weights land in ``client.weights``."""
         version = self._step.finish_with_pull()
-        self._client.cursor = self._cursor
+        self._finished()
         self._client.version = version
         return version
 
@@ -169,6 +179,8 @@ class Client:
         self.version = 0
         # (epoch, examples_done) after the last step the servers took.
         self.cursor = (0, 0)
+        # Pushes the servers skip as replays (a cursor that did not move).
+        self.replays = _replays.ReplayWatch(self.rank)
         self._weights = []
         self._ids = {}
         self._collectives = None
@@ -317,7 +329,9 @@ class Client:
         return self._collectives
 
     def finish(self):
-        """Tells the shards this rank is done."""
+        """Tells the shards this rank is done; warns if its pushes were
+        skipped as replays more than once in a row."""
+        self.replays.warn_at_finish()
         self._native.finish()
 
     def close(self):

@@ -49,7 +49,8 @@ Horovod's pattern with placement="worker": ``opt.synchronize()`` (the
 ranks' mean into ``.grad``), the edit, then ``with opt.skip_synchronize():
 opt.step()``. Accumulation over N backward passes needs
 ``backward_passes_per_step=N``. A restarted rank resumes its loop at
-``opt.resume_position(steps_per_epoch)``.
+``opt.resume_position(steps_per_epoch)``, or, in Horovod's elastic style,
+at the ``epoch`` and ``batch`` of an ``elastic.TorchState`` (elastic.py).
 
 Parameters alias the client's weight buffers in "server" placement: each
 step's pull lands in them with no copy. Only float32 CPU parameters are
@@ -57,10 +58,15 @@ supported. Only trainable parameters (requires_grad, in the optimizer) are
 pushed; other tensors given to broadcast_parameters before the optimizer
 is created (buffers, frozen parameters) get rank 0's values once.
 
-Buffers (BatchNorm's running statistics) are per rank while training:
-every rank calls ``average_buffers(model)`` before evaluating or saving,
-which gives each the ranks' mean (a collective, so never implicit: a
-script that saves on rank 0 only would hang in it). With
+Buffers (BatchNorm's running statistics) given to broadcast_parameters
+before the optimizer: with placement='server' each step pushes their
+values, and the servers keep the ranks' mean (declared ``assigned``: no
+optimizer), which the step's pull puts back into every rank's buffers; so
+the servers' checkpoints and a restarted rank have them. Between steps
+(evaluation passes) and with placement='worker' they are per rank: every
+rank calls ``average_buffers(model)`` before evaluating or saving, which
+gives each the ranks' mean (a collective, so never implicit: a script that
+saves on rank 0 only would hang in it). With
 placement='server', ``opt.state_dict()`` holds no per-parameter state (the
 servers hold it; their --checkpoint_dir resumes it) and says so, and
 ``load_state_dict`` refuses a state it cannot apply.
@@ -80,7 +86,8 @@ the servers' checkpoints in a directory, as a state_dict.
 # optimizer for a torch one; placement), _declaration (the tensors a
 # DistributedOptimizer declares), _gradients (what a step pushed, and the
 # edits and passes it refuses), _optimizer (gradient hooks, synchronize()
-# and step()), _model_files (save_model, load_model), _collectives
+# and step()), _optimizer_record (what the servers record of a rank: its
+# position, state_dict), elastic (Horovod's hvd.elastic), _model_files (save_model, load_model), _collectives
 # (Horovod's allreduce, allgather, broadcast, join, barrier on the servers'
 # collective service), _compression (Compression.none, .fp16), _functions
 # (broadcast_object, allgather_object, broadcast_optimizer_state), _buffers

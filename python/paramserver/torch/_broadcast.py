@@ -27,11 +27,15 @@ def broadcast_parameters(params, root_rank=0):
     named parameters), in place.
 
     With root_rank 0, the rank that declares the model: called before
-    DistributedOptimizer (as Horovod's examples do), the tensors join the
-    declaration and are broadcast when the optimizer is created: buffers
-    and frozen parameters included. Called after it, the trainable
-    parameters already hold rank 0's values (the optimizer broadcast
-    them), and anything else cannot be declared any more: an error.
+    DistributedOptimizer (as Horovod's MNIST example does), the tensors
+    join the declaration and are broadcast when the optimizer is created:
+    buffers and frozen parameters included (buffers are then kept on the
+    servers, see the package's docstring). Called after it (as Horovod's
+    benchmark does), the trainable parameters already hold rank 0's values
+    (the optimizer broadcast them), and the other tensors (buffers) get
+    rank 0's values through the servers' collectives, as with another
+    root_rank; they are not declared then, so each rank's stay its own
+    (average_buffers).
 
     With another root_rank, each tensor is broadcast at once through the
     servers' collectives, as Horovod does.
@@ -39,18 +43,23 @@ def broadcast_parameters(params, root_rank=0):
     state = _runtime.require_init()
     named = _named(params)
     if root_rank != 0:
-        from paramserver.torch import _collectives
-        handles = [_collectives.broadcast_async_(
-            tensor, root_rank, "broadcast_parameters.%s" % name)
-            for name, tensor in named]
-        for handle in handles:
-            _collectives.synchronize(handle)
+        _through_collectives(named, root_rank)
         return
     if state.optimizer is None:
         for name, tensor in named:
             state.pending[name] = tensor
         return
-    state.optimizer._broadcast_after_declaration(named)
+    undeclared = state.optimizer._broadcast_after_declaration(named)
+    _through_collectives([(n, t) for n, t in named if n in undeclared], 0)
+
+
+def _through_collectives(named, root_rank):
+    from paramserver.torch import _collectives
+    handles = [_collectives.broadcast_async_(
+        tensor, root_rank, "broadcast_parameters.%s" % name)
+        for name, tensor in named]
+    for handle in handles:
+        _collectives.synchronize(handle)
 
 
 def checksum(client, count):
@@ -91,20 +100,15 @@ def broadcast_declared(client, trainable, extra, alias):
 
 def broadcast_after_declaration(client, trainable, extra, named,
                                 uploaded=None):
-    """broadcast_parameters(named) once the model is declared: only
-    declared tensors may be named, and trainable ones get the parameter's
-    values (already rank 0's). With `uploaded` (rank 0, before its first
-    step, in server placement), raises if rank 0's parameters no longer
-    match checksum() as uploaded: the servers would keep the old values."""
+    """broadcast_parameters(named) once the model is declared: trainable
+    ones get the parameter's values (already rank 0's). With `uploaded`
+    (rank 0, before its first step, in server placement), raises if rank
+    0's parameters no longer match checksum() as uploaded: the servers
+    would keep the old values. Returns the names of `named` that were not
+    declared (the caller broadcasts them otherwise)."""
     ids = {name: i for i, (name, _) in enumerate(trainable)}
-    missing = [n for n, t in named if n not in ids and
-               not any(t is x for _, x in extra)]
-    if missing:
-        raise paramserver.FailedPreconditionError(
-            "paramserver: %s cannot be broadcast after "
-            "DistributedOptimizer declared the model (they are not "
-            "trainable parameters of it); call broadcast_parameters "
-            "before DistributedOptimizer" % ", ".join(missing))
+    undeclared = {n for n, t in named if n not in ids and
+                  not any(t is x for _, x in extra)}
     if uploaded is not None and checksum(client, len(trainable)) != uploaded:
         raise paramserver.FailedPreconditionError(
             "paramserver: rank 0's parameters changed after "
@@ -117,3 +121,4 @@ def broadcast_after_declaration(client, trainable, extra, named,
             if tensor.data_ptr() != p.data_ptr():
                 with torch.no_grad():
                     tensor.copy_(p)
+    return undeclared

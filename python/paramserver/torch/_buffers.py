@@ -3,9 +3,12 @@ running_mean, running_var and num_batches_tracked), through the servers'
 collective service.
 
 Each rank's BatchNorm normalises its own batch and updates its own running
-statistics, so ranks drift apart; nothing averages them behind the
-script's back, because a collective that some rank does not reach (a
-script that evaluates or saves on rank 0 only) would hang. The policy:
+statistics, so ranks drift apart. With placement='server' each step's
+push and pull averages the declared buffers (_optimizer.py); what happens
+between steps (evaluation passes) and with placement='worker' is averaged
+only here: not behind the script's back, because a collective that some
+rank does not reach (a script that evaluates or saves on rank 0 only)
+would hang. The policy:
 every rank calls average_buffers(model) before evaluating or saving, as
 Horovod scripts allreduce their metrics; the model saved afterwards
 (save_model) holds the averaged buffers.

@@ -90,8 +90,10 @@ def tensor_specs(trainable, pending, wd_flags):
         if tensor.is_floating_point() or tensor.dtype in (
                 torch.int64, torch.int32, torch.int16, torch.int8,
                 torch.uint8, torch.bool):
+            # Assigned: each step pushes the tensor's value, and the
+            # servers keep the ranks' mean (BatchNorm's statistics).
             specs.append(paramserver.tensor_spec(
-                name, tensor.shape, "from_rank0", False))
+                name, tensor.shape, "from_rank0", False, assigned=True))
             extra.append((len(specs) - 1, tensor))
         else:
             raise TypeError("paramserver: cannot broadcast %s of dtype "

@@ -9,6 +9,8 @@ the port our C++ worker serves on), with the C++ worker's names
   ps_worker_examples_per_second   over the last second or more
   ps_worker_loss                  the last loss the script reported
   ps_worker_epoch                 1-based
+  ps_worker_replayed_pushes_total pushes the servers skipped as replays
+                                  (paramserver._replays)
 
 The phases of a DistributedOptimizer step: "communication" is the time
 spent handing gradients to the client (in autograd's hooks and in step()),
@@ -42,6 +44,7 @@ class WorkerMetrics:
         self._rate = 0.0
         self._loss = None
         self._epoch = 0
+        self._replayed = 0
         self._step_start = clock()
         self._in_phases = 0.0  # This step's communication + waiting.
         self._window = (clock(), 0)
@@ -58,9 +61,10 @@ class WorkerMetrics:
             with self._lock:
                 self._seconds[name] += spent
 
-    def step_done(self, examples, epoch):
+    def step_done(self, examples, epoch, replayed=0):
         """Ends a step: what was not communication or waiting since the
-        last one is compute."""
+        last one is compute. `replayed`: the rank's pushes skipped as
+        replays so far."""
         now = self._clock()
         compute = max(0.0, now - self._step_start - self._in_phases)
         self._step_start, self._in_phases = now, 0.0
@@ -69,6 +73,7 @@ class WorkerMetrics:
             self._examples += int(examples)
             self._seconds["compute"] += compute
             self._epoch = int(epoch) + 1
+            self._replayed = int(replayed)
             start, done = self._window
             done += int(examples)
             if now - start >= 1.0:
@@ -96,7 +101,10 @@ class WorkerMetrics:
                 "# TYPE ps_worker_examples_per_second gauge",
                 "ps_worker_examples_per_second{%s} %r" % (label, self._rate),
                 "# TYPE ps_worker_epoch gauge",
-                "ps_worker_epoch{%s} %d" % (label, self._epoch)]
+                "ps_worker_epoch{%s} %d" % (label, self._epoch),
+                "# TYPE ps_worker_replayed_pushes_total counter",
+                "ps_worker_replayed_pushes_total{%s} %d" % (label,
+                                                          self._replayed)]
             if self._loss is not None:
                 lines += ["# TYPE ps_worker_loss gauge",
                           "ps_worker_loss{%s} %r" % (label, self._loss)]

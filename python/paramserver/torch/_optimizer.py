@@ -5,9 +5,6 @@ package's docstring.
 """
 
 import contextlib
-import warnings
-import zlib
-
 import numpy as np
 import torch
 
@@ -19,6 +16,7 @@ from paramserver.torch._broadcast import (broadcast_after_declaration,
                                           broadcast_declared)
 from paramserver.torch import _gradients
 from paramserver.torch._gradients import StepGradients
+from paramserver.torch._optimizer_record import ServerRecord
 from paramserver.torch._reduction import Reduction
 from paramserver.torch._declaration import (group_of, hyperparameters,
                                             tensor_specs,
@@ -31,7 +29,8 @@ from paramserver.torch._worker_mean import GradientMean
 class _DistributedOptimizer(torch.optim.Optimizer):
     """Methods mixed into a subclass of the wrapped optimizer's class, as
     Horovod does, so that isinstance(), schedulers and state_dict() behave
-    as for the optimizer itself. See DistributedOptimizer()."""
+    as for the optimizer itself, with ServerRecord's (_optimizer_record).
+    See DistributedOptimizer()."""
 
     def __init__(self, params, named_parameters, placement, planned_steps,
                  backward_passes_per_step, seed, reduction):
@@ -93,9 +92,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # first step in server placement: the servers keep those.
         check = (self._placement == "server" and self._client.rank == 0 and
                  self._step_number == self._client.registration.next_step)
-        broadcast_after_declaration(self._client, self._trainable,
-                                    self._extra, named,
-                                    self._uploaded_crc if check else None)
+        return broadcast_after_declaration(
+            self._client, self._trainable, self._extra, named,
+            self._uploaded_crc if check else None)
 
     def _register_hooks(self):
         for i, (_, p) in enumerate(self._trainable):
@@ -207,7 +206,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         push.send(i, values)
 
     def _zeros_for(self, i):
-        # Extra (broadcast-only) tensors: an update of zero.
+        # A trainable parameter backward() gave no gradient: an update of
+        # zero.
         if i not in self._zeros:
             self._zeros[i] = np.zeros(self._client.model[i].shape, np.float32)
         return self._zeros[i]
@@ -287,11 +287,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._push_lr != self._learning_rate():
             self._abort("paramserver: the learning rate changed between "
                         "backward() and step(); this step was cancelled")
-        for i in range(len(self._client.weights)):
-            if i >= len(self._trainable):
-                push.send(i, self._zeros_for(i))
-            elif not self._gradients.was_pushed(i):
+        for i in range(len(self._trainable)):
+            if not self._gradients.was_pushed(i):
                 self._send(i, self._trainable[i][1].grad)
+        for i, tensor in self._extra:
+            # Buffers (declared assigned): their value, a copy; the servers
+            # keep the ranks' mean, which the pull brings back.
+            push.send(i, np.array(tensor.detach().cpu().numpy(),
+                                  dtype=np.float32))
         try:
             with self._metrics.phase("waiting"):
                 push.finish_with_pull()
@@ -299,6 +302,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._push = None
             self._gradients.reset()
         self._step_number += 1
+        weights = self._client.weights
+        with torch.no_grad():
+            for i, tensor in self._extra:
+                mean = torch.from_numpy(weights[i])
+                if not tensor.dtype.is_floating_point:
+                    mean = mean.round()  # num_batches_tracked
+                tensor.copy_(mean.reshape(tensor.shape).to(tensor.dtype))
 
     def step(self, closure=None):
         """Finishes the step: pushes what the hooks have not sent, then
@@ -323,104 +333,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._placement == "worker":
             super(self.__class__, self).step()
         self._synchronized = False
-        self._metrics.step_done(self.num_examples, self._epoch)
+        self._metrics.step_done(self.num_examples, self._epoch,
+                                self._client.replays.replays)
         return loss
 
-    def set_epoch(self, epoch):
-        """Tells the servers which epoch the next steps' batches come from,
-        as DistributedSampler.set_epoch: with ``num_examples`` they record
-        where in the data each rank is, for a restarted rank to resume.
-        An epoch before the one the servers recorded is refused: they would
-        take its pushes for replays of batches they have, and apply none."""
-        recorded = self._client.cursor[0]
-        if int(epoch) < recorded:
-            raise paramserver.FailedPreconditionError(
-                "paramserver: set_epoch(%d), but the servers recorded epoch "
-                "%d for this rank: its pushes would be skipped as replays. A "
-                "restarted rank resumes from resume_position()" %
-                (int(epoch), recorded))
-        self._epoch = int(epoch)
 
-    def pull_final(self):
-        """Server placement: puts into the parameters the weights once every
-        rank has finished (in ssp and async, others may still be training
-        after this rank's last step)."""
-        if self._placement != "server":
-            raise paramserver.FailedPreconditionError(
-                "paramserver: pull_final is for placement='server'")
-        self._client.pull_final(self._step_number)
-
-    def _trainable_crc(self):
-        crc = 0
-        for _, p in self._trainable:
-            crc = zlib.crc32(np.ascontiguousarray(p.detach().numpy()), crc)
-        return crc
-
-    def warn_if_untrained(self):
-        """A RuntimeWarning if this rank took steps but its parameters are
-        still those it started with: the servers applied nothing (pushes
-        skipped as replays of batches they had, or a learning rate of 0).
-        shutdown() calls it, so such a job does not end as if it trained."""
-        steps = self._step_number - self._first_step
-        if steps > 0 and self._trainable_crc() == self._start_crc:
-            warnings.warn(
-                "paramserver: rank %d took %d steps, and its parameters are "
-                "still those it started with: the servers applied none of "
-                "them (pushes skipped as replays of batches they had? a "
-                "learning rate of 0?)" % (self._client.rank, steps),
-                RuntimeWarning, stacklevel=3)
-
-    @property
-    def resume_step(self):
-        """The steps the servers recorded for this rank when it declared:
-        0 in a new job; for a restarted rank, where it stopped."""
-        return self.registration.next_step
-
-    def resume_position(self, steps_per_epoch):
-        """(epoch, step within it) to resume a loop of `steps_per_epoch`
-        steps per epoch from: (0, 0) in a new job."""
-        if steps_per_epoch < 1:
-            raise ValueError("steps_per_epoch must be >= 1, got %r" %
-                             (steps_per_epoch,))
-        return divmod(self.resume_step, int(steps_per_epoch))
-
-    def state_dict(self):
-        """The wrapped optimizer's state_dict. Placement 'worker': its real
-        state (momentum, Adam moments), which load_state_dict restores.
-        Placement 'server': the servers hold the optimizer's state and the
-        client cannot read it, so "state" is empty and the dict says so
-        under "paramserver" (with this rank's step): the servers' own
-        --checkpoint_dir is what resumes their optimizer."""
-        sd = super(self.__class__, self).state_dict()
-        if self._placement == "server":
-            sd["paramserver"] = {
-                "placement": "server", "step": self._step_number,
-                "optimizer_state": "held by the servers, not in this dict: "
-                                   "their --checkpoint_dir resumes it"}
-        return sd
-
-    def load_state_dict(self, state_dict):
-        """Placement 'worker': the wrapped optimizer's load_state_dict.
-        Placement 'server': only the param_groups' hyper-parameters are
-        taken (learning rate; others must match the declaration); a state
-        with per-parameter entries (moments of a plain torch optimizer or
-        of placement='worker') is refused: the servers' optimizer state
-        cannot be set from a worker."""
-        if self._placement == "server" and state_dict.get("state"):
-            raise paramserver.FailedPreconditionError(
-                "paramserver: load_state_dict with optimizer state for %d "
-                "tensors, but with placement='server' that state lives on the "
-                "servers and cannot be set from a worker: resume the servers "
-                "from their --checkpoint_dir (the launcher restarts them from "
-                "it), or use placement='worker'" % len(state_dict["state"]))
-        state_dict = {k: v for k, v in state_dict.items()
-                      if k != "paramserver"}
-        super(self.__class__, self).load_state_dict(state_dict)
-
-    @property
-    def step_number(self):
-        """Steps this rank has finished (the servers' clock for it)."""
-        return self._step_number
+# The class body DistributedOptimizer() gives its subclass of the wrapped
+# optimizer's class (ServerRecord's attributes describe no instance layout).
+_METHODS = dict(
+    {k: v for k, v in ServerRecord.__dict__.items()
+     if k not in ("__dict__", "__weakref__", "__doc__", "__module__")},
+    **_DistributedOptimizer.__dict__)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None,
@@ -472,7 +395,7 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     # Named for what it is: an error about a missing attribute says
     # 'DistributedAdam', not 'Adam', while isinstance(opt, Adam) holds.
     cls = type("Distributed" + optimizer.__class__.__name__,
-               (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+               (optimizer.__class__,), _METHODS)
     named = list(named_parameters) if named_parameters is not None else None
     return cls(optimizer.param_groups, named, placement, planned_steps,
                backward_passes_per_step, seed, reduction)

@@ -5,7 +5,9 @@ environment, the client it opened, and the DistributedOptimizer once one is
 created. Not thread-safe; a training script calls these from one thread.
 """
 
+import atexit
 import os
+import sys
 
 import paramserver
 from paramserver.torch._metrics import MetricsServer, WorkerMetrics
@@ -172,7 +174,8 @@ def mode():
 
 
 def shutdown():
-    """Tells the servers this rank is done and closes the connections."""
+    """Tells the servers this rank is done and closes the connections.
+    Called at exit if the script did not (see _at_exit)."""
     global _state
     if _state is None:
         return
@@ -186,6 +189,22 @@ def shutdown():
             _state.metrics_server.close()
         _state.client.close()
         _state = None
+
+
+def _at_exit():
+    """A script that ends without shutdown() (Horovod's never call it):
+    shutdown() at a normal exit; after an uncaught exception only the
+    connections close, so the servers take the rank for dead (and the
+    launcher may restart it), not done."""
+    if _state is None:
+        return
+    if getattr(sys, "last_type", None) is not None:
+        _state.client.close()
+        return
+    shutdown()
+
+
+atexit.register(_at_exit)
 
 
 def report_loss(loss):
