@@ -213,6 +213,12 @@ class ParameterClient::Impl {
     return (*fanout)->StartStep(info, pull_after);
   }
 
+  absl::Status SetCompression(int id, const Compression& compression) {
+    absl::StatusOr<ShardFanout*> fanout = Fanout(/*for_step=*/false);
+    if (!fanout.ok()) return fanout.status();
+    return (*fanout)->SetCompression(id, compression);
+  }
+
   absl::Status Barrier() {
     absl::StatusOr<ShardFanout*> fanout = Fanout(/*for_step=*/false);
     if (!fanout.ok()) return fanout.status();
@@ -350,6 +356,11 @@ absl::Status ParameterClient::Push(const StepInfo& info,
     }
   }
   return push->Finish();
+}
+
+absl::Status ParameterClient::SetCompression(int id,
+                                             const Compression& compression) {
+  return impl_->SetCompression(id, compression);
 }
 
 absl::Status ParameterClient::Barrier() { return impl_->Barrier(); }
