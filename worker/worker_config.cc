@@ -101,6 +101,29 @@ absl::StatusOr<std::vector<std::string>> ResolveServers(
   return ExpandServerPattern(pattern, config.num_servers);
 }
 
+absl::StatusOr<Compression> CompressionFromConfig(const WorkerConfig& config) {
+  Compression compression;
+  if (config.compression == "none") {
+    compression.kind = Compression::Kind::kNone;
+  } else if (config.compression == "bf16") {
+    compression.kind = Compression::Kind::kBfloat16;
+  } else if (config.compression == "fp16") {
+    compression.kind = Compression::Kind::kFloat16;
+  } else if (config.compression == "topk") {
+    compression.kind = Compression::Kind::kTopK;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compression must be none, bf16, fp16 or topk, got \"",
+                     config.compression, "\""));
+  }
+  if (!(config.topk_ratio > 0 && config.topk_ratio <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--topk_ratio must be in (0, 1], got ", config.topk_ratio));
+  }
+  compression.topk_ratio = config.topk_ratio;
+  return compression;
+}
+
 absl::Status CheckWorkerConfig(const WorkerConfig& config, int rank) {
   const int num_workers = config.num_workers;
   if (num_workers < 1) {
@@ -135,6 +158,9 @@ absl::Status CheckWorkerConfig(const WorkerConfig& config, int rank) {
   }
   if (config.heartbeat_period <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--heartbeat_period must be positive");
+  }
+  if (absl::Status s = CompressionFromConfig(config).status(); !s.ok()) {
+    return s;
   }
   const std::string mode = config.mode;
   if (mode == kAllreduceMode) {
