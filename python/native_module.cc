@@ -146,6 +146,23 @@ class NativeClient {
     ThrowIfError(status);
   }
 
+  // ps::Compression by the worker's --compression names.
+  void SetCompression(int id, const std::string& kind, double topk_ratio) {
+    Compression compression;
+    compression.topk_ratio = topk_ratio;
+    if (kind == "bf16") {
+      compression.kind = Compression::Kind::kBfloat16;
+    } else if (kind == "fp16") {
+      compression.kind = Compression::Kind::kFloat16;
+    } else if (kind == "topk") {
+      compression.kind = Compression::Kind::kTopK;
+    } else if (kind != "none") {
+      ThrowIfError(absl::InvalidArgumentError(
+          "compression is none, bf16, fp16 or topk, got '" + kind + "'"));
+    }
+    ThrowIfError(Client()->SetCompression(id, compression));
+  }
+
   void Barrier() {
     std::shared_ptr<ParameterClient> client = Client();
     absl::Status status;
@@ -439,6 +456,8 @@ void DefineClient(py::module_& m) {
           py::arg("step"), py::arg("base_version"), py::arg("num_examples"),
           py::arg("epoch"), py::arg("examples_done"), py::arg("pull_after"),
           py::arg("learning_rate") = py::none())
+      .def("set_compression", &NativeClient::SetCompression, py::arg("id"),
+           py::arg("kind"), py::arg("topk_ratio") = 0.01)
       .def("barrier", &NativeClient::Barrier)
       .def("collectives",
            [](NativeClient& c) { return ConnectCollectives(c.options()); })

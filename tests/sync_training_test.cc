@@ -1,6 +1,7 @@
 // Multi-process tests of synchronous training: real server and worker
 // binaries on 127.0.0.1, real Fashion-MNIST data, a few dozen steps each.
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "absl/types/span.h"
 #include "common/model_spec.h"
 #include "common/temp_dir_testing.h"
+#include "common/wire_encoding.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
 #include "tests/exact_sgd_step.h"
@@ -72,6 +74,89 @@ TEST(SyncTrainingTest, TwoWorkersTrainLikeOneWorkerWithTwiceTheBatch) {
     return ExactSgdStep(kLayers, before, learning_rate, ranks, aggregation);
   };
   ExpectTwoWorkersTrainLikeOne(check);
+}
+
+// With bfloat16 on the wire both ways, a step is the exact step from the
+// weights the workers pulled (the servers' rounded to bfloat16), applied to
+// the servers' float32 weights, from gradients each rounded to bfloat16 on
+// the way: within the float32 bound of that step plus the pushes' rounding,
+// 2^-9 of each rank's share of the gradient (2^-8 here, for the rounding of
+// values that carry float32 error already). The aggregation mistakes must
+// still fall outside.
+TEST(SyncTrainingTest, Bfloat16OnTheWireStaysWithinItsRoundingOfTheExactStep) {
+  SyncEquivalence check;
+  check.model = SmallJob().model;
+  check.spec = MlpModelSpec(kLayers, SmallJob().seed);
+  check.steps = 4;
+  check.batch_size = 32;
+  check.mistake_share_outside = kMistakeShareOutside;
+  check.worker_flags = {"--compression=bf16"};
+  check.exact_step = [](const std::vector<std::vector<float>>& before,
+                        float learning_rate, int /*step*/,
+                        absl::Span<const worker::Batch> ranks,
+                        Aggregation aggregation) {
+    std::vector<std::vector<float>> pulled = before;
+    for (std::vector<float>& tensor : pulled) {
+      for (float& w : tensor) w = RoundTrip(WireEncoding::kBfloat16, w);
+    }
+    ExactStep step =
+        ExactSgdStep(kLayers, pulled, learning_rate, ranks, aggregation);
+    size_t examples = 0;
+    for (const worker::Batch& rank : ranks) examples += rank.labels.size();
+    for (const worker::Batch& rank : ranks) {
+      if (rank.labels.empty()) continue;
+      // This rank's mean gradient: one step at rate 1 from the same weights.
+      const ExactStep alone = ExactSgdStep(kLayers, pulled, 1.0f, {rank},
+                                           Aggregation::kWeightedMean);
+      const double share =
+          static_cast<double>(rank.labels.size()) / examples * learning_rate;
+      for (size_t t = 0; t < pulled.size(); ++t) {
+        for (size_t i = 0; i < pulled[t].size(); ++i) {
+          const double gradient = pulled[t][i] - alone.weights[t][i];
+          step.bound[t][i] +=
+              share * (std::fabs(gradient) + alone.bound[t][i]) * 0x1p-8;
+        }
+      }
+    }
+    for (size_t t = 0; t < pulled.size(); ++t) {
+      for (size_t i = 0; i < pulled[t].size(); ++i) {
+        // Applied to the servers' weights, not the pulled ones.
+        step.weights[t][i] += double{before[t][i]} - pulled[t][i];
+        step.bound[t][i] += std::fabs(before[t][i]) * 0x1p-24;
+      }
+    }
+    return step;
+  };
+  ExpectTwoWorkersTrainLikeOne(check);
+}
+
+// Compressed, a sync step still sums the ranks' (decoded) pushes in rank
+// order, and top-k's error feedback is the workers' own deterministic
+// state: reruns give the same bits.
+TEST(SyncTrainingTest, CompressedRunsAreBitIdenticalToo) {
+  for (const char* flag : {"--compression=bf16", "--compression=topk"}) {
+    SCOPED_TRACE(flag);
+    const std::string first = TempPath("first_compressed.model");
+    const std::string second = TempPath("second_compressed.model");
+    const std::string plain = TempPath("plain.model");
+    LaunchConfig config = Job(2, 3, 32, first);
+    config.optimizer = "adam";
+    config.learning_rate = 0.001;
+    config.extra_worker_flags.push_back(flag);
+    config.extra_worker_flags.push_back("--topk_ratio=0.05");
+    ExpectSucceeded(RunCluster(config));
+    config.save_model = second;
+    ExpectSucceeded(RunCluster(config));
+    const std::string a = ReadTestFile(first);
+    ASSERT_FALSE(a.empty());
+    EXPECT_TRUE(a == ReadTestFile(second)) << "two runs with seed 1 differ";
+    // And the compression did something.
+    config.save_model = plain;
+    config.extra_worker_flags.pop_back();
+    config.extra_worker_flags.pop_back();
+    ExpectSucceeded(RunCluster(config));
+    EXPECT_FALSE(a == ReadTestFile(plain)) << "compressed like float32";
+  }
 }
 
 // Three workers: their pushes arrive in another order from run to run, and
