@@ -21,6 +21,7 @@ namespace {
 
 using ::ps::testing::Aggregation;
 using ::ps::testing::ExactSgdStep;
+using ::ps::testing::ExactStep;
 using ::ps::testing::ExpectTwoWorkersTrainLikeOne;
 using ::ps::testing::LineWith;
 using ::ps::testing::PlainSgdJob;
@@ -106,8 +107,9 @@ TEST(SyncTrainingTest, Bfloat16OnTheWireStaysWithinItsRoundingOfTheExactStep) {
     for (const worker::Batch& rank : ranks) {
       if (rank.labels.empty()) continue;
       // This rank's mean gradient: one step at rate 1 from the same weights.
-      const ExactStep alone = ExactSgdStep(kLayers, pulled, 1.0f, {rank},
-                                           Aggregation::kWeightedMean);
+      const ExactStep alone =
+          ExactSgdStep(kLayers, pulled, 1.0f, absl::MakeConstSpan(&rank, 1),
+                       Aggregation::kWeightedMean);
       const double share =
           static_cast<double>(rank.labels.size()) / examples * learning_rate;
       for (size_t t = 0; t < pulled.size(); ++t) {
