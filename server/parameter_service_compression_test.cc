@@ -32,7 +32,7 @@ grpc::Status PullEncoded(ParameterServiceTest& test,
                          proto::PullRequest request, WireEncoding encoding,
                          size_t num_tensors, Weights* weights) {
   for (size_t t = 0; t < num_tensors; ++t) {
-    request.add_tensor_encodings(static_cast<int>(encoding));
+    request.add_tensor_encodings(static_cast<proto::Encoding>(encoding));
   }
   grpc::ClientContext context;
   auto reader = stub.Pull(&context, request);
@@ -178,7 +178,7 @@ TEST_F(CompressionServiceTest, PullsRefuseTopKAndUnknownEncodings) {
             std::string::npos)
       << top_k.error_message();
   proto::PullRequest unknown = PullRequestFor(0);
-  unknown.add_tensor_encodings(5);
+  unknown.add_tensor_encodings(static_cast<proto::Encoding>(5));
   uint64_t version = 0;
   grpc::Status s = SendPull(unknown, &weights, &version);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
