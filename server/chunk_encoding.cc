@@ -43,13 +43,24 @@ absl::Status DecodePushedChunk(const ModelSpec& model,
                                " elements (or over a chunk's ",
                                kMaxChunkElements, ")"));
   }
-  std::vector<float> values(n);
-  if (absl::Status s = DecodeEncoded(*encoding, *data, absl::MakeSpan(values));
-      !s.ok()) {
-    return refuse(s.message());
-  }
   std::string bytes;
-  EncodeFloats(values, &bytes);
+  if (kFloatEncodingIsMemoryImage) {
+    // Decoded straight into the bytes the stager reads (new'd memory is
+    // aligned for floats).
+    bytes.resize(n * sizeof(float));
+    absl::Span<float> values(reinterpret_cast<float*>(bytes.data()), n);
+    if (absl::Status s = DecodeEncoded(*encoding, *data, values); !s.ok()) {
+      return refuse(s.message());
+    }
+  } else {
+    std::vector<float> values(n);
+    if (absl::Status s =
+            DecodeEncoded(*encoding, *data, absl::MakeSpan(values));
+        !s.ok()) {
+      return refuse(s.message());
+    }
+    EncodeFloats(values, &bytes);
+  }
   *data = absl::Cord(std::move(bytes));
   chunk->set_encoding(proto::ENCODING_FLOAT32);
   return absl::OkStatus();
