@@ -77,7 +77,7 @@ void PullReader::Add(const grpc::ByteBuffer& message) {
   const absl::Span<float> dst =
       absl::MakeSpan(weights_[slice.tensor_id])
           .subspan(chunk.offset(), chunk.num_elements());
-  error_ = DecodeEncoded(expected, data, dst);
+  error_ = DecodeEncoded(expected, data, dst, chunk.scale_exponent());
   next_offset_ += chunk.num_elements();
   if (next_offset_ == slice_end && ++slice_index_ < slices_.size()) {
     next_offset_ = slices_[slice_index_].offset;

@@ -58,7 +58,11 @@ bool PushCalls::Write(const PushItem& item, ClientStream& call) {
       data = lender_.LendFloats(values);
     } else {
       std::string encoded;
-      AppendEncoded(item.encoding, values, &encoded);
+      const int scale = item.encoding == WireEncoding::kFloat16
+                            ? Float16ScaleExponent(values)
+                            : 0;
+      chunk.set_scale_exponent(scale);
+      AppendEncoded(item.encoding, values, &encoded, scale);
       data = OwnedSlice(std::move(encoded));
     }
     if (!call.Write(SerializeChunkMessage(prototype_, chunk, kPushRequestChunk,

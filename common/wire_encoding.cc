@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -153,6 +154,17 @@ float Float16ToFloat(uint16_t h) {
   return FloatOf(sign | ((exponent + 127 - 15) << 23) | (mantissa << 13));
 }
 
+int Float16ScaleExponent(absl::Span<const float> values) {
+  float largest = 0;
+  for (float v : values) {
+    const float m = std::fabs(v);
+    if (m > largest && m <= std::numeric_limits<float>::max()) largest = m;
+  }
+  if (largest == 0) return 0;
+  return std::clamp(14 - std::ilogb(largest), -kMaxScaleExponent,
+                    kMaxScaleExponent);
+}
+
 float RoundTrip(WireEncoding encoding, float value) {
   switch (encoding) {
     case WireEncoding::kBfloat16:
@@ -167,7 +179,7 @@ float RoundTrip(WireEncoding encoding, float value) {
 }
 
 void AppendEncoded(WireEncoding encoding, absl::Span<const float> values,
-                   std::string* out) {
+                   std::string* out, int scale_exponent) {
   switch (encoding) {
     case WireEncoding::kFloat32:
       AppendFloats(values, out);
@@ -183,8 +195,10 @@ void AppendEncoded(WireEncoding encoding, absl::Span<const float> values,
           PutU16(FloatToBfloat16(values[i]), p + 2 * i);
         }
       } else {
+        // A power of two: exact, bar overflow, which the exponent avoids.
+        const float scale = std::ldexp(1.0f, scale_exponent);
         for (size_t i = 0; i < values.size(); ++i) {
-          PutU16(FloatToFloat16(values[i]), p + 2 * i);
+          PutU16(FloatToFloat16(values[i] * scale), p + 2 * i);
         }
       }
       return;
@@ -203,8 +217,15 @@ void AppendEncoded(WireEncoding encoding, absl::Span<const float> values,
 }
 
 absl::Status DecodeEncoded(WireEncoding encoding, const absl::Cord& bytes,
-                           absl::Span<float> out) {
+                           absl::Span<float> out, int scale_exponent) {
   const size_t n = out.size();
+  if (scale_exponent != 0 && (encoding != WireEncoding::kFloat16 ||
+                              scale_exponent > kMaxScaleExponent ||
+                              scale_exponent < -kMaxScaleExponent)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scale exponent ", scale_exponent, " with ", WireEncodingName(encoding),
+        " data (float16 only, within +-", kMaxScaleExponent, ")"));
+  }
   switch (encoding) {
     case WireEncoding::kFloat32:
       if (bytes.size() != 4 * n) {
@@ -222,8 +243,10 @@ absl::Status DecodeEncoded(WireEncoding encoding, const absl::Cord& bytes,
         for (size_t i = 0; i < n; ++i)
           out[i] = Bfloat16ToFloat(GetU16(p + 2 * i));
       } else {
-        for (size_t i = 0; i < n; ++i)
-          out[i] = Float16ToFloat(GetU16(p + 2 * i));
+        const float unscale = std::ldexp(1.0f, -scale_exponent);
+        for (size_t i = 0; i < n; ++i) {
+          out[i] = Float16ToFloat(GetU16(p + 2 * i)) * unscale;
+        }
       }
       return absl::OkStatus();
     }

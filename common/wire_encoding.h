@@ -48,24 +48,35 @@ float Bfloat16ToFloat(uint16_t bits);
 uint16_t FloatToFloat16(float value);
 float Float16ToFloat(uint16_t bits);
 
+// kFloat16 scales a chunk's values by a power of two first (ps.proto
+// TensorChunk.scale_exponent), at most this one either way.
+inline constexpr int kMaxScaleExponent = 100;
+
+// The scale exponent e for kFloat16 values: the largest finite magnitude
+// times 2^e lies in [2^14, 2^15) (clamped to +-kMaxScaleExponent); 0 when
+// there is no finite value other than 0.
+int Float16ScaleExponent(absl::Span<const float> values);
+
 // The value `value` becomes after encoding and decoding it (for a dense
 // encoding; kTopK and kFloat32 keep it).
 float RoundTrip(WireEncoding encoding, float value);
 
 // Appends the encoding of `values` to `out`. kTopK writes the elements that
 // are not zero (a sparsified gradient: the worker chose them), with indices
-// counted from values[0].
+// counted from values[0]. kFloat16 writes each value times
+// 2^scale_exponent (which the other encodings ignore).
 void AppendEncoded(WireEncoding encoding, absl::Span<const float> values,
-                   std::string* out);
+                   std::string* out, int scale_exponent = 0);
 
 // Decodes `bytes` into `out` (the chunk's out.size() elements; kTopK sets
 // the elements not listed to 0). InvalidArgument saying what is wrong for
 // bytes that are not a valid encoding of out.size() elements: a length
 // other than the encoding's, a top-k index at or past out.size(), or one
-// not above the previous (out of order or repeated). `out` is unspecified
-// after a failure.
+// not above the previous (out of order or repeated), a scale exponent
+// other than 0 but for kFloat16 or beyond kMaxScaleExponent. `out` is
+// unspecified after a failure.
 absl::Status DecodeEncoded(WireEncoding encoding, const absl::Cord& bytes,
-                           absl::Span<float> out);
+                           absl::Span<float> out, int scale_exponent = 0);
 
 }  // namespace ps
 

@@ -250,6 +250,46 @@ TEST(WireEncodingTest, RefusesWrongLengths) {
   }
 }
 
+TEST(WireEncodingTest, Float16ScaleKeepsTinyGradientsBits) {
+  // Below float16's subnormals unscaled; 11 significant bits scaled.
+  const std::vector<float> values = {3e-9f, -1.2345e-7f, 2e-6f, 0.0f};
+  const int scale = Float16ScaleExponent(values);
+  EXPECT_EQ(scale, 14 - std::ilogb(2e-6f));
+  EXPECT_EQ(RoundTrip(WireEncoding::kFloat16, 3e-9f), 0.0f);  // Unscaled.
+  std::string bytes;
+  AppendEncoded(WireEncoding::kFloat16, values, &bytes, scale);
+  std::vector<float> out(values.size());
+  ASSERT_TRUE(DecodeEncoded(WireEncoding::kFloat16, absl::Cord(bytes),
+                            absl::MakeSpan(out), scale)
+                  .ok());
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_LE(std::fabs(out[i] - values[i]),
+              std::ldexp(std::fabs(values[i]), -11))
+        << values[i];
+  }
+  // The largest lands in [2^14, 2^15): no overflow, however large.
+  EXPECT_EQ(Float16ScaleExponent(std::vector<float>{1e6f, -3.0f}),
+            14 - std::ilogb(1e6f));
+  EXPECT_EQ(Float16ScaleExponent(std::vector<float>{0.0f}), 0);
+  EXPECT_EQ(Float16ScaleExponent(std::vector<float>{1e-38f}),
+            kMaxScaleExponent);
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(Float16ScaleExponent(std::vector<float>{inf, 1.0f}), 14);
+}
+
+TEST(WireEncodingTest, RefusesAScaleOutOfRangeOrForOtherEncodings) {
+  std::vector<float> out(1);
+  absl::Cord two_bytes(std::string(2, '\0'));
+  EXPECT_EQ(DecodeEncoded(WireEncoding::kFloat16, two_bytes,
+                          absl::MakeSpan(out), kMaxScaleExponent + 1)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::Status s =
+      DecodeEncoded(WireEncoding::kBfloat16, two_bytes, absl::MakeSpan(out), 3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("scale exponent 3 with bfloat16"));
+}
+
 TEST(WireEncodingTest, UnknownNumberIsRefused) {
   EXPECT_EQ(*WireEncodingFromNumber(1), WireEncoding::kBfloat16);
   absl::StatusOr<WireEncoding> e = WireEncodingFromNumber(9);

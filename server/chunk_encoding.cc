@@ -49,13 +49,15 @@ absl::Status DecodePushedChunk(const ModelSpec& model,
     // aligned for floats).
     bytes.resize(n * sizeof(float));
     absl::Span<float> values(reinterpret_cast<float*>(bytes.data()), n);
-    if (absl::Status s = DecodeEncoded(*encoding, *data, values); !s.ok()) {
+    if (absl::Status s =
+            DecodeEncoded(*encoding, *data, values, chunk->scale_exponent());
+        !s.ok()) {
       return refuse(s.message());
     }
   } else {
     std::vector<float> values(n);
-    if (absl::Status s =
-            DecodeEncoded(*encoding, *data, absl::MakeSpan(values));
+    if (absl::Status s = DecodeEncoded(*encoding, *data, absl::MakeSpan(values),
+                                       chunk->scale_exponent());
         !s.ok()) {
       return refuse(s.message());
     }
@@ -63,6 +65,7 @@ absl::Status DecodePushedChunk(const ModelSpec& model,
   }
   *data = absl::Cord(std::move(bytes));
   chunk->set_encoding(proto::ENCODING_FLOAT32);
+  chunk->set_scale_exponent(0);
   return absl::OkStatus();
 }
 

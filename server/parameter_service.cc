@@ -262,7 +262,11 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
         data = SharedFloatsSlice(weights, values);
       } else {
         std::string encoded;
-        AppendEncoded(encoding, values, &encoded);
+        const int scale = encoding == WireEncoding::kFloat16
+                              ? Float16ScaleExponent(values)
+                              : 0;
+        chunk.set_scale_exponent(scale);
+        AppendEncoded(encoding, values, &encoded, scale);
         data = OwnedSlice(std::move(encoded));
       }
       *bytes += data.size();
