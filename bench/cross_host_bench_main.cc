@@ -207,19 +207,10 @@ int Main(const char* argv0) {
   std::vector<std::pair<std::string, Compression>> compressions;
   for (absl::string_view name :
        absl::StrSplit(absl::GetFlag(FLAGS_compression), ',')) {
-    Compression c;
-    c.topk_ratio = absl::GetFlag(FLAGS_topk_ratio);
-    if (name == "bf16") {
-      c.kind = Compression::Kind::kBfloat16;
-    } else if (name == "fp16") {
-      c.kind = Compression::Kind::kFloat16;
-    } else if (name == "topk") {
-      c.kind = Compression::Kind::kTopK;
-    } else if (name != "none") {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--compression: not one: '", name, "'")));
-    }
-    compressions.emplace_back(std::string(name), c);
+    absl::StatusOr<Compression> c =
+        Compression::FromName(name, absl::GetFlag(FLAGS_topk_ratio));
+    if (!c.ok()) return Fail(c.status());
+    compressions.emplace_back(std::string(name), *c);
   }
   const int runs = absl::GetFlag(FLAGS_runs);
   if (runs < 1 || runs > 100) {

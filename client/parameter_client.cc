@@ -92,6 +92,27 @@ class FailedStepPush final : public StepPush {
 
 }  // namespace
 
+absl::StatusOr<Compression> Compression::FromName(absl::string_view name,
+                                                  double topk_ratio) {
+  Compression compression;
+  if (name == "bf16") {
+    compression.kind = Kind::kBfloat16;
+  } else if (name == "fp16") {
+    compression.kind = Kind::kFloat16;
+  } else if (name == "topk") {
+    compression.kind = Kind::kTopK;
+  } else if (name != "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compression must be none, bf16, fp16 or topk, got \"", name, "\""));
+  }
+  if (!(topk_ratio > 0 && topk_ratio <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topk_ratio must be in (0, 1], got ", topk_ratio));
+  }
+  compression.topk_ratio = topk_ratio;
+  return compression;
+}
+
 absl::StatusOr<ClientOptions> ClientOptions::FromEnvironment() {
   absl::StatusOr<WorkerEnvironment> environment =
       ReadWorkerEnvironment([](const char* name) { return std::getenv(name); });

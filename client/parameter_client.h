@@ -77,6 +77,12 @@ struct Compression {
   Kind kind = Kind::kNone;
   // kTopK: the fraction of the elements sent, in (0, 1].
   double topk_ratio = 0.01;
+
+  // The compression called `name` ("none", "bf16", "fp16", "topk": the
+  // worker's --compression) with `topk_ratio`; InvalidArgument saying what
+  // is wrong with either (the caller names its flag or argument).
+  static absl::StatusOr<Compression> FromName(absl::string_view name,
+                                              double topk_ratio);
 };
 
 struct ClientOptions {

@@ -148,19 +148,8 @@ class NativeClient {
 
   // ps::Compression by the worker's --compression names.
   void SetCompression(int id, const std::string& kind, double topk_ratio) {
-    Compression compression;
-    compression.topk_ratio = topk_ratio;
-    if (kind == "bf16") {
-      compression.kind = Compression::Kind::kBfloat16;
-    } else if (kind == "fp16") {
-      compression.kind = Compression::Kind::kFloat16;
-    } else if (kind == "topk") {
-      compression.kind = Compression::Kind::kTopK;
-    } else if (kind != "none") {
-      ThrowIfError(absl::InvalidArgumentError(
-          "compression is none, bf16, fp16 or topk, got '" + kind + "'"));
-    }
-    ThrowIfError(Client()->SetCompression(id, compression));
+    ThrowIfError(Client()->SetCompression(
+        id, ValueOrThrow(Compression::FromName(kind, topk_ratio))));
   }
 
   void Barrier() {

@@ -132,49 +132,48 @@ TEST(SyncTrainingTest, Bfloat16OnTheWireStaysWithinItsRoundingOfTheExactStep) {
   ExpectTwoWorkersTrainLikeOne(check);
 }
 
+// Three workers at batch 32 with Adam, and `flags` for the workers.
+LaunchConfig ThreeWorkerAdamJob(const std::vector<std::string>& flags) {
+  LaunchConfig config = Job(2, 3, 32, "");
+  config.optimizer = "adam";
+  config.learning_rate = 0.001;
+  config.extra_worker_flags.insert(config.extra_worker_flags.end(),
+                                   flags.begin(), flags.end());
+  return config;
+}
+
+// The model `config` trains, saved to `path`.
+std::string TrainedModel(LaunchConfig config, const std::string& path) {
+  config.save_model = path;
+  ExpectSucceeded(RunCluster(config));
+  return ReadTestFile(path);
+}
+
 // Compressed, a sync step still sums the ranks' (decoded) pushes in rank
 // order, and top-k's error feedback is the workers' own deterministic
 // state: reruns give the same bits.
 TEST(SyncTrainingTest, CompressedRunsAreBitIdenticalToo) {
+  const std::string plain =
+      TrainedModel(ThreeWorkerAdamJob({}), TempPath("plain.model"));
   for (const char* flag : {"--compression=bf16", "--compression=topk"}) {
     SCOPED_TRACE(flag);
-    const std::string first = TempPath("first_compressed.model");
-    const std::string second = TempPath("second_compressed.model");
-    const std::string plain = TempPath("plain.model");
-    LaunchConfig config = Job(2, 3, 32, first);
-    config.optimizer = "adam";
-    config.learning_rate = 0.001;
-    config.extra_worker_flags.push_back(flag);
-    config.extra_worker_flags.push_back("--topk_ratio=0.05");
-    ExpectSucceeded(RunCluster(config));
-    config.save_model = second;
-    ExpectSucceeded(RunCluster(config));
-    const std::string a = ReadTestFile(first);
+    const LaunchConfig config = ThreeWorkerAdamJob({flag, "--topk_ratio=0.05"});
+    const std::string a = TrainedModel(config, TempPath("first_compressed"));
     ASSERT_FALSE(a.empty());
-    EXPECT_TRUE(a == ReadTestFile(second)) << "two runs with seed 1 differ";
-    // And the compression did something.
-    config.save_model = plain;
-    config.extra_worker_flags.pop_back();
-    config.extra_worker_flags.pop_back();
-    ExpectSucceeded(RunCluster(config));
-    EXPECT_FALSE(a == ReadTestFile(plain)) << "compressed like float32";
+    EXPECT_TRUE(a == TrainedModel(config, TempPath("second_compressed")))
+        << "two runs with seed 1 differ";
+    EXPECT_FALSE(a == plain) << "compressed like float32";
   }
 }
 
 // Three workers: their pushes arrive in another order from run to run, and
 // of three sums, unlike two, the order can change the bits.
 TEST(SyncTrainingTest, SameSeedGivesBitIdenticalWeights) {
-  const std::string first = TempPath("first.model");
-  const std::string second = TempPath("second.model");
-  LaunchConfig config = Job(2, 3, 32, first);
-  config.optimizer = "adam";
-  config.learning_rate = 0.001;
-  ExpectSucceeded(RunCluster(config));
-  config.save_model = second;
-  ExpectSucceeded(RunCluster(config));
-  const std::string a = ReadTestFile(first);
+  const LaunchConfig config = ThreeWorkerAdamJob({});
+  const std::string a = TrainedModel(config, TempPath("first.model"));
   ASSERT_FALSE(a.empty());
-  EXPECT_TRUE(a == ReadTestFile(second)) << "two runs with seed 1 differ";
+  EXPECT_TRUE(a == TrainedModel(config, TempPath("second.model")))
+      << "two runs with seed 1 differ";
 }
 
 // Workers on the servers' host reach them over the same-host transport

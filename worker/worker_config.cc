@@ -114,25 +114,13 @@ absl::StatusOr<std::vector<std::string>> ResolveServers(
 }
 
 absl::StatusOr<Compression> CompressionFromConfig(const WorkerConfig& config) {
-  Compression compression;
-  if (config.compression == "none") {
-    compression.kind = Compression::Kind::kNone;
-  } else if (config.compression == "bf16") {
-    compression.kind = Compression::Kind::kBfloat16;
-  } else if (config.compression == "fp16") {
-    compression.kind = Compression::Kind::kFloat16;
-  } else if (config.compression == "topk") {
-    compression.kind = Compression::Kind::kTopK;
-  } else {
+  absl::StatusOr<Compression> compression =
+      Compression::FromName(config.compression, config.topk_ratio);
+  if (!compression.ok()) {
+    // Its message starts with the argument's name, which is the flag's.
     return absl::InvalidArgumentError(
-        absl::StrCat("--compression must be none, bf16, fp16 or topk, got \"",
-                     config.compression, "\""));
+        absl::StrCat("--", compression.status().message()));
   }
-  if (!(config.topk_ratio > 0 && config.topk_ratio <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--topk_ratio must be in (0, 1], got ", config.topk_ratio));
-  }
-  compression.topk_ratio = config.topk_ratio;
   return compression;
 }
 
