@@ -57,13 +57,9 @@ bool PushCalls::Write(const PushItem& item, ClientStream& call) {
     if (item.encoding == WireEncoding::kFloat32) {
       data = lender_.LendFloats(values);
     } else {
-      std::string encoded;
-      const int scale = item.encoding == WireEncoding::kFloat16
-                            ? Float16ScaleExponent(values)
-                            : 0;
-      chunk.set_scale_exponent(scale);
-      AppendEncoded(item.encoding, values, &encoded, scale);
-      data = OwnedSlice(std::move(encoded));
+      EncodedChunk encoded = EncodeChunk(item.encoding, values);
+      chunk.set_scale_exponent(encoded.scale_exponent);
+      data = OwnedSlice(std::move(encoded.bytes));
     }
     if (!call.Write(SerializeChunkMessage(prototype_, chunk, kPushRequestChunk,
                                           std::move(data)))) {

@@ -216,6 +216,16 @@ void AppendEncoded(WireEncoding encoding, absl::Span<const float> values,
   }
 }
 
+EncodedChunk EncodeChunk(WireEncoding encoding,
+                         absl::Span<const float> values) {
+  EncodedChunk chunk;
+  if (encoding == WireEncoding::kFloat16) {
+    chunk.scale_exponent = Float16ScaleExponent(values);
+  }
+  AppendEncoded(encoding, values, &chunk.bytes, chunk.scale_exponent);
+  return chunk;
+}
+
 absl::Status DecodeEncoded(WireEncoding encoding, const absl::Cord& bytes,
                            absl::Span<float> out, int scale_exponent) {
   const size_t n = out.size();

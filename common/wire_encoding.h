@@ -68,6 +68,16 @@ float RoundTrip(WireEncoding encoding, float value);
 void AppendEncoded(WireEncoding encoding, absl::Span<const float> values,
                    std::string* out, int scale_exponent = 0);
 
+// A chunk of values as the wire carries it.
+struct EncodedChunk {
+  std::string bytes;
+  int scale_exponent = 0;  // ps.proto TensorChunk.scale_exponent.
+};
+
+// AppendEncoded of `values` alone, kFloat16 at Float16ScaleExponent's
+// scale: what a writer of a chunk sends.
+EncodedChunk EncodeChunk(WireEncoding encoding, absl::Span<const float> values);
+
 // Decodes `bytes` into `out` (the chunk's out.size() elements; kTopK sets
 // the elements not listed to 0). InvalidArgument saying what is wrong for
 // bytes that are not a valid encoding of out.size() elements: a length

@@ -277,6 +277,20 @@ TEST(WireEncodingTest, Float16ScaleKeepsTinyGradientsBits) {
   EXPECT_EQ(Float16ScaleExponent(std::vector<float>{inf, 1.0f}), 14);
 }
 
+TEST(WireEncodingTest, EncodeChunkScalesFloat16Only) {
+  const std::vector<float> values = {1e-7f, -2e-7f};
+  const EncodedChunk half = EncodeChunk(WireEncoding::kFloat16, values);
+  EXPECT_EQ(half.scale_exponent, Float16ScaleExponent(values));
+  std::vector<float> out(2);
+  ASSERT_TRUE(DecodeEncoded(WireEncoding::kFloat16, absl::Cord(half.bytes),
+                            absl::MakeSpan(out), half.scale_exponent)
+                  .ok());
+  EXPECT_NEAR(out[1], -2e-7f, 2e-7 * 0x1p-11);
+  const EncodedChunk bf16 = EncodeChunk(WireEncoding::kBfloat16, values);
+  EXPECT_EQ(bf16.scale_exponent, 0);
+  EXPECT_EQ(bf16.bytes.size(), 4u);
+}
+
 TEST(WireEncodingTest, RefusesAScaleOutOfRangeOrForOtherEncodings) {
   std::vector<float> out(1);
   absl::Cord two_bytes(std::string(2, '\0'));

@@ -96,4 +96,18 @@ absl::StatusOr<std::vector<WireEncoding>> PullEncodings(
   return out;
 }
 
+grpc::Slice PulledChunkData(WireEncoding encoding,
+                            std::shared_ptr<const void> owner,
+                            absl::Span<const float> values,
+                            proto::TensorChunk* chunk) {
+  chunk->set_encoding(static_cast<proto::Encoding>(encoding));
+  if (encoding == WireEncoding::kFloat32) {
+    chunk->set_scale_exponent(0);
+    return SharedFloatsSlice(std::move(owner), values);
+  }
+  EncodedChunk encoded = EncodeChunk(encoding, values);
+  chunk->set_scale_exponent(encoded.scale_exponent);
+  return OwnedSlice(std::move(encoded.bytes));
+}
+
 }  // namespace ps::server

@@ -5,6 +5,7 @@
 // edge, so that everything behind it (the push stager, the update
 // coordinator and its log, checkpoints, the sync sum) sees float32 only.
 
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -14,6 +15,7 @@
 #include "common/model_spec.h"
 #include "common/wire_encoding.h"
 #include "google/protobuf/repeated_field.h"
+#include "grpcpp/support/slice.h"
 #include "proto/parameter_server.pb.h"
 
 namespace ps::server {
@@ -34,6 +36,14 @@ absl::Status DecodePushedChunk(const ModelSpec& model,
 absl::StatusOr<std::vector<WireEncoding>> PullEncodings(
     const ModelSpec& model,
     const google::protobuf::RepeatedField<int>& requested);
+
+// The data of a pulled chunk of `values` in `encoding`, which it sets in
+// `chunk` (with the scale exponent): float32 is a slice over the values'
+// memory, kept alive by `owner`; the others are encoded into a new one.
+grpc::Slice PulledChunkData(WireEncoding encoding,
+                            std::shared_ptr<const void> owner,
+                            absl::Span<const float> values,
+                            proto::TensorChunk* chunk);
 
 }  // namespace ps::server
 

@@ -1,5 +1,6 @@
 #include "server/chunk_encoding.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,27 @@ TEST(ChunkEncodingTest, RefusesTopKIndexOutOfRangeNamingTheTensor) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("tensor 1 (b)"));
   EXPECT_THAT(s.message(), HasSubstr("index 3"));
+}
+
+TEST(ChunkEncodingTest, PulledChunkDataSaysItsEncodingAndScale) {
+  auto weights = std::make_shared<std::vector<float>>(
+      std::vector<float>{1e-7f, 2.0f, -3e-7f});
+  proto::TensorChunk chunk;
+  grpc::Slice half = PulledChunkData(WireEncoding::kFloat16, weights,
+                                     absl::MakeConstSpan(*weights), &chunk);
+  EXPECT_EQ(chunk.encoding(), proto::ENCODING_FLOAT16);
+  EXPECT_EQ(chunk.scale_exponent(), Float16ScaleExponent(*weights));
+  EXPECT_EQ(half.size(), 6u);
+  grpc::Slice full = PulledChunkData(WireEncoding::kFloat32, weights,
+                                     absl::MakeConstSpan(*weights), &chunk);
+  EXPECT_EQ(chunk.encoding(), proto::ENCODING_FLOAT32);
+  EXPECT_EQ(chunk.scale_exponent(), 0);
+  ASSERT_EQ(full.size(), 12u);
+  // Float32 is the weights' own memory (on a little-endian host).
+  if (kFloatEncodingIsMemoryImage) {
+    EXPECT_EQ(static_cast<const void*>(full.begin()),
+              static_cast<const void*>(weights->data()));
+  }
 }
 
 TEST(ChunkEncodingTest, PullEncodingsDefaultToFloat32) {

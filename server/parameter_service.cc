@@ -246,7 +246,6 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
     chunk.set_tensor_id(slice.tensor_id);
     chunk.mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
     const WireEncoding encoding = (*encodings)[slice.tensor_id];
-    chunk.set_encoding(static_cast<proto::Encoding>(encoding));
     // One version of the whole slice, sent from its memory without a copy
     // and without holding any lock.
     const update::VersionedWeights::Version weights = store.ShareWeights(i);
@@ -257,18 +256,7 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
       chunk.set_num_elements(n);
       const absl::Span<const float> values =
           absl::MakeConstSpan(*weights).subspan(begin, n);
-      grpc::Slice data;
-      if (encoding == WireEncoding::kFloat32) {
-        data = SharedFloatsSlice(weights, values);
-      } else {
-        std::string encoded;
-        const int scale = encoding == WireEncoding::kFloat16
-                              ? Float16ScaleExponent(values)
-                              : 0;
-        chunk.set_scale_exponent(scale);
-        AppendEncoded(encoding, values, &encoded, scale);
-        data = OwnedSlice(std::move(encoded));
-      }
+      grpc::Slice data = PulledChunkData(encoding, weights, values, &chunk);
       *bytes += data.size();
       const grpc::ByteBuffer message = SerializeChunkMessage(
           response, chunk, kPullResponseChunk, std::move(data));
