@@ -36,29 +36,32 @@ TEST(CrossHostBenchTest, EveryFigureOfARowIsPositive) {
   if (!testing::RunCommand({"iperf3", "--version"}, kTimeout).ok()) {
     GTEST_SKIP() << "no iperf3 (scripts/install_deps.sh installs it)";
   }
-  absl::StatusOr<std::string> out =
-      testing::RunCommand({Runfile("bench/cross_host_bench"),
-                           "--server_binary=" + Runfile("server/server"),
-                           "--sizes=4K", "--servers=2", "--rates_mbit=1000",
-                           "--runs=1", "--min_time_ms=0", "--iperf3_seconds=1"},
-                          kTimeout);
+  absl::StatusOr<std::string> out = testing::RunCommand(
+      {Runfile("bench/cross_host_bench"),
+       "--server_binary=" + Runfile("server/server"), "--sizes=4K",
+       "--servers=2", "--rates_mbit=1000", "--runs=1", "--min_time_ms=0",
+       "--iperf3_seconds=1", "--compression=none,bf16"},
+      kTimeout);
   ASSERT_TRUE(out.ok()) << out.status();
   int rows = 0;
   for (absl::string_view line : absl::StrSplit(*out, '\n')) {
-    if (!absl::StartsWith(line, "1G ")) continue;
+    if (!absl::StartsWith(line, "none ") && !absl::StartsWith(line, "bf16 ")) {
+      continue;
+    }
     ++rows;
     std::vector<absl::string_view> words =
         absl::StrSplit(line, ' ', absl::SkipEmpty());
-    // link, size (2 words), shards, then the figures.
-    ASSERT_EQ(words.size(), 17u) << line;
-    EXPECT_EQ(words[3], "2") << line;
-    for (size_t i = 4; i < words.size(); ++i) {
+    // wire, link, size (2 words), shards, then the figures.
+    ASSERT_EQ(words.size(), 18u) << line;
+    EXPECT_EQ(words[1], "1G") << line;
+    EXPECT_EQ(words[4], "2") << line;
+    for (size_t i = 5; i < words.size(); ++i) {
       double value = 0;
       ASSERT_TRUE(absl::SimpleAtod(words[i], &value)) << line;
       EXPECT_GT(value, 0) << "column " << i << " of " << line;
     }
   }
-  EXPECT_EQ(rows, 1) << *out;
+  EXPECT_EQ(rows, 2) << *out;
 }
 
 }  // namespace

@@ -168,6 +168,7 @@ absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
   client_options.connect_timeout = options.start_timeout;
   client_options.retry_timeout = options.start_timeout;
   client_options.local_transport = options.local_transport;
+  client_options.compression = options.compression;
   absl::StatusOr<std::unique_ptr<ParameterClient>> client =
       ParameterClient::Connect(client_options);
   if (!client.ok()) return client.status();

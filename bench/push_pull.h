@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "bench/measure.h"
+#include "client/parameter_client.h"
 #include "common/subprocess.h"
 
 namespace ps::bench {
@@ -29,6 +30,8 @@ struct PushPullOptions {
   // Whether the client reaches the shards over the same-host transport
   // (their --local_transport and ClientOptions.local_transport) or gRPC.
   bool local_transport = true;
+  // How the client sends gradients and takes weights (every tensor).
+  Compression compression;
   // The shards' --cpus (empty: any CPU).
   std::vector<int> server_cpus;
   // Across test hosts: shard i listens on shard_hosts[i] (an address of

@@ -92,6 +92,27 @@ class FailedStepPush final : public StepPush {
 
 }  // namespace
 
+absl::StatusOr<Compression> Compression::FromName(absl::string_view name,
+                                                  double topk_ratio) {
+  Compression compression;
+  if (name == "bf16") {
+    compression.kind = Kind::kBfloat16;
+  } else if (name == "fp16") {
+    compression.kind = Kind::kFloat16;
+  } else if (name == "topk") {
+    compression.kind = Kind::kTopK;
+  } else if (name != "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compression must be none, bf16, fp16 or topk, got \"", name, "\""));
+  }
+  if (!(topk_ratio > 0 && topk_ratio <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topk_ratio must be in (0, 1], got ", topk_ratio));
+  }
+  compression.topk_ratio = topk_ratio;
+  return compression;
+}
+
 absl::StatusOr<ClientOptions> ClientOptions::FromEnvironment() {
   absl::StatusOr<WorkerEnvironment> environment =
       ReadWorkerEnvironment([](const char* name) { return std::getenv(name); });
@@ -211,6 +232,12 @@ class ParameterClient::Impl {
     absl::StatusOr<ShardFanout*> fanout = Fanout(/*for_step=*/true);
     if (!fanout.ok()) return std::make_unique<FailedStepPush>(fanout.status());
     return (*fanout)->StartStep(info, pull_after);
+  }
+
+  absl::Status SetCompression(int id, const Compression& compression) {
+    absl::StatusOr<ShardFanout*> fanout = Fanout(/*for_step=*/false);
+    if (!fanout.ok()) return fanout.status();
+    return (*fanout)->SetCompression(id, compression);
   }
 
   absl::Status Barrier() {
@@ -350,6 +377,11 @@ absl::Status ParameterClient::Push(const StepInfo& info,
     }
   }
   return push->Finish();
+}
+
+absl::Status ParameterClient::SetCompression(int id,
+                                             const Compression& compression) {
+  return impl_->SetCompression(id, compression);
 }
 
 absl::Status ParameterClient::Barrier() { return impl_->Barrier(); }

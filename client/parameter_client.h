@@ -53,6 +53,38 @@
 
 namespace ps {
 
+// How a tensor's values travel between this worker and the shards. The
+// shards keep float32 weights and compute in float32 whatever is chosen,
+// and a sync step still sums the ranks' (decoded) gradients in rank order,
+// so a rerun gives the same bits.
+struct Compression {
+  enum class Kind {
+    // Float32 both ways.
+    kNone,
+    // Gradients pushed and weights pulled as bfloat16 (half the bytes),
+    // rounded to nearest, ties to even: 8 significant bits, float32's range.
+    kBfloat16,
+    // The same as IEEE float16: 11 significant bits; magnitudes below about
+    // 6e-8 arrive as 0, above 65504 as infinite (and a push holding an
+    // infinity is refused).
+    kFloat16,
+    // Each push of the tensor sends only its ceil(topk_ratio x elements)
+    // largest-magnitude values of gradient + residual, as (index, value)
+    // pairs; the values not sent are this client's residual, added to the
+    // tensor's next push (error feedback). Weights are pulled as float32.
+    kTopK,
+  };
+  Kind kind = Kind::kNone;
+  // kTopK: the fraction of the elements sent, in (0, 1].
+  double topk_ratio = 0.01;
+
+  // The compression called `name` ("none", "bf16", "fp16", "topk": the
+  // worker's --compression) with `topk_ratio`; InvalidArgument saying what
+  // is wrong with either (the caller names its flag or argument).
+  static absl::StatusOr<Compression> FromName(absl::string_view name,
+                                              double topk_ratio);
+};
+
 struct ClientOptions {
   // "host:port" of every shard, shard i first.
   std::vector<std::string> servers;
@@ -80,6 +112,9 @@ struct ClientOptions {
   // false: gRPC always. Shards elsewhere are reached through gRPC either
   // way.
   bool local_transport = true;
+  // Every tensor's compression, unless ParameterClient::SetCompression
+  // chose another for it.
+  Compression compression;
 
   // Authentication, for servers started with the matching flags (all empty:
   // plaintext). Paths of files, read by Connect; InvalidArgument naming the
@@ -243,6 +278,13 @@ class ParameterClient {
   // new job calls it before its first pull or step when the model has
   // FromRank0 tensors (else FailedPrecondition).
   absl::Status Broadcast(TensorValues& values);
+
+  // Sets how tensor `id` travels from now on (ClientOptions.compression
+  // until then): pulls made and steps started after the call returns use
+  // it. A tensor leaving kTopK drops its residual. Only this client's side
+  // changes: ranks may choose differently. InvalidArgument for an unknown
+  // id or a topk_ratio outside (0, 1]; FailedPrecondition before Declare.
+  absl::Status SetCompression(int id, const Compression& compression);
 
   // Fills `weights` once the servers allow step `step` to proceed (see the
   // modes above). Returns the weights' version: updates applied, the

@@ -18,11 +18,20 @@ void ShapeWeights(const ModelSpec& model, TensorValues& weights) {
   }
 }
 
+void AddPullEncodings(absl::Span<const WireEncoding> encodings,
+                      google::protobuf::RepeatedField<int>* out) {
+  size_t end = encodings.size();
+  while (end > 0 && encodings[end - 1] == WireEncoding::kFloat32) --end;
+  for (size_t t = 0; t < end; ++t) out->Add(static_cast<int>(encodings[t]));
+}
+
 PullReader::PullReader(const Partition& partition, int server,
-                       TensorValues& weights)
+                       TensorValues& weights,
+                       absl::Span<const WireEncoding> encodings)
     : model_(partition.model()),
       slices_(partition.SlicesOfServer(server)),
       weights_(weights),
+      encodings_(encodings),
       next_offset_(slices_.empty() ? 0 : slices_[0].offset) {}
 
 void PullReader::Add(const grpc::ByteBuffer& message) {
@@ -41,15 +50,20 @@ void PullReader::Add(const grpc::ByteBuffer& message) {
     return;
   }
   const Slice& slice = slices_[slice_index_];
+  const WireEncoding expected = slice.tensor_id < encodings_.size()
+                                    ? encodings_[slice.tensor_id]
+                                    : WireEncoding::kFloat32;
   const uint64_t slice_end = slice.offset + slice.num_elements;
   if (chunk.tensor_id() != slice.tensor_id || chunk.offset() != next_offset_ ||
       chunk.num_elements() == 0 ||
       chunk.num_elements() > slice_end - next_offset_ ||
-      chunk.dtype() != proto::DTYPE_FLOAT32) {
+      chunk.dtype() != proto::DTYPE_FLOAT32 ||
+      chunk.encoding() != static_cast<int>(expected)) {
     error_ = absl::DataLossError(absl::StrCat(
         "unexpected chunk: tensor ", chunk.tensor_id(), " [", chunk.offset(),
-        ", +", chunk.num_elements(), "); expected tensor ", slice.tensor_id,
-        " from element ", next_offset_));
+        ", +", chunk.num_elements(), ") encoded ", chunk.encoding(),
+        "; expected tensor ", slice.tensor_id, " from element ", next_offset_,
+        " encoded ", static_cast<int>(expected)));
     return;
   }
   const std::vector<int64_t>& shape = model_.tensors[slice.tensor_id].shape;
@@ -63,7 +77,7 @@ void PullReader::Add(const grpc::ByteBuffer& message) {
   const absl::Span<float> dst =
       absl::MakeSpan(weights_[slice.tensor_id])
           .subspan(chunk.offset(), chunk.num_elements());
-  error_ = DecodeFloats(data, dst);
+  error_ = DecodeEncoded(expected, data, dst, chunk.scale_exponent());
   next_offset_ += chunk.num_elements();
   if (next_offset_ == slice_end && ++slice_index_ < slices_.size()) {
     next_offset_ = slices_[slice_index_].offset;
@@ -81,8 +95,9 @@ absl::Status PullReader::Finish() const {
 
 absl::Status ReceiveWeights(ClientStream& call, const Partition& partition,
                             int server, TensorValues& weights,
-                            uint64_t* version) {
-  PullReader reader(partition, server, weights);
+                            uint64_t* version,
+                            absl::Span<const WireEncoding> encodings) {
+  PullReader reader(partition, server, weights, encodings);
   grpc::ByteBuffer message;
   while (call.Read(&message)) reader.Add(message);
   if (reader.version().has_value()) *version = *reader.version();

@@ -1,6 +1,8 @@
 #include "client/push_stream.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -23,6 +25,7 @@ PushCalls::PushCalls(const PushStreamSpec& spec) : spec_(spec) {
   }
   if (spec.kind == PushKind::kStepPullAfter) {
     prototype_.set_max_pull_chunk_elements(spec.chunk_elements);
+    AddPullEncodings(spec.pull_encodings, prototype_.mutable_pull_encodings());
   }
   if (spec.kind == PushKind::kInitialValues) {
     prototype_.set_initial_values(true);
@@ -43,14 +46,23 @@ bool PushCalls::Write(const PushItem& item, ClientStream& call) {
   chunk.set_tensor_id(slice.tensor_id);
   chunk.set_dtype(proto::DTYPE_FLOAT32);
   chunk.mutable_shape()->Assign(shape.begin(), shape.end());
+  chunk.set_encoding(static_cast<proto::Encoding>(item.encoding));
   for (uint64_t done = 0; done < slice.num_elements; done += chunk_elements) {
     const uint64_t n = std::min(chunk_elements, slice.num_elements - done);
     chunk.set_offset(slice.offset + done);
     chunk.set_num_elements(n);
     const absl::Span<const float> values =
         absl::MakeConstSpan(item.tensor_data + slice.offset + done, n);
+    grpc::Slice data;
+    if (item.encoding == WireEncoding::kFloat32) {
+      data = lender_.LendFloats(values);
+    } else {
+      EncodedChunk encoded = EncodeChunk(item.encoding, values);
+      chunk.set_scale_exponent(encoded.scale_exponent);
+      data = OwnedSlice(std::move(encoded.bytes));
+    }
     if (!call.Write(SerializeChunkMessage(prototype_, chunk, kPushRequestChunk,
-                                          lender_.LendFloats(values)))) {
+                                          std::move(data)))) {
       return false;
     }
   }
@@ -62,8 +74,9 @@ absl::Status PushCalls::Complete(ClientStream& call, bool broken,
   if (spec_.kind == PushKind::kStepPullAfter) {
     if (!broken) call.WritesDone();
     // A broken stream shows in the call's status, which this returns.
-    return DroppedByShardIsUnavailable(ReceiveWeights(
-        call, *spec_.partition, spec_.server, *weights, &pulled_version_));
+    return DroppedByShardIsUnavailable(
+        ReceiveWeights(call, *spec_.partition, spec_.server, *weights,
+                       &pulled_version_, spec_.pull_encodings));
   }
   // The one response is the shard's acknowledgement; its version is not
   // needed here.

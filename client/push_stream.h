@@ -11,6 +11,7 @@
 #include "common/chunk_wire.h"
 #include "common/client_stream.h"
 #include "common/partition.h"
+#include "common/wire_encoding.h"
 #include "proto/parameter_server.pb.h"
 
 namespace ps::client_internal {
@@ -31,6 +32,8 @@ enum class PushKind {
 struct PushItem {
   Slice slice;
   const float* tensor_data = nullptr;
+  // How the values are written (kTopK: those that are not 0).
+  WireEncoding encoding = WireEncoding::kFloat32;
 };
 
 // One shard's part of a push: the slices it holds, written as chunk
@@ -73,6 +76,9 @@ struct PushStreamSpec {
   StepInfo info;
   PushKind kind = PushKind::kStep;
   uint64_t chunk_elements = 1;
+  // kStepPullAfter: how each tensor's weights come back, by id (empty:
+  // float32).
+  std::vector<WireEncoding> pull_encodings;
 };
 
 // What both kinds of PushStream share: the calls to the shard, the

@@ -53,10 +53,12 @@ std::vector<ShardChannel*> Borrowed(
 }  // namespace
 
 ShardFanout::ShardFanout(std::vector<std::unique_ptr<ShardChannel>> shards,
-                         const Partition* partition, uint64_t chunk_elements)
+                         const Partition* partition, uint64_t chunk_elements,
+                         const Compression& compression)
     : shards_(std::move(shards)),
       partition_(partition),
       chunk_elements_(chunk_elements),
+      compression_(&partition->model(), compression),
       heartbeats_(Borrowed(shards_)) {}
 
 absl::StatusOr<std::unique_ptr<ShardFanout>> ShardFanout::Create(
@@ -73,14 +75,20 @@ absl::StatusOr<std::unique_ptr<ShardFanout>> ShardFanout::Create(
   if (options.chunk_elements == 0) {
     return absl::InvalidArgumentError("chunk_elements must be positive");
   }
+  if (absl::Status s =
+          ValidateCompression(options.compression, "ClientOptions.compression");
+      !s.ok()) {
+    return s;
+  }
   std::vector<std::unique_ptr<ShardChannel>> shards;
   for (size_t s = 0; s < channels.size(); ++s) {
     shards.push_back(std::make_unique<ShardChannel>(
         static_cast<int>(s), std::move(addresses[s]), channels[s],
         partition->fingerprint(), options));
   }
-  return absl::WrapUnique(
-      new ShardFanout(std::move(shards), partition, options.chunk_elements));
+  return absl::WrapUnique(new ShardFanout(std::move(shards), partition,
+                                          options.chunk_elements,
+                                          options.compression));
 }
 
 ShardFanout::~ShardFanout() = default;
@@ -200,11 +208,13 @@ absl::StatusOr<uint64_t> ShardFanout::PullFromAll(uint64_t clock,
                                                   bool after_others_finish,
                                                   TensorValues& weights) {
   ShapeWeights(partition_->model(), weights);
+  const std::vector<WireEncoding> encodings = PullEncodings();
   std::vector<uint64_t> versions(num_servers(), 0);
   absl::Status status = ForEachServer(threads_, num_servers(), [&](int s) {
     return shards_[s]->CallWithRetry("pull", [&] {
-      return DroppedByShardIsUnavailable(PullFromShard(
-          *shards_[s], clock, after_others_finish, weights, &versions[s]));
+      return DroppedByShardIsUnavailable(
+          PullFromShard(*shards_[s], clock, after_others_finish, encodings,
+                        weights, &versions[s]));
     });
   });
   if (!status.ok()) return status;
@@ -212,18 +222,28 @@ absl::StatusOr<uint64_t> ShardFanout::PullFromAll(uint64_t clock,
   return *std::min_element(versions.begin(), versions.end());
 }
 
-absl::Status ShardFanout::PullFromShard(ShardChannel& shard, uint64_t clock,
-                                        bool after_others_finish,
-                                        TensorValues& weights,
-                                        uint64_t* version) {
+absl::Status ShardFanout::PullFromShard(
+    ShardChannel& shard, uint64_t clock, bool after_others_finish,
+    absl::Span<const WireEncoding> encodings, TensorValues& weights,
+    uint64_t* version) {
   proto::PullRequest request;
   *request.mutable_header() = shard.Header();
   request.set_clock(clock);
   request.set_max_chunk_elements(chunk_elements_);
   request.set_after_others_finish(after_others_finish);
+  AddPullEncodings(encodings, request.mutable_tensor_encodings());
   std::unique_ptr<ClientStream> call = shard.OpenStream("Pull");
   call->WriteLast(SerializeMessage(request));
-  return ReceiveWeights(*call, *partition_, shard.index(), weights, version);
+  return ReceiveWeights(*call, *partition_, shard.index(), weights, version,
+                        encodings);
+}
+
+std::vector<WireEncoding> ShardFanout::PullEncodings() const {
+  std::vector<WireEncoding> encodings;
+  for (const Compression& choice : compression_.Choices()) {
+    encodings.push_back(PullEncoding(choice));
+  }
+  return encodings;
 }
 
 std::unique_ptr<StepPush> ShardFanout::StartStep(const StepInfo& info,
@@ -234,10 +254,23 @@ std::unique_ptr<StepPush> ShardFanout::StartStep(const StepInfo& info,
 
 std::unique_ptr<StepPush> ShardFanout::StartPush(const StepInfo& info,
                                                  PushKind kind) {
+  // One reading of the choices for the whole push and its pull.
+  std::vector<Compression> choices = compression_.Choices();
+  std::vector<WireEncoding> pull_encodings;
+  for (const Compression& choice : choices) {
+    pull_encodings.push_back(PullEncoding(choice));
+  }
   auto open_stream = [&](int s) -> std::unique_ptr<PushStream> {
     ShardChannel& shard = *shards_[s];
-    const PushStreamSpec spec = {&shard, partition_, s,
-                                 info,   kind,       chunk_elements_};
+    const PushStreamSpec spec = {&shard,
+                                 partition_,
+                                 s,
+                                 info,
+                                 kind,
+                                 chunk_elements_,
+                                 kind == PushKind::kStepPullAfter
+                                     ? pull_encodings
+                                     : std::vector<WireEncoding>()};
     if (shard.HasLocalChannel()) {
       return std::make_unique<InlinePushStream>(spec);
     }
@@ -245,7 +278,8 @@ std::unique_ptr<StepPush> ShardFanout::StartPush(const StepInfo& info,
   };
   return std::make_unique<ShardedStepPush>(
       partition_, kind, info.step, open_stream,
-      [this](uint64_t clock) { heartbeats_.RaiseClock(clock); });
+      [this](uint64_t clock) { heartbeats_.RaiseClock(clock); }, &compression_,
+      std::move(choices));
 }
 
 absl::Status ShardFanout::Done() {

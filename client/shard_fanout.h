@@ -13,6 +13,7 @@
 #include "client/parameter_client.h"
 #include "client/push_stream.h"
 #include "client/shard_channel.h"
+#include "client/tensor_compression.h"
 #include "client/thread_cache.h"
 #include "common/partition.h"
 #include "grpcpp/channel.h"
@@ -43,8 +44,8 @@ namespace ps::client_internal {
 class ShardFanout {
  public:
   // `channels[i]` (from ConnectChannels) reaches shard i at `addresses[i]`.
-  // Reads rank, job_id, chunk_elements, local_transport and the retry
-  // fields of `options`.
+  // Reads rank, job_id, chunk_elements, local_transport, compression and
+  // the retry fields of `options`.
   static absl::StatusOr<std::unique_ptr<ShardFanout>> Create(
       std::vector<std::string> addresses,
       std::vector<std::shared_ptr<grpc::Channel>> channels,
@@ -95,12 +96,21 @@ class ShardFanout {
   // Register.
   void StartHeartbeats(absl::Duration period);
 
+  // ParameterClient::SetCompression.
+  absl::Status SetCompression(int id, const Compression& compression) {
+    return compression_.Set(id, compression);
+  }
+
   const Partition& partition() const { return *partition_; }
   int num_servers() const { return static_cast<int>(shards_.size()); }
 
  private:
   ShardFanout(std::vector<std::unique_ptr<ShardChannel>> shards,
-              const Partition* partition, uint64_t chunk_elements);
+              const Partition* partition, uint64_t chunk_elements,
+              const Compression& compression);
+
+  // How each tensor's weights are pulled now, by id.
+  std::vector<WireEncoding> PullEncodings() const;
 
   // A push of `kind` over every shard it reaches.
   std::unique_ptr<StepPush> StartPush(const StepInfo& info, PushKind kind);
@@ -108,12 +118,14 @@ class ShardFanout {
   absl::StatusOr<uint64_t> PullFromAll(uint64_t clock, bool after_others_finish,
                                        TensorValues& weights);
   absl::Status PullFromShard(ShardChannel& shard, uint64_t clock,
-                             bool after_others_finish, TensorValues& weights,
-                             uint64_t* version);
+                             bool after_others_finish,
+                             absl::Span<const WireEncoding> encodings,
+                             TensorValues& weights, uint64_t* version);
 
   const std::vector<std::unique_ptr<ShardChannel>> shards_;
   const Partition* const partition_;
   const uint64_t chunk_elements_;
+  TensorCompression compression_;
   // Borrows `shards_`; declared after them, so stopped first.
   Heartbeats heartbeats_;
   // Runs the fan-out to the shards and the threaded push streams; kept for

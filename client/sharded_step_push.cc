@@ -11,11 +11,17 @@ namespace ps::client_internal {
 ShardedStepPush::ShardedStepPush(const Partition* partition, PushKind kind,
                                  uint64_t step,
                                  const StreamFactory& open_stream,
-                                 std::function<void(uint64_t)> on_pulled)
+                                 std::function<void(uint64_t)> on_pulled,
+                                 TensorCompression* compression,
+                                 std::vector<Compression> choices)
     : partition_(*partition),
       kind_(kind),
       step_(step),
       on_pulled_(std::move(on_pulled)),
+      compression_(compression),
+      choices_(std::move(choices)),
+      sparse_(partition->model().tensors.size()),
+      residuals_(partition->model().tensors.size()),
       sent_(partition->model().tensors.size(), false) {
   // A step reaches every shard, even one that holds no element: a sync
   // step waits for every rank's push. Initial values reach only the shards
@@ -66,8 +72,19 @@ absl::Status ShardedStepPush::Send(int id, absl::Span<const float> gradient) {
     return absl::InvalidArgumentError(absl::StrCat(
         "initial values for ", spec.name, ", which is not declared FromRank0"));
   }
+  // Initial values are weights: always float32.
+  const Compression choice = kind_ != PushKind::kInitialValues &&
+                                     static_cast<size_t>(id) < choices_.size()
+                                 ? choices_[id]
+                                 : Compression();
+  const float* data = gradient.data();
+  if (choice.kind == Compression::Kind::kTopK && compression_ != nullptr) {
+    sparse_[id] = compression_->Sparsify(id, gradient, choice.topk_ratio,
+                                         &residuals_[id]);
+    data = sparse_[id].data();
+  }
   for (const Slice& slice : partition_.SlicesOfTensor(id)) {
-    streams_[slice.server]->Enqueue({slice, gradient.data()});
+    streams_[slice.server]->Enqueue({slice, data, PushEncoding(choice)});
   }
   sent_[id] = true;
   return absl::OkStatus();
@@ -105,7 +122,22 @@ absl::Status ShardedStepPush::Finish() {
   }
   absl::StatusOr<Streams> streams = TakeComplete();
   if (!streams.ok()) return streams.status();
-  return JoinStreams(*streams, nullptr, nullptr);
+  if (absl::Status s = JoinStreams(*streams, nullptr, nullptr); !s.ok()) {
+    return s;
+  }
+  CommitResiduals();
+  return absl::OkStatus();
+}
+
+void ShardedStepPush::CommitResiduals() {
+  if (compression_ == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  for (size_t id = 0; id < sparse_.size(); ++id) {
+    if (sent_[id] && choices_.size() > id &&
+        choices_[id].kind == Compression::Kind::kTopK) {
+      compression_->Commit(static_cast<int>(id), std::move(residuals_[id]));
+    }
+  }
 }
 
 absl::StatusOr<uint64_t> ShardedStepPush::FinishWithPull(
@@ -122,6 +154,7 @@ absl::StatusOr<uint64_t> ShardedStepPush::FinishWithPull(
   if (absl::Status s = JoinStreams(*streams, &weights, &versions); !s.ok()) {
     return s;
   }
+  CommitResiduals();
   on_pulled_(step_ + 1);
   return *std::min_element(versions.begin(), versions.end());
 }

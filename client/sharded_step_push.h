@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "client/parameter_client.h"
 #include "client/push_stream.h"
+#include "client/tensor_compression.h"
 #include "common/partition.h"
 
 namespace ps::client_internal {
@@ -27,8 +28,14 @@ namespace ps::client_internal {
 // cancelled, never sent incomplete (a shard takes a push only if its stream
 // covered all its elements, so nothing is applied anywhere).
 //
-// Thread-safe, as StepPush says. Borrows the partition, which must outlive
-// it, as must whatever the streams borrow.
+// Each tensor is sent as `choices` (by id) says: bfloat16 and float16 are
+// encoded chunk by chunk as they are written; a kTopK tensor is sparsified
+// with its residual in `compression` when sent, and the residual left is
+// committed once every shard took the push (a failed push leaves it as it
+// was).
+//
+// Thread-safe, as StepPush says. Borrows the partition and `compression`,
+// which must outlive it, as must whatever the streams borrow.
 class ShardedStepPush final : public StepPush {
  public:
   // Opens the stream to shard `server`.
@@ -38,9 +45,12 @@ class ShardedStepPush final : public StepPush {
   // (every tensor, or for kInitialValues those declared kFromRank0).
   // `on_pulled(step + 1)` is called once FinishWithPull has the weights for
   // step + 1.
+  // `compression` may be null when every choice is kNone.
   ShardedStepPush(const Partition* partition, PushKind kind, uint64_t step,
                   const StreamFactory& open_stream,
-                  std::function<void(uint64_t)> on_pulled);
+                  std::function<void(uint64_t)> on_pulled,
+                  TensorCompression* compression = nullptr,
+                  std::vector<Compression> choices = {});
   // Cancels the streams unless finished.
   ~ShardedStepPush() override;
 
@@ -64,12 +74,22 @@ class ShardedStepPush final : public StepPush {
   // goes to `weights`, each shard's version to `(*versions)[shard]`.
   static absl::Status JoinStreams(const Streams& streams, TensorValues* weights,
                                   std::vector<uint64_t>* versions);
+  // After every shard took the push: the top-k residuals become the
+  // tensors'.
+  void CommitResiduals() ABSL_LOCKS_EXCLUDED(mu_);
 
   const Partition& partition_;
   const PushKind kind_;
   const uint64_t step_;
   const std::function<void(uint64_t)> on_pulled_;
+  TensorCompression* const compression_;
+  const std::vector<Compression> choices_;
   absl::Mutex mu_;
+  // By id, for kTopK tensors: the values sent (the streams point into
+  // them) and the residual to commit. Declared before the streams, so
+  // destroyed after them.
+  std::vector<std::vector<float>> sparse_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<float>> residuals_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   // By shard; null for a shard the push does not reach.
   Streams streams_ ABSL_GUARDED_BY(mu_);

@@ -24,6 +24,8 @@ struct Log {
   std::vector<absl::Status> join_status;
   std::vector<uint64_t> versions;
   std::vector<TensorValues*> weights;
+  // Every enqueued item.
+  std::vector<PushItem> items;
 };
 
 class FakeStream final : public PushStream {
@@ -31,6 +33,7 @@ class FakeStream final : public PushStream {
   FakeStream(Log* log, int server) : log_(log), server_(server) {}
   ~FakeStream() override { Say("drop"); }
   void Enqueue(const PushItem& item) override {
+    log_->items.push_back(item);
     Say(absl::StrCat("enqueue t", item.slice.tensor_id, "@",
                      item.slice.offset));
   }
@@ -230,6 +233,50 @@ TEST_F(ShardedStepPushTest, InitialValuesGoOnlyToTheShardsHoldingThem) {
   ASSERT_TRUE(push->Send(1, gradients_[1]).ok());
   EXPECT_TRUE(push->Finish().ok());  // Complete without dense.w and dense.b.
   EXPECT_EQ(Events("join").size(), expected.size());
+}
+
+// dense.w (id 2) in top-k, dense.b (id 3) in bfloat16: each slice goes
+// out in its tensor's encoding, top-k's from the sparsified values; the
+// residual is kept only once every shard took the push.
+TEST_F(ShardedStepPushTest, CompressesAsChosenAndCommitsTheResidualOnSuccess) {
+  TensorCompression compression(&partition_->model(), {});
+  ASSERT_TRUE(compression.Set(2, {Compression::Kind::kTopK, 0.01}).ok());
+  ASSERT_TRUE(compression.Set(3, {Compression::Kind::kBfloat16}).ok());
+  // k = 3 of 300: 7, 8 and 9 are sent, 10 is left for the next push.
+  std::vector<float> gradient(300, 0.0f);
+  gradient[7] = 5.0f;
+  gradient[8] = 4.0f;
+  gradient[9] = 3.0f;
+  gradient[10] = 2.0f;
+  auto step = [&](absl::Status join) {
+    log_.items.clear();
+    log_.join_status = {join, join, join};
+    ShardedStepPush push(
+        partition_.get(), PushKind::kStep, 6,
+        [this](int s) { return std::make_unique<FakeStream>(&log_, s); },
+        [](uint64_t) {}, &compression, compression.Choices());
+    for (int t = 0; t < kTensors; ++t) {
+      EXPECT_TRUE(push.Send(t, t == 2 ? gradient : gradients_[t]).ok());
+    }
+    for (const PushItem& item : log_.items) {
+      const WireEncoding expected =
+          item.slice.tensor_id == 2   ? WireEncoding::kTopK
+          : item.slice.tensor_id == 3 ? WireEncoding::kBfloat16
+                                      : WireEncoding::kFloat32;
+      EXPECT_EQ(item.encoding, expected) << item.slice.tensor_id;
+    }
+    return push.Finish();
+  };
+  // What the next push would send from a zero gradient: the residual.
+  auto residual_sent = [&] {
+    std::vector<float> left;
+    return compression.Sparsify(2, std::vector<float>(300, 0.0f), 0.01,
+                                &left)[10];
+  };
+  EXPECT_FALSE(step(absl::UnavailableError("down")).ok());
+  EXPECT_EQ(residual_sent(), 0.0f) << "a failed push changed the residual";
+  ASSERT_TRUE(step(absl::OkStatus()).ok());
+  EXPECT_EQ(residual_sent(), 2.0f) << "the taken push's residual was lost";
 }
 
 }  // namespace

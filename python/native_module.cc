@@ -146,6 +146,12 @@ class NativeClient {
     ThrowIfError(status);
   }
 
+  // ps::Compression by the worker's --compression names.
+  void SetCompression(int id, const std::string& kind, double topk_ratio) {
+    ThrowIfError(Client()->SetCompression(
+        id, ValueOrThrow(Compression::FromName(kind, topk_ratio))));
+  }
+
   void Barrier() {
     std::shared_ptr<ParameterClient> client = Client();
     absl::Status status;
@@ -439,6 +445,8 @@ void DefineClient(py::module_& m) {
           py::arg("step"), py::arg("base_version"), py::arg("num_examples"),
           py::arg("epoch"), py::arg("examples_done"), py::arg("pull_after"),
           py::arg("learning_rate") = py::none())
+      .def("set_compression", &NativeClient::SetCompression, py::arg("id"),
+           py::arg("kind"), py::arg("topk_ratio") = 0.01)
       .def("barrier", &NativeClient::Barrier)
       .def("collectives",
            [](NativeClient& c) { return ConnectCollectives(c.options()); })

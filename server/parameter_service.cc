@@ -11,6 +11,7 @@
 #include "common/chunk_wire.h"
 #include "common/consistency_mode_proto.h"
 #include "common/grpc_status.h"
+#include "server/chunk_encoding.h"
 #include "server/push_message_proto.h"
 #include "server/push_stager.h"
 #include "server/register_handler.h"
@@ -202,6 +203,9 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
   if (absl::Status s = CheckCaller(coordinator, request.header()); !s.ok()) {
     return s;
   }
+  absl::StatusOr<std::vector<WireEncoding>> encodings =
+      PullEncodings(store.partition().model(), request.tensor_encodings());
+  if (!encodings.ok()) return encodings.status();
   absl::StatusOr<RankCallLimiter::Slot> slot =
       calls_.Acquire(request.header().worker_rank());
   if (!slot.ok()) return slot.status();
@@ -241,6 +245,7 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
     const TensorSpec& spec = store.partition().model().tensors[slice.tensor_id];
     chunk.set_tensor_id(slice.tensor_id);
     chunk.mutable_shape()->Assign(spec.shape.begin(), spec.shape.end());
+    const WireEncoding encoding = (*encodings)[slice.tensor_id];
     // One version of the whole slice, sent from its memory without a copy
     // and without holding any lock.
     const update::VersionedWeights::Version weights = store.ShareWeights(i);
@@ -249,11 +254,12 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
       const uint64_t n = std::min(chunk_elements, slice.num_elements - begin);
       chunk.set_offset(slice.offset + begin);
       chunk.set_num_elements(n);
-      *bytes += n * sizeof(float);
+      const absl::Span<const float> values =
+          absl::MakeConstSpan(*weights).subspan(begin, n);
+      grpc::Slice data = PulledChunkData(encoding, weights, values, &chunk);
+      *bytes += data.size();
       const grpc::ByteBuffer message = SerializeChunkMessage(
-          response, chunk, kPullResponseChunk,
-          SharedFloatsSlice(weights,
-                            absl::MakeConstSpan(*weights).subspan(begin, n)));
+          response, chunk, kPullResponseChunk, std::move(data));
       if (!stream.Write(message)) {
         return absl::CancelledError("pull stream closed by the client");
       }
@@ -331,8 +337,26 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
     if (first_message) {
       *first = request;
       first->clear_chunk();
+      // Checked before the push is taken: a refused pull after it would
+      // leave the worker without its weights for a step it cannot repeat.
+      if (call == PushCall::kPushPull) {
+        absl::StatusOr<std::vector<WireEncoding>> encodings =
+            PullEncodings(store.partition().model(), request.pull_encodings());
+        if (!encodings.ok()) return encodings.status();
+      }
     }
     *bytes += data.size();
+    // Compressed chunks become float32 here, before the stager: what is
+    // staged, summed, logged and checkpointed never knows they were.
+    if (request.has_chunk()) {
+      if (absl::Status s = DecodePushedChunk(store.partition().model(),
+                                             request.mutable_chunk(), &data);
+          !s.ok()) {
+        return absl::Status(
+            s.code(), absl::StrCat("push message ", stager.messages(), ": ",
+                                   s.message()));
+      }
+    }
     if (absl::Status s = stager.Add(PushMessageFromProto(request, data));
         !s.ok()) {
       return s;
@@ -405,6 +429,7 @@ grpc::Status ParameterService::PushPullBytes(ByteStream& stream) {
   *pull.mutable_header() = first.header();
   pull.set_clock(first.step() + 1);
   pull.set_max_chunk_elements(first.max_pull_chunk_elements());
+  *pull.mutable_tensor_encodings() = first.pull_encodings();
   return AnswerPull(pull, stream, absl::Now());
 }
 

@@ -68,6 +68,30 @@ def sync_arithmetic(client):
     client.finish()
 
 
+def compressed_gradients(rank):
+    """Step 0's gradients for `compressed`: w's not exact in bfloat16, b's
+    with one largest element per rank."""
+    w, b = gradients(rank, 0)
+    return [w / 3, b * (rank + 1)]
+
+
+def compressed(client):
+    """One sync step with w in bfloat16 both ways and b top-k (1 of 3
+    elements sent); reports the weights pulled after it."""
+    client.declare(declaration(), planned_steps=1)
+    if client.rank == 0:
+        client.weights[0][...] = np.arange(6, dtype=np.float32).reshape(
+            2, 3) / 16
+    client.broadcast()
+    client.set_compression("w", "bf16")
+    client.set_compression(1, "topk", 0.3)
+    bad = [error(lambda: client.set_compression("w", "zip")),
+           error(lambda: client.set_compression("b", "topk", 0.0))]
+    client.push_pull(0, compressed_gradients(client.rank))
+    report({"weights": [w.tolist() for w in client.weights], "bad": bad})
+    client.finish()
+
+
 def error(fn):
     """[exception class, code, message] of what fn() raises, or None."""
     try:
@@ -174,7 +198,7 @@ def main():
         return
     client = paramserver.Client()
     {"sync_arithmetic": sync_arithmetic, "errors": errors,
-     "stuck_cursor": stuck_cursor}[scenario](client)
+     "stuck_cursor": stuck_cursor, "compressed": compressed}[scenario](client)
     client.close()
 
 

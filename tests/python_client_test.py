@@ -35,6 +35,40 @@ def expected_weights():
     return seen
 
 
+def bfloat16(x):
+    """x rounded to bfloat16 (nearest, ties to even), as float32."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16 << 16
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def test_compressed_tensors_travel_as_set():
+    job = python_launch.run(PROGRAM, ["compressed"],
+                            ["--num_servers=2", "--num_workers=2",
+                             "--mode=sync"] + SGD)
+    import python_client_program as program
+    lr = np.float32(program.LEARNING_RATE)
+    grads = [program.compressed_gradients(rank) for rank in (0, 1)]
+    # w: each rank's gradient rounded on the way, the servers' float32
+    # update, the result rounded on the way back.
+    w = np.arange(6, dtype=np.float32).reshape(2, 3) / 16
+    mean_w = ((bfloat16(grads[0][0]).astype(np.float64) +
+               bfloat16(grads[1][0])) / 2).astype(np.float32)
+    expected_w = bfloat16(w - lr * mean_w)
+    # b: each rank sends its largest element (index 2) only.
+    sent = [np.where(np.arange(3) == 2, g[1], 0).astype(np.float32)
+            for g in grads]
+    expected_b = np.float32(0.25) - lr * (
+        (sent[0].astype(np.float64) + sent[1]) / 2).astype(np.float32)
+    for rank in (0, 1):
+        result = job.result(rank)
+        assert result["weights"] == [expected_w.tolist(),
+                                     expected_b.tolist()], "rank %d" % rank
+        assert result["bad"][0][0] == "InvalidArgumentError"
+        assert "none, bf16, fp16 or topk" in result["bad"][0][2]
+        assert "topk_ratio" in result["bad"][1][2]
+
+
 def test_sync_steps_apply_the_mean_gradient_bit_for_bit():
     job = python_launch.run(PROGRAM, ["sync_arithmetic"],
                             ["--num_servers=2", "--num_workers=2",

@@ -121,6 +121,9 @@ void ExpectTwoWorkersTrainLikeOne(const SyncEquivalence& check) {
       LaunchConfig job =
           PlainSgdJob(check.model, 2, workers, batch, step, path);
       job.mode = check.mode;
+      job.extra_worker_flags.insert(job.extra_worker_flags.end(),
+                                    check.worker_flags.begin(),
+                                    check.worker_flags.end());
       const ClusterResult result = RunCluster(job);
       ASSERT_TRUE(result.status.ok()) << result.status;
       ASSERT_EQ(result.ExitCode(), 0);

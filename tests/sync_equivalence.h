@@ -40,6 +40,8 @@ struct SyncEquivalence {
   // The launcher's --mode for both runs: "sync" through the servers, or
   // "allreduce" (the workers' ring).
   std::string mode = "sync";
+  // Added to both runs' workers (e.g. --compression=bf16).
+  std::vector<std::string> worker_flags;
   // The exact step `step` (1-based) from `before` on the global batch that
   // 2 workers at batch_size split as `ranks`.
   std::function<ExactStep(

@@ -14,8 +14,17 @@ class ServerWeights final : public WeightExchange {
                                 TensorValues& weights) override {
     return client_->Pull(clock, weights);
   }
+  // The final weights are evaluated and saved: the servers' float32, not
+  // what the wire's compression makes of them.
   absl::StatusOr<uint64_t> PullFinal(uint64_t clock,
                                      TensorValues& weights) override {
+    for (size_t id = 0; id < client_->model().tensors.size(); ++id) {
+      if (absl::Status s =
+              client_->SetCompression(static_cast<int>(id), Compression());
+          !s.ok()) {
+        return s;
+      }
+    }
     return client_->PullFinal(clock, weights);
   }
   std::unique_ptr<StepPush> StartStep(const StepInfo& info,

@@ -113,6 +113,17 @@ absl::StatusOr<std::vector<std::string>> ResolveServers(
   return ExpandServerPattern(pattern, config.num_servers);
 }
 
+absl::StatusOr<Compression> CompressionFromConfig(const WorkerConfig& config) {
+  absl::StatusOr<Compression> compression =
+      Compression::FromName(config.compression, config.topk_ratio);
+  if (!compression.ok()) {
+    // Its message starts with the argument's name, which is the flag's.
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", compression.status().message()));
+  }
+  return compression;
+}
+
 absl::Status CheckWorkerConfig(const WorkerConfig& config, int rank) {
   const int num_workers = config.num_workers;
   if (num_workers < 1) {
@@ -147,6 +158,9 @@ absl::Status CheckWorkerConfig(const WorkerConfig& config, int rank) {
   }
   if (config.heartbeat_period <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--heartbeat_period must be positive");
+  }
+  if (absl::Status s = CompressionFromConfig(config).status(); !s.ok()) {
+    return s;
   }
   const std::string mode = config.mode;
   if (mode == kAllreduceMode) {

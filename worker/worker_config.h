@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/parameter_client.h"
 #include "update/optimizer.h"
 
 namespace ps::worker {
@@ -44,6 +45,8 @@ struct WorkerConfig {
   int chunk_kb = 1024;
   absl::Duration retry_timeout = absl::Seconds(120);
   bool local_transport = true;
+  std::string compression = "none";
+  double topk_ratio = 0.01;
   absl::Duration heartbeat_period = absl::Seconds(1);
   std::string tls_ca;
   std::string tls_cert;
@@ -106,6 +109,10 @@ absl::StatusOr<RankAndCount> ResolveRank(
 // --num_servers. InvalidArgument unless exactly one is given.
 absl::StatusOr<std::vector<std::string>> ResolveServers(
     const WorkerConfig& config);
+
+// --compression (none, bf16, fp16, topk) with --topk_ratio, as the client
+// library takes it; InvalidArgument naming the flag.
+absl::StatusOr<Compression> CompressionFromConfig(const WorkerConfig& config);
 
 // Checks every value for the worker of `rank`, naming the flag at fault
 // (InvalidArgument); reads the authentication files so that an error names

@@ -197,5 +197,26 @@ TEST(WorkerConfigTest, AllreduceModeTakesItsOwnFlagsOnly) {
               HasSubstr("--checkpoint_dir"));
 }
 
+TEST(WorkerConfigTest, CompressionFlagsBecomeTheClientsOption) {
+  WorkerConfig config = Valid();
+  config.compression = "bf16";
+  EXPECT_EQ(CompressionFromConfig(config)->kind, Compression::Kind::kBfloat16);
+  config.compression = "fp16";
+  EXPECT_EQ(CompressionFromConfig(config)->kind, Compression::Kind::kFloat16);
+  config.compression = "topk";
+  config.topk_ratio = 0.25;
+  absl::StatusOr<Compression> topk = CompressionFromConfig(config);
+  ASSERT_TRUE(topk.ok());
+  EXPECT_EQ(topk->kind, Compression::Kind::kTopK);
+  EXPECT_EQ(topk->topk_ratio, 0.25);
+  config.topk_ratio = 0;
+  EXPECT_THAT(CheckWorkerConfig(config, 1).message(),
+              HasSubstr("--topk_ratio"));
+  config.topk_ratio = 0.01;
+  config.compression = "zip";
+  EXPECT_THAT(CheckWorkerConfig(config, 1).message(),
+              HasSubstr("--compression must be none, bf16, fp16 or topk"));
+}
+
 }  // namespace
 }  // namespace ps::worker

@@ -86,6 +86,14 @@ ABSL_FLAG(bool, local_transport, true,
           "Reach servers on this host over the Unix socket they announce "
           "rather than gRPC over TCP (fewer copies and thread hand-offs); "
           "servers on other hosts are reached through gRPC either way");
+ABSL_FLAG(std::string, compression, "none",
+          "How gradients and weights travel to and from the servers: none "
+          "(float32), bf16 or fp16 (both ways, half the bytes; the servers "
+          "keep float32), or topk (gradients only: the --topk_ratio largest "
+          "of gradient plus what earlier steps did not send). The final "
+          "pull, which rank 0 evaluates and saves, is float32.");
+ABSL_FLAG(double, topk_ratio, 0.01,
+          "With --compression=topk: the fraction of each gradient sent");
 ABSL_FLAG(absl::Duration, heartbeat_period, absl::Seconds(1),
           "How often this worker tells every server, between its calls, "
           "that it is alive and which steps it has done (keep it well "
@@ -195,6 +203,8 @@ WorkerConfig ConfigFromFlags() {
   config.chunk_kb = absl::GetFlag(FLAGS_chunk_kb);
   config.retry_timeout = absl::GetFlag(FLAGS_retry_timeout);
   config.local_transport = absl::GetFlag(FLAGS_local_transport);
+  config.compression = absl::GetFlag(FLAGS_compression);
+  config.topk_ratio = absl::GetFlag(FLAGS_topk_ratio);
   config.heartbeat_period = absl::GetFlag(FLAGS_heartbeat_period);
   config.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   config.tls_cert = absl::GetFlag(FLAGS_tls_cert);

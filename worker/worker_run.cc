@@ -278,6 +278,9 @@ std::optional<int> WorkerRun::Connect() {
   client_options.chunk_elements =
       uint64_t{1024} * config_.chunk_kb / sizeof(float);
   client_options.retry_timeout = config_.retry_timeout;
+  // Checked with the rest of the config.
+  client_options.compression =
+      CompressionFromConfig(config_).value_or(Compression());
   // Servers may come up after the workers (pods start in any order).
   client_options.connect_timeout = client_options.retry_timeout;
   absl::StatusOr<std::unique_ptr<ParameterClient>> connected =

@@ -308,6 +308,15 @@ class Client:
             s.send(tensor, gradient)
         return s.finish_with_pull()
 
+    def set_compression(self, tensor, kind, topk_ratio=0.01):
+        """How `tensor` (a name or id) travels from now on: "none"
+        (float32), "bf16" or "fp16" (gradients and weights, half the
+        bytes; the servers keep float32), or "topk" (the `topk_ratio`
+        largest of each gradient plus what earlier pushes did not send;
+        weights float32). ps::ParameterClient::SetCompression."""
+        tensor_id = tensor if isinstance(tensor, int) else self._id(tensor)
+        self._native.set_compression(tensor_id, kind, float(topk_ratio))
+
     def barrier(self):
         """Waits for every live rank's barrier."""
         self._native.barrier()

@@ -3,8 +3,11 @@
 
 fp16 rounds each floating tensor to float16 before the collective and
 casts the result back to the tensor's dtype after, as Horovod's does, so a
-script gets the same precision it got there. The servers' wire carries
-float32 either way: the rounding is kept, the bandwidth saving is not.
+script gets the same precision it got there. With placement='server' (and
+no gradient_predivide_factor) the wire carries float16 too, both ways
+(set_wire_compression): the servers keep float32 weights, and the weights
+pulled are float16-rounded. Otherwise the servers' wire carries float32:
+the rounding is kept, the bandwidth saving is not.
 """
 
 import torch
@@ -25,6 +28,8 @@ class Compressor:
 class NoneCompressor(Compressor):
     """Sends tensors as they are."""
 
+    wire = "none"
+
     @staticmethod
     def compress(tensor):
         return tensor, None
@@ -36,6 +41,8 @@ class NoneCompressor(Compressor):
 
 class FP16Compressor(Compressor):
     """Rounds floating tensors to float16 and back."""
+
+    wire = "fp16"
 
     @staticmethod
     def compress(tensor):
@@ -54,3 +61,16 @@ class Compression:
     """The compressors a script names: hvd.Compression.none, .fp16."""
     none = NoneCompressor
     fp16 = FP16Compressor
+
+
+def set_wire_compression(client, compression, placement, predivide_factor):
+    """Has the client send every declared tensor's gradient, and take its
+    weights, as `compression.wire` says (the C++ client's
+    ps::Compression), where that means what the compressor means: with
+    placement='server' and no predivide factor (which must apply before
+    the rounding)."""
+    wire = getattr(compression, "wire", "none")
+    if wire == "none" or placement != "server" or predivide_factor != 1.0:
+        return
+    for tensor_id in range(len(client.model)):
+        client.set_compression(tensor_id, wire)

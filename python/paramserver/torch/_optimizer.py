@@ -11,7 +11,8 @@ import torch
 import paramserver
 from paramserver.torch import _runtime
 from paramserver.torch._collectives import Average
-from paramserver.torch._compression import Compression
+from paramserver.torch._compression import (Compression,
+                                            set_wire_compression)
 from paramserver.torch._broadcast import (broadcast_after_declaration,
                                           broadcast_declared)
 from paramserver.torch import _gradients
@@ -397,5 +398,8 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     cls = type("Distributed" + optimizer.__class__.__name__,
                (optimizer.__class__,), _METHODS)
     named = list(named_parameters) if named_parameters is not None else None
-    return cls(optimizer.param_groups, named, placement, planned_steps,
-               backward_passes_per_step, seed, reduction)
+    opt = cls(optimizer.param_groups, named, placement, planned_steps,
+              backward_passes_per_step, seed, reduction)
+    set_wire_compression(opt._client, compression, placement,
+                         gradient_predivide_factor)
+    return opt
