@@ -2,6 +2,10 @@
 
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 
 namespace ps::allreduce {
@@ -74,12 +78,84 @@ float HalfToFloat(uint16_t half) {
   return value;
 }
 
+namespace {
+
+// x86's F16C instructions convert 8 values at a time with the same
+// rounding (to nearest even; only NaN payloads may differ), so ranks with
+// and without them compute the same bits. Elsewhere, the scalar loops.
+#if defined(__x86_64__)
+bool HasF16c() {
+  static const bool has =
+      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return has;
+}
+
+__attribute__((target("avx,f16c"))) size_t FloatsToHalvesF16c(const float* in,
+                                                              uint16_t* out,
+                                                              size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h =
+        _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  return i;
+}
+
+__attribute__((target("avx,f16c"))) size_t HalvesToFloatsF16c(
+    const uint16_t* in, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                  reinterpret_cast<const __m128i*>(in + i))));
+  }
+  return i;
+}
+
+__attribute__((target("avx,f16c"))) size_t SumHalvesF16c(const uint16_t* a,
+                                                         const uint16_t* b,
+                                                         uint16_t* out,
+                                                         size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    const __m256 y = _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(out + i),
+        _mm256_cvtps_ph(_mm256_add_ps(x, y), _MM_FROUND_TO_NEAREST_INT));
+  }
+  return i;
+}
+#endif
+
+}  // namespace
+
 void FloatsToHalves(absl::Span<const float> in, absl::Span<uint16_t> out) {
-  for (size_t i = 0; i < in.size(); ++i) out[i] = FloatToHalf(in[i]);
+  size_t i = 0;
+#if defined(__x86_64__)
+  if (HasF16c()) i = FloatsToHalvesF16c(in.data(), out.data(), in.size());
+#endif
+  for (; i < in.size(); ++i) out[i] = FloatToHalf(in[i]);
 }
 
 void HalvesToFloats(absl::Span<const uint16_t> in, absl::Span<float> out) {
-  for (size_t i = 0; i < in.size(); ++i) out[i] = HalfToFloat(in[i]);
+  size_t i = 0;
+#if defined(__x86_64__)
+  if (HasF16c()) i = HalvesToFloatsF16c(in.data(), out.data(), in.size());
+#endif
+  for (; i < in.size(); ++i) out[i] = HalfToFloat(in[i]);
+}
+
+void SumHalvesInFloat(const uint16_t* a, const uint16_t* b, uint16_t* out,
+                      size_t n) {
+  size_t i = 0;
+#if defined(__x86_64__)
+  if (HasF16c()) i = SumHalvesF16c(a, b, out, n);
+#endif
+  for (; i < n; ++i)
+    out[i] = FloatToHalf(HalfToFloat(a[i]) + HalfToFloat(b[i]));
 }
 
 double Fp16SumBound(double abs_sum, int num_ranks) {

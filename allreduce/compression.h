@@ -28,8 +28,15 @@ absl::string_view CompressionName(Compression compression);
 // and maps NaN to a quiet NaN; HalfToFloat is exact.
 uint16_t FloatToHalf(float value);
 float HalfToFloat(uint16_t half);
+// The same over spans of equal length (`out` as long as `in`), with x86's
+// F16C instructions where the CPU has them: the same bits, but for the
+// payload of a NaN.
 void FloatsToHalves(absl::Span<const float> in, absl::Span<uint16_t> out);
 void HalvesToFloats(absl::Span<const uint16_t> in, absl::Span<float> out);
+// out[i] = the binary16 nearest to float32(a[i]) + float32(b[i]) (`out` may
+// alias `a` or `b`): a ring's reduction step for fp16 buckets.
+void SumHalvesInFloat(const uint16_t* a, const uint16_t* b, uint16_t* out,
+                      size_t n);
 
 // The bound on |fp16 ring sum - exact sum| for `num_ranks` terms x_r whose
 // absolute values sum to `abs_sum`, while every partial sum stays below

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -94,6 +95,49 @@ TEST(CompressionTest, TiesGoToEvenAtEveryRange) {
   EXPECT_EQ(FloatToHalf(65519.0f), 0x7bff);
   EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);
   EXPECT_EQ(FloatToHalf(-std::numeric_limits<float>::infinity()), 0xfc00);
+}
+
+// The span functions (F16C where the CPU has it) against the scalar ones:
+// every half, floats of every exponent, lengths that leave a scalar tail.
+TEST(CompressionTest, SpansGiveTheScalarBits) {
+  std::vector<uint16_t> halves(0x10000 + 5);
+  for (size_t h = 0; h < halves.size(); ++h) halves[h] = h & 0xffff;
+  std::vector<float> widened(halves.size());
+  HalvesToFloats(halves, absl::MakeSpan(widened));
+  for (size_t h = 0; h < halves.size(); ++h) {
+    const float scalar = HalfToFloat(halves[h]);
+    if (std::isnan(scalar)) {
+      ASSERT_TRUE(std::isnan(widened[h])) << h;
+    } else {
+      ASSERT_EQ(std::memcmp(&widened[h], &scalar, sizeof(float)), 0) << h;
+    }
+  }
+  std::mt19937 random(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  std::vector<float> floats(100003);
+  for (float& f : floats) {
+    const uint32_t b = bits(random);
+    std::memcpy(&f, &b, sizeof(f));
+  }
+  std::vector<uint16_t> narrowed(floats.size());
+  FloatsToHalves(floats, absl::MakeSpan(narrowed));
+  std::vector<uint16_t> sums(floats.size() - 1);
+  SumHalvesInFloat(narrowed.data(), narrowed.data() + 1, sums.data(),
+                   sums.size());
+  for (size_t i = 0; i < floats.size(); ++i) {
+    if (std::isnan(floats[i])) {
+      ASSERT_TRUE(std::isnan(HalfToFloat(narrowed[i]))) << i;
+      continue;
+    }
+    ASSERT_EQ(narrowed[i], FloatToHalf(floats[i])) << floats[i];
+    if (i + 1 == floats.size()) continue;
+    const float sum = HalfToFloat(narrowed[i]) + HalfToFloat(narrowed[i + 1]);
+    if (std::isnan(sum)) {
+      ASSERT_TRUE(std::isnan(HalfToFloat(sums[i]))) << i;
+    } else {
+      ASSERT_EQ(sums[i], FloatToHalf(sum)) << i;
+    }
+  }
 }
 
 TEST(CompressionTest, BoundGrowsWithRanksAndMagnitude) {

@@ -64,13 +64,10 @@ namespace {
 // Gloo's reduce function for binary16: each element's sum in float32,
 // rounded once to binary16 with our RNE (not Gloo's, whose rounding of ties
 // we have not checked).
-void SumHalvesInFloat(void* c, const void* a, const void* b, size_t n) {
-  auto* out = static_cast<uint16_t*>(c);
-  const auto* x = static_cast<const uint16_t*>(a);
-  const auto* y = static_cast<const uint16_t*>(b);
-  for (size_t i = 0; i < n; ++i) {
-    out[i] = FloatToHalf(HalfToFloat(x[i]) + HalfToFloat(y[i]));
-  }
+void ReduceHalves(void* c, const void* a, const void* b, size_t n) {
+  SumHalvesInFloat(static_cast<const uint16_t*>(a),
+                   static_cast<const uint16_t*>(b), static_cast<uint16_t*>(c),
+                   n);
 }
 
 }  // namespace
@@ -85,7 +82,7 @@ absl::Status GlooGroup::AllreduceSumHalf(absl::Span<uint16_t> data,
     options.setOutput(reinterpret_cast<gloo::float16*>(data.data()),
                       data.size());
     options.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-    options.setReduceFunction(&SumHalvesInFloat);
+    options.setReduceFunction(&ReduceHalves);
     options.setTag(tag);
     gloo::allreduce(options);
   } catch (const std::exception& e) {
