@@ -19,26 +19,16 @@
 namespace ps::allreduce {
 namespace {
 
+// Magnitudes that differ by many binades, so that the order of the sums
+// changes the bits.
 std::vector<float> RankData(int rank, size_t n) {
-  std::mt19937 random(rank + 7);
-  // Magnitudes that differ by many binades, so that the order of the sums
-  // changes the bits.
-  std::uniform_real_distribution<float> mantissa(-1, 1);
-  std::uniform_int_distribution<int> exponent(-20, 20);
-  std::vector<float> data(n);
-  for (float& x : data) x = std::ldexp(mantissa(random), exponent(random));
-  return data;
+  return SpreadValues(rank + 7, n, -20, 20);
 }
 
 // Values from binary16's subnormal range up to 64, so that 4 ranks' sums
 // stay finite in binary16.
 std::vector<float> HalfRangeData(int rank, size_t n) {
-  std::mt19937 random(rank + 11);
-  std::uniform_real_distribution<float> mantissa(-1, 1);
-  std::uniform_int_distribution<int> exponent(-28, 6);
-  std::vector<float> data(n);
-  for (float& x : data) x = std::ldexp(mantissa(random), exponent(random));
-  return data;
+  return SpreadValues(rank + 11, n, -28, 6);
 }
 
 // fp16 buckets against the exact sum (float64 of the float inputs): within
