@@ -1,11 +1,12 @@
 #include "allreduce/nccl_group.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <nccl.h>
 
 #include <cstring>
 #include <string>
-#include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,60 @@ constexpr uint32_t kUniqueIdTag = 0x4e43434c;  // "NCCL"
 // Between two looks at a collective in flight.
 constexpr absl::Duration kPoll = absl::Microseconds(50);
 
+// The NCCL functions this file calls, from libnccl.so.2 loaded at run time.
+struct NcclApi {
+  decltype(&ncclGetErrorString) GetErrorString;
+  decltype(&ncclGetLastError) GetLastError;
+  decltype(&ncclGetUniqueId) GetUniqueId;
+  decltype(&ncclCommInitRankConfig) CommInitRankConfig;
+  decltype(&ncclCommGetAsyncError) CommGetAsyncError;
+  decltype(&ncclCommAbort) CommAbort;
+  decltype(&ncclCommFinalize) CommFinalize;
+  decltype(&ncclCommDestroy) CommDestroy;
+  decltype(&ncclAllReduce) AllReduce;
+};
+
+absl::StatusOr<NcclApi> LoadNcclApi() {
+  // Never closed: its functions stay in use until the process ends.
+  void* library = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("NCCL: cannot load libnccl.so.2: ", dlerror()));
+  }
+  NcclApi api;
+  absl::Status status;
+  auto find = [&](const char* name, auto& function) {
+    void* symbol = dlsym(library, name);
+    if (symbol == nullptr && status.ok()) {
+      status = absl::FailedPreconditionError(
+          absl::StrCat("NCCL: libnccl.so.2 has no ", name));
+    }
+    function =
+        reinterpret_cast<std::remove_reference_t<decltype(function)>>(symbol);
+  };
+  find("ncclGetErrorString", api.GetErrorString);
+  find("ncclGetLastError", api.GetLastError);
+  find("ncclGetUniqueId", api.GetUniqueId);
+  find("ncclCommInitRankConfig", api.CommInitRankConfig);
+  find("ncclCommGetAsyncError", api.CommGetAsyncError);
+  find("ncclCommAbort", api.CommAbort);
+  find("ncclCommFinalize", api.CommFinalize);
+  find("ncclCommDestroy", api.CommDestroy);
+  find("ncclAllReduce", api.AllReduce);
+  if (!status.ok()) return status;
+  return api;
+}
+
+// Loaded at the first call, immutable after.
+const absl::StatusOr<NcclApi>& LoadedNccl() {
+  static const absl::StatusOr<NcclApi>* const api =
+      new absl::StatusOr<NcclApi>(LoadNcclApi());
+  return *api;
+}
+
+// Only once NcclAvailable() is OK (Connect checks it before anything else).
+const NcclApi& Api() { return *LoadedNccl(); }
+
 absl::Status NcclError(ncclResult_t result, absl::string_view call,
                        ncclComm_t comm) {
   absl::StatusCode code = absl::StatusCode::kInternal;
@@ -43,9 +98,9 @@ absl::Status NcclError(ncclResult_t result, absl::string_view call,
       break;
   }
   std::string message =
-      absl::StrCat(call, " failed: ", ncclGetErrorString(result));
+      absl::StrCat(call, " failed: ", Api().GetErrorString(result));
   // NCCL's own words on the cause ("Duplicate GPU detected ...").
-  const char* detail = ncclGetLastError(comm);
+  const char* detail = Api().GetLastError(comm);
   if (detail != nullptr && detail[0] != '\0')
     absl::StrAppend(&message, ": ", detail);
   return absl::Status(code, message);
@@ -54,6 +109,8 @@ absl::Status NcclError(ncclResult_t result, absl::string_view call,
 }  // namespace
 
 bool NcclCompiledIn() { return true; }
+
+absl::Status NcclAvailable() { return LoadedNccl().status(); }
 
 struct NcclGroup::State {
   ncclComm_t comm = nullptr;  // Null once aborted.
@@ -69,7 +126,7 @@ struct NcclGroup::State {
   // also ends the kernels in flight), keeping `status` as the group's error.
   absl::Status Fail(absl::Status status) {
     if (comm != nullptr) {
-      ncclCommAbort(comm);
+      Api().CommAbort(comm);
       comm = nullptr;
     }
     if (error.ok()) error = std::move(status);
@@ -87,7 +144,7 @@ struct NcclGroup::State {
                          absl::FormatDuration(timeout))));
       }
       absl::SleepFor(kPoll);
-      if (ncclResult_t r = ncclCommGetAsyncError(comm, &result);
+      if (ncclResult_t r = Api().CommGetAsyncError(comm, &result);
           r != ncclSuccess) {
         return Fail(NcclError(r, "ncclCommGetAsyncError", comm));
       }
@@ -108,7 +165,7 @@ struct NcclGroup::State {
         return Fail(kernels::cuda::CudaError(done, call));
       }
       ncclResult_t async = ncclSuccess;
-      if (ncclResult_t r = ncclCommGetAsyncError(comm, &async);
+      if (ncclResult_t r = Api().CommGetAsyncError(comm, &async);
           r != ncclSuccess) {
         return Fail(NcclError(r, "ncclCommGetAsyncError", comm));
       }
@@ -130,7 +187,7 @@ struct NcclGroup::State {
     if (n == 0) return absl::OkStatus();
     const absl::Time deadline = absl::Now() + timeout;
     const ncclResult_t result =
-        ncclAllReduce(data, data, n, type, ncclSum, comm, stream.get());
+        Api().AllReduce(data, data, n, type, ncclSum, comm, stream.get());
     if (absl::Status s = AwaitComm(result, call, deadline); !s.ok()) return s;
     return AwaitStream(call, deadline);
   }
@@ -145,6 +202,7 @@ struct NcclGroup::State {
 
 absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Connect(
     GlooGroup& ring, const NcclOptions& options) {
+  if (absl::Status s = NcclAvailable(); !s.ok()) return s;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();
@@ -163,7 +221,7 @@ absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Connect(
   ncclUniqueId id;
   ncclResult_t made = ncclSuccess;
   if (ring.rank() == 0) {
-    made = ncclGetUniqueId(&id);
+    made = Api().GetUniqueId(&id);
     if (made == ncclSuccess) {
       message[0] = 1;
       std::memcpy(message.data() + 1, &id, sizeof(id));
@@ -190,8 +248,8 @@ absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Connect(
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   const absl::Time deadline = absl::Now() + options.timeout;
-  const ncclResult_t init = ncclCommInitRankConfig(&state->comm, ring.size(),
-                                                   id, ring.rank(), &config);
+  const ncclResult_t init = Api().CommInitRankConfig(&state->comm, ring.size(),
+                                                     id, ring.rank(), &config);
   if (state->comm == nullptr)
     return NcclError(init, "ncclCommInitRankConfig", nullptr);
   if (absl::Status s =
@@ -213,26 +271,26 @@ NcclGroup::~NcclGroup() {
   // Finalize flushes what is in flight; a peer that is gone could hold it
   // forever, so past the timeout the communicator is aborted instead.
   const absl::Time deadline = absl::Now() + state_->timeout;
-  ncclResult_t result = ncclCommFinalize(state_->comm);
+  ncclResult_t result = Api().CommFinalize(state_->comm);
   while (result == ncclInProgress && absl::Now() < deadline) {
     absl::SleepFor(kPoll);
-    if (ncclCommGetAsyncError(state_->comm, &result) != ncclSuccess) break;
+    if (Api().CommGetAsyncError(state_->comm, &result) != ncclSuccess) break;
   }
   if (result == ncclSuccess) {
-    ncclCommDestroy(state_->comm);
+    Api().CommDestroy(state_->comm);
   } else {
-    ncclCommAbort(state_->comm);
+    Api().CommAbort(state_->comm);
   }
 }
 
 absl::Status NcclGroup::AllreduceSum(float* device_data, size_t n) {
   PS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  return state_->Allreduce(device_data, n, ncclFloat, "ncclAllReduce(float)");
+  return state_->Allreduce(device_data, n, ncclFloat, "Api().AllReduce(float)");
 }
 
 absl::Status NcclGroup::AllreduceSumHalf(uint16_t* device_data, size_t n) {
   PS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  return state_->Allreduce(device_data, n, ncclHalf, "ncclAllReduce(half)");
+  return state_->Allreduce(device_data, n, ncclHalf, "Api().AllReduce(half)");
 }
 
 absl::Status NcclGroup::ReduceBucket(absl::Span<float> bucket,
@@ -257,9 +315,9 @@ absl::Status NcclGroup::ReduceBucket(absl::Span<float> bucket,
                                           state.stream.get()));
   absl::Status reduced =
       half ? state.Allreduce(state.staging.get(), bucket.size(), ncclHalf,
-                             "ncclAllReduce(half)")
+                             "Api().AllReduce(half)")
            : state.Allreduce(state.staging.get(), bucket.size(), ncclFloat,
-                             "ncclAllReduce(float)");
+                             "Api().AllReduce(float)");
   if (!reduced.ok()) return reduced;
   void* out = half ? static_cast<void*>(state.halves.data()) : bucket.data();
   PS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, state.staging.get(), bytes,

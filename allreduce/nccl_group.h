@@ -19,6 +19,12 @@ namespace ps::allreduce {
 // nccl.h and libnccl.so); when false, NcclGroup::Connect is Unimplemented.
 bool NcclCompiledIn();
 
+// Whether NCCL can be used here: OK once libnccl.so.2 is loaded (at the
+// first call, with dlopen, so that a binary built with NCCL still starts on
+// a machine without it); FailedPrecondition saying why not (dlerror's
+// words), or Unimplemented without NCCL compiled in. Thread-safe.
+absl::Status NcclAvailable();
+
 struct NcclOptions {
   // The CUDA device this rank's communicator and buffers live on. NCCL
   // refuses two ranks of one communicator on one device ("Duplicate GPU
@@ -52,8 +58,9 @@ struct NcclOptions {
 // and the staging memory of ReduceBucket; borrows nothing after Connect.
 class NcclGroup final : public BucketReducer {
  public:
-  // Every rank of `ring` calls this, with its own device. Unimplemented
-  // without NCCL; FailedPrecondition when `options.device` does not exist.
+  // Every rank of `ring` calls this, with its own device. NcclAvailable's
+  // error without NCCL; FailedPrecondition when `options.device` does not
+  // exist.
   static absl::StatusOr<std::unique_ptr<NcclGroup>> Connect(
       GlooGroup& ring, const NcclOptions& options);
   ~NcclGroup() override;

@@ -9,13 +9,17 @@ namespace ps::allreduce {
 
 bool NcclCompiledIn() { return false; }
 
+absl::Status NcclAvailable() {
+  return absl::UnimplementedError(
+      "NCCL group: this binary was built without NCCL (see "
+      "bazel/cuda_configure.bzl)");
+}
+
 struct NcclGroup::State {};
 
 absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Connect(
     GlooGroup& /*ring*/, const NcclOptions& /*options*/) {
-  return absl::UnimplementedError(
-      "NCCL group: this binary was built without NCCL (no nvcc, nccl.h or "
-      "libnccl.so found when building; see bazel/cuda_configure.bzl)");
+  return NcclAvailable();
 }
 
 NcclGroup::NcclGroup(int rank, int size, int device,

@@ -72,8 +72,18 @@ TEST(NcclGroupTest, WithoutNcclConnectIsUnimplemented) {
   });
 }
 
+// Built with NCCL, the library loads (it is where the build found it);
+// PS_REQUIRE_CUDA=1 makes that a requirement on a GPU machine too.
+TEST(NcclGroupTest, TheLibraryLoadsWhenCompiledIn) {
+  if (!NcclCompiledIn()) {
+    EXPECT_TRUE(absl::IsUnimplemented(NcclAvailable()));
+    GTEST_SKIP() << "built without NCCL";
+  }
+  EXPECT_TRUE(NcclAvailable().ok()) << NcclAvailable();
+}
+
 TEST(NcclGroupTest, RefusesADeviceThatDoesNotExist) {
-  if (!NcclCompiledIn()) GTEST_SKIP() << "built without NCCL";
+  if (!NcclAvailable().ok()) GTEST_SKIP() << NcclAvailable();
   RunRingInThreads(1, [](GlooGroup& ring) {
     for (int device : {-1, kernels::CudaDeviceCount()}) {
       EXPECT_TRUE(absl::IsFailedPrecondition(

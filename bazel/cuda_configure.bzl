@@ -10,9 +10,10 @@ $CUDA_PATH/bin/nvcc (default /usr/local/cuda) and writes:
                           `cuda_cc_test`, a cc_test only when CUDA is on.
   @local_cuda//:BUILD     cc_library `cuda_runtime`: CUDA headers, cudart and
                           cuBLAS; an empty library when CUDA is absent.
-                          cc_library `nccl`: libnccl (its header is among
-                          cuda_runtime's), when nccl.h and libnccl.so are in
-                          the toolkit (NCCL_ENABLED); else empty.
+                          cc_library `nccl`: the rpath to libnccl (loaded
+                          with dlopen; its header is among cuda_runtime's),
+                          when nccl.h and libnccl.so are in the toolkit
+                          (NCCL_ENABLED); else empty.
 
 Without nvcc every CUDA target still exists but compiles no CUDA code, so a
 machine without the toolkit builds and tests everything else. Set
@@ -98,10 +99,12 @@ cc_library(
 """
 
 _NCCL_ENABLED = """
-# NCCL from the toolkit: the GPU workers' all-reduce (allreduce/nccl_group).
+# NCCL from the toolkit: the GPU workers' all-reduce (allreduce/nccl_group),
+# which loads libnccl.so.2 with dlopen (found through this rpath or
+# LD_LIBRARY_PATH), so that binaries start where NCCL is not installed.
 cc_library(
     name = "nccl",
-    linkopts = ["-L{lib_dir}", "-Wl,-rpath,{lib_dir}", "-lnccl"],
+    linkopts = ["-Wl,-rpath,{lib_dir}", "-ldl"],
     deps = [":cuda_runtime"],
 )
 """

@@ -7,7 +7,8 @@
 #       libraries they load (ldd) in OUT_DIR/lib, except glibc's, the CUDA
 #       driver's (libcuda: the GPU machine's own) and, unless
 #       --with-cuda-libs, the CUDA toolkit's (cudart, cuBLAS, NCCL: about 800
-#       MB; the binaries look for them in /usr/local/cuda/lib64 too).
+#       MB; the binaries look for them in /usr/local/cuda/lib64 too, and the
+#       workers run without NCCL, on Gloo, where libnccl.so.2 is missing).
 #       Without them the bundle is about 70 MB, 13 MB as
 #       `tar -cJf bundle.tar.xz -C "$(dirname OUT_DIR)" "$(basename OUT_DIR)"`.
 #
@@ -65,6 +66,10 @@ bundle() {
       esac
       cp -L "$path" "$out/lib/$name"
     done
+  # NCCL is loaded with dlopen (allreduce/nccl_group.cc): ldd does not list it.
+  if [[ $with_cuda == 1 ]]; then
+    cp -L "${CUDA_PATH:-/usr/local/cuda}/lib64/libnccl.so.2" "$out/lib/"
+  fi
   cp "$0" "$out/gpu_checks.sh"
   du -sh "$out"
   echo "bundle ready: copy $out to the GPU machine and run" \

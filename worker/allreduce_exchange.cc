@@ -59,21 +59,21 @@ class AllreduceExchange::AllreduceStepPush final : public StepPush {
 };
 
 absl::StatusOr<bool> UseNccl(absl::string_view backend, bool device_is_cuda,
-                             bool nccl_compiled_in) {
+                             const absl::Status& nccl_available) {
   if (backend == "gloo") return false;
-  if (backend == "auto") return device_is_cuda && nccl_compiled_in;
+  if (backend == "auto") return device_is_cuda && nccl_available.ok();
   if (backend != "nccl") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--allreduce_backend=", backend, " is not auto, gloo or nccl"));
-  }
-  if (!nccl_compiled_in) {
-    return absl::InvalidArgumentError(
-        "--allreduce_backend=nccl: this worker was built without NCCL");
   }
   if (!device_is_cuda) {
     return absl::InvalidArgumentError(
         "--allreduce_backend=nccl needs a CUDA worker (--device=cuda): NCCL "
         "sums GPU memory; use gloo on CPUs");
+  }
+  if (!nccl_available.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--allreduce_backend=nccl: ", nccl_available.message()));
   }
   return true;
 }

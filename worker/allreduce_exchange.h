@@ -20,11 +20,12 @@
 namespace ps::worker {
 
 // Which library sums a worker's buckets (--allreduce_backend): "gloo",
-// "nccl", or "auto" (NCCL where `device_is_cuda` and `nccl_compiled_in`,
-// else Gloo). True for NCCL. InvalidArgument, naming the flag, for nccl on a
-// CPU worker or in a build without NCCL, or an unknown name.
+// "nccl", or "auto" (NCCL where `device_is_cuda` and `nccl_available` is OK:
+// allreduce::NcclAvailable(), else Gloo). True for NCCL. InvalidArgument,
+// naming the flag, for nccl on a CPU worker or where NCCL is not available
+// (with its reason), or an unknown name.
 absl::StatusOr<bool> UseNccl(absl::string_view backend, bool device_is_cuda,
-                             bool nccl_compiled_in);
+                             const absl::Status& nccl_available);
 
 struct AllreduceOptions {
   // Gradients are summed in buckets of about this size.

@@ -205,14 +205,19 @@ TEST(AllreduceExchangeTest, Fp16StepsStayWithinTheBound) {
 }
 
 TEST(UseNcclTest, PicksTheLibraryForTheDevice) {
-  EXPECT_EQ(*UseNccl("auto", true, true), true);
-  EXPECT_EQ(*UseNccl("auto", false, true), false);
-  EXPECT_EQ(*UseNccl("auto", true, false), false);
-  EXPECT_EQ(*UseNccl("gloo", true, true), false);
-  EXPECT_EQ(*UseNccl("nccl", true, true), true);
-  EXPECT_TRUE(absl::IsInvalidArgument(UseNccl("nccl", false, true).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(UseNccl("nccl", true, false).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(UseNccl("mpi", true, true).status()));
+  const absl::Status ok = absl::OkStatus();
+  const absl::Status missing =
+      absl::FailedPreconditionError("cannot load libnccl.so.2");
+  EXPECT_EQ(*UseNccl("auto", true, ok), true);
+  EXPECT_EQ(*UseNccl("auto", false, ok), false);
+  EXPECT_EQ(*UseNccl("auto", true, missing), false);
+  EXPECT_EQ(*UseNccl("gloo", true, ok), false);
+  EXPECT_EQ(*UseNccl("nccl", true, ok), true);
+  EXPECT_TRUE(absl::IsInvalidArgument(UseNccl("nccl", false, ok).status()));
+  const absl::Status refused = UseNccl("nccl", true, missing).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(refused));
+  EXPECT_NE(refused.message().find("libnccl.so.2"), absl::string_view::npos);
+  EXPECT_TRUE(absl::IsInvalidArgument(UseNccl("mpi", true, ok).status()));
 }
 
 TEST(AllreduceExchangeTest, RefusesUnknownTensors) {

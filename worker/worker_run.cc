@@ -234,9 +234,15 @@ std::optional<int> WorkerRun::JoinRing() {
       !absl::SimpleAtoi(name, &cuda_device)) {
     cuda_device = -1;
   }
-  absl::StatusOr<bool> use_nccl = UseNccl(
-      config_.allreduce_backend, cuda_device >= 0, allreduce::NcclCompiledIn());
+  // Loads NCCL only for a GPU worker.
+  const absl::Status nccl_available =
+      cuda_device >= 0 ? allreduce::NcclAvailable() : absl::OkStatus();
+  absl::StatusOr<bool> use_nccl =
+      UseNccl(config_.allreduce_backend, cuda_device >= 0, nccl_available);
   if (!use_nccl.ok()) return Fail(use_nccl.status(), kExitBadConfig);
+  if (cuda_device >= 0 && !*use_nccl && !nccl_available.ok()) {
+    spdlog::warn("summing gradients with Gloo: {}", nccl_available.message());
+  }
   absl::StatusOr<allreduce::Compression> compression =
       allreduce::ParseCompression(config_.allreduce_compression);
   if (!compression.ok()) return Fail(compression.status(), kExitBadConfig);
