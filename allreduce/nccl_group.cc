@@ -101,8 +101,9 @@ absl::Status NcclError(ncclResult_t result, absl::string_view call,
       absl::StrCat(call, " failed: ", Api().GetErrorString(result));
   // NCCL's own words on the cause ("Duplicate GPU detected ...").
   const char* detail = Api().GetLastError(comm);
-  if (detail != nullptr && detail[0] != '\0')
+  if (detail != nullptr && detail[0] != '\0') {
     absl::StrAppend(&message, ": ", detail);
+  }
   return absl::Status(code, message);
 }
 
@@ -250,8 +251,9 @@ absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Connect(
   const absl::Time deadline = absl::Now() + options.timeout;
   const ncclResult_t init = Api().CommInitRankConfig(&state->comm, ring.size(),
                                                      id, ring.rank(), &config);
-  if (state->comm == nullptr)
+  if (state->comm == nullptr) {
     return NcclError(init, "ncclCommInitRankConfig", nullptr);
+  }
   if (absl::Status s =
           state->AwaitComm(init, "ncclCommInitRankConfig", deadline);
       !s.ok()) {
