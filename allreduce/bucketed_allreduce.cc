@@ -2,22 +2,26 @@
 
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 
 namespace ps::allreduce {
 
 BucketPlan BucketPlan::Make(absl::Span<const size_t> tensor_sizes,
-                            size_t bucket_elements) {
+                            size_t bucket_elements,
+                            absl::Span<const int> exact_tensors) {
   BucketPlan plan;
   plan.places.resize(tensor_sizes.size());
   for (int t = static_cast<int>(tensor_sizes.size()) - 1; t >= 0; --t) {
     const size_t size = tensor_sizes[t];
-    if (plan.bucket_sizes.empty() ||
+    const bool exact = absl::c_linear_search(exact_tensors, t);
+    if (plan.bucket_sizes.empty() || exact || plan.exact_bucket.back() ||
         (plan.bucket_sizes.back() > 0 &&
          plan.bucket_sizes.back() + size > bucket_elements)) {
       plan.bucket_sizes.push_back(0);
       plan.tensors_in_bucket.push_back(0);
+      plan.exact_bucket.push_back(exact);
     }
     plan.places[t] = {static_cast<int>(plan.bucket_sizes.size()) - 1,
                       plan.bucket_sizes.back()};
@@ -28,7 +32,8 @@ BucketPlan BucketPlan::Make(absl::Span<const size_t> tensor_sizes,
 }
 
 absl::StatusOr<std::unique_ptr<BucketedAllreduce>> BucketedAllreduce::Create(
-    GlooGroup* group, std::vector<size_t> tensor_sizes, size_t bucket_bytes) {
+    BucketReducer* group, std::vector<size_t> tensor_sizes, size_t bucket_bytes,
+    Compression compression, std::vector<int> exact_tensors) {
   if (tensor_sizes.empty()) {
     return absl::InvalidArgumentError("no tensors to all-reduce");
   }
@@ -36,16 +41,23 @@ absl::StatusOr<std::unique_ptr<BucketedAllreduce>> BucketedAllreduce::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("a bucket of ", bucket_bytes, " bytes holds no float"));
   }
-  BucketPlan plan =
-      BucketPlan::Make(tensor_sizes, bucket_bytes / sizeof(float));
-  return absl::WrapUnique(
-      new BucketedAllreduce(group, std::move(tensor_sizes), std::move(plan)));
+  for (int t : exact_tensors) {
+    if (t < 0 || t >= static_cast<int>(tensor_sizes.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "exact tensor ", t, " is not in [0, ", tensor_sizes.size(), ")"));
+    }
+  }
+  BucketPlan plan = BucketPlan::Make(tensor_sizes, bucket_bytes / sizeof(float),
+                                     exact_tensors);
+  return absl::WrapUnique(new BucketedAllreduce(group, std::move(tensor_sizes),
+                                                std::move(plan), compression));
 }
 
-BucketedAllreduce::BucketedAllreduce(GlooGroup* group,
+BucketedAllreduce::BucketedAllreduce(BucketReducer* group,
                                      std::vector<size_t> tensor_sizes,
-                                     BucketPlan plan)
+                                     BucketPlan plan, Compression compression)
     : group_(group),
+      compression_(compression),
       tensor_sizes_(std::move(tensor_sizes)),
       plan_(std::move(plan)),
       added_(tensor_sizes_.size(), false),
@@ -119,8 +131,10 @@ void BucketedAllreduce::Loop() {
     }
     // The tag tells concurrent operations apart on Gloo's pairs; buckets go
     // one at a time, so the bucket's index is enough.
-    absl::Status status = group_->AllreduceSum(absl::MakeSpan(buckets_[bucket]),
-                                               static_cast<uint32_t>(bucket));
+    absl::Status status = group_->ReduceBucket(
+        absl::MakeSpan(buckets_[bucket]),
+        plan_.exact_bucket[bucket] ? Compression::kNone : compression_,
+        static_cast<uint32_t>(bucket));
     absl::MutexLock lock(&mu_);
     if (!status.ok()) {
       error_ = status;

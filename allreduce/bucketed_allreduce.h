@@ -12,13 +12,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "allreduce/gloo_group.h"
+#include "allreduce/bucket_reducer.h"
+#include "allreduce/compression.h"
 
 namespace ps::allreduce {
 
 // Where each tensor goes: tensors are packed into buckets from the last to
 // the first (the order in which backward produces gradients), each bucket up
-// to `bucket_elements` unless one tensor alone is larger.
+// to `bucket_elements` unless one tensor alone is larger. A tensor listed in
+// `exact_tensors` gets a bucket of its own that is never compressed (counts
+// and positions that must stay exact).
 struct BucketPlan {
   struct Place {
     int bucket = 0;
@@ -27,18 +30,23 @@ struct BucketPlan {
   std::vector<Place> places;         // One per tensor.
   std::vector<size_t> bucket_sizes;  // Elements.
   std::vector<int> tensors_in_bucket;
+  std::vector<bool> exact_bucket;  // Never compressed.
 
   static BucketPlan Make(absl::Span<const size_t> tensor_sizes,
-                         size_t bucket_elements);
+                         size_t bucket_elements,
+                         absl::Span<const int> exact_tensors = {});
 };
 
-// Sums a step's tensors across the ranks of a GlooGroup, a bucket at a time,
+// Sums a step's tensors across the ranks of a BucketReducer (a GlooGroup or
+// an NcclGroup), a bucket at a time,
 // while the caller still produces the rest: as DDP and Horovod fuse
 // gradients into buckets and all-reduce each as soon as it is full. Buckets
 // are reduced in index order on a thread of this object, so every rank
 // issues the same collectives in the same order, whatever order its tensors
 // come in, and each element's sum has the same bits on every rank and run
-// (GlooGroup::AllreduceSum).
+// (BucketReducer::ReduceBucket). With Compression::kFp16 every bucket but
+// the exact tensors' travels as binary16: each element of a sum is then
+// within Fp16SumBound of the exact sum of the ranks' values.
 //
 // A step: Begin, Add every tensor once, Wait, then read Reduced. One thread
 // calls these (not thread-safe between them); the bucket thread is internal.
@@ -46,8 +54,12 @@ struct BucketPlan {
 // as the ring must be formed again. Borrows `group`, which must outlive it.
 class BucketedAllreduce {
  public:
+  // InvalidArgument for no tensors, a bucket smaller than a float or an
+  // exact tensor that is not one of them.
   static absl::StatusOr<std::unique_ptr<BucketedAllreduce>> Create(
-      GlooGroup* group, std::vector<size_t> tensor_sizes, size_t bucket_bytes);
+      BucketReducer* group, std::vector<size_t> tensor_sizes,
+      size_t bucket_bytes, Compression compression = Compression::kNone,
+      std::vector<int> exact_tensors = {});
   // Waits for the bucket in flight, if any (up to the group's timeout).
   ~BucketedAllreduce();
 
@@ -66,11 +78,12 @@ class BucketedAllreduce {
   absl::Span<const float> Reduced(int tensor) const;
 
  private:
-  BucketedAllreduce(GlooGroup* group, std::vector<size_t> tensor_sizes,
-                    BucketPlan plan);
+  BucketedAllreduce(BucketReducer* group, std::vector<size_t> tensor_sizes,
+                    BucketPlan plan, Compression compression);
   void Loop();
 
-  GlooGroup* const group_;
+  BucketReducer* const group_;
+  const Compression compression_;
   const std::vector<size_t> tensor_sizes_;
   const BucketPlan plan_;
   // Written by Add (a bucket's tensors before it is ready), read by the

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "allreduce/compression.h"
 #include "allreduce/ring_testing.h"
 #include "gtest/gtest.h"
 
@@ -23,6 +24,15 @@ TEST(BucketPlanTest, PacksTensorsFromTheLastOne) {
   EXPECT_EQ(plan.places[1].bucket, 1);
   EXPECT_EQ(plan.places[1].offset, 4);
   EXPECT_EQ(plan.places[0].bucket, 2);
+}
+
+TEST(BucketPlanTest, ExactTensorsGetBucketsOfTheirOwn) {
+  const BucketPlan plan = BucketPlan::Make({4, 4, 4, 2}, 100, {3});
+  EXPECT_EQ(plan.bucket_sizes, (std::vector<size_t>{2, 12}));
+  EXPECT_EQ(plan.exact_bucket, (std::vector<bool>{true, false}));
+  const BucketPlan middle = BucketPlan::Make({4, 4, 4}, 100, {1});
+  EXPECT_EQ(middle.bucket_sizes, (std::vector<size_t>{4, 4, 4}));
+  EXPECT_EQ(middle.exact_bucket, (std::vector<bool>{false, true, false}));
 }
 
 TEST(BucketPlanTest, OneBucketWhenEverythingFits) {
@@ -64,6 +74,44 @@ TEST(BucketedAllreduceTest, SumsScaledTensorsOverTheRanksStepAfterStep) {
         }
       }
     }
+  });
+}
+
+// With fp16, the exact tensor (counts past 2^11, which binary16 would round)
+// comes back exact; the others are the rounded values' sum.
+TEST(BucketedAllreduceTest, Fp16CompressesAllButTheExactTensors) {
+  constexpr int kRanks = 2;
+  const std::vector<size_t> sizes = {100, 3};
+  RunRingInThreads(kRanks, [&](GlooGroup& group) {
+    absl::StatusOr<std::unique_ptr<BucketedAllreduce>> made =
+        BucketedAllreduce::Create(&group, sizes, 4096, Compression::kFp16, {1});
+    ASSERT_TRUE(made.ok()) << made.status();
+    BucketedAllreduce& reduce = **made;
+    ASSERT_TRUE(reduce.Begin().ok());
+    const std::vector<float> counts = {60001, 4097, 1};
+    ASSERT_TRUE(reduce.Add(1, counts, 1.0f).ok());
+    std::vector<float> values(100);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = 1.0f + i * 0x1p-12f;
+    ASSERT_TRUE(reduce.Add(0, values, 1.0f).ok());
+    ASSERT_TRUE(reduce.Wait().ok());
+    EXPECT_EQ(reduce.Reduced(1)[0], 120002.0f);
+    EXPECT_EQ(reduce.Reduced(1)[1], 8194.0f);
+    bool rounded = false;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float half = HalfToFloat(FloatToHalf(values[i]));
+      // Two equal halves: their sum is exact (below 2^11 * ulp).
+      ASSERT_EQ(reduce.Reduced(0)[i], 2 * half) << i;
+      rounded = rounded || half != values[i];
+    }
+    EXPECT_TRUE(rounded);
+  });
+}
+
+TEST(BucketedAllreduceTest, RejectsExactTensorsThatDoNotExist) {
+  RunRingInThreads(1, [&](GlooGroup& group) {
+    EXPECT_TRUE(absl::IsInvalidArgument(
+        BucketedAllreduce::Create(&group, {2, 3}, 1024, Compression::kFp16, {2})
+            .status()));
   });
 }
 

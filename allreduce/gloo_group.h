@@ -4,11 +4,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "allreduce/bucket_reducer.h"
+#include "allreduce/compression.h"
 #include "gloo/context.h"
 #include "gloo/rendezvous/store.h"
 
@@ -33,15 +36,15 @@ struct GroupOptions {
 //
 // Not thread-safe: one thread at a time runs collectives (Gloo's pairs
 // carry one operation per tag at a time). Owns the context.
-class GlooGroup {
+class GlooGroup final : public BucketReducer {
  public:
   // Forms the ring: every rank of `options.size` calls this with the same
   // store (the keys of one round) and its own rank.
   static absl::StatusOr<std::unique_ptr<GlooGroup>> Connect(
       const GroupOptions& options, gloo::rendezvous::Store& store);
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
 
   // Replaces `data` on every rank with the elementwise sum of all ranks'
   // `data` (same length everywhere; `tag` the same on every rank and unique
@@ -50,6 +53,15 @@ class GlooGroup {
   // give the same bits on every run and every rank. Each rank sends and
   // receives 2 (size - 1) / size times the data.
   absl::Status AllreduceSum(absl::Span<float> data, uint32_t tag);
+
+  // AllreduceSum of binary16 values (compression.h's bits), in the same ring
+  // order; each addition is taken in float32 and rounded to binary16 (RNE).
+  absl::Status AllreduceSumHalf(absl::Span<uint16_t> data, uint32_t tag);
+
+  // AllreduceSum, or with kFp16: rounded to binary16, AllreduceSumHalf,
+  // widened back (see Fp16SumBound).
+  absl::Status ReduceBucket(absl::Span<float> bucket, Compression compression,
+                            uint32_t tag) override;
 
   // Replaces `data` on every rank with rank `root`'s (same length
   // everywhere; `tag` as above).
@@ -61,6 +73,7 @@ class GlooGroup {
   const int rank_;
   const int size_;
   const std::shared_ptr<gloo::Context> context_;
+  std::vector<uint16_t> halves_;  // ReduceBucket's, reused.
 };
 
 }  // namespace ps::allreduce

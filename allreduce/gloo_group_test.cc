@@ -1,5 +1,7 @@
 #include "allreduce/gloo_group.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "allreduce/compression.h"
 #include "allreduce/ring_testing.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
@@ -16,15 +19,69 @@
 namespace ps::allreduce {
 namespace {
 
+// Magnitudes that differ by many binades, so that the order of the sums
+// changes the bits.
 std::vector<float> RankData(int rank, size_t n) {
-  std::mt19937 random(rank + 7);
-  // Magnitudes that differ by many binades, so that the order of the sums
-  // changes the bits.
-  std::uniform_real_distribution<float> mantissa(-1, 1);
-  std::uniform_int_distribution<int> exponent(-20, 20);
-  std::vector<float> data(n);
-  for (float& x : data) x = std::ldexp(mantissa(random), exponent(random));
-  return data;
+  return SpreadValues(rank + 7, n, -20, 20);
+}
+
+// Values from binary16's subnormal range up to 64, so that 4 ranks' sums
+// stay finite in binary16.
+std::vector<float> HalfRangeData(int rank, size_t n) {
+  return SpreadValues(rank + 11, n, -28, 6);
+}
+
+// fp16 buckets against the exact sum (float64 of the float inputs): within
+// Fp16SumBound everywhere, the same bits on every rank and on a rerun, and
+// coarser than float32 (else the test would not see the compression).
+TEST(GlooGroupTest, Fp16BucketsStayWithinTheBoundAndRepeat) {
+  constexpr int kRanks = 4;
+  constexpr size_t kElements = 20000;
+  std::vector<double> exact(kElements, 0.0), abs_sum(kElements, 0.0);
+  for (int rank = 0; rank < kRanks; ++rank) {
+    const std::vector<float> data = HalfRangeData(rank, kElements);
+    for (size_t i = 0; i < kElements; ++i) {
+      exact[i] += data[i];
+      abs_sum[i] += std::fabs(data[i]);
+    }
+  }
+  std::vector<std::vector<float>> runs[2];
+  for (auto& results : runs) {
+    results.resize(kRanks);
+    RunRingInThreads(kRanks, [&](GlooGroup& group) {
+      std::vector<float> data = HalfRangeData(group.rank(), kElements);
+      ASSERT_TRUE(
+          group.ReduceBucket(absl::MakeSpan(data), Compression::kFp16, 5).ok());
+      results[group.rank()] = data;
+    });
+  }
+  double worst_ratio = 0;
+  size_t inexact = 0;
+  for (size_t i = 0; i < kElements; ++i) {
+    const double error = std::fabs(runs[0][0][i] - exact[i]);
+    const double bound = Fp16SumBound(abs_sum[i], kRanks);
+    ASSERT_LE(error, bound) << i << ": " << runs[0][0][i] << " vs " << exact[i];
+    worst_ratio = std::max(worst_ratio, error / bound);
+    if (runs[0][0][i] != static_cast<float>(exact[i])) ++inexact;
+  }
+  EXPECT_GT(inexact, kElements / 2) << "fp16 should round most sums";
+  RecordProperty("worst_error_over_bound", std::to_string(worst_ratio));
+  for (int rank = 0; rank < kRanks; ++rank) {
+    EXPECT_EQ(runs[0][rank], runs[0][0]) << rank;
+    EXPECT_EQ(runs[1][rank], runs[0][rank]) << rank;
+  }
+}
+
+TEST(GlooGroupTest, Fp16OnOneRankIsTheRoundingAlone) {
+  RunRingInThreads(1, [&](GlooGroup& group) {
+    std::vector<float> data = HalfRangeData(0, 1000);
+    const std::vector<float> original = data;
+    ASSERT_TRUE(
+        group.ReduceBucket(absl::MakeSpan(data), Compression::kFp16, 0).ok());
+    for (size_t i = 0; i < data.size(); ++i) {
+      ASSERT_EQ(data[i], HalfToFloat(FloatToHalf(original[i]))) << i;
+    }
+  });
 }
 
 TEST(GlooGroupTest, SumsEveryElementOverTheRanks) {

@@ -1,5 +1,7 @@
 #include "allreduce/ring_testing.h"
 
+#include <cmath>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -27,6 +29,16 @@ void RunRingInThreads(int size, const std::function<void(GlooGroup&)>& body,
     });
   }
   for (std::thread& t : threads) t.join();
+}
+
+std::vector<float> SpreadValues(int seed, size_t n, int min_exponent,
+                                int max_exponent) {
+  std::mt19937 random(seed);
+  std::uniform_real_distribution<float> mantissa(-1, 1);
+  std::uniform_int_distribution<int> exponent(min_exponent, max_exponent);
+  std::vector<float> values(n);
+  for (float& x : values) x = std::ldexp(mantissa(random), exponent(random));
+  return values;
 }
 
 InProcessCoordinator::InProcessCoordinator(int num_workers,

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "allreduce/gloo_group.h"
@@ -19,6 +20,13 @@ namespace ps::allreduce {
 // the test.
 void RunRingInThreads(int size, const std::function<void(GlooGroup&)>& body,
                       absl::Duration timeout = absl::Seconds(60));
+
+// For tests: `n` floats m * 2^e, m uniform in (-1, 1) and e in
+// [min_exponent, max_exponent], from a generator seeded with `seed`: values
+// across many binades, so that the order and precision of sums show in the
+// bits.
+std::vector<float> SpreadValues(int seed, size_t n, int min_exponent,
+                                int max_exponent);
 
 // For tests: a coordinator (RendezvousService) for `num_workers` of job
 // `job_id` on a free loopback port, until destroyed.

@@ -37,6 +37,8 @@ ABSL_FLAG(int, bucket_kb, 25600,
           "The ring's --allreduce_bucket_kb (a bucket larger than the model: "
           "one all-reduce after backward, no overlap)");
 ABSL_FLAG(bool, ring_only, false, "Run the all-reduce mode only");
+ABSL_FLAG(std::string, compression, "none",
+          "The ring's --allreduce_compression (none or fp16)");
 
 namespace ps::testing {
 namespace {
@@ -171,6 +173,8 @@ std::optional<Result> RunJob(Layout layout, int num_workers,
       argv.push_back(absl::StrCat("--allreduce_host=", hosts.address(rank)));
       argv.push_back(absl::StrCat("--allreduce_bucket_kb=",
                                   absl::GetFlag(FLAGS_bucket_kb)));
+      argv.push_back(absl::StrCat("--allreduce_compression=",
+                                  absl::GetFlag(FLAGS_compression)));
       argv.insert(argv.end(), update.begin(), update.end());
     } else {
       argv.push_back("--mode=sync");

@@ -58,20 +58,57 @@ class AllreduceExchange::AllreduceStepPush final : public StepPush {
   absl::Status status_;
 };
 
+absl::StatusOr<bool> UseNccl(absl::string_view backend, bool device_is_cuda,
+                             const absl::Status& nccl_available) {
+  if (backend == "gloo") return false;
+  if (backend == "auto") return device_is_cuda && nccl_available.ok();
+  if (backend != "nccl") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--allreduce_backend=", backend, " is not auto, gloo or nccl"));
+  }
+  if (!device_is_cuda) {
+    return absl::InvalidArgumentError(
+        "--allreduce_backend=nccl needs a CUDA worker (--device=cuda): NCCL "
+        "sums GPU memory; use gloo on CPUs");
+  }
+  if (!nccl_available.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--allreduce_backend=nccl: ", nccl_available.message()));
+  }
+  return true;
+}
+
 absl::StatusOr<std::unique_ptr<AllreduceExchange>> AllreduceExchange::Create(
     std::unique_ptr<LocalExchange> local,
     std::unique_ptr<allreduce::GlooGroup> group,
-    const AllreduceOptions& options) {
+    const AllreduceOptions& options,
+    std::unique_ptr<allreduce::BucketReducer> reducer) {
+  if (reducer != nullptr &&
+      (reducer->rank() != group->rank() || reducer->size() != group->size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the bucket reducer is rank ", reducer->rank(), " of ", reducer->size(),
+        ", the ring rank ", group->rank(), " of ", group->size()));
+  }
   std::vector<size_t> sizes;
   for (const TensorSpec& tensor : local->model().tensors) {
     sizes.push_back(tensor.num_elements());
   }
   sizes.push_back(1 + group->size());  // The step record.
-  auto exchange = absl::WrapUnique(
-      new AllreduceExchange(std::move(local), std::move(group), options));
+  // Uncompressed, the record shares the last layer's bucket (one
+  // collective fewer); compressed, it needs a bucket of its own.
+  std::vector<int> exact;
+  if (options.compression != allreduce::Compression::kNone) {
+    exact.push_back(static_cast<int>(sizes.size()) - 1);
+  }
+  auto exchange = absl::WrapUnique(new AllreduceExchange(
+      std::move(local), std::move(group), options, std::move(reducer)));
+  allreduce::BucketReducer* sums = exchange->reducer_ != nullptr
+                                       ? exchange->reducer_.get()
+                                       : exchange->group_.get();
   absl::StatusOr<std::unique_ptr<allreduce::BucketedAllreduce>> reduce =
-      allreduce::BucketedAllreduce::Create(
-          exchange->group_.get(), std::move(sizes), options.bucket_bytes);
+      allreduce::BucketedAllreduce::Create(sums, std::move(sizes),
+                                           options.bucket_bytes,
+                                           options.compression, exact);
   if (!reduce.ok()) return reduce.status();
   exchange->reduce_ = *std::move(reduce);
   return exchange;
@@ -79,10 +116,12 @@ absl::StatusOr<std::unique_ptr<AllreduceExchange>> AllreduceExchange::Create(
 
 AllreduceExchange::AllreduceExchange(
     std::unique_ptr<LocalExchange> local,
-    std::unique_ptr<allreduce::GlooGroup> group, AllreduceOptions options)
+    std::unique_ptr<allreduce::GlooGroup> group, AllreduceOptions options,
+    std::unique_ptr<allreduce::BucketReducer> reducer)
     : local_(std::move(local)),
       group_(std::move(group)),
       options_(std::move(options)),
+      reducer_(std::move(reducer)),
       cursors_(group_->size()),
       record_(1 + group_->size()) {
   const ModelSpec& spec = local_->model();

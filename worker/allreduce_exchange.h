@@ -8,7 +8,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "allreduce/bucket_reducer.h"
 #include "allreduce/bucketed_allreduce.h"
+#include "allreduce/compression.h"
 #include "allreduce/gloo_group.h"
 #include "common/model_spec.h"
 #include "worker/local_exchange.h"
@@ -16,9 +19,20 @@
 
 namespace ps::worker {
 
+// Which library sums a worker's buckets (--allreduce_backend): "gloo",
+// "nccl", or "auto" (NCCL where `device_is_cuda` and `nccl_available` is OK:
+// allreduce::NcclAvailable(), else Gloo). True for NCCL. InvalidArgument,
+// naming the flag, for nccl on a CPU worker or where NCCL is not available
+// (with its reason), or an unknown name.
+absl::StatusOr<bool> UseNccl(absl::string_view backend, bool device_is_cuda,
+                             const absl::Status& nccl_available);
+
 struct AllreduceOptions {
   // Gradients are summed in buckets of about this size.
   size_t bucket_bytes = 25 << 20;
+  // How the gradient buckets travel (the step record never is compressed:
+  // its counts and positions must stay exact).
+  allreduce::Compression compression = allreduce::Compression::kNone;
   // Empty: no checkpoints. Else rank 0 writes one here every
   // `checkpoint_every_steps` steps (worker/ring_checkpoint.h), and the ring
   // resumes from the newest rank 0 reads there.
@@ -30,6 +44,8 @@ struct AllreduceOptions {
 // the full model in a LocalExchange (the servers' update code: optimizer,
 // schedule) and the workers average each step's gradients among themselves
 // over a Gloo ring, so all of them apply the same step to the same weights.
+// On GPU workers the buckets may be summed by another library's ring of the
+// same ranks (an NcclGroup): the Gloo ring then only shares checkpoints.
 //
 // A step's gradient is what a sync server would apply: sum_r n_r g_r /
 // sum_r n_r, for rank r's mean gradient g_r of n_r examples. Each rank puts
@@ -46,10 +62,13 @@ struct AllreduceOptions {
 // exchange. Owns the local weights and the ring.
 class AllreduceExchange final : public WeightExchange {
  public:
+  // `reducer`, when given, sums the buckets instead of `group` (same
+  // ranks, same order); it is destroyed before `group`.
   static absl::StatusOr<std::unique_ptr<AllreduceExchange>> Create(
       std::unique_ptr<LocalExchange> local,
       std::unique_ptr<allreduce::GlooGroup> group,
-      const AllreduceOptions& options);
+      const AllreduceOptions& options,
+      std::unique_ptr<allreduce::BucketReducer> reducer = nullptr);
   ~AllreduceExchange() override;
 
   // LocalExchange::Declare for the ring's workers, from the newest
@@ -76,7 +95,8 @@ class AllreduceExchange final : public WeightExchange {
 
   AllreduceExchange(std::unique_ptr<LocalExchange> local,
                     std::unique_ptr<allreduce::GlooGroup> group,
-                    AllreduceOptions options);
+                    AllreduceOptions options,
+                    std::unique_ptr<allreduce::BucketReducer> reducer);
 
   // After every tensor was added: the mean gradient, applied locally.
   absl::Status FinishStep(const StepInfo& info);
@@ -84,7 +104,9 @@ class AllreduceExchange final : public WeightExchange {
   const std::unique_ptr<LocalExchange> local_;
   const std::unique_ptr<allreduce::GlooGroup> group_;
   const AllreduceOptions options_;
-  // After group_, which it borrows: destroyed first.
+  // Null: group_ sums the buckets.
+  const std::unique_ptr<allreduce::BucketReducer> reducer_;
+  // After group_ and reducer_, which it borrows: destroyed first.
   std::unique_ptr<allreduce::BucketedAllreduce> reduce_;
   // The mean gradient of the step, reused.
   TensorValues mean_;

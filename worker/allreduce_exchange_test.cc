@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "allreduce/compression.h"
 #include "allreduce/gloo_group.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
@@ -58,8 +59,9 @@ StepInfo Step(uint32_t num_examples) {
 // Each of the ranks pushes Gradient(rank) for `examples[rank]` examples
 // (backward order: the last tensor first), `steps` times; returns each
 // rank's weights after.
-std::vector<TensorValues> RunRing(const std::vector<uint32_t>& examples,
-                                  int steps, size_t bucket_bytes) {
+std::vector<TensorValues> RunRing(
+    const std::vector<uint32_t>& examples, int steps, size_t bucket_bytes,
+    allreduce::Compression compression = allreduce::Compression::kNone) {
   const int size = static_cast<int>(examples.size());
   gloo::rendezvous::HashStore store;
   std::vector<TensorValues> weights(size);
@@ -75,6 +77,7 @@ std::vector<TensorValues> RunRing(const std::vector<uint32_t>& examples,
       ASSERT_TRUE(group.ok()) << group.status();
       AllreduceOptions allreduce;
       allreduce.bucket_bytes = bucket_bytes;
+      allreduce.compression = compression;
       absl::StatusOr<std::unique_ptr<AllreduceExchange>> exchange =
           AllreduceExchange::Create(MakeLocal(), *std::move(group), allreduce);
       ASSERT_TRUE(exchange.ok()) << exchange.status();
@@ -168,6 +171,53 @@ TEST(AllreduceExchangeTest, RerunsGiveTheSameBits) {
   const std::vector<uint32_t> examples = {5, 3, 7};
   EXPECT_TRUE(
       SameBits(RunRing(examples, 2, 2048)[0], RunRing(examples, 2, 2048)[0]));
+}
+
+// fp16 buckets: one step's weights within lr * Fp16SumBound / total of the
+// sync server's (plus a float rounding of each), the same on every rank and
+// rerun; the step's example count stays exact (its own float bucket).
+TEST(AllreduceExchangeTest, Fp16StepsStayWithinTheBound) {
+  const std::vector<uint32_t> examples = {3, 1, 2};
+  const auto fp16 = allreduce::Compression::kFp16;
+  const std::vector<TensorValues> weights = RunRing(examples, 1, 1024, fp16);
+  const TensorValues server = ServerSteps(examples, 1);
+  double total = 0;
+  for (uint32_t n : examples) total += n;
+  bool differs = false;
+  for (size_t t = 0; t < server.size(); ++t) {
+    for (size_t i = 0; i < server[t].size(); ++i) {
+      double abs_sum = 0;
+      for (size_t r = 0; r < examples.size(); ++r) {
+        abs_sum += examples[r] * std::fabs(Gradient(r)[t][i]);
+      }
+      const double bound =
+          0.5 * allreduce::Fp16SumBound(abs_sum, examples.size()) / total +
+          2 * std::fabs(server[t][i]) * 0x1p-24;
+      ASSERT_LE(std::fabs(weights[0][t][i] - server[t][i]), bound)
+          << t << " " << i;
+      differs = differs || weights[0][t][i] != server[t][i];
+    }
+  }
+  EXPECT_TRUE(differs) << "fp16 should change some bits";
+  EXPECT_TRUE(SameBits(weights[1], weights[0]));
+  EXPECT_TRUE(SameBits(weights[2], weights[0]));
+  EXPECT_TRUE(SameBits(RunRing(examples, 1, 1024, fp16)[0], weights[0]));
+}
+
+TEST(UseNcclTest, PicksTheLibraryForTheDevice) {
+  const absl::Status ok = absl::OkStatus();
+  const absl::Status missing =
+      absl::FailedPreconditionError("cannot load libnccl.so.2");
+  EXPECT_EQ(*UseNccl("auto", true, ok), true);
+  EXPECT_EQ(*UseNccl("auto", false, ok), false);
+  EXPECT_EQ(*UseNccl("auto", true, missing), false);
+  EXPECT_EQ(*UseNccl("gloo", true, ok), false);
+  EXPECT_EQ(*UseNccl("nccl", true, ok), true);
+  EXPECT_TRUE(absl::IsInvalidArgument(UseNccl("nccl", false, ok).status()));
+  const absl::Status refused = UseNccl("nccl", true, missing).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(refused));
+  EXPECT_NE(refused.message().find("libnccl.so.2"), absl::string_view::npos);
+  EXPECT_TRUE(absl::IsInvalidArgument(UseNccl("mpi", true, ok).status()));
 }
 
 TEST(AllreduceExchangeTest, RefusesUnknownTensors) {

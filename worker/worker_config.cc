@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "allreduce/compression.h"
 #include "common/auth_files.h"
 #include "common/cluster_address.h"
 #include "common/consistency_mode.h"
@@ -176,6 +177,19 @@ absl::Status CheckWorkerConfig(const WorkerConfig& config, int rank) {
         config.allreduce_bucket_kb > 1024 * 1024) {
       return absl::InvalidArgumentError(
           "--allreduce_bucket_kb must be in [1, 1048576]");
+    }
+    if (config.allreduce_backend != "auto" &&
+        config.allreduce_backend != "gloo" &&
+        config.allreduce_backend != "nccl") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--allreduce_backend=", config.allreduce_backend,
+                       " is not auto, gloo or nccl"));
+    }
+    if (absl::Status s =
+            allreduce::ParseCompression(config.allreduce_compression).status();
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--allreduce_compression: ", s.message()));
     }
   } else if (!config.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(

@@ -69,6 +69,8 @@ struct WorkerConfig {
   std::string metrics_host = "127.0.0.1";
   int allreduce_bucket_kb = 25600;
   std::string allreduce_host;
+  std::string allreduce_backend = "auto";
+  std::string allreduce_compression = "none";
   std::string checkpoint_dir;
   int64_t checkpoint_every_steps = 200;
 };

@@ -184,6 +184,14 @@ TEST(WorkerConfigTest, AllreduceModeTakesItsOwnFlagsOnly) {
   EXPECT_THAT(CheckWorkerConfig(config, 1).message(),
               HasSubstr("--allreduce_bucket_kb"));
   config.allreduce_bucket_kb = 256;
+  config.allreduce_backend = "mpi";
+  EXPECT_THAT(CheckWorkerConfig(config, 0).message(),
+              HasSubstr("--allreduce_backend"));
+  config.allreduce_backend = "nccl";
+  config.allreduce_compression = "bf16";
+  EXPECT_THAT(CheckWorkerConfig(config, 0).message(),
+              HasSubstr("--allreduce_compression"));
+  config.allreduce_compression = "fp16";
   config.checkpoint_every_steps = -1;
   EXPECT_THAT(CheckWorkerConfig(config, 1).message(),
               HasSubstr("--checkpoint_every_steps"));

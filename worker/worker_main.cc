@@ -119,6 +119,14 @@ ABSL_FLAG(int, allreduce_bucket_kb, 25600,
 ABSL_FLAG(std::string, allreduce_host, "",
           "With --mode=allreduce: the address the other workers reach this "
           "one at; empty: this host's name");
+ABSL_FLAG(std::string, allreduce_backend, "auto",
+          "With --mode=allreduce: gloo (CPU, TCP), nccl (GPUs; needs a CUDA "
+          "--device and a build with NCCL) or auto (nccl where both hold, "
+          "else gloo)");
+ABSL_FLAG(std::string, allreduce_compression, "none",
+          "With --mode=allreduce: none, or fp16 (gradient buckets travel as "
+          "IEEE half: half the bytes, each sum within a bound of the exact "
+          "one; see allreduce/compression.h)");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "With --mode=allreduce: rank 0 writes checkpoints of the model and "
           "optimizer state here (the servers' format), and every rank resumes "
@@ -224,6 +232,8 @@ WorkerConfig ConfigFromFlags() {
   config.cpus = absl::GetFlag(FLAGS_cpus);
   config.allreduce_bucket_kb = absl::GetFlag(FLAGS_allreduce_bucket_kb);
   config.allreduce_host = absl::GetFlag(FLAGS_allreduce_host);
+  config.allreduce_backend = absl::GetFlag(FLAGS_allreduce_backend);
+  config.allreduce_compression = absl::GetFlag(FLAGS_allreduce_compression);
   config.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   config.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);

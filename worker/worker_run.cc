@@ -12,8 +12,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "allreduce/compression.h"
 #include "allreduce/join_ring.h"
+#include "allreduce/nccl_group.h"
 #include "client/parameter_client.h"
 #include "common/consistency_mode.h"
 #include "common/cpu_affinity.h"
@@ -223,6 +227,25 @@ std::optional<int> WorkerRun::LoadDataAndModel() {
 }
 
 std::optional<int> WorkerRun::JoinRing() {
+  // The backend's name is "cpu" or "cuda:<ordinal>".
+  int cuda_device = -1;
+  if (absl::string_view name = backend_->name();
+      absl::ConsumePrefix(&name, "cuda:") &&
+      !absl::SimpleAtoi(name, &cuda_device)) {
+    cuda_device = -1;
+  }
+  // Loads NCCL only for a GPU worker.
+  const absl::Status nccl_available =
+      cuda_device >= 0 ? allreduce::NcclAvailable() : absl::OkStatus();
+  absl::StatusOr<bool> use_nccl =
+      UseNccl(config_.allreduce_backend, cuda_device >= 0, nccl_available);
+  if (!use_nccl.ok()) return Fail(use_nccl.status(), kExitBadConfig);
+  if (cuda_device >= 0 && !*use_nccl && !nccl_available.ok()) {
+    spdlog::warn("summing gradients with Gloo: {}", nccl_available.message());
+  }
+  absl::StatusOr<allreduce::Compression> compression =
+      allreduce::ParseCompression(config_.allreduce_compression);
+  if (!compression.ok()) return Fail(compression.status(), kExitBadConfig);
   allreduce::RingOptions options;
   options.coordinator = servers_.front();
   options.rank = rank_;
@@ -235,6 +258,18 @@ std::optional<int> WorkerRun::JoinRing() {
   options.timeout = config_.retry_timeout;
   absl::StatusOr<allreduce::JoinedRing> ring = allreduce::JoinRing(options);
   if (!ring.ok()) return Fail(ring.status(), ServerCallExitCode(ring.status()));
+  std::unique_ptr<allreduce::NcclGroup> nccl;
+  if (*use_nccl) {
+    allreduce::NcclOptions nccl_options;
+    nccl_options.device = cuda_device;
+    nccl_options.timeout = config_.retry_timeout;
+    absl::StatusOr<std::unique_ptr<allreduce::NcclGroup>> connected =
+        allreduce::NcclGroup::Connect(*ring->group, nccl_options);
+    if (!connected.ok()) {
+      return Fail(connected.status(), ServerCallExitCode(connected.status()));
+    }
+    nccl = *std::move(connected);
+  }
   absl::StatusOr<std::unique_ptr<LocalExchange>> local =
       LocalFromConfig(config_, model_spec_);
   if (!local.ok()) return Fail(local.status(), kExitBadConfig);
@@ -242,16 +277,19 @@ std::optional<int> WorkerRun::JoinRing() {
   allreduce.bucket_bytes = size_t{1024} * config_.allreduce_bucket_kb;
   allreduce.checkpoint_dir = config_.checkpoint_dir;
   allreduce.checkpoint_every_steps = config_.checkpoint_every_steps;
+  allreduce.compression = *compression;
   absl::StatusOr<std::unique_ptr<AllreduceExchange>> made =
       AllreduceExchange::Create(*std::move(local), std::move(ring->group),
-                                allreduce);
+                                allreduce, std::move(nccl));
   if (!made.ok()) return Fail(made.status(), kExitBadConfig);
   ring_weights_ = *std::move(made);
   spdlog::info(
       "joined the all-reduce ring (round {}) of {} workers: {} "
-      "buckets",
+      "buckets, summed by {} ({} compression)",
       ring->round, config_.num_workers,
-      ring_weights_->buckets().bucket_sizes.size());
+      ring_weights_->buckets().bucket_sizes.size(),
+      *use_nccl ? absl::StrCat("NCCL on cuda:", cuda_device) : "Gloo",
+      config_.allreduce_compression);
   return std::nullopt;
 }
 

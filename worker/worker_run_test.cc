@@ -103,5 +103,16 @@ TEST(WorkerRunTest, UnreachableServersAreLost) {
   EXPECT_EQ(WorkerRun(config, 0).Run(), kExitServersLost);
 }
 
+// NCCL sums GPU memory: asked for on a CPU worker (or in a build without
+// it), the worker stops before joining the ring, as a configuration error.
+TEST(WorkerRunTest, NcclOnACpuWorkerIsBadConfiguration) {
+  WorkerConfig config = Local(TinyData(32));
+  config.local = false;
+  config.mode = kAllreduceMode;
+  config.servers = "127.0.0.1:1";  // Never reached.
+  config.allreduce_backend = "nccl";
+  EXPECT_EQ(WorkerRun(config, 0).Run(), kExitBadConfig);
+}
+
 }  // namespace
 }  // namespace ps::worker
