@@ -21,6 +21,9 @@ bool IsUpdateFlag(const std::string& flag) {
          std::end(kUpdateFlags);
 }
 
+// Every worker runs on the launcher's host, as the coordinator does.
+constexpr char kRingHost[] = "127.0.0.1";
+
 }  // namespace
 
 bool IsAllreduce(const LaunchConfig& config) {
@@ -28,10 +31,6 @@ bool IsAllreduce(const LaunchConfig& config) {
 }
 
 absl::Status CheckAllreduceConfig(const LaunchConfig& config) {
-  if (!config.program.empty()) {
-    return absl::InvalidArgumentError(
-        "--mode=allreduce runs our worker only, not a program after --");
-  }
   if (config.auth.tls()) {
     return absl::InvalidArgumentError(
         "--mode=allreduce runs without TLS (Debian's Gloo has no TLS "
@@ -77,7 +76,7 @@ std::vector<std::string> CoordinatorArgv(const LaunchConfig& config,
 
 std::vector<std::string> AllreduceWorkerFlags(const LaunchConfig& config) {
   std::vector<std::string> flags = {
-      "--allreduce_host=127.0.0.1",
+      absl::StrCat("--allreduce_host=", kRingHost),
       absl::StrCat("--lr_schedule=", config.lr_schedule),
   };
   if (!config.optimizer.empty()) {
@@ -94,6 +93,18 @@ std::vector<std::string> AllreduceWorkerFlags(const LaunchConfig& config) {
     flags.push_back(absl::StrCat("--checkpoint_dir=", config.checkpoint_dir));
   }
   return flags;
+}
+
+std::vector<std::pair<std::string, std::string>> AllreduceProgramEnvironment(
+    const LaunchConfig& config) {
+  std::vector<std::pair<std::string, std::string>> variables = {
+      {"PS_MODE", kLaunchAllreduceMode},
+      {"PS_ALLREDUCE_HOST", kRingHost},
+  };
+  if (!config.checkpoint_dir.empty()) {
+    variables.emplace_back("PS_CHECKPOINT_DIR", config.checkpoint_dir);
+  }
+  return variables;
 }
 
 }  // namespace ps

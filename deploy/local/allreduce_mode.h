@@ -2,6 +2,7 @@
 #define PS_DEPLOY_LOCAL_ALLREDUCE_MODE_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -20,9 +21,10 @@ inline constexpr char kLaunchAllreduceMode[] = "allreduce";
 
 bool IsAllreduce(const LaunchConfig& config);
 
-// What the all-reduce mode does not support: a program after -- (only our
-// worker has the mode), --auth (Gloo's TCP transport is plaintext), staleness,
-// and --server_flags other than the update's (--momentum, ...).
+// What the all-reduce mode does not support: --auth (Gloo's TCP transport is
+// plaintext), staleness, and --server_flags other than the update's
+// (--momentum, ...), which a program after -- does not take either (its
+// PyTorch optimizer is its own).
 absl::Status CheckAllreduceConfig(const LaunchConfig& config);
 
 // The coordinator beside the server binary: "<root>/allreduce/coordinator"
@@ -39,6 +41,15 @@ std::vector<std::string> CoordinatorArgv(const LaunchConfig& config,
 // update flags among --server_flags), the address the others reach it at,
 // and --checkpoint_dir (rank 0 checkpoints there, as servers would).
 std::vector<std::string> AllreduceWorkerFlags(const LaunchConfig& config);
+
+// Variables a program after -- gets in this mode besides the usual
+// (common/worker_environment.h, where PS_SERVERS then names the
+// coordinator): PS_MODE=allreduce, which makes paramserver.torch join the
+// ring (python/paramserver/torch/_allreduce.py); PS_ALLREDUCE_HOST, the
+// address the other workers reach it at; with --checkpoint_dir,
+// PS_CHECKPOINT_DIR, where rank 0 checkpoints.
+std::vector<std::pair<std::string, std::string>> AllreduceProgramEnvironment(
+    const LaunchConfig& config);
 
 }  // namespace ps
 

@@ -1,6 +1,7 @@
 #include "deploy/local/allreduce_mode.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "deploy/local/launch_config.h"
@@ -30,9 +31,6 @@ TEST(AllreduceModeTest, IsAValidMode) {
 }
 
 TEST(AllreduceModeTest, RefusesWhatTheModeCannotDo) {
-  LaunchConfig program = AllreduceConfig();
-  program.program = {"python3", "train.py"};
-  EXPECT_THAT(ValidateLaunchConfig(program).message(), HasSubstr("program"));
   LaunchConfig auth = AllreduceConfig();
   auth.auth.server_cert = "/tmp/cert.pem";
   EXPECT_THAT(ValidateLaunchConfig(auth).message(), HasSubstr("--auth"));
@@ -85,6 +83,25 @@ TEST(AllreduceModeTest, WorkersTakeTheUpdateFlagsTheServersWouldHave) {
   sync.extra_server_flags.clear();
   EXPECT_THAT(WorkerArgv(sync, 1, {"127.0.0.1:5000"}),
               Not(Contains("--optimizer=sgd")));
+}
+
+TEST(AllreduceModeTest, AProgramIsToldToJoinTheRing) {
+  LaunchConfig config = AllreduceConfig();
+  config.program = {"python3", "train.py"};
+  ASSERT_TRUE(ValidateLaunchConfig(config).ok());
+  using Variable = std::pair<std::string, std::string>;
+  std::vector<Variable> env = WorkerEnv(config, 1, {"127.0.0.1:5000"});
+  EXPECT_THAT(env, Contains(Variable("PS_MODE", "allreduce")));
+  EXPECT_THAT(env, Contains(Variable("PS_SERVERS", "127.0.0.1:5000")));
+  EXPECT_THAT(env, Contains(Variable("PS_ALLREDUCE_HOST", "127.0.0.1")));
+  EXPECT_THAT(env, Not(Contains(::testing::Key("PS_CHECKPOINT_DIR"))));
+  config.checkpoint_dir = "/tmp/run/checkpoints";
+  EXPECT_THAT(WorkerEnv(config, 0, {"127.0.0.1:5000"}),
+              Contains(Variable("PS_CHECKPOINT_DIR", "/tmp/run/checkpoints")));
+  // Not in the other modes.
+  config.mode = "sync";
+  EXPECT_THAT(WorkerEnv(config, 0, {"127.0.0.1:5000"}),
+              Not(Contains(::testing::Key("PS_MODE"))));
 }
 
 TEST(AllreduceModeTest, CoordinatorLivesBesideTheServer) {

@@ -366,6 +366,11 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv(
     variables.emplace_back("OMP_NUM_THREADS",
                            absl::StrCat(config.program_threads));
   }
+  if (IsAllreduce(config)) {
+    for (auto& variable : AllreduceProgramEnvironment(config)) {
+      variables.push_back(std::move(variable));
+    }
+  }
   // A program's worker serves its metrics where the C++ worker's
   // --metrics_port would (paramserver.torch reads it).
   if (const int metrics = WorkerMetricsPort(config, rank); metrics != 0) {
