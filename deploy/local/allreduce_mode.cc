@@ -21,9 +21,6 @@ bool IsUpdateFlag(const std::string& flag) {
          std::end(kUpdateFlags);
 }
 
-// Every worker runs on the launcher's host, as the coordinator does.
-constexpr char kRingHost[] = "127.0.0.1";
-
 }  // namespace
 
 bool IsAllreduce(const LaunchConfig& config) {
@@ -51,6 +48,16 @@ absl::Status CheckAllreduceConfig(const LaunchConfig& config) {
   return absl::OkStatus();
 }
 
+absl::Status PlaceAllreduceOnHosts(int server_hosts, LaunchConfig* config) {
+  if (server_hosts != 0) {
+    return absl::InvalidArgumentError(
+        "--server_hosts means nothing with --mode=allreduce (no servers: "
+        "the coordinator runs on host 0, beside its workers)");
+  }
+  config->num_servers = 1;
+  return absl::OkStatus();
+}
+
 std::string CoordinatorBinary(const std::string& server_binary) {
   const std::filesystem::path root =
       std::filesystem::path(server_binary).parent_path().parent_path();
@@ -65,7 +72,7 @@ std::vector<std::string> CoordinatorArgv(const LaunchConfig& config,
       CoordinatorBinary(config.server_binary),
       absl::StrCat("--num_workers=", config.num_workers),
       absl::StrCat("--port=", port),
-      "--host=127.0.0.1",
+      absl::StrCat("--host=", config.server_host),
       absl::StrCat("--port_file=", port_file),
   };
   if (!config.job_id.empty()) {
@@ -76,7 +83,7 @@ std::vector<std::string> CoordinatorArgv(const LaunchConfig& config,
 
 std::vector<std::string> AllreduceWorkerFlags(const LaunchConfig& config) {
   std::vector<std::string> flags = {
-      absl::StrCat("--allreduce_host=", kRingHost),
+      absl::StrCat("--allreduce_host=", config.server_host),
       absl::StrCat("--lr_schedule=", config.lr_schedule),
   };
   if (!config.optimizer.empty()) {
@@ -99,7 +106,7 @@ std::vector<std::pair<std::string, std::string>> AllreduceProgramEnvironment(
     const LaunchConfig& config) {
   std::vector<std::pair<std::string, std::string>> variables = {
       {"PS_MODE", kLaunchAllreduceMode},
-      {"PS_ALLREDUCE_HOST", kRingHost},
+      {"PS_ALLREDUCE_HOST", config.server_host},
   };
   if (!config.checkpoint_dir.empty()) {
     variables.emplace_back("PS_CHECKPOINT_DIR", config.checkpoint_dir);

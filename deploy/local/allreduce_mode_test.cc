@@ -104,6 +104,32 @@ TEST(AllreduceModeTest, AProgramIsToldToJoinTheRing) {
               Not(Contains(::testing::Key("PS_MODE"))));
 }
 
+TEST(AllreduceModeTest, OnSeveralHostsOneCoordinatorRunsOnHostZero) {
+  LaunchConfig config = AllreduceConfig();
+  config.num_servers = 2;
+  EXPECT_THAT(PlaceAllreduceOnHosts(2, &config).message(),
+              HasSubstr("--server_hosts"));
+  ASSERT_TRUE(PlaceAllreduceOnHosts(0, &config).ok());
+  EXPECT_EQ(config.num_servers, 1);
+  // What HostSession::Apply gives host 1 of 2: no coordinator, its own
+  // address for the ring.
+  config.server_host = "10.0.0.2";
+  config.host_servers = 0;
+  config.first_rank = 2;
+  EXPECT_EQ(MakeClusterSpec(config).num_servers, 0);
+  EXPECT_THAT(WorkerArgv(config, 2, {"10.0.0.1:5000"}),
+              Contains("--allreduce_host=10.0.0.2"));
+  config.program = {"python3", "train.py"};
+  EXPECT_THAT(WorkerEnv(config, 2, {"10.0.0.1:5000"}),
+              Contains(std::pair<std::string, std::string>("PS_ALLREDUCE_HOST",
+                                                           "10.0.0.2")));
+  // Host 0: the coordinator, on its advertised address.
+  config.server_host = "10.0.0.1";
+  config.host_servers = 1;
+  EXPECT_EQ(MakeClusterSpec(config).num_servers, 1);
+  EXPECT_THAT(ServerArgv(config, 0, "/tmp/p", 0), Contains("--host=10.0.0.1"));
+}
+
 TEST(AllreduceModeTest, CoordinatorLivesBesideTheServer) {
   EXPECT_EQ(CoordinatorBinary("/a/b/server/server"),
             "/a/b/allreduce/coordinator");

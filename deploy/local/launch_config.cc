@@ -410,9 +410,9 @@ ClusterSpec MakeClusterSpec(const LaunchConfig& config) {
   spec.restart_backoff = config.restart_backoff;
   spec.restart_servers = !config.checkpoint_dir.empty();
   if (IsAllreduce(config)) {
-    // The coordinator alone, in server 0's place: it keeps no state, so it
-    // may restart, and it never exits on its own.
-    spec.num_servers = 1;
+    // The coordinator alone, in server 0's place (on host 0 of several):
+    // it keeps no state, so it may restart, and it never exits on its own.
+    spec.num_servers = config.host_servers < 0 ? 1 : config.host_servers;
     spec.restart_servers = true;
     spec.stop_servers_after_workers = true;
   }
