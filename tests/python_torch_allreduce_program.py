@@ -36,9 +36,14 @@ def equivalence(out_dir, optimizer_name, stop_at=None, every=None):
     opt = ps.DistributedOptimizer(
         wrapped, named_parameters=model.named_parameters(),
         checkpoint_every_steps=int(every) if every else 200)
+    # On the wrapper, as a user would; a resumed ring's scheduler catches up.
+    scheduler = (torch.optim.lr_scheduler.StepLR(opt, 5, gamma=0.5)
+                 if optimizer_name.endswith("+step") else None)
+    start = opt.resume_step
+    for _ in range(start if scheduler is not None else 0):
+        scheduler.step()
     x, y = make_data(STEPS * BATCH * ps.size())
     saved = {}
-    start = opt.resume_step
     for step in range(start, STEPS):
         if (stop_at is not None and ps.rank() == 1 and start == 0 and
                 step == int(stop_at)):
@@ -55,11 +60,13 @@ def equivalence(out_dir, optimizer_name, stop_at=None, every=None):
             saved["%d/%s/g" % (step, n)] = p.grad.detach().numpy().copy()
         with opt.skip_synchronize():
             opt.step()
+        if scheduler is not None:
+            scheduler.step()
     for n, p in model.named_parameters():
         saved["final/%s" % n] = p.detach().numpy()
     np.savez(os.path.join(out_dir, "rank%d.npz" % ps.rank()), **saved)
     report({"mode": ps.mode(), "size": ps.size(), "steps": opt.step_number,
-            "resumed_at": start})
+            "resumed_at": start, "lr": opt.param_groups[0]["lr"]})
     ps.shutdown()
 
 

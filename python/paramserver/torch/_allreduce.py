@@ -39,6 +39,7 @@ has no TLS).
 """
 
 import os
+import sys
 
 import numpy as np
 import torch
@@ -198,9 +199,22 @@ class _RingOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             for name, p in self._trainable:
                 p.copy_(saved["params"][name])
-        super(self.__class__, self).load_state_dict(saved["optimizer"])
+        # The per-parameter state (momentum, Adam's moments and step) only:
+        # the param groups' hyper-parameters stay as the script made them,
+        # so that a learning-rate scheduler it steps resume_step times
+        # catches up as in the servers' modes (the checkpoint's groups hold
+        # the rate the scheduler had reached, from which it would go on).
+        restored = dict(saved["optimizer"])
+        restored["param_groups"] = super(
+            self.__class__, self).state_dict()["param_groups"]
+        super(self.__class__, self).load_state_dict(restored)
         self._step_number = saved["step"]
         self._epoch = saved["epoch"]
+        if self._ring.rank == 0:
+            print("paramserver.torch: the ring resumes after step %d (rank "
+                  "0's checkpoint in %s)" % (self._step_number,
+                                             self._checkpoint_dir),
+                  file=sys.stderr, flush=True)
 
     def _write_checkpoint(self):
         if self._ring.rank != 0 or not self._checkpoint_dir:
@@ -260,6 +274,13 @@ class _RingOptimizer(torch.optim.Optimizer):
         with self._metrics.phase("waiting"):
             try:
                 self._buckets.wait()
+            except paramserver.Error as e:
+                # The launcher restarts the ring from the last checkpoint;
+                # this line says which step was lost.
+                print("paramserver.torch: rank %d: the ring broke in step %d "
+                      "(%s)" % (self._ring.rank, self._step_number + 1, e),
+                      file=sys.stderr, flush=True)
+                raise
             finally:
                 self._open = False
                 self._passes = [0] * len(self._trainable)
@@ -331,6 +352,9 @@ class _RingOptimizer(torch.optim.Optimizer):
             raise ValueError("steps_per_epoch must be >= 1, got %r" %
                              (steps_per_epoch,))
         return divmod(self._resumed_at, int(steps_per_epoch))
+
+    def pull_final(self):
+        """Nothing to pull: every rank holds the final weights."""
 
     def warn_if_untrained(self):
         """Nothing to warn of: each worker applies its own steps."""
