@@ -13,6 +13,11 @@ on this machine, each process on one thread:
   grpc    ours with ps.init(local_transport=False): gRPC over TCP, as
           workers on other hosts reach the servers
 
+The roles ddp and ours are also the workers of //bench:torch_ring_vs_ddp_bench
+(on test hosts; ours there in sync-PS or --mode=allreduce, as its
+environment says), which reads rank 0's RESULT: steps/s, the model's bytes
+and, with --eval_examples, the test accuracy.
+
 Each reports steps per second over --steps steps after --warmup; the bench
 prints every run, the medians over --repeats rounds, ours / ddp, and our
 per-step time minus single's. Run with Debian's interpreter after
