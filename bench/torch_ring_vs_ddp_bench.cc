@@ -31,6 +31,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "bench/host_bench.h"
 #include "common/subprocess.h"
 #include "tests/hosts/test_hosts.h"
 
@@ -52,18 +53,21 @@ namespace {
 
 constexpr absl::Duration kTimeout = absl::Minutes(10);
 
-enum class Layout { kServersApart, kServersBeside, kRing, kDdp };
+// A row: a ServiceLayout of ours, or DDP (no services).
+struct Layout {
+  bool ddp = false;
+  ServiceLayout services = ServiceLayout::kRing;
+};
 
-const char* LayoutName(Layout layout) {
-  switch (layout) {
-    case Layout::kServersApart:
+std::string LayoutName(const Layout& layout) {
+  if (layout.ddp) return "PyTorch DDP (gloo)";
+  switch (layout.services) {
+    case ServiceLayout::kServersApart:
       return "ours, sync-PS, 2 servers on hosts of their own";
-    case Layout::kServersBeside:
+    case ServiceLayout::kServersBeside:
       return "ours, sync-PS, 2 servers beside workers 0 and 1";
-    case Layout::kRing:
+    case ServiceLayout::kRing:
       return "ours, --mode=allreduce (Gloo ring)";
-    case Layout::kDdp:
-      return "PyTorch DDP (gloo)";
   }
   return "";
 }
@@ -84,32 +88,6 @@ std::string Workspace(const std::string& relative) {
   return (std::filesystem::current_path() / relative).string();
 }
 
-std::string RunfilePath(const std::string& relative) {
-  if (const char* runfiles = std::getenv("RUNFILES_DIR"); runfiles != nullptr) {
-    return absl::StrCat(runfiles, "/paramserver/", relative);
-  }
-  return (std::filesystem::current_path() / relative).string();
-}
-
-std::unique_ptr<Subprocess> StartOn(
-    const TestHosts& hosts, int host, const std::string& name,
-    std::vector<std::string> argv,
-    std::vector<std::pair<std::string, std::string>> env) {
-  SubprocessOptions options;
-  options.argv = std::move(argv);
-  options.env = std::move(env);
-  options.name = name;
-  options.kill_grace = absl::Seconds(2);
-  absl::StatusOr<std::unique_ptr<Subprocess>> child =
-      hosts.Start(host, std::move(options));
-  if (!child.ok()) {
-    std::fprintf(stderr, "%s: %s\n", name.c_str(),
-                 child.status().ToString().c_str());
-    return nullptr;
-  }
-  return *std::move(child);
-}
-
 // A number after "\"key\": " in rank 0's RESULT line.
 std::optional<double> JsonNumber(const std::string& line,
                                  const std::string& key) {
@@ -125,55 +103,10 @@ std::optional<double> JsonNumber(const std::string& line,
   return value;
 }
 
-// Starts the servers (or the coordinator) and returns their addresses.
-std::optional<std::vector<std::string>> StartServices(
-    const TestHosts& hosts, Layout layout, int num_workers,
-    std::vector<std::unique_ptr<Subprocess>>& services) {
-  std::vector<std::string> addresses;
-  const int num_services = layout == Layout::kRing ? 1 : 2;
-  for (int index = 0; index < num_services; ++index) {
-    const int host =
-        layout == Layout::kServersApart ? num_workers + index : index;
-    const std::string port_file =
-        absl::StrCat(std::filesystem::temp_directory_path().string(),
-                     "/torch-ring-bench-", getpid(), "-", index, ".port");
-    std::filesystem::remove(port_file);
-    std::vector<std::string> argv;
-    if (layout == Layout::kRing) {
-      argv = {RunfilePath("allreduce/coordinator"),
-              absl::StrCat("--num_workers=", num_workers)};
-    } else {
-      argv = {RunfilePath("server/server"),
-              absl::StrCat("--server_index=", index),
-              "--num_servers=2",
-              absl::StrCat("--num_workers=", num_workers),
-              "--mode=sync",
-              "--optimizer=adam",
-              "--learning_rate=0.001",
-              "--lr_schedule=constant"};
-    }
-    argv.push_back(absl::StrCat("--host=", hosts.address(host)));
-    argv.push_back("--port=0");
-    argv.push_back(absl::StrCat("--port_file=", port_file));
-    services.push_back(
-        StartOn(hosts, host, absl::StrCat("service ", index), argv, {}));
-    if (services.back() == nullptr) return std::nullopt;
-    absl::StatusOr<int> port =
-        WaitForPortFile(port_file, kTimeout, services.back().get());
-    std::filesystem::remove(port_file);
-    if (!port.ok()) {
-      std::fprintf(stderr, "port: %s\n", port.status().ToString().c_str());
-      return std::nullopt;
-    }
-    addresses.push_back(absl::StrCat(hosts.address(host), ":", *port));
-  }
-  return addresses;
-}
-
-std::optional<Result> RunJob(Layout layout, int num_workers,
+std::optional<Result> RunJob(const Layout& layout, int num_workers,
                              int64_t bits_per_second) {
   const int num_hosts =
-      layout == Layout::kServersApart ? num_workers + 2 : num_workers;
+      layout.ddp ? num_workers : HostsFor(layout.services, num_workers);
   absl::StatusOr<std::unique_ptr<TestHosts>> made =
       TestHosts::Create(num_hosts, bits_per_second);
   if (!made.ok()) {
@@ -183,9 +116,11 @@ std::optional<Result> RunJob(Layout layout, int num_workers,
   const TestHosts& hosts = **made;
   std::vector<std::unique_ptr<Subprocess>> services;
   std::vector<std::string> addresses;
-  if (layout != Layout::kDdp) {
-    std::optional<std::vector<std::string>> started =
-        StartServices(hosts, layout, num_workers, services);
+  if (!layout.ddp) {
+    std::optional<std::vector<std::string>> started = StartServices(
+        hosts, layout.services, num_workers,
+        {"--optimizer=adam", "--learning_rate=0.001", "--lr_schedule=constant"},
+        kTimeout, services);
     if (!started.has_value()) return std::nullopt;
     addresses = *std::move(started);
   }
@@ -195,7 +130,7 @@ std::optional<Result> RunJob(Layout layout, int num_workers,
   for (int rank = 0; rank < num_workers; ++rank) {
     std::vector<std::string> argv = {
         absl::GetFlag(FLAGS_python), Workspace("bench/pytorch_ddp_bench.py"),
-        layout == Layout::kDdp ? "--role=ddp" : "--role=ours",
+        layout.ddp ? "--role=ddp" : "--role=ours",
         absl::StrCat("--steps=", steps), absl::StrCat("--warmup=", warmup),
         absl::StrCat("--batch_size=", absl::GetFlag(FLAGS_batch_size)),
         absl::StrCat("--eval_examples=", absl::GetFlag(FLAGS_eval_examples)),
@@ -208,7 +143,7 @@ std::optional<Result> RunJob(Layout layout, int num_workers,
         {"OMP_NUM_THREADS", "1"},
         {"RANK", absl::StrCat(rank)},
         {"WORLD_SIZE", absl::StrCat(num_workers)}};
-    if (layout == Layout::kDdp) {
+    if (layout.ddp) {
       env.push_back({"MASTER_ADDR", hosts.address(0)});
       env.push_back({"MASTER_PORT", "29500"});
       env.push_back({"GLOO_SOCKET_IFNAME", "eth0"});
@@ -219,7 +154,7 @@ std::optional<Result> RunJob(Layout layout, int num_workers,
       env.push_back({"PS_LOCAL_NUM_WORKERS", "1"});
       env.push_back({"PS_SERVERS", absl::StrJoin(addresses, ",")});
       env.push_back({"PS_NUM_SERVERS", absl::StrCat(addresses.size())});
-      if (layout == Layout::kRing) {
+      if (layout.services == ServiceLayout::kRing) {
         env.push_back({"PS_MODE", "allreduce"});
         env.push_back({"PS_ALLREDUCE_HOST", hosts.address(rank)});
       }
@@ -293,8 +228,10 @@ int Main() {
       if (!absl::SimpleAtoi(r, &mbit)) return 2;
       const std::string link =
           mbit == 0 ? "unshaped" : absl::StrCat(mbit / 1000.0, " Gbit/s");
-      for (Layout layout : {Layout::kServersApart, Layout::kServersBeside,
-                            Layout::kRing, Layout::kDdp}) {
+      for (const Layout& layout :
+           {Layout{false, ServiceLayout::kServersApart},
+            Layout{false, ServiceLayout::kServersBeside},
+            Layout{false, ServiceLayout::kRing}, Layout{true}}) {
         std::vector<double> ms, bytes, accuracy;
         std::vector<std::string> loads;
         double model = 0;
@@ -310,14 +247,15 @@ int Main() {
         }
         if (ms.empty()) {
           std::printf("| %d | %s | %s | failed |\n", num_workers, link.c_str(),
-                      LayoutName(layout));
+                      LayoutName(layout).c_str());
           continue;
         }
         std::vector<std::string> each;
         for (double m : ms) each.push_back(absl::StrFormat("%.1f", m));
         std::printf("| %d | %s | %s | %.1f; %s | %.3f | %.3f | %.4f | %s |\n",
-                    num_workers, link.c_str(), LayoutName(layout), Median(ms),
-                    absl::StrJoin(each, ", ").c_str(), Median(bytes) / 1e6,
+                    num_workers, link.c_str(), LayoutName(layout).c_str(),
+                    Median(ms), absl::StrJoin(each, ", ").c_str(),
+                    Median(bytes) / 1e6,
                     2.0 * (num_workers - 1) / num_workers * model / 1e6,
                     Median(accuracy), absl::StrJoin(loads, ", ").c_str());
         std::fflush(stdout);
