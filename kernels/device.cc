@@ -80,12 +80,12 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateAutoBackend(
     const absl::Status usable =
         cuda.ok() ? CheckBackendRuns(**cuda) : cuda.status();
     if (usable.ok()) {
-      spdlog::info("device: cuda:0 (--device=auto, {} CUDA device(s) found)",
-                   cuda_devices);
+      spdlog::info("device: {} (--device=auto, {} CUDA device(s) found)",
+                   (*cuda)->name(), cuda_devices);
       return cuda;
     }
     why = absl::StrFormat(
-        "CUDA device 0 is not usable: %s (this build's CUDA code is for "
+        "the CUDA device is not usable: %s (this build's CUDA code is for "
         "compute capability 8.x and 9.x, sm_80 and sm_90: A100, A10, L4, "
         "H100, with PTX for newer; an older GPU such as a T4 or V100 fails "
         "like this, and --device=cuda would fail outright)",
@@ -107,28 +107,44 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateAutoBackend(
 
 }  // namespace internal
 
+int LocalCudaOrdinal(int local_rank, int device_count) {
+  if (device_count <= 0 || local_rank < 0) return 0;
+  return local_rank % device_count;
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view device,
-                                                       int cpu_threads) {
+                                                       int cpu_threads,
+                                                       int local_rank) {
   // Each choice is logged once the backend exists; failures are returned.
   if (device == "cpu") {
     absl::StatusOr<std::unique_ptr<Backend>> backend = Cpu(cpu_threads);
     if (backend.ok()) spdlog::info("device: cpu (--device=cpu)");
     return backend;
   }
+  const int device_count = CudaDeviceCount();
+  const int local_ordinal = LocalCudaOrdinal(local_rank, device_count);
   if (device == "auto") {
     return internal::CreateAutoBackend(
-        CudaDeviceCount(), [] { return CreateCudaBackend(0); }, cpu_threads);
+        device_count, [&] { return CreateCudaBackend(local_ordinal); },
+        cpu_threads);
   }
   absl::string_view ordinal_text = device;
-  int ordinal = 0;
+  int ordinal = local_ordinal;
   if (device == "cuda" ||
       (absl::ConsumePrefix(&ordinal_text, "cuda:") && IsDecimal(ordinal_text) &&
        absl::SimpleAtoi(ordinal_text, &ordinal))) {
     absl::StatusOr<std::unique_ptr<Backend>> backend =
         CreateCudaBackend(ordinal);
     if (backend.ok()) {
-      spdlog::info("device: cuda:{} (--device={})", ordinal,
-                   std::string(device));
+      if (device == "cuda") {
+        spdlog::info(
+            "device: cuda:{} (--device=cuda: local rank {} of a "
+            "host with {} CUDA device(s))",
+            ordinal, local_rank, device_count);
+      } else {
+        spdlog::info("device: cuda:{} (--device={})", ordinal,
+                     std::string(device));
+      }
     }
     return backend;
   }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_testing.h"
 #include "kernels/cpu_backend.h"
@@ -34,6 +35,31 @@ TEST(CreateBackendTest, ExplicitCudaNeverFallsBackToCpu) {
               CudaCompiledIn() ? absl::StatusCode::kFailedPrecondition
                                : absl::StatusCode::kUnimplemented)
         << backend.status();
+  }
+}
+
+TEST(LocalCudaOrdinalTest, SpreadsAHostsWorkersOverItsDevices) {
+  EXPECT_EQ(LocalCudaOrdinal(0, 4), 0);
+  EXPECT_EQ(LocalCudaOrdinal(3, 4), 3);
+  EXPECT_EQ(LocalCudaOrdinal(5, 4), 1);
+  EXPECT_EQ(LocalCudaOrdinal(7, 1), 0);
+  // No device, or no known local rank: device 0, which then fails to open
+  // naming itself.
+  EXPECT_EQ(LocalCudaOrdinal(3, 0), 0);
+  EXPECT_EQ(LocalCudaOrdinal(-1, 4), 0);
+}
+
+TEST(CreateBackendTest, CudaFollowsTheLocalRank) {
+  const int devices = CudaDeviceCount();
+  if (devices == 0) GTEST_SKIP() << "no CUDA device: skipping";
+  for (int local_rank : {0, 1, devices + 1}) {
+    SCOPED_TRACE(local_rank);
+    PS_ASSERT_OK_AND_ASSIGN(auto backend, CreateBackend("cuda", 1, local_rank));
+    EXPECT_EQ(backend->name(),
+              absl::StrCat("cuda:", LocalCudaOrdinal(local_rank, devices)));
+    // An explicit ordinal wins over the local rank.
+    PS_ASSERT_OK_AND_ASSIGN(auto first, CreateBackend("cuda:0", 1, local_rank));
+    EXPECT_EQ(first->name(), "cuda:0");
   }
 }
 

@@ -53,7 +53,18 @@ absl::Status CheckAuthFlags(const WorkerConfig& config) {
 absl::StatusOr<RankAndCount> ResolveRank(
     const WorkerConfig& config, bool num_workers_given,
     absl::FunctionRef<const char*(const char*)> lookup) {
-  if (config.rank != -1) return RankAndCount{config.rank, config.num_workers};
+  if (config.local_rank < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--local_rank must be -1 (found from the environment) or a rank "
+        "among this host's workers (>= 0), got ",
+        config.local_rank));
+  }
+  const auto local_or = [&](int found) {
+    return config.local_rank >= 0 ? config.local_rank : found;
+  };
+  if (config.rank != -1) {
+    return RankAndCount{config.rank, config.num_workers, local_or(config.rank)};
+  }
   absl::StatusOr<std::optional<LaunchEnvironment>> launch =
       ReadLaunchEnvironment(lookup);
   if (!launch.ok()) {
@@ -69,7 +80,7 @@ absl::StatusOr<RankAndCount> ResolveRank(
           "else from $JOB_COMPLETION_INDEX: ",
           rank.status().message()));
     }
-    return RankAndCount{*rank, config.num_workers};
+    return RankAndCount{*rank, config.num_workers, local_or(0)};
   }
   const LaunchEnvironment& scheduler = **launch;
   const char* name = SchedulerName(scheduler.scheduler);
@@ -86,7 +97,8 @@ absl::StatusOr<RankAndCount> ResolveRank(
         " tasks (one worker each): leave --num_workers out under --rank=-1, "
         "or start as many tasks"));
   }
-  return RankAndCount{scheduler.rank, scheduler.num_tasks};
+  return RankAndCount{scheduler.rank, scheduler.num_tasks,
+                      local_or(scheduler.local_rank)};
 }
 
 absl::StatusOr<std::vector<std::string>> ResolveServers(

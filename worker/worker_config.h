@@ -18,6 +18,9 @@ namespace ps::worker {
 // the flags; WorkerRun and the checks below take it as a value.
 struct WorkerConfig {
   int rank = 0;
+  // Rank among this host's workers, which picks the GPU of --device=cuda or
+  // auto (kernels::LocalCudaOrdinal); -1: as ResolveRank finds it.
+  int local_rank = -1;
   bool rank0_elsewhere = false;
   int num_workers = 1;
   std::string job_id;
@@ -76,6 +79,7 @@ inline constexpr char kAllreduceMode[] = "allreduce";
 struct RankAndCount {
   int rank = 0;
   int num_workers = 1;
+  int local_rank = 0;  // Among the workers of this host.
 };
 
 // The rank and number of workers the flags say: --rank and --num_workers,
@@ -86,8 +90,12 @@ struct RankAndCount {
 //   default), must equal the task count;
 // - a pod of a Kubernetes Indexed Job: $JOB_COMPLETION_INDEX, and
 //   --num_workers.
-// InvalidArgument, naming the flags and variables at fault, for a
-// scheduler's variables half set or contradictory, a task count unlike
+// The local rank is --local_rank where given (>= 0); else the scheduler's
+// local rank, 0 in a pod (one worker each), or the rank itself when --rank
+// is given (workers started by hand spread over a host's GPUs by rank).
+// InvalidArgument for --local_rank below -1, and, naming the flags and
+// variables at fault, for a scheduler's variables half set or contradictory, a
+// task count unlike
 // --num_workers, $JOB_COMPLETION_INDEX beside a scheduler's variables, or
 // none of them set.
 absl::StatusOr<RankAndCount> ResolveRank(

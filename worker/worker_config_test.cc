@@ -84,6 +84,37 @@ TEST(WorkerConfigTest, RankAndCountComeFromSrunOrMpirunWithRankMinusOne) {
   EXPECT_EQ(ResolveRank(config, true, Environment(SrunTask(2, 3)))->rank, 0);
 }
 
+TEST(WorkerConfigTest, LocalRankFromTheFlagTheSchedulerOrTheRank) {
+  WorkerConfig config = Valid();
+  config.rank = 1;
+  EXPECT_EQ(ResolveRank(config, true, Environment({}))->local_rank, 1);
+  config.local_rank = 0;
+  EXPECT_EQ(ResolveRank(config, true, Environment({}))->local_rank, 0);
+
+  config.rank = -1;
+  config.local_rank = -1;
+  config.num_workers = 4;
+  absl::StatusOr<RankAndCount> place =
+      ResolveRank(config, false,
+                  Environment({{"OMPI_COMM_WORLD_RANK", "3"},
+                               {"OMPI_COMM_WORLD_SIZE", "4"},
+                               {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                               {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                               {"OMPI_COMM_WORLD_NODE_RANK", "1"}}));
+  ASSERT_TRUE(place.ok()) << place.status();
+  EXPECT_EQ(place->rank, 3);
+  EXPECT_EQ(place->local_rank, 1);
+  // One worker a pod: local rank 0 whatever the index.
+  EXPECT_EQ(
+      ResolveRank(config, true, Environment({{"JOB_COMPLETION_INDEX", "3"}}))
+          ->local_rank,
+      0);
+
+  config.local_rank = -2;
+  EXPECT_THAT(ResolveRank(config, true, Environment({})).status().message(),
+              HasSubstr("--local_rank must be -1"));
+}
+
 TEST(WorkerConfigTest, ContradictoryOrHalfSetSchedulerVariablesAreErrors) {
   WorkerConfig config = Valid();
   config.rank = -1;

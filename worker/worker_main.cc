@@ -30,6 +30,11 @@ ABSL_FLAG(int, rank, 0,
           "environment: under srun or mpirun the task's rank, and the task "
           "count as --num_workers (one worker per task); else "
           "$JOB_COMPLETION_INDEX (Kubernetes Indexed Job)");
+ABSL_FLAG(int, local_rank, -1,
+          "This worker's rank among the workers of its host; with "
+          "--device=cuda or auto it trains on GPU (local_rank mod the GPUs "
+          "found). -1: srun's or mpirun's local rank under --rank=-1, 0 in a "
+          "Kubernetes pod, else --rank");
 ABSL_FLAG(bool, rank0_elsewhere, false,
           "With --rank=-1: rank 0 runs in a Job of its own (the one pod that "
           "mounts the model store), so the pod of completion index 0 exits 0 "
@@ -168,6 +173,7 @@ constexpr char kUsage[] =
 WorkerConfig ConfigFromFlags() {
   WorkerConfig config;
   config.rank = absl::GetFlag(FLAGS_rank);
+  config.local_rank = absl::GetFlag(FLAGS_local_rank);
   config.rank0_elsewhere = absl::GetFlag(FLAGS_rank0_elsewhere);
   config.num_workers = absl::GetFlag(FLAGS_num_workers);
   config.job_id = absl::GetFlag(FLAGS_job_id);
@@ -261,6 +267,7 @@ int main(int argc, char** argv) {
     return ps::kExitBadConfig;
   }
   config.num_workers = place->num_workers;
+  config.local_rank = place->local_rank;
   ps::InitLogging("worker", place->rank);
   return ps::worker::WorkerRun(config, place->rank).Run();
 }

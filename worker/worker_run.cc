@@ -1,5 +1,6 @@
 #include "worker/worker_run.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -204,7 +205,8 @@ std::optional<int> WorkerRun::LoadDataAndModel() {
                 kExitBadConfig);
   }
   absl::StatusOr<std::unique_ptr<kernels::Backend>> backend =
-      kernels::CreateBackend(config_.device);
+      kernels::CreateBackend(config_.device, /*cpu_threads=*/1,
+                             std::max(config_.local_rank, 0));
   if (!backend.ok()) {
     // An explicit --device the node cannot provide, or a bad value.
     return Fail(backend.status(), kExitBadConfig);

@@ -289,6 +289,7 @@ std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
   std::vector<std::string> argv = {
       config.worker_binary,
       absl::StrCat("--rank=", rank),
+      absl::StrCat("--local_rank=", rank - config.first_rank),
       absl::StrCat("--num_workers=", config.num_workers),
       absl::StrCat("--servers=", absl::StrJoin(servers, ",")),
       absl::StrCat("--model=", config.model),

@@ -138,8 +138,8 @@ TEST(LaunchConfigTest, WorkerArgvGivesSaveModelToRankZeroOnly) {
   const std::vector<std::string> servers = {"127.0.0.1:4000", "127.0.0.1:4001"};
   EXPECT_THAT(
       WorkerArgv(config, 0, servers),
-      ElementsAre("/bin/worker", "--rank=0", "--num_workers=2",
-                  "--servers=127.0.0.1:4000,127.0.0.1:4001",
+      ElementsAre("/bin/worker", "--rank=0", "--local_rank=0",
+                  "--num_workers=2", "--servers=127.0.0.1:4000,127.0.0.1:4001",
                   "--model=784-256-128-10", "--batch_size=64", "--epochs=10",
                   "--seed=1", "--data_dir=/usr/share/datasets/fashion-mnist",
                   "--device=auto", "--mode=sync", "--save_model=/tmp/model.bin",
@@ -147,6 +147,11 @@ TEST(LaunchConfigTest, WorkerArgvGivesSaveModelToRankZeroOnly) {
   for (const std::string& arg : WorkerArgv(config, 1, servers)) {
     EXPECT_THAT(arg, testing::Not(HasSubstr("save_model")));
   }
+  // On the second of two hosts, ranks 2 and 3 are local ranks 0 and 1 (they
+  // pick that host's GPUs).
+  config.first_rank = 2;
+  config.host_workers = 2;
+  EXPECT_THAT(WorkerArgv(config, 3, servers), testing::Contains("--local_rank=1"));
 }
 
 TEST(LaunchConfigTest, ClusterSpecBuildsTheSameCommands) {
