@@ -253,7 +253,7 @@ class _RingOptimizer(torch.optim.Optimizer):
                     self._passes_per_step)
             if self._passes[i] == self._passes_per_step:
                 self._begin()
-                self._buckets.add(i, p.grad.detach().view(-1).numpy(),
+                self._buckets.add(i, p.grad.detach().reshape(-1).numpy(),
                                   float(self.num_examples))
         return hook
 
@@ -269,7 +269,7 @@ class _RingOptimizer(torch.optim.Optimizer):
                 if p.grad is None or self._passes[i] == 0:
                     values = np.zeros(p.numel(), dtype=np.float32)
                 else:
-                    values = p.grad.detach().view(-1).numpy()
+                    values = p.grad.detach().reshape(-1).numpy()
                 self._buckets.add(i, values, float(self.num_examples))
         with self._metrics.phase("waiting"):
             try:
