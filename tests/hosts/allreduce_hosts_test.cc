@@ -48,7 +48,9 @@ std::unique_ptr<Subprocess> StartProgramLauncher(
   // The package and the program's modules, for the program.
   options.env = {{"PYTHONPATH", absl::StrCat(RunfilePath("python/site"), ":",
                                              RunfilePath("tests"))},
-                 {"OMP_NUM_THREADS", "1"}};
+                 {"OMP_NUM_THREADS", "1"},
+                 // The modules are the source tree's, through runfiles.
+                 {"PYTHONDONTWRITEBYTECODE", "1"}};
   absl::StatusOr<std::unique_ptr<Subprocess>> child =
       hosts.Start(host, std::move(options));
   EXPECT_TRUE(child.ok()) << child.status();
