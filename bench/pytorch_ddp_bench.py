@@ -13,6 +13,11 @@ on this machine, each process on one thread:
   grpc    ours with ps.init(local_transport=False): gRPC over TCP, as
           workers on other hosts reach the servers
 
+The roles ddp and ours are also the workers of //bench:torch_ring_vs_ddp_bench
+(on test hosts; ours there in sync-PS or --mode=allreduce, as its
+environment says), which reads rank 0's RESULT: steps/s, the model's bytes
+and, with --eval_examples, the test accuracy.
+
 Each reports steps per second over --steps steps after --warmup; the bench
 prints every run, the medians over --repeats rounds, ours / ddp, and our
 per-step time minus single's. Run with Debian's interpreter after
@@ -47,6 +52,9 @@ def parse_args():
     p.add_argument("--local_transport", type=int, default=1,
                    help="ours: 1 the same-host transport, 0 gRPC")
     p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--eval_examples", type=int, default=0,
+                   help="ddp, ours: rank 0 reports the test accuracy on "
+                        "this many test examples after training (0: none)")
     p.add_argument("--bazel_bin", default=os.path.join(ROOT, "bazel-bin"))
     return p.parse_args()
 
@@ -112,7 +120,7 @@ def role_ddp(args):
     rate = train(args, rank, world, step, model)
     dist.barrier()
     if rank == 0:
-        print("RESULT " + json.dumps({"steps_per_s": rate}), flush=True)
+        rank0_result(args, rate, model.module)
     dist.destroy_process_group()
 
 
@@ -137,8 +145,22 @@ def role_ours(args):
 
     rate = train(args, ps.rank(), ps.size(), step, model)
     if ps.rank() == 0:
-        print("RESULT " + json.dumps({"steps_per_s": rate}), flush=True)
+        rank0_result(args, rate, model)
     ps.shutdown()
+
+
+def rank0_result(args, rate, model):
+    """Rank 0's RESULT: steps/s, the model's float32 bytes and, with
+    --eval_examples, the test accuracy on that many test examples."""
+    result = {"steps_per_s": rate,
+              "model_bytes": 4 * sum(p.numel() for p in model.parameters())}
+    if args.eval_examples > 0:
+        sys.path.insert(0, os.path.join(ROOT, "examples"))
+        import pytorch_fashion_mnist as example
+        x, y = example.load(args.data_dir, "t10k")
+        n = args.eval_examples
+        result["accuracy"] = example.evaluate(model, x[:n], y[:n])
+    print("RESULT " + json.dumps(result), flush=True)
 
 
 # -- the bench --------------------------------------------------------------

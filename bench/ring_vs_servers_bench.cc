@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "bench/host_bench.h"
 #include "common/subprocess.h"
 #include "tests/hosts/test_hosts.h"
 
@@ -48,7 +49,7 @@ constexpr absl::Duration kTimeout = absl::Minutes(20);
 constexpr double kModelBytes =
     4.0 * ((784 * 256 + 256) + (256 * 128 + 128) + (128 * 10 + 10));
 
-enum class Layout { kServersApart, kServersBeside, kRing };
+using Layout = ServiceLayout;
 
 const char* LayoutName(Layout layout) {
   switch (layout) {
@@ -72,32 +73,6 @@ struct Result {
   std::string split;
 };
 
-// A binary of this workspace in this program's runfiles: `bazel run` starts
-// it in their workspace directory.
-std::string RunfilePath(const std::string& workspace_relative) {
-  if (const char* runfiles = std::getenv("RUNFILES_DIR"); runfiles != nullptr) {
-    return absl::StrCat(runfiles, "/paramserver/", workspace_relative);
-  }
-  return (std::filesystem::current_path() / workspace_relative).string();
-}
-
-std::unique_ptr<Subprocess> StartOn(const TestHosts& hosts, int host,
-                                    const std::string& name,
-                                    std::vector<std::string> argv) {
-  SubprocessOptions options;
-  options.argv = std::move(argv);
-  options.name = name;
-  options.kill_grace = absl::Seconds(2);
-  absl::StatusOr<std::unique_ptr<Subprocess>> child =
-      hosts.Start(host, std::move(options));
-  if (!child.ok()) {
-    std::fprintf(stderr, "%s: %s\n", name.c_str(),
-                 child.status().ToString().c_str());
-    return nullptr;
-  }
-  return *std::move(child);
-}
-
 // The text after `prefix` in the process's output, once it has exited.
 std::optional<std::string> After(Subprocess& child, const std::string& prefix) {
   absl::StatusOr<std::string> line =
@@ -108,8 +83,7 @@ std::optional<std::string> After(Subprocess& child, const std::string& prefix) {
 
 std::optional<Result> RunJob(Layout layout, int num_workers,
                              int64_t bits_per_second) {
-  const int num_hosts =
-      layout == Layout::kServersApart ? num_workers + 2 : num_workers;
+  const int num_hosts = HostsFor(layout, num_workers);
   absl::StatusOr<std::unique_ptr<TestHosts>> made =
       TestHosts::Create(num_hosts, bits_per_second);
   if (!made.ok()) {
@@ -122,40 +96,9 @@ std::optional<Result> RunJob(Layout layout, int num_workers,
 
   // Servers, or the ring's coordinator, each on its host.
   std::vector<std::unique_ptr<Subprocess>> services;
-  std::vector<std::string> addresses;
-  const int num_services = layout == Layout::kRing ? 1 : 2;
-  for (int index = 0; index < num_services; ++index) {
-    const int host =
-        layout == Layout::kServersApart ? num_workers + index : index;
-    const std::string port_file =
-        absl::StrCat(std::filesystem::temp_directory_path().string(),
-                     "/ring-bench-", getpid(), "-", index, ".port");
-    std::filesystem::remove(port_file);
-    std::vector<std::string> argv;
-    if (layout == Layout::kRing) {
-      argv = {RunfilePath("allreduce/coordinator"),
-              absl::StrCat("--num_workers=", num_workers)};
-    } else {
-      argv = {RunfilePath("server/server"),
-              absl::StrCat("--server_index=", index), "--num_servers=2",
-              absl::StrCat("--num_workers=", num_workers), "--mode=sync"};
-      argv.insert(argv.end(), update.begin(), update.end());
-    }
-    argv.push_back(absl::StrCat("--host=", hosts.address(host)));
-    argv.push_back("--port=0");
-    argv.push_back(absl::StrCat("--port_file=", port_file));
-    services.push_back(
-        StartOn(hosts, host, absl::StrCat("service ", index), argv));
-    if (services.back() == nullptr) return std::nullopt;
-    absl::StatusOr<int> port =
-        WaitForPortFile(port_file, kTimeout, services.back().get());
-    if (!port.ok()) {
-      std::fprintf(stderr, "port: %s\n", port.status().ToString().c_str());
-      return std::nullopt;
-    }
-    addresses.push_back(absl::StrCat(hosts.address(host), ":", *port));
-    std::filesystem::remove(port_file);
-  }
+  const std::optional<std::vector<std::string>> addresses =
+      StartServices(hosts, layout, num_workers, update, kTimeout, services);
+  if (!addresses.has_value()) return std::nullopt;
 
   std::vector<std::unique_ptr<Subprocess>> workers;
   for (int rank = 0; rank < num_workers; ++rank) {
@@ -163,7 +106,7 @@ std::optional<Result> RunJob(Layout layout, int num_workers,
         RunfilePath("worker/worker"),
         absl::StrCat("--rank=", rank),
         absl::StrCat("--num_workers=", num_workers),
-        absl::StrCat("--servers=", absl::StrJoin(addresses, ",")),
+        absl::StrCat("--servers=", absl::StrJoin(*addresses, ",")),
         absl::StrCat("--batch_size=", absl::GetFlag(FLAGS_batch_size)),
         absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs)),
         "--device=cpu",

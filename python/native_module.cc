@@ -34,6 +34,7 @@
 #include "pybind11/stl.h"
 #include "python/model_types.h"
 #include "python/native_collectives.h"
+#include "python/native_ring.h"
 #include "python/saved_models.h"
 #include "python/status_exceptions.h"
 
@@ -469,4 +470,5 @@ PYBIND11_MODULE(_native, m) {
   ps::DefineClient(m);
   ps::DefineCollectives(m);
   ps::DefineSavedModels(m);
+  ps::DefineRing(m);
 }

@@ -28,10 +28,6 @@ bool IsAllreduce(const LaunchConfig& config) {
 }
 
 absl::Status CheckAllreduceConfig(const LaunchConfig& config) {
-  if (!config.program.empty()) {
-    return absl::InvalidArgumentError(
-        "--mode=allreduce runs our worker only, not a program after --");
-  }
   if (config.auth.tls()) {
     return absl::InvalidArgumentError(
         "--mode=allreduce runs without TLS (Debian's Gloo has no TLS "
@@ -52,6 +48,16 @@ absl::Status CheckAllreduceConfig(const LaunchConfig& config) {
   return absl::OkStatus();
 }
 
+absl::Status PlaceAllreduceOnHosts(int server_hosts, LaunchConfig* config) {
+  if (server_hosts != 0) {
+    return absl::InvalidArgumentError(
+        "--server_hosts means nothing with --mode=allreduce (no servers: "
+        "the coordinator runs on host 0, beside its workers)");
+  }
+  config->num_servers = 1;
+  return absl::OkStatus();
+}
+
 std::string CoordinatorBinary(const std::string& server_binary) {
   const std::filesystem::path root =
       std::filesystem::path(server_binary).parent_path().parent_path();
@@ -66,7 +72,7 @@ std::vector<std::string> CoordinatorArgv(const LaunchConfig& config,
       CoordinatorBinary(config.server_binary),
       absl::StrCat("--num_workers=", config.num_workers),
       absl::StrCat("--port=", port),
-      "--host=127.0.0.1",
+      absl::StrCat("--host=", config.server_host),
       absl::StrCat("--port_file=", port_file),
   };
   if (!config.job_id.empty()) {
@@ -77,7 +83,7 @@ std::vector<std::string> CoordinatorArgv(const LaunchConfig& config,
 
 std::vector<std::string> AllreduceWorkerFlags(const LaunchConfig& config) {
   std::vector<std::string> flags = {
-      "--allreduce_host=127.0.0.1",
+      absl::StrCat("--allreduce_host=", config.server_host),
       absl::StrCat("--lr_schedule=", config.lr_schedule),
   };
   if (!config.optimizer.empty()) {
@@ -94,6 +100,18 @@ std::vector<std::string> AllreduceWorkerFlags(const LaunchConfig& config) {
     flags.push_back(absl::StrCat("--checkpoint_dir=", config.checkpoint_dir));
   }
   return flags;
+}
+
+std::vector<std::pair<std::string, std::string>> AllreduceProgramEnvironment(
+    const LaunchConfig& config) {
+  std::vector<std::pair<std::string, std::string>> variables = {
+      {"PS_MODE", kLaunchAllreduceMode},
+      {"PS_ALLREDUCE_HOST", config.server_host},
+  };
+  if (!config.checkpoint_dir.empty()) {
+    variables.emplace_back("PS_CHECKPOINT_DIR", config.checkpoint_dir);
+  }
+  return variables;
 }
 
 }  // namespace ps

@@ -1,6 +1,7 @@
 #include "deploy/local/allreduce_mode.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "deploy/local/launch_config.h"
@@ -30,9 +31,6 @@ TEST(AllreduceModeTest, IsAValidMode) {
 }
 
 TEST(AllreduceModeTest, RefusesWhatTheModeCannotDo) {
-  LaunchConfig program = AllreduceConfig();
-  program.program = {"python3", "train.py"};
-  EXPECT_THAT(ValidateLaunchConfig(program).message(), HasSubstr("program"));
   LaunchConfig auth = AllreduceConfig();
   auth.auth.server_cert = "/tmp/cert.pem";
   EXPECT_THAT(ValidateLaunchConfig(auth).message(), HasSubstr("--auth"));
@@ -85,6 +83,51 @@ TEST(AllreduceModeTest, WorkersTakeTheUpdateFlagsTheServersWouldHave) {
   sync.extra_server_flags.clear();
   EXPECT_THAT(WorkerArgv(sync, 1, {"127.0.0.1:5000"}),
               Not(Contains("--optimizer=sgd")));
+}
+
+TEST(AllreduceModeTest, AProgramIsToldToJoinTheRing) {
+  LaunchConfig config = AllreduceConfig();
+  config.program = {"python3", "train.py"};
+  ASSERT_TRUE(ValidateLaunchConfig(config).ok());
+  using Variable = std::pair<std::string, std::string>;
+  std::vector<Variable> env = WorkerEnv(config, 1, {"127.0.0.1:5000"});
+  EXPECT_THAT(env, Contains(Variable("PS_MODE", "allreduce")));
+  EXPECT_THAT(env, Contains(Variable("PS_SERVERS", "127.0.0.1:5000")));
+  EXPECT_THAT(env, Contains(Variable("PS_ALLREDUCE_HOST", "127.0.0.1")));
+  EXPECT_THAT(env, Not(Contains(::testing::Key("PS_CHECKPOINT_DIR"))));
+  config.checkpoint_dir = "/tmp/run/checkpoints";
+  EXPECT_THAT(WorkerEnv(config, 0, {"127.0.0.1:5000"}),
+              Contains(Variable("PS_CHECKPOINT_DIR", "/tmp/run/checkpoints")));
+  // Not in the other modes.
+  config.mode = "sync";
+  EXPECT_THAT(WorkerEnv(config, 0, {"127.0.0.1:5000"}),
+              Not(Contains(::testing::Key("PS_MODE"))));
+}
+
+TEST(AllreduceModeTest, OnSeveralHostsOneCoordinatorRunsOnHostZero) {
+  LaunchConfig config = AllreduceConfig();
+  config.num_servers = 2;
+  EXPECT_THAT(PlaceAllreduceOnHosts(2, &config).message(),
+              HasSubstr("--server_hosts"));
+  ASSERT_TRUE(PlaceAllreduceOnHosts(0, &config).ok());
+  EXPECT_EQ(config.num_servers, 1);
+  // What HostSession::Apply gives host 1 of 2: no coordinator, its own
+  // address for the ring.
+  config.server_host = "10.0.0.2";
+  config.host_servers = 0;
+  config.first_rank = 2;
+  EXPECT_EQ(MakeClusterSpec(config).num_servers, 0);
+  EXPECT_THAT(WorkerArgv(config, 2, {"10.0.0.1:5000"}),
+              Contains("--allreduce_host=10.0.0.2"));
+  config.program = {"python3", "train.py"};
+  EXPECT_THAT(WorkerEnv(config, 2, {"10.0.0.1:5000"}),
+              Contains(std::pair<std::string, std::string>("PS_ALLREDUCE_HOST",
+                                                           "10.0.0.2")));
+  // Host 0: the coordinator, on its advertised address.
+  config.server_host = "10.0.0.1";
+  config.host_servers = 1;
+  EXPECT_EQ(MakeClusterSpec(config).num_servers, 1);
+  EXPECT_THAT(ServerArgv(config, 0, "/tmp/p", 0), Contains("--host=10.0.0.1"));
 }
 
 TEST(AllreduceModeTest, CoordinatorLivesBesideTheServer) {

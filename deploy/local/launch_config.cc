@@ -367,6 +367,11 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv(
     variables.emplace_back("OMP_NUM_THREADS",
                            absl::StrCat(config.program_threads));
   }
+  if (IsAllreduce(config)) {
+    for (auto& variable : AllreduceProgramEnvironment(config)) {
+      variables.push_back(std::move(variable));
+    }
+  }
   // A program's worker serves its metrics where the C++ worker's
   // --metrics_port would (paramserver.torch reads it).
   if (const int metrics = WorkerMetricsPort(config, rank); metrics != 0) {
@@ -406,9 +411,9 @@ ClusterSpec MakeClusterSpec(const LaunchConfig& config) {
   spec.restart_backoff = config.restart_backoff;
   spec.restart_servers = !config.checkpoint_dir.empty();
   if (IsAllreduce(config)) {
-    // The coordinator alone, in server 0's place: it keeps no state, so it
-    // may restart, and it never exits on its own.
-    spec.num_servers = 1;
+    // The coordinator alone, in server 0's place (on host 0 of several):
+    // it keeps no state, so it may restart, and it never exits on its own.
+    spec.num_servers = config.host_servers < 0 ? 1 : config.host_servers;
     spec.restart_servers = true;
     spec.stop_servers_after_workers = true;
   }

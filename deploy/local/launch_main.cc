@@ -280,8 +280,9 @@ int JoinHosts(const RunSettings& settings, const std::set<std::string>& given,
   }
   if (!options->has_value()) return kExitOk;
   if (IsAllreduce(*config)) {
-    return BadFlags(
-        "--mode=allreduce runs on one host for now: leave --num_hosts out");
+    absl::Status placed =
+        PlaceAllreduceOnHosts((*options)->server_hosts, config);
+    if (!placed.ok()) return BadFlags(placed.message());
   }
   const HostPlacement& placement = (*options)->placement;
   std::fprintf(stderr,

@@ -42,6 +42,9 @@ def broadcast_parameters(params, root_rank=0):
     """
     state = _runtime.require_init()
     named = _named(params)
+    from paramserver.torch import _allreduce
+    if _allreduce.active():  # Over the workers' ring, at once.
+        return _allreduce.broadcast_parameters(state.client, named, root_rank)
     if root_rank != 0:
         _through_collectives(named, root_rank)
         return

@@ -383,6 +383,12 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     Horovod's other arguments (sparse_as_dense, num_groups, groups,
     process_set) raise TypeError naming them.
     """
+    from paramserver.torch import _allreduce
+    if _allreduce.active():  # No servers: the ring's optimizer.
+        return _allreduce.DistributedOptimizer(
+            optimizer, named_parameters, compression,
+            backward_passes_per_step, op, gradient_predivide_factor,
+            placement, planned_steps, seed, **unsupported)
     if unsupported:
         raise TypeError(
             "paramserver: DistributedOptimizer does not take %s (Horovod's "

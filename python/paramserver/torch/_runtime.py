@@ -87,6 +87,12 @@ def init(servers=None, rank=None, job_id=None, connect_timeout=None,
     global _state
     if _state is not None:
         return
+    if servers is None and rank is None:
+        from paramserver.torch import _allreduce
+        if _allreduce.requested():  # The launcher's --mode=allreduce.
+            _state = _State(_allreduce.RingClient.join(),
+                            paramserver.worker_place())
+            return
     client = paramserver.Client(servers=servers, rank=rank, job_id=job_id,
                                 connect_timeout=connect_timeout,
                                 retry_timeout=retry_timeout, **options)

@@ -1,0 +1,274 @@
+// The PyTorch example's CNN (examples/pytorch_fashion_mnist.py, Adam,
+// batch per worker) trained by paramserver.torch in sync-PS mode (2 servers
+// on hosts of their own, or beside workers 0 and 1) and in --mode=allreduce
+// (Gloo ring), and by PyTorch's own DistributedDataParallel (gloo backend),
+// one worker per test host (tests/hosts/test_hosts.h) over shaped links:
+// time per step, bytes each worker's host sends and receives per step
+// against 2 (N - 1) / N times the model, and rank 0's test accuracy. The
+// workers are bench/pytorch_ddp_bench.py's roles "ours" and "ddp". Needs
+// root; prints one Markdown row per layout with the median of --repeats
+// runs.
+//
+//   bazel build //python:paramserver
+//   bazel run -c opt //bench:torch_ring_vs_ddp_bench -- --workers=2,4 \
+//       --rates_mbit=1000,10000 --repeats=3
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "bench/host_bench.h"
+#include "common/subprocess.h"
+#include "tests/hosts/test_hosts.h"
+
+ABSL_FLAG(std::string, workers, "2,4", "Worker counts, comma-separated");
+ABSL_FLAG(std::string, rates_mbit, "1000,10000",
+          "Link rates in Mbit/s, comma-separated (0: unshaped)");
+ABSL_FLAG(int, repeats, 3, "Runs of each row; the row shows their medians");
+ABSL_FLAG(int, steps, 100, "Timed steps of each run (after --warmup)");
+ABSL_FLAG(int, warmup, 10, "Untimed steps first");
+ABSL_FLAG(int, batch_size, 32, "Batch per worker");
+ABSL_FLAG(int, eval_examples, 2000, "Test examples rank 0 evaluates on");
+ABSL_FLAG(std::string, python, "/usr/bin/python3", "Debian's interpreter");
+ABSL_FLAG(std::string, python_site, "",
+          "The built package's folder (empty: the workspace's "
+          "bazel-bin/python/site)");
+
+namespace ps::testing {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Minutes(10);
+
+// A row: a ServiceLayout of ours, or DDP (no services).
+struct Layout {
+  bool ddp = false;
+  ServiceLayout services = ServiceLayout::kRing;
+};
+
+std::string LayoutName(const Layout& layout) {
+  if (layout.ddp) return "PyTorch DDP (gloo)";
+  switch (layout.services) {
+    case ServiceLayout::kServersApart:
+      return "ours, sync-PS, 2 servers on hosts of their own";
+    case ServiceLayout::kServersBeside:
+      return "ours, sync-PS, 2 servers beside workers 0 and 1";
+    case ServiceLayout::kRing:
+      return "ours, --mode=allreduce (Gloo ring)";
+  }
+  return "";
+}
+
+struct Result {
+  double ms_per_step = 0;
+  double bytes_per_step = 0;  // (sent + received) / 2, mean over workers.
+  double model_bytes = 0;
+  double accuracy = -1;
+};
+
+// `bazel run` starts the bench in its runfiles' workspace directory; the
+// Python package is the one `bazel build //python:paramserver` made.
+std::string Workspace(const std::string& relative) {
+  if (const char* dir = std::getenv("BUILD_WORKSPACE_DIRECTORY")) {
+    return absl::StrCat(dir, "/", relative);
+  }
+  return (std::filesystem::current_path() / relative).string();
+}
+
+// A number after "\"key\": " in rank 0's RESULT line.
+std::optional<double> JsonNumber(const std::string& line,
+                                 const std::string& key) {
+  const std::string quoted = absl::StrCat("\"", key, "\": ");
+  const size_t at = line.find(quoted);
+  if (at == std::string::npos) return std::nullopt;
+  const size_t begin = at + quoted.size();
+  const size_t end = line.find_first_of(",}", begin);
+  double value = 0;
+  if (!absl::SimpleAtod(line.substr(begin, end - begin), &value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<Result> RunJob(const Layout& layout, int num_workers,
+                             int64_t bits_per_second) {
+  const int num_hosts =
+      layout.ddp ? num_workers : HostsFor(layout.services, num_workers);
+  absl::StatusOr<std::unique_ptr<TestHosts>> made =
+      TestHosts::Create(num_hosts, bits_per_second);
+  if (!made.ok()) {
+    std::fprintf(stderr, "hosts: %s\n", made.status().ToString().c_str());
+    return std::nullopt;
+  }
+  const TestHosts& hosts = **made;
+  std::vector<std::unique_ptr<Subprocess>> services;
+  std::vector<std::string> addresses;
+  if (!layout.ddp) {
+    std::optional<std::vector<std::string>> started = StartServices(
+        hosts, layout.services, num_workers,
+        {"--optimizer=adam", "--learning_rate=0.001", "--lr_schedule=constant"},
+        kTimeout, services);
+    if (!started.has_value()) return std::nullopt;
+    addresses = *std::move(started);
+  }
+  const int steps = absl::GetFlag(FLAGS_steps);
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int rank = 0; rank < num_workers; ++rank) {
+    std::vector<std::string> argv = {
+        absl::GetFlag(FLAGS_python), Workspace("bench/pytorch_ddp_bench.py"),
+        layout.ddp ? "--role=ddp" : "--role=ours",
+        absl::StrCat("--steps=", steps), absl::StrCat("--warmup=", warmup),
+        absl::StrCat("--batch_size=", absl::GetFlag(FLAGS_batch_size)),
+        absl::StrCat("--eval_examples=", absl::GetFlag(FLAGS_eval_examples)),
+        // gRPC over TCP, as from another machine, even beside a server.
+        "--local_transport=0"};
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"PYTHONPATH", absl::GetFlag(FLAGS_python_site).empty()
+                           ? Workspace("bazel-bin/python/site")
+                           : absl::GetFlag(FLAGS_python_site)},
+        {"OMP_NUM_THREADS", "1"},
+        {"RANK", absl::StrCat(rank)},
+        {"WORLD_SIZE", absl::StrCat(num_workers)}};
+    if (layout.ddp) {
+      env.push_back({"MASTER_ADDR", hosts.address(0)});
+      env.push_back({"MASTER_PORT", "29500"});
+      env.push_back({"GLOO_SOCKET_IFNAME", "eth0"});
+    } else {
+      env.push_back({"PS_RANK", absl::StrCat(rank)});
+      env.push_back({"PS_NUM_WORKERS", absl::StrCat(num_workers)});
+      env.push_back({"PS_LOCAL_RANK", "0"});
+      env.push_back({"PS_LOCAL_NUM_WORKERS", "1"});
+      env.push_back({"PS_SERVERS", absl::StrJoin(addresses, ",")});
+      env.push_back({"PS_NUM_SERVERS", absl::StrCat(addresses.size())});
+      if (layout.services == ServiceLayout::kRing) {
+        env.push_back({"PS_MODE", "allreduce"});
+        env.push_back({"PS_ALLREDUCE_HOST", hosts.address(rank)});
+      }
+    }
+    workers.push_back(StartOn(hosts, rank, absl::StrCat("worker ", rank),
+                              std::move(argv), std::move(env)));
+    if (workers.back() == nullptr) return std::nullopt;
+  }
+  for (int rank = 0; rank < num_workers; ++rank) {
+    const std::optional<ExitStatus> exit = workers[rank]->WaitFor(kTimeout);
+    if (!exit.has_value() || !exit->success()) {
+      std::fprintf(stderr, "worker %d failed: %s\n", rank,
+                   workers[rank]->LastLines(20).c_str());
+      return std::nullopt;
+    }
+  }
+  absl::StatusOr<std::string> line =
+      workers[0]->WaitForOutputLine("RESULT ", absl::ZeroDuration());
+  if (!line.ok()) return std::nullopt;
+  const std::optional<double> rate = JsonNumber(*line, "steps_per_s");
+  const std::optional<double> model = JsonNumber(*line, "model_bytes");
+  if (!rate.has_value() || !model.has_value() || *rate <= 0) {
+    std::fprintf(stderr, "cannot parse \"%s\"\n", line->c_str());
+    return std::nullopt;
+  }
+  Result result;
+  result.ms_per_step = 1000.0 / *rate;
+  result.model_bytes = *model;
+  result.accuracy = JsonNumber(*line, "accuracy").value_or(-1);
+  for (int rank = 0; rank < num_workers; ++rank) {
+    absl::StatusOr<TestHosts::LinkBytes> bytes = hosts.Bytes(rank);
+    if (!bytes.ok()) return std::nullopt;
+    result.bytes_per_step +=
+        static_cast<double>(bytes->sent + bytes->received) / 2 /
+        (steps + warmup);
+  }
+  result.bytes_per_step /= num_workers;
+  return result;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string one;
+  in >> one;
+  return one;
+}
+
+int Main() {
+  if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
+    std::fprintf(stderr, "no test hosts here: %s\n", why.c_str());
+    return 1;
+  }
+  std::printf(
+      "| workers | link | layout | ms/step (median; runs) | MB per worker "
+      "per step | 2(N-1)/N x model, MB | test accuracy | load average |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  for (absl::string_view w :
+       absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
+    int num_workers = 0;
+    if (!absl::SimpleAtoi(w, &num_workers)) return 2;
+    for (absl::string_view r :
+         absl::StrSplit(absl::GetFlag(FLAGS_rates_mbit), ',')) {
+      int64_t mbit = 0;
+      if (!absl::SimpleAtoi(r, &mbit)) return 2;
+      const std::string link =
+          mbit == 0 ? "unshaped" : absl::StrCat(mbit / 1000.0, " Gbit/s");
+      for (const Layout& layout :
+           {Layout{false, ServiceLayout::kServersApart},
+            Layout{false, ServiceLayout::kServersBeside},
+            Layout{false, ServiceLayout::kRing}, Layout{true}}) {
+        std::vector<double> ms, bytes, accuracy;
+        std::vector<std::string> loads;
+        double model = 0;
+        for (int run = 0; run < repeats; ++run) {
+          loads.push_back(LoadAverage());
+          const std::optional<Result> result =
+              RunJob(layout, num_workers, mbit * 1000 * 1000);
+          if (!result.has_value()) continue;
+          ms.push_back(result->ms_per_step);
+          bytes.push_back(result->bytes_per_step);
+          accuracy.push_back(result->accuracy);
+          model = result->model_bytes;
+        }
+        if (ms.empty()) {
+          std::printf("| %d | %s | %s | failed |\n", num_workers, link.c_str(),
+                      LayoutName(layout).c_str());
+          continue;
+        }
+        std::vector<std::string> each;
+        for (double m : ms) each.push_back(absl::StrFormat("%.1f", m));
+        std::printf("| %d | %s | %s | %.1f; %s | %.3f | %.3f | %.4f | %s |\n",
+                    num_workers, link.c_str(), LayoutName(layout).c_str(),
+                    Median(ms), absl::StrJoin(each, ", ").c_str(),
+                    Median(bytes) / 1e6,
+                    2.0 * (num_workers - 1) / num_workers * model / 1e6,
+                    Median(accuracy), absl::StrJoin(loads, ", ").c_str());
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ps::testing
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return ps::testing::Main();
+}
