@@ -1,7 +1,9 @@
 #include "worker/allreduce_exchange.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "absl/memory/memory.h"
@@ -76,6 +78,47 @@ absl::StatusOr<bool> UseNccl(absl::string_view backend, bool device_is_cuda,
         absl::StrCat("--allreduce_backend=nccl: ", nccl_available.message()));
   }
   return true;
+}
+
+uint64_t GpuKey(absl::string_view hostname, int cuda_device) {
+  const uint64_t host = std::hash<std::string_view>{}(std::string_view(
+                            hostname.data(), hostname.size())) &
+                        0xffffff;
+  return host << 24 | (static_cast<uint64_t>(cuda_device) & 0xffffff);
+}
+
+absl::StatusOr<std::vector<uint64_t>> GatherGpuKeys(allreduce::GlooGroup& group,
+                                                    uint64_t key) {
+  const int rank = group.rank();
+  const int size = group.size();
+  // Two 24-bit halves a rank, exact in float32; the other ranks' slots are
+  // zero, so the sum is each rank's own.
+  constexpr uint32_t kGpuKeysTag = 0x47505553;  // "GPUS"
+  std::vector<float> slots(2 * static_cast<size_t>(size), 0.0f);
+  slots[2 * rank] = static_cast<float>(key >> 24);
+  slots[2 * rank + 1] = static_cast<float>(key & 0xffffff);
+  if (absl::Status s = group.AllreduceSum(absl::MakeSpan(slots), kGpuKeysTag);
+      !s.ok()) {
+    return s;
+  }
+  std::vector<uint64_t> keys(size);
+  for (int r = 0; r < size; ++r) {
+    keys[r] = static_cast<uint64_t>(slots[2 * r]) << 24 |
+              static_cast<uint64_t>(slots[2 * r + 1]);
+  }
+  return keys;
+}
+
+std::optional<std::pair<int, int>> FirstSharedGpu(
+    absl::Span<const uint64_t> keys) {
+  for (size_t b = 1; b < keys.size(); ++b) {
+    for (size_t a = 0; a < b; ++a) {
+      if (keys[a] == keys[b]) {
+        return std::make_pair(static_cast<int>(a), static_cast<int>(b));
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 absl::StatusOr<std::unique_ptr<AllreduceExchange>> AllreduceExchange::Create(

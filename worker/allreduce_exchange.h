@@ -4,11 +4,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "allreduce/bucket_reducer.h"
 #include "allreduce/bucketed_allreduce.h"
 #include "allreduce/compression.h"
@@ -26,6 +29,20 @@ namespace ps::worker {
 // (with its reason), or an unknown name.
 absl::StatusOr<bool> UseNccl(absl::string_view backend, bool device_is_cuda,
                              const absl::Status& nccl_available);
+
+// Which GPU a worker sums on, as a key equal for two workers exactly when
+// they are on one host (by `hostname`) and use one device ordinal: 48 bits.
+uint64_t GpuKey(absl::string_view hostname, int cuda_device);
+
+// Every rank's GpuKey through `group` (collective: every rank calls it with
+// its own); index r holds rank r's.
+absl::StatusOr<std::vector<uint64_t>> GatherGpuKeys(allreduce::GlooGroup& group,
+                                                    uint64_t key);
+
+// The first two ranks that share a GPU (equal keys), which NCCL refuses
+// ("Duplicate GPU detected"); none where every rank has its own.
+std::optional<std::pair<int, int>> FirstSharedGpu(
+    absl::Span<const uint64_t> keys);
 
 struct AllreduceOptions {
   // Gradients are summed in buckets of about this size.

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "allreduce/compression.h"
 #include "allreduce/gloo_group.h"
+#include "allreduce/ring_testing.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 
@@ -202,6 +203,22 @@ TEST(AllreduceExchangeTest, Fp16StepsStayWithinTheBound) {
   EXPECT_TRUE(SameBits(weights[1], weights[0]));
   EXPECT_TRUE(SameBits(weights[2], weights[0]));
   EXPECT_TRUE(SameBits(RunRing(examples, 1, 1024, fp16)[0], weights[0]));
+}
+
+TEST(GpuKeysTest, EveryRankGetsEveryKeyAndSharedGpusAreFound) {
+  const std::vector<uint64_t> keys = {GpuKey("host-a", 0), GpuKey("host-a", 1),
+                                      GpuKey("host-b", 0)};
+  EXPECT_EQ(FirstSharedGpu(keys), std::nullopt);
+  allreduce::RunRingInThreads(3, [&](allreduce::GlooGroup& group) {
+    absl::StatusOr<std::vector<uint64_t>> gathered =
+        GatherGpuKeys(group, keys[group.rank()]);
+    ASSERT_TRUE(gathered.ok()) << gathered.status();
+    EXPECT_EQ(*gathered, keys);
+  });
+  EXPECT_EQ(FirstSharedGpu({GpuKey("host-a", 0), GpuKey("host-a", 1),
+                            GpuKey("host-a", 0)}),
+            std::make_pair(0, 2));
+  EXPECT_LT(GpuKey("a-host-name-that-is-long", 16777215), uint64_t{1} << 48);
 }
 
 TEST(UseNcclTest, PicksTheLibraryForTheDevice) {

@@ -1,5 +1,7 @@
 #include "worker/worker_run.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -7,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -258,6 +261,29 @@ std::optional<int> WorkerRun::JoinRing() {
   options.timeout = config_.retry_timeout;
   absl::StatusOr<allreduce::JoinedRing> ring = allreduce::JoinRing(options);
   if (!ring.ok()) return Fail(ring.status(), ServerCallExitCode(ring.status()));
+  if (*use_nccl) {
+    // NCCL refuses two ranks on one GPU; every rank sees the same keys, so
+    // all choose alike.
+    char hostname[256] = {};
+    gethostname(hostname, sizeof(hostname) - 1);
+    absl::StatusOr<std::vector<uint64_t>> keys =
+        GatherGpuKeys(*ring->group, GpuKey(hostname, cuda_device));
+    if (!keys.ok())
+      return Fail(keys.status(), ServerCallExitCode(keys.status()));
+    if (std::optional<std::pair<int, int>> shared = FirstSharedGpu(*keys)) {
+      const std::string why =
+          absl::StrCat("ranks ", shared->first, " and ", shared->second,
+                       " share one GPU, and NCCL needs a GPU per rank");
+      if (config_.allreduce_backend == "nccl") {
+        return Fail(absl::InvalidArgumentError(absl::StrCat(
+                        "--allreduce_backend=nccl: ", why,
+                        " (start at most one worker per GPU, or use gloo)")),
+                    kExitBadConfig);
+      }
+      spdlog::warn("summing gradients with Gloo: {}", why);
+      *use_nccl = false;
+    }
+  }
   std::unique_ptr<allreduce::NcclGroup> nccl;
   if (*use_nccl) {
     allreduce::NcclOptions nccl_options;
