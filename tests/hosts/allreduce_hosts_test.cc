@@ -71,14 +71,7 @@ std::vector<std::unique_ptr<Subprocess>> RunOnHosts(
                           : StartProgramLauncher(hosts, host, run_dir, program);
     if (launchers[host] == nullptr) return {};
   }
-  for (int host = 0; host < hosts.size(); ++host) {
-    const std::optional<ExitStatus> exit = launchers[host]->WaitFor(kTimeout);
-    EXPECT_TRUE(exit.has_value()) << "host " << host << "'s launch still runs";
-    if (exit.has_value()) {
-      EXPECT_TRUE(exit->success())
-          << "host " << host << "'s launch " << exit->ToString();
-    }
-  }
+  ExpectLaunchersSucceed(launchers, kTimeout);
   return launchers;
 }
 

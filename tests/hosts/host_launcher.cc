@@ -1,5 +1,6 @@
 #include "tests/hosts/host_launcher.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -66,6 +67,19 @@ std::unique_ptr<Subprocess> ContinueHostLauncher(
               {"--output=stream", absl::StrCat("--", how, "=", run_dir)});
   argv.insert(argv.end(), extra.begin(), extra.end());
   return StartOnHost(hosts, host, std::move(argv));
+}
+
+void ExpectLaunchersSucceed(
+    const std::vector<std::unique_ptr<Subprocess>>& launchers,
+    absl::Duration timeout) {
+  for (size_t host = 0; host < launchers.size(); ++host) {
+    const std::optional<ExitStatus> exit = launchers[host]->WaitFor(timeout);
+    EXPECT_TRUE(exit.has_value()) << "host " << host << "'s launch still runs";
+    if (exit.has_value()) {
+      EXPECT_TRUE(exit->success())
+          << "host " << host << "'s launch " << exit->ToString();
+    }
+  }
 }
 
 }  // namespace ps::testing

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "common/subprocess.h"
 #include "tests/hosts/test_hosts.h"
 
@@ -30,6 +31,13 @@ std::unique_ptr<Subprocess> ContinueHostLauncher(
     const TestHosts& hosts, int host, int host_index, int rendezvous_host,
     const std::string& how, const std::string& run_dir,
     std::vector<std::string> extra);
+
+// Waits for every host's launcher (index: host) in turn, each for up to
+// `timeout`, and fails the test for one that still runs or did not succeed,
+// naming its host.
+void ExpectLaunchersSucceed(
+    const std::vector<std::unique_ptr<Subprocess>>& launchers,
+    absl::Duration timeout);
 
 }  // namespace ps::testing
 

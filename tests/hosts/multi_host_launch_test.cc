@@ -73,14 +73,7 @@ std::vector<std::string> RunJob(const TestHosts& hosts,
                      StartHostLauncher(hosts, host, run_dirs.front(), extra));
     if (launchers.front() == nullptr) return {};
   }
-  for (int host = 0; host < hosts.size(); ++host) {
-    const std::optional<ExitStatus> exit = launchers[host]->WaitFor(kTimeout);
-    EXPECT_TRUE(exit.has_value()) << "host " << host << "'s launch still runs";
-    if (exit.has_value()) {
-      EXPECT_TRUE(exit->success())
-          << "host " << host << "'s launch " << exit->ToString();
-    }
-  }
+  ExpectLaunchersSucceed(launchers, kTimeout);
   return run_dirs;
 }
 
