@@ -9,6 +9,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "deploy/local/allreduce_mode.h"
 #include "deploy/local/binary_locator.h"
 
 namespace ps {
@@ -129,6 +130,17 @@ absl::StatusOr<LaunchConfig> ConfigFromSettings(
       "server/server", "//server:server");
   if (!server.ok()) return server.status();
   config.server_binary = *server;
+  if (IsAllreduce(config)) {
+    // Found beside the server binary; checked now rather than failing as
+    // the job starts.
+    const std::string coordinator = CoordinatorBinary(config.server_binary);
+    if (!CheckExecutable("server_binary", coordinator).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--mode=allreduce starts the coordinator ", coordinator,
+          " (beside --server_binary's folder), which is not an executable "
+          "file: build it with `bazel build //allreduce:coordinator`"));
+    }
+  }
   if (!config.program.empty()) {
     if (absl::Status status = CheckNoWorkerBinaryFlags(settings);
         !status.ok()) {

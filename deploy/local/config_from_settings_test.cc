@@ -116,6 +116,11 @@ TEST(ConfigFromSettingsTest, RefusesBadValuesNamingTheFlag) {
   EXPECT_THAT(Config(settings).status().message(),
               HasSubstr("--mode=ssp needs --staleness=N"));
   settings = Settings();
+  ASSERT_TRUE(settings.Set("mode", "allreduce").ok());
+  // No /allreduce/coordinator beside --server_binary=/bin/true.
+  EXPECT_THAT(Config(settings).status().message(),
+              HasSubstr("build it with `bazel build //allreduce:coordinator`"));
+  settings = Settings();
   ASSERT_TRUE(settings.Set("data_dir", "/no/such/dir").ok());
   EXPECT_THAT(Config(settings).status().message(),
               HasSubstr("--data_dir=/no/such/dir is not a directory"));
