@@ -83,8 +83,9 @@ absl::StatusOr<bool> UseNccl(absl::string_view backend, bool device_is_cuda,
 uint64_t GpuKey(absl::string_view hostname, int cuda_device) {
   const uint64_t host = std::hash<std::string_view>{}(std::string_view(
                             hostname.data(), hostname.size())) &
-                        0xffffff;
-  return host << 24 | (static_cast<uint64_t>(cuda_device) & 0xffffff);
+                        0x7fffff;
+  return uint64_t{1} << 47 | host << 24 |
+         (static_cast<uint64_t>(cuda_device) & 0xffffff);
 }
 
 absl::StatusOr<std::vector<uint64_t>> GatherGpuKeys(allreduce::GlooGroup& group,
@@ -119,6 +120,20 @@ std::optional<std::pair<int, int>> FirstSharedGpu(
     }
   }
   return std::nullopt;
+}
+
+std::string WhyNotNccl(absl::Span<const uint64_t> keys) {
+  for (size_t r = 0; r < keys.size(); ++r) {
+    if (keys[r] == kNoGpuKey) {
+      return absl::StrCat("rank ", r,
+                          " cannot use NCCL (a CPU worker, or no NCCL there)");
+    }
+  }
+  if (std::optional<std::pair<int, int>> shared = FirstSharedGpu(keys)) {
+    return absl::StrCat("ranks ", shared->first, " and ", shared->second,
+                        " share one GPU, and NCCL needs a GPU per rank");
+  }
+  return "";
 }
 
 absl::StatusOr<std::unique_ptr<AllreduceExchange>> AllreduceExchange::Create(

@@ -31,8 +31,10 @@ absl::StatusOr<bool> UseNccl(absl::string_view backend, bool device_is_cuda,
                              const absl::Status& nccl_available);
 
 // Which GPU a worker sums on, as a key equal for two workers exactly when
-// they are on one host (by `hostname`) and use one device ordinal: 48 bits.
+// they are on one host (by `hostname`) and use one device ordinal: 48 bits,
+// never kNoGpuKey, which a rank that cannot use NCCL gives instead.
 uint64_t GpuKey(absl::string_view hostname, int cuda_device);
+inline constexpr uint64_t kNoGpuKey = 0;
 
 // Every rank's GpuKey through `group` (collective: every rank calls it with
 // its own); index r holds rank r's.
@@ -43,6 +45,10 @@ absl::StatusOr<std::vector<uint64_t>> GatherGpuKeys(allreduce::GlooGroup& group,
 // ("Duplicate GPU detected"); none where every rank has its own.
 std::optional<std::pair<int, int>> FirstSharedGpu(
     absl::Span<const uint64_t> keys);
+
+// Why the ring cannot sum with NCCL, given every rank's key: a rank that
+// cannot use it (kNoGpuKey) or two that share a GPU; "" where it can.
+std::string WhyNotNccl(absl::Span<const uint64_t> keys);
 
 struct AllreduceOptions {
   // Gradients are summed in buckets of about this size.

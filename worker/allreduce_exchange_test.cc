@@ -219,6 +219,12 @@ TEST(GpuKeysTest, EveryRankGetsEveryKeyAndSharedGpusAreFound) {
                             GpuKey("host-a", 0)}),
             std::make_pair(0, 2));
   EXPECT_LT(GpuKey("a-host-name-that-is-long", 16777215), uint64_t{1} << 48);
+  EXPECT_NE(GpuKey("", 0), kNoGpuKey);
+  EXPECT_EQ(WhyNotNccl(keys), "");
+  EXPECT_EQ(WhyNotNccl({GpuKey("h", 0), kNoGpuKey}),
+            "rank 1 cannot use NCCL (a CPU worker, or no NCCL there)");
+  EXPECT_EQ(WhyNotNccl({GpuKey("h", 0), GpuKey("h", 0)}),
+            "ranks 0 and 1 share one GPU, and NCCL needs a GPU per rank");
 }
 
 TEST(UseNcclTest, PicksTheLibraryForTheDevice) {

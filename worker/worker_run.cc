@@ -261,19 +261,17 @@ std::optional<int> WorkerRun::JoinRing() {
   options.timeout = config_.retry_timeout;
   absl::StatusOr<allreduce::JoinedRing> ring = allreduce::JoinRing(options);
   if (!ring.ok()) return Fail(ring.status(), ServerCallExitCode(ring.status()));
-  if (*use_nccl) {
-    // NCCL refuses two ranks on one GPU; every rank sees the same keys, so
-    // all choose alike.
+  {
+    // Every rank takes part, GPU or not, so that all choose alike: NCCL
+    // only where every rank can use it, each on a GPU of its own.
     char hostname[256] = {};
     gethostname(hostname, sizeof(hostname) - 1);
-    absl::StatusOr<std::vector<uint64_t>> keys =
-        GatherGpuKeys(*ring->group, GpuKey(hostname, cuda_device));
-    if (!keys.ok())
+    absl::StatusOr<std::vector<uint64_t>> keys = GatherGpuKeys(
+        *ring->group, *use_nccl ? GpuKey(hostname, cuda_device) : kNoGpuKey);
+    if (!keys.ok()) {
       return Fail(keys.status(), ServerCallExitCode(keys.status()));
-    if (std::optional<std::pair<int, int>> shared = FirstSharedGpu(*keys)) {
-      const std::string why =
-          absl::StrCat("ranks ", shared->first, " and ", shared->second,
-                       " share one GPU, and NCCL needs a GPU per rank");
+    }
+    if (const std::string why = WhyNotNccl(*keys); *use_nccl && !why.empty()) {
       if (config_.allreduce_backend == "nccl") {
         return Fail(absl::InvalidArgumentError(absl::StrCat(
                         "--allreduce_backend=nccl: ", why,
