@@ -5,8 +5,8 @@
 // against 2 (N - 1) / N times the model, and the final test accuracy.
 // Needs root (network namespaces); prints one Markdown row per run.
 //
-//   bazel run -c opt //bench:ring_vs_servers_bench -- \
-//       --workers=2,4 --rates_mbit=1000,10000
+//   bazel run -c opt //bench:ring_vs_servers_bench -- --workers=2,4
+//       --rates_mbit=1000,10000   (one command line)
 
 #include <cstdio>
 #include <cstdlib>

@@ -10,8 +10,8 @@
 // runs.
 //
 //   bazel build //python:paramserver
-//   bazel run -c opt //bench:torch_ring_vs_ddp_bench -- --workers=2,4 \
-//       --rates_mbit=1000,10000 --repeats=3
+//   bazel run -c opt //bench:torch_ring_vs_ddp_bench -- --workers=2,4
+//       --rates_mbit=1000,10000 --repeats=3   (one command line)
 
 #include <algorithm>
 #include <cstdio>

@@ -276,7 +276,9 @@ TEST_P(CollectivesTest, JoinLetsTheOthersGoOnAndNamesTheLastRank) {
     lasts[rank] = *last;
     // With one server, the order of joins is the one it saw: rank 2 has
     // the most batches. With two, server 0 may see rank 1's join late.
-    if (num_servers == 1) EXPECT_EQ(*last, 2);
+    if (num_servers == 1) {
+      EXPECT_EQ(*last, 2);
+    }
     // Every rank again, counts of "loss" from 1.
     float v = 1.0f, out = 0.0f;
     ASSERT_TRUE(

@@ -109,7 +109,7 @@ void ExpectTwoWorkersTrainLikeOne(const SyncEquivalence& check) {
       {"the ranks' means summed, not weighted", Aggregation::kSumOfRankMeans},
   };
 
-  for (const auto [workers, batch] :
+  for (const auto& [workers, batch] :
        {std::pair{2, check.batch_size}, std::pair{1, 2 * check.batch_size}}) {
     std::vector<std::vector<float>> before = InitialWeights(check.spec);
     std::vector<double> run_worst(check.spec.tensors.size(), 0.0);
