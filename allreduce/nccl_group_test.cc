@@ -30,12 +30,8 @@ namespace {
 using ::ps::kernels::testing::Download;
 using ::ps::kernels::testing::Upload;
 
-constexpr char kNoDevice[] = "no CUDA device: skipping";
-
-bool RequireCuda() {
-  const char* value = std::getenv("PS_REQUIRE_CUDA");
-  return value != nullptr && std::string(value) == "1";
-}
+using ::ps::kernels::testing::kNoCudaDevice;
+using ::ps::kernels::testing::RequireCuda;
 
 // Skips (returns true) when the machine has fewer than `devices` GPUs;
 // with PS_REQUIRE_CUDA=1 a machine with none fails instead.
@@ -44,7 +40,7 @@ bool RequireCuda() {
     const int count = kernels::CudaDeviceCount();                          \
     if (count == 0) {                                                      \
       if (RequireCuda()) FAIL() << "PS_REQUIRE_CUDA=1 but no CUDA device"; \
-      GTEST_SKIP() << kNoDevice;                                           \
+      GTEST_SKIP() << kNoCudaDevice;                                       \
     }                                                                      \
     if (count < (devices)) {                                               \
       GTEST_SKIP() << "needs " << (devices) << " CUDA devices, found "     \

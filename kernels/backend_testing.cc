@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -82,6 +84,11 @@ std::vector<float> Unwritten(uint64_t n) {
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+bool RequireCuda() {
+  const char* value = std::getenv("PS_REQUIRE_CUDA");
+  return value != nullptr && std::string(value) == "1";
 }
 
 }  // namespace ps::kernels::testing

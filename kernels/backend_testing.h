@@ -65,6 +65,14 @@ std::vector<float> Unwritten(uint64_t n);
                                              absl::Span<const float> magnitude,
                                              double roundings);
 
+// What a test that needs a CUDA device says when it skips without one.
+inline constexpr char kNoCudaDevice[] = "no CUDA device: skipping";
+
+// True when PS_REQUIRE_CUDA=1 (bazel test --test_env=...): on a GPU machine
+// every skip for want of a device becomes a failure, so a run that passes
+// really ran on the device.
+bool RequireCuda();
+
 }  // namespace ps::kernels::testing
 
 #endif  // PS_KERNELS_BACKEND_TESTING_H_

@@ -27,18 +27,12 @@ using ::ps::kernels::testing::AllWithinRounding;
 using ::ps::kernels::testing::Download;
 using ::ps::kernels::testing::Upload;
 
-constexpr char kNoDevice[] = "no CUDA device: skipping";
-
-// On a GPU machine, PS_REQUIRE_CUDA=1 (bazel test --test_env=...) turns
-// every skip into a failure, so a run that passes really ran on the device.
-bool RequireCuda() {
-  const char* value = std::getenv("PS_REQUIRE_CUDA");
-  return value != nullptr && std::string(value) == "1";
-}
+using ::ps::kernels::testing::kNoCudaDevice;
+using ::ps::kernels::testing::RequireCuda;
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaOrUnavailable() {
   if (CudaDeviceCount() == 0 && !RequireCuda()) {
-    return absl::UnavailableError(kNoDevice);
+    return absl::UnavailableError(kNoCudaDevice);
   }
   return CreateCudaBackend(0);
 }
@@ -67,7 +61,7 @@ TEST(CreateCudaBackendTest, RejectsDevicesThatDoNotExist) {
 class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (CudaDeviceCount() == 0 && !RequireCuda()) GTEST_SKIP() << kNoDevice;
+    if (CudaDeviceCount() == 0 && !RequireCuda()) GTEST_SKIP() << kNoCudaDevice;
     PS_ASSERT_OK_AND_ASSIGN(cuda_, CreateCudaBackend(0));
     PS_ASSERT_OK_AND_ASSIGN(cpu_, CreateCpuBackend());
   }

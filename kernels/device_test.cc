@@ -51,7 +51,7 @@ TEST(LocalCudaOrdinalTest, SpreadsAHostsWorkersOverItsDevices) {
 
 TEST(CreateBackendTest, CudaFollowsTheLocalRank) {
   const int devices = CudaDeviceCount();
-  if (devices == 0) GTEST_SKIP() << "no CUDA device: skipping";
+  if (devices == 0) GTEST_SKIP() << testing::kNoCudaDevice;
   for (int local_rank : {0, 1, devices + 1}) {
     SCOPED_TRACE(local_rank);
     PS_ASSERT_OK_AND_ASSIGN(auto backend, CreateBackend("cuda", 1, local_rank));
