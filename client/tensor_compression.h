@@ -22,10 +22,15 @@ absl::Status ValidateCompression(const Compression& compression,
 WireEncoding PushEncoding(const Compression& compression);
 WireEncoding PullEncoding(const Compression& compression);
 
-// The k values of gradient + residual that a top-k push sends: the
+// The k values of gradient + residual that a top-k push sends: exactly the
 // ceil(ratio x n) (at least 1) of largest magnitude, ties to the lower
-// index, so that the same input always sends the same elements. Returns
-// them in place (the others 0); `*residual` becomes what was not sent.
+// index, so that the same input always sends the same elements (a NaN
+// counts as larger than any number). Returns them in place (the others 0);
+// `*residual` becomes what was not sent.
+//
+// Cost: a pass over the n sums, a threshold from a sample of up to 8192 of
+// them that about k (plus a few percent) reach, and an nth_element over
+// those only; a second pass when the sample overestimated it.
 std::vector<float> SparsifyTopK(absl::Span<const float> gradient, double ratio,
                                 std::vector<float>* residual);
 

@@ -1,5 +1,9 @@
 #include "client/tensor_compression.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -51,6 +55,93 @@ TEST(SparsifyTopKTest, NothingIsLostOverSteps) {
   for (int i = 0; i < 5; ++i) {
     EXPECT_NEAR(total_sent[i] + residual[i], total_gradient[i], 1e-5) << i;
   }
+}
+
+// The definition: indices sorted by magnitude, larger first, ties to the
+// lower index; the first k are sent.
+std::vector<bool> TopKByDefinition(const std::vector<float>& sum, size_t k) {
+  std::vector<size_t> order(sum.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&sum](size_t a, size_t b) {
+    return std::fabs(sum[a]) > std::fabs(sum[b]);
+  });
+  std::vector<bool> chosen(sum.size(), false);
+  for (size_t j = 0; j < k; ++j) chosen[order[j]] = true;
+  return chosen;
+}
+
+// SparsifyTopK of `gradient` (no residual) sends exactly the definition's k
+// sums and keeps the others, bit for bit.
+void ExpectTopK(const std::vector<float>& gradient, double ratio) {
+  const size_t n = gradient.size();
+  const size_t k =
+      std::max<size_t>(1, static_cast<size_t>(std::ceil(ratio * n)));
+  const std::vector<bool> chosen = TopKByDefinition(gradient, k);
+  std::vector<float> residual;
+  const std::vector<float> sent = SparsifyTopK(gradient, ratio, &residual);
+  ASSERT_EQ(sent.size(), n);
+  ASSERT_EQ(residual.size(), n);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float want_sent = chosen[i] ? gradient[i] : 0.0f;
+    const float want_kept = chosen[i] ? 0.0f : gradient[i];
+    if (sent[i] != want_sent || residual[i] != want_kept) ++wrong;
+  }
+  EXPECT_EQ(wrong, 0u) << "n " << n << ", ratio " << ratio;
+}
+
+TEST(SparsifyTopKTest, SendsExactlyTheTopKOfRandomGradients) {
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  for (size_t n : {1, 5, 100, 8191, 8193, 100000}) {
+    std::vector<float> gradient(n);
+    for (float& g : gradient) g = normal(random);
+    for (double ratio : {0.001, 0.01, 0.1, 0.5, 1.0}) {
+      ExpectTopK(gradient, ratio);
+    }
+  }
+}
+
+TEST(SparsifyTopKTest, SendsExactlyTheTopKWithManyTiesAndZeros) {
+  // Mostly zeros (dead units), a few values repeated: the threshold falls
+  // on a tie, which goes to the lower indices.
+  std::mt19937 random(11);
+  std::vector<float> gradient(50000, 0.0f);
+  for (size_t i = 0; i < gradient.size(); i += 3) {
+    gradient[i] = static_cast<float>(random() % 4) * 0.25f - 0.5f;
+  }
+  for (double ratio : {0.01, 0.2, 0.5, 0.9}) ExpectTopK(gradient, ratio);
+}
+
+TEST(SparsifyTopKTest, SendsExactlyTheTopKWhenTheSampleMisleads) {
+  // Large values exactly where an evenly spaced sample looks, small ones
+  // elsewhere: the sample's threshold is too high for k = n / 2, and the
+  // selection has to look again.
+  const size_t n = 4 * 8192;
+  std::vector<float> gradient(n);
+  for (size_t i = 0; i < n; ++i) {
+    gradient[i] = i % 4 == 0 ? 1.0f + i * 1e-6f : 1e-3f + i * 1e-9f;
+  }
+  ExpectTopK(gradient, 0.5);
+  // And sorted input, small to large or large to small.
+  std::vector<float> rising(n), falling(n);
+  for (size_t i = 0; i < n; ++i) {
+    rising[i] = static_cast<float>(i);
+    falling[i] = static_cast<float>(n - i);
+  }
+  ExpectTopK(rising, 0.01);
+  ExpectTopK(falling, 0.01);
+}
+
+TEST(SparsifyTopKTest, SendsANanRatherThanKeepingIt) {
+  std::vector<float> residual;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> sent =
+      SparsifyTopK({1.0f, nan, -2.0f}, 0.3, &residual);
+  EXPECT_TRUE(std::isnan(sent[1]));
+  EXPECT_EQ(sent[0], 0.0f);
+  EXPECT_EQ(sent[2], 0.0f);
+  EXPECT_EQ(residual[1], 0.0f);
 }
 
 ModelSpec Model() {

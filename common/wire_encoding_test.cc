@@ -1,5 +1,6 @@
 #include "common/wire_encoding.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -187,6 +188,60 @@ TEST(WireEncodingTest, DecodesPiecesSplitMidElement) {
   ASSERT_TRUE(
       DecodeEncoded(WireEncoding::kFloat16, cord, absl::MakeSpan(out)).ok());
   EXPECT_EQ(out, values);
+}
+
+// A cord of `bytes` in external pieces of the given sizes, in turn (none
+// merged, unlike small appends): each piece is one of Chunks().
+absl::Cord CordOfPieces(const std::string& bytes, std::vector<size_t> sizes) {
+  absl::Cord cord;
+  for (size_t at = 0, i = 0; at < bytes.size(); ++i) {
+    const size_t size = std::min(sizes[i % sizes.size()], bytes.size() - at);
+    cord.Append(absl::MakeCordFromExternal(
+        absl::string_view(bytes).substr(at, size), [] {}));
+    at += size;
+  }
+  return cord;
+}
+
+TEST(WireEncodingTest, DecodesEveryHalfWordAsOneValueDoesAcrossPieces) {
+  // Every 16-bit pattern, in pieces that split elements (odd sizes) and
+  // hold whole ones, decodes to the bits the one-value functions give.
+  std::string bytes;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    bytes.push_back(static_cast<char>(h & 0xff));
+    bytes.push_back(static_cast<char>(h >> 8));
+  }
+  const absl::Cord cord = CordOfPieces(bytes, {1, 4097, 30, 3, 65536});
+  size_t pieces = 0, odd = 0;
+  for (absl::string_view piece : cord.Chunks()) {
+    ++pieces;
+    odd += piece.size() % 2;
+  }
+  ASSERT_GT(pieces, 3u);
+  ASSERT_GT(odd, 0u);  // Some element is split.
+  std::vector<float> out(0x10000);
+  for (WireEncoding e : {WireEncoding::kBfloat16, WireEncoding::kFloat16}) {
+    ASSERT_TRUE(DecodeEncoded(e, cord, absl::MakeSpan(out)).ok());
+    size_t wrong = 0;
+    for (uint32_t h = 0; h < 0x10000; ++h) {
+      const float want = e == WireEncoding::kBfloat16
+                             ? Bfloat16ToFloat(static_cast<uint16_t>(h))
+                             : Float16ToFloat(static_cast<uint16_t>(h));
+      // A NaN may come out quieted (the float16 scale's multiply).
+      const bool same =
+          std::isnan(want)
+              ? std::isnan(out[h]) && std::signbit(out[h]) == std::signbit(want)
+              : BitsOf(out[h]) == BitsOf(want);
+      if (!same) ++wrong;
+    }
+    EXPECT_EQ(wrong, 0u) << WireEncodingName(e);
+  }
+  // With a scale, each value is the unscaled one times 2^-e.
+  ASSERT_TRUE(DecodeEncoded(WireEncoding::kFloat16, cord, absl::MakeSpan(out),
+                            /*scale_exponent=*/20)
+                  .ok());
+  EXPECT_EQ(out[0x3c00], std::ldexp(1.0f, -20));  // 1.0 in binary16.
+  EXPECT_EQ(out[0x0001], std::ldexp(1.0f, -44));  // The smallest subnormal.
 }
 
 TEST(WireEncodingTest, TopKWritesNonZerosAndDecodesTheRestAsZero) {
