@@ -108,9 +108,12 @@ WireEncoding PullEncoding(const Compression& c) {
 std::vector<float> SparsifyTopK(absl::Span<const float> gradient, double ratio,
                                 std::vector<float>* residual) {
   const size_t n = gradient.size();
-  std::vector<float> sum(gradient.begin(), gradient.end());
-  if (residual->size() == n) {
-    for (size_t i = 0; i < n; ++i) sum[i] += (*residual)[i];
+  // gradient + residual, summed in place: the residual is what is left.
+  std::vector<float>& sum = *residual;
+  if (sum.size() == n) {
+    for (size_t i = 0; i < n; ++i) sum[i] += gradient[i];
+  } else {
+    sum.assign(gradient.begin(), gradient.end());
   }
   std::vector<float> sent(n, 0.0f);
   if (n > 0) {
@@ -125,7 +128,6 @@ std::vector<float> SparsifyTopK(absl::Span<const float> gradient, double ratio,
       sum[i] = 0.0f;
     }
   }
-  *residual = std::move(sum);
   return sent;
 }
 

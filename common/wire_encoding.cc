@@ -24,6 +24,9 @@ float FloatOf(uint32_t bits) {
   return value;
 }
 
+// All ones if `condition`, else 0: selects without branches.
+uint32_t Mask(bool condition) { return 0u - static_cast<uint32_t>(condition); }
+
 void PutU16(uint16_t v, char* out) {
   if (kFloatEncodingIsMemoryImage) {  // A little-endian host.
     std::memcpy(out, &v, sizeof(v));
@@ -55,6 +58,64 @@ uint32_t GetU32(const char* in) {
   return v;
 }
 
+// The bodies of the public conversions, inline for the loops: under -fPIC
+// a call to an exported function stays a call, and a loop of calls does not
+// vectorize.
+inline uint16_t ToBfloat16(float value) {
+  const uint32_t bits = BitsOf(value);
+  // Adding half an ulp minus one, plus the kept part's lowest bit, carries
+  // into the kept half exactly when nearest-even rounding goes up (and
+  // overflows to infinity where it should).
+  const uint32_t rounded = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16;
+  // Truncation could clear every mantissa bit a NaN has left: it is kept a
+  // quiet NaN. A select, not a branch, so that loops of it vectorize.
+  const uint32_t nan = (bits >> 16) | 0x0040;
+  return static_cast<uint16_t>((bits & 0x7fffffff) > 0x7f800000 ? nan
+                                                                : rounded);
+}
+
+inline float FromBfloat16(uint16_t bits) {
+  return FloatOf(static_cast<uint32_t>(bits) << 16);
+}
+
+// FloatToFloat16's body.
+inline uint16_t ToFloat16(float value) {
+  const uint32_t bits = BitsOf(value);
+  const uint32_t sign = (bits >> 16) & 0x8000;
+  const uint32_t magnitude = bits & 0x7fffffff;
+  // Each case's result is computed and the right one masked in, without
+  // branches, so that loops of this vectorize; a case's arithmetic on
+  // another case's input is meaningless but harmless (no traps).
+  //
+  // Normal: rebias the exponent (127 -> 15) and round away the 13 lowest
+  // mantissa bits as FloatToBfloat16 does its 16.
+  const uint32_t odd = (magnitude >> 13) & 1;
+  const uint32_t normal =
+      (magnitude - (uint32_t{127 - 15} << 23) + 0x0fff + odd) >> 13;
+  // Below 2^-14, binary16 is subnormal: multiples of 2^-24. Adding 0.5
+  // (whose ulp is 2^-24) rounds to one of them, to nearest even, in the
+  // hardware's default rounding; what is added to 0.5's bits is the
+  // result's bits (2^-14 itself comes out as the smallest normal).
+  const uint32_t subnormal = BitsOf(FloatOf(magnitude) + 0.5f) - BitsOf(0.5f);
+  // Infinity stays infinite, NaN stays NaN (kept quiet, payload's top bits
+  // kept); 65520 and above round to infinity (65504 is the largest).
+  const uint32_t nan_bits = 0x0200 | ((magnitude >> 13) & 0x3ff);
+  const uint32_t infinite = 0x7c00 | (nan_bits & Mask(magnitude > 0x7f800000));
+  const uint32_t is_infinite = Mask(magnitude >= 0x477ff000);
+  const uint32_t is_subnormal = Mask(magnitude < 0x38800000);
+  const uint32_t finite = (subnormal & is_subnormal) | (normal & ~is_subnormal);
+  return static_cast<uint16_t>(sign | (infinite & is_infinite) |
+                               (finite & ~is_infinite));
+}
+
+// FloatToFloat16 of each of `count` values times `scale`, to `out`.
+void EncodeFloat16Run(const float* __restrict in, size_t count, float scale,
+                      char* __restrict out) {
+  for (size_t i = 0; i < count; ++i) {
+    PutU16(ToFloat16(in[i] * scale), out + 2 * i);
+  }
+}
+
 // The bytes of `cord` in one piece: its own memory when flat, else copied
 // into `scratch`.
 absl::string_view Contiguous(const absl::Cord& cord, std::string* scratch) {
@@ -73,8 +134,7 @@ absl::Status WrongLength(WireEncoding encoding, size_t got, size_t n,
 // Decodes `count` 2-byte values at `in` to `out`. Loops of their own, on
 // pointers that do not alias, without calls: they vectorize.
 void DecodeBfloat16Run(const char* in, size_t count, float* __restrict out) {
-  for (size_t i = 0; i < count; ++i)
-    out[i] = Bfloat16ToFloat(GetU16(in + 2 * i));
+  for (size_t i = 0; i < count; ++i) out[i] = FromBfloat16(GetU16(in + 2 * i));
 }
 
 // Float16ToFloat without branches, times `unscale`: the 15 bits below the
@@ -87,8 +147,7 @@ void DecodeFloat16Run(const char* in, size_t count, float unscale,
     const uint32_t sign = (h & 0x8000) << 16;
     const uint32_t magnitude = h & 0x7fff;
     const float scaled = FloatOf(magnitude << 13) * 0x1p112f;
-    // All ones for infinity and NaN: a mask, not a branch, to vectorize.
-    const uint32_t special = 0u - static_cast<uint32_t>(magnitude >= 0x7c00);
+    const uint32_t special = Mask(magnitude >= 0x7c00);
     const uint32_t bits = (special & (0x7f800000 | (magnitude & 0x3ff) << 13)) |
                           (~special & BitsOf(scaled));
     out[i] = FloatOf(sign | bits) * unscale;
@@ -148,48 +207,9 @@ absl::StatusOr<WireEncoding> WireEncodingFromNumber(int number) {
                    " (known: 0 float32, 1 bfloat16, 2 float16, 3 top_k)"));
 }
 
-uint16_t FloatToBfloat16(float value) {
-  const uint32_t bits = BitsOf(value);
-  // Adding half an ulp minus one, plus the kept part's lowest bit, carries
-  // into the kept half exactly when nearest-even rounding goes up (and
-  // overflows to infinity where it should).
-  const uint32_t rounded = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16;
-  // Truncation could clear every mantissa bit a NaN has left: it is kept a
-  // quiet NaN. A select, not a branch, so that loops of it vectorize.
-  const uint32_t nan = (bits >> 16) | 0x0040;
-  return static_cast<uint16_t>((bits & 0x7fffffff) > 0x7f800000 ? nan
-                                                                : rounded);
-}
-
-float Bfloat16ToFloat(uint16_t bits) {
-  return FloatOf(static_cast<uint32_t>(bits) << 16);
-}
-
-uint16_t FloatToFloat16(float value) {
-  const uint32_t bits = BitsOf(value);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
-  const uint32_t magnitude = bits & 0x7fffffff;
-  if (magnitude >= 0x7f800000) {  // Infinity or NaN (kept quiet).
-    return sign | 0x7c00 |
-           (magnitude > 0x7f800000 ? 0x0200 | ((magnitude >> 13) & 0x3ff) : 0);
-  }
-  // 65520 and above round to infinity (65504 is the largest binary16).
-  if (magnitude >= 0x477ff000) return sign | 0x7c00;
-  if (magnitude < 0x38800000) {
-    // Below 2^-14, binary16 is subnormal: multiples of 2^-24. Adding 0.5
-    // (whose ulp is 2^-24) rounds to one of them, to nearest even, in the
-    // hardware's default rounding; what is added to 0.5's bits is the
-    // result's bits (2^-14 itself comes out as the smallest normal).
-    const float sum = FloatOf(magnitude) + 0.5f;
-    return sign | static_cast<uint16_t>(BitsOf(sum) - BitsOf(0.5f));
-  }
-  // Normal: rebias the exponent (127 -> 15) and round away the 13 lowest
-  // mantissa bits as FloatToBfloat16 does its 16.
-  const uint32_t odd = (magnitude >> 13) & 1;
-  const uint32_t rebiased =
-      magnitude - (uint32_t{127 - 15} << 23) + 0x0fff + odd;
-  return sign | static_cast<uint16_t>(rebiased >> 13);
-}
+uint16_t FloatToBfloat16(float value) { return ToBfloat16(value); }
+float Bfloat16ToFloat(uint16_t bits) { return FromBfloat16(bits); }
+uint16_t FloatToFloat16(float value) { return ToFloat16(value); }
 
 float Float16ToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
@@ -204,13 +224,15 @@ float Float16ToFloat(uint16_t h) {
 }
 
 int Float16ScaleExponent(absl::Span<const float> values) {
-  float largest = 0;
+  // On the magnitudes' bits, which order as the magnitudes do: an integer
+  // maximum vectorizes where a float one does not.
+  int32_t largest = 0;
   for (float v : values) {
-    const float m = std::fabs(v);
-    if (m > largest && m <= std::numeric_limits<float>::max()) largest = m;
+    const int32_t m = static_cast<int32_t>(BitsOf(v) & 0x7fffffff);
+    largest = std::max(largest, m < 0x7f800000 ? m : 0);
   }
   if (largest == 0) return 0;
-  return std::clamp(14 - std::ilogb(largest), -kMaxScaleExponent,
+  return std::clamp(14 - std::ilogb(FloatOf(largest)), -kMaxScaleExponent,
                     kMaxScaleExponent);
 }
 
@@ -241,14 +263,12 @@ void AppendEncoded(WireEncoding encoding, absl::Span<const float> values,
       // One loop per encoding, without calls: they vectorize.
       if (encoding == WireEncoding::kBfloat16) {
         for (size_t i = 0; i < values.size(); ++i) {
-          PutU16(FloatToBfloat16(values[i]), p + 2 * i);
+          PutU16(ToBfloat16(values[i]), p + 2 * i);
         }
       } else {
         // A power of two: exact, bar overflow, which the exponent avoids.
-        const float scale = std::ldexp(1.0f, scale_exponent);
-        for (size_t i = 0; i < values.size(); ++i) {
-          PutU16(FloatToFloat16(values[i] * scale), p + 2 * i);
-        }
+        EncodeFloat16Run(values.data(), values.size(),
+                         std::ldexp(1.0f, scale_exponent), p);
       }
       return;
     }
