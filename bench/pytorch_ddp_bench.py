@@ -51,6 +51,10 @@ def parse_args():
                    help="parameter servers of ours")
     p.add_argument("--local_transport", type=int, default=1,
                    help="ours: 1 the same-host transport, 0 gRPC")
+    p.add_argument("--compression", default="none",
+                   choices=["none", "fp16", "bf16"],
+                   help="ours: paramserver.torch's Compression, which the "
+                        "wire to the servers carries both ways")
     p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--eval_examples", type=int, default=0,
                    help="ddp, ours: rank 0 reports the test accuracy on "
@@ -136,7 +140,9 @@ def role_ours(args):
     ps.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = ps.DistributedOptimizer(torch.optim.Adam(model.parameters(),
                                                    lr=1e-3),
-                                  named_parameters=model.named_parameters())
+                                  named_parameters=model.named_parameters(),
+                                  compression=getattr(ps.Compression,
+                                                      args.compression))
 
     def step(loss):
         opt.zero_grad()

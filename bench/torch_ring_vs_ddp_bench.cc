@@ -44,6 +44,10 @@ ABSL_FLAG(int, warmup, 10, "Untimed steps first");
 ABSL_FLAG(int, batch_size, 32, "Batch per worker");
 ABSL_FLAG(int, eval_examples, 2000, "Test examples rank 0 evaluates on");
 ABSL_FLAG(std::string, python, "/usr/bin/python3", "Debian's interpreter");
+ABSL_FLAG(std::string, compression, "none",
+          "Ours' paramserver.torch Compression (none, fp16, bf16), "
+          "comma-separated: the sync-PS rows once for each");
+ABSL_FLAG(bool, ring, true, "Measure ours in --mode=allreduce too");
 ABSL_FLAG(std::string, python_site, "",
           "The built package's folder (empty: the workspace's "
           "bazel-bin/python/site)");
@@ -57,9 +61,10 @@ constexpr absl::Duration kTimeout = absl::Minutes(10);
 struct Layout {
   bool ddp = false;
   ServiceLayout services = ServiceLayout::kRing;
+  std::string compression = "none";  // Sync-PS only.
 };
 
-std::string LayoutName(const Layout& layout) {
+std::string BaseLayoutName(const Layout& layout) {
   if (layout.ddp) return "PyTorch DDP (gloo)";
   switch (layout.services) {
     case ServiceLayout::kServersApart:
@@ -70,6 +75,11 @@ std::string LayoutName(const Layout& layout) {
       return "ours, --mode=allreduce (Gloo ring)";
   }
   return "";
+}
+
+std::string LayoutName(const Layout& layout) {
+  if (layout.compression == "none") return BaseLayoutName(layout);
+  return absl::StrCat(BaseLayoutName(layout), ", ", layout.compression);
 }
 
 struct Result {
@@ -135,7 +145,8 @@ std::optional<Result> RunJob(const Layout& layout, int num_workers,
         absl::StrCat("--batch_size=", absl::GetFlag(FLAGS_batch_size)),
         absl::StrCat("--eval_examples=", absl::GetFlag(FLAGS_eval_examples)),
         // gRPC over TCP, as from another machine, even beside a server.
-        "--local_transport=0"};
+        "--local_transport=0",
+        absl::StrCat("--compression=", layout.compression)};
     std::vector<std::pair<std::string, std::string>> env = {
         {"PYTHONPATH", absl::GetFlag(FLAGS_python_site).empty()
                            ? Workspace("bazel-bin/python/site")
@@ -228,10 +239,19 @@ int Main() {
       if (!absl::SimpleAtoi(r, &mbit)) return 2;
       const std::string link =
           mbit == 0 ? "unshaped" : absl::StrCat(mbit / 1000.0, " Gbit/s");
-      for (const Layout& layout :
-           {Layout{false, ServiceLayout::kServersApart},
-            Layout{false, ServiceLayout::kServersBeside},
-            Layout{false, ServiceLayout::kRing}, Layout{true}}) {
+      std::vector<Layout> layouts;
+      for (absl::string_view c :
+           absl::StrSplit(absl::GetFlag(FLAGS_compression), ',')) {
+        for (ServiceLayout services :
+             {ServiceLayout::kServersApart, ServiceLayout::kServersBeside}) {
+          layouts.push_back(Layout{false, services, std::string(c)});
+        }
+      }
+      if (absl::GetFlag(FLAGS_ring)) {
+        layouts.push_back(Layout{false, ServiceLayout::kRing});
+      }
+      layouts.push_back(Layout{true});
+      for (const Layout& layout : layouts) {
         std::vector<double> ms, bytes, accuracy;
         std::vector<std::string> loads;
         double model = 0;

@@ -445,6 +445,23 @@ def test_fp16_compression_rounds_to_half_and_back():
     assert same is t and ps.Compression.none.decompress(same, ctx) is t
 
 
+def test_bf16_compression_rounds_to_bfloat16_and_back():
+    import torch
+    # 1 + 2**-9 is below bfloat16's 8 bits; 1 + 2**-7 is kept; 1e30 is in
+    # its range (float32's), unlike half's.
+    t = torch.tensor([1.0 + 2 ** -9, 1.0 + 2 ** -7, 1e30],
+                     dtype=torch.float32)
+    compressed, ctx = ps.Compression.bf16.compress(t)
+    assert compressed.dtype == torch.bfloat16
+    back = ps.Compression.bf16.decompress(compressed, ctx)
+    assert back.dtype == torch.float32
+    assert back.tolist()[:2] == [1.0, 1.0 + 2 ** -7]
+    assert abs(back.tolist()[2] / 1e30 - 1) < 2 ** -8
+    assert ps.Compression.bf16.wire == "bf16"
+    ints = torch.tensor([3, 4])
+    assert ps.Compression.bf16.compress(ints)[0] is ints
+
+
 class _ClientBeforeDeclaring:
     """What _State reads of a client: its rank and registration."""
     rank = 1

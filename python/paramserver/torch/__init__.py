@@ -89,7 +89,7 @@ the servers' checkpoints in a directory, as a state_dict.
 # and step()), _optimizer_record (what the servers record of a rank: its
 # position, state_dict), elastic (Horovod's hvd.elastic), _model_files (save_model, load_model), _collectives
 # (Horovod's allreduce, allgather, broadcast, join, barrier on the servers'
-# collective service), _compression (Compression.none, .fp16), _functions
+# collective service), _compression (Compression.none, .fp16, .bf16), _functions
 # (broadcast_object, allgather_object, broadcast_optimizer_state), _buffers
 # (average_buffers), _reduction (compression, op, predivide factor).
 from paramserver.torch import _runtime, elastic
