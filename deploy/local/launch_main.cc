@@ -301,7 +301,13 @@ int JoinHosts(const RunSettings& settings, const std::set<std::string>& given,
             CheckResumedShards(config->checkpoint_dir, config->num_servers,
                                config->first_server, config->host_servers);
         !s.ok()) {
-      return Failed(s);
+      // Told through the rendezvous, so that every host ends now naming
+      // this one, rather than wait for it until --rendezvous_timeout.
+      ClusterResult refused;
+      refused.status = std::move(s);
+      refused.bad_configuration = true;
+      (*session)->Finish(&refused);
+      return Failed(refused.status);
     }
   }
   return kExitOk;
