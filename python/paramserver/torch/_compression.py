@@ -45,11 +45,12 @@ class FP16Compressor(Compressor):
     """Rounds floating tensors to float16 and back."""
 
     wire = "fp16"
+    dtype = torch.float16
 
-    @staticmethod
-    def compress(tensor):
+    @classmethod
+    def compress(cls, tensor):
         if tensor.dtype.is_floating_point:
-            return tensor.type(torch.float16), tensor.dtype
+            return tensor.type(cls.dtype), tensor.dtype
         return tensor, None
 
     @staticmethod
@@ -63,12 +64,7 @@ class BF16Compressor(FP16Compressor):
     """Rounds floating tensors to bfloat16 and back."""
 
     wire = "bf16"
-
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating_point:
-            return tensor.type(torch.bfloat16), tensor.dtype
-        return tensor, None
+    dtype = torch.bfloat16
 
 
 class Compression:
