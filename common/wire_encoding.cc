@@ -137,19 +137,26 @@ void DecodeBfloat16Run(const char* in, size_t count, float* __restrict out) {
   for (size_t i = 0; i < count; ++i) out[i] = FromBfloat16(GetU16(in + 2 * i));
 }
 
-// Float16ToFloat without branches, times `unscale`: the 15 bits below the
-// sign, moved to binary32's exponent and mantissa, are the value times
-// 2^-112 (exactly, subnormals included); infinity and NaN are masked in.
+// Float16ToFloat without branches, times `unscale`: each case's bits are
+// computed and the right ones masked in. Subnormals go through an integer
+// conversion, not a denormal float32, so that they stay exact where
+// denormals are flushed (torch.set_flush_denormal).
 void DecodeFloat16Run(const char* in, size_t count, float unscale,
                       float* __restrict out) {
   for (size_t i = 0; i < count; ++i) {
     const uint32_t h = GetU16(in + 2 * i);
     const uint32_t sign = (h & 0x8000) << 16;
     const uint32_t magnitude = h & 0x7fff;
-    const float scaled = FloatOf(magnitude << 13) * 0x1p112f;
-    const uint32_t special = Mask(magnitude >= 0x7c00);
-    const uint32_t bits = (special & (0x7f800000 | (magnitude & 0x3ff) << 13)) |
-                          (~special & BitsOf(scaled));
+    const uint32_t normal = (magnitude << 13) + (uint32_t{127 - 15} << 23);
+    // Zero or subnormal: mantissa x 2^-24, exact.
+    const uint32_t subnormal =
+        BitsOf(static_cast<float>(static_cast<int32_t>(magnitude)) * 0x1p-24f);
+    const uint32_t special = 0x7f800000 | (magnitude & 0x3ff) << 13;
+    const uint32_t is_subnormal = Mask(magnitude < 0x0400);
+    const uint32_t is_special = Mask(magnitude >= 0x7c00);
+    const uint32_t finite =
+        (is_subnormal & subnormal) | (~is_subnormal & normal);
+    const uint32_t bits = (is_special & special) | (~is_special & finite);
     out[i] = FloatOf(sign | bits) * unscale;
   }
 }

@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
 #include "absl/strings/cord.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -243,6 +247,29 @@ TEST(WireEncodingTest, DecodesEveryHalfWordAsOneValueDoesAcrossPieces) {
   EXPECT_EQ(out[0x3c00], std::ldexp(1.0f, -20));  // 1.0 in binary16.
   EXPECT_EQ(out[0x0001], std::ldexp(1.0f, -44));  // The smallest subnormal.
 }
+
+#if defined(__SSE2__)
+TEST(WireEncodingTest, Float16SubnormalsStayExactWhereDenormalsAreFlushed) {
+  // torch.set_flush_denormal(True) sets these MXCSR bits (flush to zero,
+  // denormals are zero) in the process our Python client runs in.
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved | 0x8040);
+  std::string bytes;
+  for (uint16_t h : {0x0001, 0x03ff, 0x8200, 0x0400}) {
+    bytes.push_back(static_cast<char>(h & 0xff));
+    bytes.push_back(static_cast<char>(h >> 8));
+  }
+  std::vector<float> out(4);
+  const absl::Status status = DecodeEncoded(
+      WireEncoding::kFloat16, absl::Cord(bytes), absl::MakeSpan(out));
+  _mm_setcsr(saved);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(out[0], std::ldexp(1.0f, -24));
+  EXPECT_EQ(out[1], std::ldexp(1023.0f, -24));
+  EXPECT_EQ(out[2], -std::ldexp(512.0f, -24));
+  EXPECT_EQ(out[3], std::ldexp(1.0f, -14));
+}
+#endif
 
 TEST(WireEncodingTest, TopKWritesNonZerosAndDecodesTheRestAsZero) {
   const std::vector<float> values = {0, 3.5f, 0, 0, -1.25f, 0};
