@@ -1,7 +1,7 @@
 """Tensors between neighbouring pipeline stages, over a TCP socket of
 their own (never through the servers).
 
-One connection per pair of neighbours of a replica: the earlier stage
+One connection (TCP; a Unix socket works alike) per pair of neighbours of a replica: the earlier stage
 connects to the later one's listener. Each direction carries one kind of
 tensor (activations forward, their gradients backward), so frames arrive
 in the order they were sent, and each is checked against what the
@@ -136,7 +136,9 @@ class Channel:
         self._sock = sock
         self.peer = peer
         sock.settimeout(timeout_s)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            # A micro-batch's frame is waited for: no Nagle delay.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._queue = queue.Queue()
         self._send_error = None
         self._thread = threading.Thread(target=self._send_loop, daemon=True)
