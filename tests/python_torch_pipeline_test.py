@@ -209,3 +209,17 @@ def test_a_killed_neighbour_is_named(tmp_path):
                 p.kill()
                 p.wait()
         log.close()
+
+
+def test_the_fashion_mnist_example_trains_two_stages_by_two_replicas():
+    job = python_launch.run(
+        "examples/pipeline_fashion_mnist.py",
+        ["--stages", "2", "--micro-batches", "4", "--limit-batches", "40",
+         "--test-batch-size", "250"],
+        ["--num_servers=1", "--num_workers=4", "--mode=sync",
+         "--optimizer=sgd", "--lr_schedule=constant", "--max_restarts=0"])
+    line = job.line_with("[worker 0] final test accuracy:")
+    assert line, job.output
+    # Trained: well above chance (10%) after 40 steps.
+    assert float(line.rsplit(" ", 1)[1]) > 0.4, line
+    assert "replicas 2, micro-batches 4, 1f1b" in job.output
