@@ -31,6 +31,10 @@ from paramserver.torch.pipeline import Pipeline
 parser = argparse.ArgumentParser(description="Pipelined Fashion-MNIST")
 parser.add_argument("--stages", type=int, default=None,
                     help="pipeline stages (default: $PS_PIPELINE_STAGES)")
+parser.add_argument("--split", default=None,
+                    help="comma-separated child indices where stages begin "
+                         "(default: balanced by parameter count; 3 balances "
+                         "2 stages' compute best)")
 parser.add_argument("--micro-batches", type=int, default=4)
 parser.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"])
 parser.add_argument("--batch-size", type=int, default=64,
@@ -104,7 +108,8 @@ def main():
     hvd.init()
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    pipe = Pipeline(make_model(), stages=args.stages,
+    split = [int(i) for i in args.split.split(",")] if args.split else None
+    pipe = Pipeline(make_model(), stages=args.stages, split=split,
                     micro_batches=args.micro_batches, schedule=args.schedule)
     optimizer = hvd.DistributedOptimizer(
         torch.optim.SGD(pipe.parameters(), lr=args.lr,

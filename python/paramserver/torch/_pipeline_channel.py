@@ -1,8 +1,8 @@
 """Tensors between neighbouring pipeline stages, over a TCP socket of
 their own (never through the servers).
 
-One connection (TCP; a Unix socket works alike) per pair of neighbours of a replica: the earlier stage
-connects to the later one's listener. Each direction carries one kind of
+One connection (TCP; a Unix socket works alike) per pair of neighbours
+of a replica: the earlier stage connects to the later one's listener. Each direction carries one kind of
 tensor (activations forward, their gradients backward), so frames arrive
 in the order they were sent, and each is checked against what the
 receiver's schedule expects.
