@@ -9,7 +9,8 @@ R x K workers:
         --lr_schedule=constant \\
         -- /usr/bin/python3 examples/pipeline_fashion_mnist.py --stages 2
 
-(--stages defaults to the launcher's PS_PIPELINE_STAGES.) Every stage of
+(--stages and --micro-batches default to the launcher's
+PS_PIPELINE_STAGES and PS_MICRO_BATCHES.) Every stage of
 a replica reads the same batches (the same sampler): stage 0 uses the
 images, the last stage the labels. The test set goes through the stages
 too; the replicas' counts are summed with hvd.allreduce, and rank 0
@@ -35,7 +36,8 @@ parser.add_argument("--split", default=None,
                     help="comma-separated child indices where stages begin "
                          "(default: balanced by parameter count; 3 balances "
                          "2 stages' compute best)")
-parser.add_argument("--micro-batches", type=int, default=4)
+parser.add_argument("--micro-batches", type=int, default=None,
+                    help="(default: $PS_MICRO_BATCHES, else 1)")
 parser.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"])
 parser.add_argument("--batch-size", type=int, default=64,
                     help="per replica, split into the micro-batches")

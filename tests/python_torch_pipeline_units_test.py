@@ -188,3 +188,22 @@ def test_a_malformed_frame_is_refused(header):
         receiver.recv(channel.ACTIVATION, 0, 0)
     receiver.close()
     b.close()
+
+
+# -- Pipeline's checks before any communication -------------------------------
+
+
+def test_pipeline_refuses_a_bad_split_before_connecting(monkeypatch):
+    from paramserver.torch.pipeline import Pipeline
+    monkeypatch.delenv("PS_PIPELINE_STAGES", raising=False)
+    with pytest.raises(ValueError, match="cannot split 5 modules into 6"):
+        Pipeline(mlp(), stages=6)
+    with pytest.raises(ValueError, match="a list of 2 stage modules for 3"):
+        Pipeline([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)], stages=3)
+    with pytest.raises(ValueError, match="how many stages"):
+        Pipeline(mlp())
+    monkeypatch.setenv("PS_PIPELINE_STAGES", "7")
+    with pytest.raises(ValueError, match="into 7 stages"):
+        Pipeline(mlp())
+    with pytest.raises(ValueError, match="gpipe, 1f1b"):
+        Pipeline(mlp(), stages=2, schedule="zb")

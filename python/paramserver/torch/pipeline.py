@@ -3,7 +3,8 @@ stage's parameters trained through the servers by DistributedOptimizer.
 
 The job runs R replicas of K stages: ``size() == R * K`` workers, rank w
 holding stage ``w % K`` of replica ``w // K`` (the launcher's convention
-with ``--pipeline_stages=K``, which exports PS_PIPELINE_STAGES)::
+with ``--pipeline_stages=K``, which exports PS_PIPELINE_STAGES, and
+``--micro_batches=M``, PS_MICRO_BATCHES)::
 
     import paramserver.torch as ps
     from paramserver.torch.pipeline import Pipeline
@@ -73,18 +74,25 @@ def stages_from_environment():
     return int(value) if value else None
 
 
+def _micro_batches_from_environment():
+    """The launcher's PS_MICRO_BATCHES, else 1."""
+    return int(os.environ.get("PS_MICRO_BATCHES") or 1)
+
+
 class Pipeline:
     """This rank's stage of `model` and its links to the neighbouring
     stages. Collective: every rank creates it, with the same model,
     stages, micro_batches and schedule."""
 
-    def __init__(self, model, stages=None, micro_batches=1, schedule="gpipe",
-                 split=None, timeout_s=300.0, address="127.0.0.1"):
+    def __init__(self, model, stages=None, micro_batches=None,
+                 schedule="gpipe", split=None, timeout_s=300.0,
+                 address="127.0.0.1"):
         """`model`: an nn.Sequential (cut at `split`, K - 1 child indices,
         or balanced by parameter count) or a list of K modules, one per
         stage. `stages`: K, else PS_PIPELINE_STAGES, else the list's
-        length. `address`: where this worker listens for the previous
-        stage (its host's address when the job spans hosts)."""
+        length. `micro_batches`: M, else PS_MICRO_BATCHES, else 1.
+        `address`: where this worker listens for the previous stage (its
+        host's address when the job spans hosts)."""
         sequential, implied = as_sequential(model)
         if stages is None:
             stages = stages_from_environment()
@@ -101,6 +109,8 @@ class Pipeline:
                                  (len(implied) + 1, stages))
             split = implied
         points = split_points(sequential, stages, split)
+        if micro_batches is None:
+            micro_batches = _micro_batches_from_environment()
         _schedule(schedule, 0, stages, micro_batches)  # Checks the names.
         state = _runtime.require_init()
         if state.size % stages:
