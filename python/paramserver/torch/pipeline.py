@@ -113,6 +113,11 @@ class Pipeline:
             micro_batches = _micro_batches_from_environment()
         _schedule(schedule, 0, stages, micro_batches)  # Checks the names.
         state = _runtime.require_init()
+        from paramserver.torch import _allreduce
+        if _allreduce.active():
+            raise NotImplementedError(
+                "paramserver.pipeline: --mode=allreduce is not supported; "
+                "run the pipeline with the servers in sync mode")
         if state.size % stages:
             raise ValueError("paramserver.pipeline: %d workers cannot run %d "
                              "stages: --num_workers must be replicas x "
@@ -223,8 +228,20 @@ class Pipeline:
 
     def _check_optimizer(self):
         optimizer = _runtime.require_init().optimizer
-        if optimizer is None or optimizer is self._checked_optimizer:
+        if optimizer is self._checked_optimizer:
             return
+        if optimizer is None:
+            # The gradients are K times the stage's (see the module's
+            # docstring): only the servers' mean makes them right.
+            raise ValueError(
+                "paramserver.pipeline: create the DistributedOptimizer over "
+                "pipe.named_parameters() before train_step")
+        names = [n for n, _ in optimizer._trainable]
+        if names != [n for n, _ in self._named]:
+            raise ValueError(
+                "paramserver.pipeline: the DistributedOptimizer trains %s; "
+                "it must be created over pipe.named_parameters() (%d "
+                "tensors, every stage's)" % (names, len(self._named)))
         mode = optimizer._client.mode
         if mode != "sync":
             raise ValueError(
