@@ -7,6 +7,7 @@ Every rank saves the whole model's weights after each step to
 OUT_DIR/rank<R>.npz (keys "<step>/<name>"); the model and the data are
 functions of fixed seeds, so the test redoes each step unsplit. With
 DIE_RANK, that rank kills itself (SIGKILL) as step DIE_STEP begins.
+$PIPELINE_PLACEMENT is DistributedOptimizer's placement ("server").
 """
 
 import os
@@ -60,7 +61,8 @@ def main(out_dir, stages, micro_batches, schedule, die_rank=-1,
     opt = ps.DistributedOptimizer(
         torch.optim.SGD(pipe.parameters(), lr=LR),
         named_parameters=pipe.named_parameters(),
-        backward_passes_per_step=pipe.micro_batches, planned_steps=STEPS)
+        backward_passes_per_step=pipe.micro_batches, planned_steps=STEPS,
+        placement=os.environ.get("PIPELINE_PLACEMENT", "server"))
     x, y = make_data(STEPS * BATCH * pipe.replicas)
     saved = {"init/" + n: p.detach().numpy().copy()
              for n, p in pipe.named_parameters()}
@@ -81,6 +83,7 @@ def main(out_dir, stages, micro_batches, schedule, die_rank=-1,
             saved["%d/%s" % (step, n)] = p.detach().numpy().copy()
     np.savez(os.path.join(out_dir, "rank%d.npz" % ps.rank()), **saved)
     report({"stage": pipe.stage, "replica": pipe.replica, "losses": losses,
+            "placement": opt._placement,
             "own": [n for n, _ in pipe.stage_parameters()]})
     pipe.close()
     ps.shutdown()

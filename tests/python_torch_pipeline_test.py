@@ -158,6 +158,15 @@ def test_two_stages_train_as_the_unsplit_model(tmp_path, schedule,
                                     "4.bias"]
 
 
+def test_worker_placement_steps_each_stage_alike(tmp_path, monkeypatch):
+    # The servers sum the gradients (zeros for the other stages'); every
+    # rank's own torch SGD steps on the mean, other stages' tensors too.
+    monkeypatch.setenv("PIPELINE_PLACEMENT", "worker")
+    job, ranks = launch(tmp_path, 2, 2, 2, "1f1b")
+    assert job.result(0)["placement"] == "worker"
+    check_steps(ranks, 2, 2)
+
+
 def test_three_stages_of_one_micro_batch_and_gpipe_equals_1f1b(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
