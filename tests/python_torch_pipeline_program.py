@@ -22,11 +22,13 @@ import torch.nn.functional as F
 import paramserver.torch as ps
 from paramserver.torch.pipeline import Pipeline
 from python_launch import report
+# The data of python_torch_test's program (FEATURES inputs, CLASSES labels).
+from python_torch_program import CLASSES, FEATURES, make_data
 
 STEPS = 6
 BATCH = 16  # Per replica; the unsplit step takes BATCH * replicas.
 LR = 0.1
-FEATURES, HIDDEN, CLASSES = 10, 12, 4
+HIDDEN = 12
 
 
 def make_model(seed=7):
@@ -36,13 +38,6 @@ def make_model(seed=7):
     return nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.Tanh(),
                          nn.Linear(HIDDEN, HIDDEN), nn.Tanh(),
                          nn.Linear(HIDDEN, CLASSES))
-
-
-def make_data(examples):
-    g = torch.Generator().manual_seed(1234)
-    x = torch.randn(examples, FEATURES, generator=g)
-    y = torch.randint(0, CLASSES, (examples,), generator=g)
-    return x, y
 
 
 def global_batch(x, y, step, replicas):

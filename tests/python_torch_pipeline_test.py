@@ -28,9 +28,7 @@ forward error reaches the gradient through derivatives of modulus at most
 bound for most elements, which the test checks too, so the bound can fail.
 """
 
-import os
 import signal
-import subprocess
 
 import numpy as np
 import pytest
@@ -195,15 +193,8 @@ def test_a_killed_neighbour_is_named(tmp_path):
                                                    ["--mode=sync"])
     workers = []
     try:
-        env = dict(os.environ, PS_NUM_WORKERS="2", PS_LOCAL_NUM_WORKERS="2",
-                   PS_NUM_SERVERS="1", OMP_NUM_THREADS="1",
-                   PS_SERVERS="127.0.0.1:%d" % port)
-        for rank in range(2):
-            workers.append(subprocess.Popen(
-                [python_launch.PYTHON, python_launch.runfile(PROGRAM),
-                 str(tmp_path), "2", "2", "1f1b", "1", "2"],
-                env=dict(env, PS_RANK=str(rank), PS_LOCAL_RANK=str(rank)),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        workers = python_launch.start_workers(
+            PROGRAM, [tmp_path, 2, 2, "1f1b", 1, 2], 2, port)
         outputs = [w.communicate(timeout=python_launch.TIMEOUT_S)[0]
                    .decode(errors="replace") for w in workers]
         assert workers[1].returncode == -signal.SIGKILL, outputs[1]
@@ -213,11 +204,7 @@ def test_a_killed_neighbour_is_named(tmp_path):
         assert "stage 1 (rank 1)" in outputs[0], outputs[0]
         assert "did it die?" in outputs[0], outputs[0]
     finally:
-        for p in workers + [server]:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        log.close()
+        python_launch.stop(workers + [server], log)
 
 
 def test_the_fashion_mnist_example_trains_two_stages_by_two_replicas():
