@@ -63,6 +63,10 @@ struct LaunchConfig {
   // (their --metrics_port); a program's workers are not given one.
   int metrics_port_base = 0;
   // More flags for every server / worker, e.g. "--momentum=0.5".
+  // Pipeline parallelism (deploy/local/pipeline_mode.h): workers are
+  // replicas x pipeline_stages; each step's batch in micro_batches.
+  int pipeline_stages = 1;
+  int micro_batches = 1;
   std::vector<std::string> extra_server_flags;
   std::vector<std::string> extra_worker_flags;
 
