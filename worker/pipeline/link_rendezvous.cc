@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<LocalListener>> ListenUntil(
 
 absl::StatusOr<std::unique_ptr<StageLink>> ConnectPrevious(
     const PipelinePlace& place, uint64_t job_key, absl::Time deadline,
-    absl::Duration timeout) {
+    absl::Duration timeout, absl::Duration idle_timeout) {
   const LinkPeer peer{place.stage - 1, place.RankOf(place.stage - 1)};
   const std::string name =
       LinkSocketName(job_key, place.replica, place.stage - 1);
@@ -87,9 +87,13 @@ absl::StatusOr<std::unique_ptr<StageLink>> ConnectPrevious(
     absl::StatusOr<std::unique_ptr<LocalSocket>> socket =
         LocalSocket::Connect(name);
     if (socket.ok()) {
-      last = Introduce(**socket, Hello(job_key, place.replica, place.stage));
+      // The predecessor welcomes it once its own predecessor is linked.
+      last = (*socket)->SetIdleTimeout(timeout);
       if (last.ok()) {
-        if (absl::Status s = (*socket)->SetIdleTimeout(timeout); !s.ok()) {
+        last = Introduce(**socket, Hello(job_key, place.replica, place.stage));
+      }
+      if (last.ok()) {
+        if (absl::Status s = (*socket)->SetIdleTimeout(idle_timeout); !s.ok()) {
           return s;
         }
         return std::make_unique<StageLink>(*std::move(socket), peer);
@@ -108,7 +112,7 @@ absl::StatusOr<std::unique_ptr<StageLink>> ConnectPrevious(
 
 absl::StatusOr<std::unique_ptr<StageLink>> AcceptNext(
     const PipelinePlace& place, uint64_t job_key, LocalListener& listener,
-    absl::Time deadline, absl::Duration timeout) {
+    absl::Time deadline, absl::Duration timeout, absl::Duration idle_timeout) {
   const LinkPeer peer{place.stage + 1, place.RankOf(place.stage + 1)};
   const std::string hello = Hello(job_key, place.replica, place.stage + 1);
   absl::Notification done;
@@ -127,7 +131,7 @@ absl::StatusOr<std::unique_ptr<StageLink>> AcceptNext(
       break;
     }
     if (Admit(**socket, hello).ok() &&
-        (*socket)->SetIdleTimeout(timeout).ok()) {
+        (*socket)->SetIdleTimeout(idle_timeout).ok()) {
       link = std::make_unique<StageLink>(*std::move(socket), peer);
       break;
     }
@@ -150,7 +154,8 @@ std::string LinkSocketName(uint64_t job_key, int replica, int stage) {
 
 absl::StatusOr<Neighbours> ConnectNeighbours(const PipelinePlace& place,
                                              uint64_t job_key,
-                                             absl::Duration timeout) {
+                                             absl::Duration timeout,
+                                             absl::Duration idle_timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   std::unique_ptr<LocalListener> listener;
   if (!place.last()) {
@@ -162,13 +167,13 @@ absl::StatusOr<Neighbours> ConnectNeighbours(const PipelinePlace& place,
   Neighbours neighbours;
   if (!place.first()) {
     absl::StatusOr<std::unique_ptr<StageLink>> previous =
-        ConnectPrevious(place, job_key, deadline, timeout);
+        ConnectPrevious(place, job_key, deadline, timeout, idle_timeout);
     if (!previous.ok()) return previous.status();
     neighbours.previous = *std::move(previous);
   }
   if (listener != nullptr) {
     absl::StatusOr<std::unique_ptr<StageLink>> next =
-        AcceptNext(place, job_key, *listener, deadline, timeout);
+        AcceptNext(place, job_key, *listener, deadline, timeout, idle_timeout);
     if (!next.ok()) return next.status();
     neighbours.next = *std::move(next);
   }

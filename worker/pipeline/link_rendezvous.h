@@ -35,11 +35,13 @@ std::string LinkSocketName(uint64_t job_key, int replica, int stage);
 // predecessor's, retrying until `timeout` while the predecessor starts.
 // The listener admits only a process of this user that says it is the next
 // stage of the same replica and job. Every link then fails a read or write
-// that waits longer than `timeout` for its peer.
+// that waits longer than `idle_timeout` for its peer (a peer that dies
+// closes its end at once; this is for one that hangs).
 // DeadlineExceeded naming the neighbour that did not come in time.
 absl::StatusOr<Neighbours> ConnectNeighbours(const PipelinePlace& place,
                                              uint64_t job_key,
-                                             absl::Duration timeout);
+                                             absl::Duration timeout,
+                                             absl::Duration idle_timeout);
 
 }  // namespace ps::worker::pipeline
 

@@ -27,7 +27,8 @@ TEST(LinkRendezvousTest, ThreeStagesFindEachOtherInAnyOrder) {
   for (int stage : {2, 0, 1}) {
     threads.emplace_back([&, stage] {
       PipelinePlace place = *PipelinePlace::FromRank(3 + stage, 6, 3);
-      got[stage] = ConnectNeighbours(place, key, absl::Seconds(60));
+      got[stage] =
+          ConnectNeighbours(place, key, absl::Seconds(60), absl::Seconds(60));
     });
   }
   for (std::thread& t : threads) t.join();
@@ -51,11 +52,11 @@ TEST(LinkRendezvousTest, ALinkOfAnotherReplicaOrJobIsNotTaken) {
   // runs, so it gives up naming its missing neighbour.
   std::thread first([&] {
     PipelinePlace place = *PipelinePlace::FromRank(0, 4, 2);
-    (void)ConnectNeighbours(place, key, absl::Seconds(2));
+    (void)ConnectNeighbours(place, key, absl::Seconds(2), absl::Seconds(2));
   });
   PipelinePlace place = *PipelinePlace::FromRank(3, 4, 2);
   absl::StatusOr<Neighbours> n =
-      ConnectNeighbours(place, key, absl::Seconds(1));
+      ConnectNeighbours(place, key, absl::Seconds(1), absl::Seconds(1));
   first.join();
   ASSERT_EQ(n.status().code(), absl::StatusCode::kDeadlineExceeded)
       << n.status();
@@ -68,7 +69,7 @@ TEST(LinkRendezvousTest, AStrangerIsNotAdmittedAndTheNextStageStillIs) {
   absl::StatusOr<Neighbours> upstream = absl::UnknownError("");
   std::thread first([&] {
     upstream = ConnectNeighbours(*PipelinePlace::FromRank(0, 2, 2), key,
-                                 absl::Seconds(60));
+                                 absl::Seconds(60), absl::Seconds(60));
   });
   // A stranger connects first and says nothing useful.
   std::unique_ptr<LocalSocket> stranger;
@@ -79,8 +80,9 @@ TEST(LinkRendezvousTest, AStrangerIsNotAdmittedAndTheNextStageStillIs) {
   }
   stranger->Queue(FrameType::kHello, "who knows");
   PS_ASSERT_OK(stranger->Flush());
-  absl::StatusOr<Neighbours> downstream = ConnectNeighbours(
-      *PipelinePlace::FromRank(1, 2, 2), key, absl::Seconds(60));
+  absl::StatusOr<Neighbours> downstream =
+      ConnectNeighbours(*PipelinePlace::FromRank(1, 2, 2), key,
+                        absl::Seconds(60), absl::Seconds(60));
   first.join();
   ASSERT_TRUE(upstream.ok()) << upstream.status();
   ASSERT_TRUE(downstream.ok()) << downstream.status();

@@ -1,5 +1,6 @@
 #include "worker/pipeline/stage_run.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -10,6 +11,14 @@
 #include "spdlog/spdlog.h"
 
 namespace ps::worker::pipeline {
+namespace {
+
+// How long a stage waits for a neighbour that neither sends nor closes the
+// link: a neighbour that dies closes it at once, but rank 0 evaluating the
+// whole model at an epoch's end keeps the others of its replica waiting.
+constexpr absl::Duration kLinkIdleTimeout = absl::Minutes(30);
+
+}  // namespace
 
 absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank) {
   if (config.pipeline_stages < 1) {
@@ -77,7 +86,7 @@ absl::StatusOr<std::unique_ptr<StageRun>> StageRun::Create(
 absl::Status StageRun::ConnectNeighbours(const WorkerConfig& config) {
   absl::StatusOr<Neighbours> neighbours = pipeline::ConnectNeighbours(
       place_, JobKey(config.job_id, config.servers + config.server_pattern),
-      config.retry_timeout);
+      config.retry_timeout, std::max(config.retry_timeout, kLinkIdleTimeout));
   if (!neighbours.ok()) return neighbours.status();
   neighbours_ = *std::move(neighbours);
   return absl::OkStatus();
