@@ -3,8 +3,9 @@
 # M = 1, 4 and 8 micro-batches, with 1 replica and with 2, through the local
 # launcher. Prints one line per run: wall time, the workers' time per step
 # (worker 0's log: compute, which for a stage includes waiting on its
-# neighbours, and communication with the servers), and the final test
-# accuracy. bench/README.md has the figures and how to read them.
+# neighbours, and communication with the servers), the final test
+# accuracy, and for each stage of replica 0 how long it waited for its
+# neighbours (the bubble as it saw it). bench/README.md has the figures and how to read them.
 #
 #   bazel build //deploy/local:launch //server //worker
 #   bench/pipeline_bench.sh [STEPS] [OUT_DIR]
@@ -29,6 +30,11 @@ run() {  # name workers stages micro_batches
   per_step=$(grep -ho 'time per step: .*' "$dir/logs/worker-0.log" | head -1)
   accuracy=$(grep -o 'final test accuracy: [0-9.]*' "$dir.out" | head -1)
   echo "$name: load before $load, $wall, worker 0 $per_step, $accuracy"
+  # Each stage of replica 0: how long it waited for its neighbours.
+  for ((s = 0; s < stages && stages > 1; ++s)); do
+    echo "  stage $s: $(grep -ho 'waited for neighbours .*' \
+      "$dir/logs/worker-$s.log" | head -1)"
+  done
 }
 run unsplit_1x64 1 1 1
 for m in 1 4 8; do run "stages2_1x64_micro$m" 2 2 "$m"; done

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/model_spec.h"
 
 namespace ps::worker::pipeline {
@@ -22,6 +23,14 @@ GpipeSchedule::GpipeSchedule(nn::StageModel* stage, StageLink* previous,
       previous_(previous),
       next_(next),
       micro_batches_(micro_batches) {}
+
+absl::StatusOr<float> GpipeSchedule::Receive(StageLink& link, const Tag& tag,
+                                             int rows, absl::Span<float> out) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<float> loss = link.Receive(tag, rows, out);
+  waited_ += absl::Now() - start;
+  return loss;
+}
 
 absl::Status GpipeSchedule::Forward(const StepBatch& batch, int i) {
   const int rows = rows_[i];
@@ -98,10 +107,12 @@ absl::StatusOr<float> GpipeSchedule::Step(const StepBatch& batch) {
   for (auto& sum : sums_) std::fill(sum.begin(), sum.end(), 0.0);
   inputs_.resize(m);
   forwarded_ = -1;
+  waited_ = absl::ZeroDuration();
   for (int i = 0; i < m; ++i) {
     if (previous_ != nullptr) {
       inputs_[i].resize(static_cast<size_t>(rows_[i]) * stage_->input_size());
-      absl::StatusOr<float> received = previous_->Receive(
+      absl::StatusOr<float> received = Receive(
+          *previous_,
           {batch.step, static_cast<uint32_t>(i), Direction::kActivations},
           rows_[i], absl::MakeSpan(inputs_[i]));
       if (!received.ok()) return received.status();

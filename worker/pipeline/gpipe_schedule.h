@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "worker/nn/stage_model.h"
 #include "worker/pipeline/stage_link.h"
@@ -62,9 +63,16 @@ class GpipeSchedule {
     return gradients_[tensor_id - stage_->range().first_tensor];
   }
 
+  // How long the last Step waited for its neighbours' messages: the
+  // pipeline's bubble as this stage saw it (plus a slower neighbour's lag).
+  absl::Duration waited() const { return waited_; }
+
  private:
   absl::Status Forward(const StepBatch& batch, int i);
   absl::Status Backward(const StepBatch& batch, int i);
+  // link->Receive, timed into waited_.
+  absl::StatusOr<float> Receive(StageLink& link, const Tag& tag, int rows,
+                                absl::Span<float> out);
 
   nn::StageModel* const stage_;
   StageLink* const previous_;
@@ -80,6 +88,7 @@ class GpipeSchedule {
   std::vector<float> output_;
   std::vector<float> grad_output_;
   std::vector<float> grad_input_;
+  absl::Duration waited_;
   int forwarded_ = -1;  // The micro-batch the layers' activations are of.
   std::vector<std::vector<double>> sums_;
   std::vector<std::vector<float>> gradients_;

@@ -123,6 +123,7 @@ absl::StatusOr<PipelineTrainer::StepResult> PipelineTrainer::Step(
     absl::StatusOr<float> loss = schedule_.Step(batch);
     if (!loss.ok()) return loss.status();
     result.loss = *loss;
+    result.waited = schedule_.waited();
     const float stages = static_cast<float>(options_.place.stages);
     for (int t = range.first_tensor; t < range.end_tensor; ++t) {
       absl::Span<const float> g = schedule_.gradient(t);
@@ -187,6 +188,7 @@ absl::StatusOr<TrainingSummary> PipelineTrainer::Run(
                 static_cast<int64_t>(planned_steps_), options_.epochs,
                 static_cast<int64_t>(steps_per_epoch), options_.batch_size}));
   TrainingSummary summary;
+  absl::Duration waited;
   const absl::Time start = absl::Now();
   absl::Time interval_start = start;
   double interval_loss = 0;
@@ -212,6 +214,7 @@ absl::StatusOr<TrainingSummary> PipelineTrainer::Run(
     summary.final_loss = result->loss;
     summary.step_time.compute += result->timing.compute;
     summary.step_time.communication += result->timing.communication;
+    waited += result->waited;
     interval_loss += result->loss;
     ++interval_steps;
     if (position % options_.log_every == 0) {
@@ -248,6 +251,15 @@ absl::StatusOr<TrainingSummary> PipelineTrainer::Run(
   }
   summary.steps = position - first_position;
   summary.wall_time = absl::Now() - start;
+  if (summary.steps > 0) {
+    // The bench reads this line (bench/pipeline_bench.sh).
+    spdlog::info(
+        "pipeline: waited for neighbours {:.3f} ms per step, {:.1f}% of the "
+        "schedule (compute) time",
+        absl::ToDoubleMilliseconds(waited) / summary.steps,
+        100 * absl::ToDoubleSeconds(waited) /
+            std::max(1e-9, absl::ToDoubleSeconds(summary.step_time.compute)));
+  }
   if (options_.evaluate || !options_.save_model_path.empty()) {
     absl::StatusOr<uint64_t> version = exchange_->PullFinal(clock, weights_);
     if (!version.ok()) return version.status();

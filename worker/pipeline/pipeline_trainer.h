@@ -76,6 +76,7 @@ class PipelineTrainer {
   struct StepResult {
     float loss = 0;
     StepTiming timing;
+    absl::Duration waited;  // For neighbours, within timing.compute.
   };
   absl::StatusOr<StepResult> Step(const EpochPlan& plan, uint64_t epoch,
                                   uint64_t step_in_epoch, uint64_t clock);
