@@ -62,9 +62,9 @@ absl::Status GpipeSchedule::Backward(const StepBatch& batch, int i) {
   const int rows = rows_[i];
   grad_output_.resize(next_ == nullptr ? 0 : rows * stage_->output_size());
   if (next_ != nullptr) {
-    absl::StatusOr<float> loss = next_->Receive(
-        {batch.step, static_cast<uint32_t>(i), Direction::kGradients}, rows,
-        absl::MakeSpan(grad_output_));
+    absl::StatusOr<float> loss = Receive(
+        *next_, {batch.step, static_cast<uint32_t>(i), Direction::kGradients},
+        rows, absl::MakeSpan(grad_output_));
     if (!loss.ok()) return loss.status();
     losses_[i] = *loss;
   }
