@@ -23,31 +23,13 @@ bool IsPathFlag(const std::string& name) {
 }  // namespace
 
 const std::vector<std::string>& RunDefiningFlags() {
-  static const auto* const kFlags =
-      new std::vector<std::string>{"num_servers",
-                                   "num_workers",
-                                   "model",
-                                   "epochs",
-                                   "batch_size",
-                                   "mode",
-                                   "staleness",
-                                   "optimizer",
-                                   "lr_schedule",
-                                   "learning_rate",
-                                   "seed",
-                                   "data_dir",
-                                   "device",
-                                   "save_model",
-                                   "server_flags",
-                                   "worker_flags",
-                                   "log_every",
-                                   "eval_every",
-                                   "max_steps",
-                                   "checkpoints",
-                                   "checkpoint_dir",
-                                   "auth",
-                                   "pipeline_stages",
-                                   "micro_batches"};
+  static const auto* const kFlags = new std::vector<std::string>{
+      "num_servers",    "num_workers",   "model",         "epochs",
+      "batch_size",     "mode",          "staleness",     "optimizer",
+      "lr_schedule",    "learning_rate", "seed",          "data_dir",
+      "device",         "save_model",    "server_flags",  "worker_flags",
+      "log_every",      "eval_every",    "max_steps",     "checkpoints",
+      "checkpoint_dir", "auth",          "micro_batches", "pipeline_stages"};
   return *kFlags;
 }
 
