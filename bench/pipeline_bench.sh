@@ -23,6 +23,7 @@ run() {  # name workers stages micro_batches
   "$bin/deploy/local/launch" --num_servers=1 --num_workers="$workers" \
     --pipeline_stages="$stages" --micro_batches="$micro" --model=cnn \
     --batch_size=64 --epochs=1 --max_steps="$steps" --log_every=1000 \
+    --nocheckpoints \
     --server_binary="$bin/server/server" --worker_binary="$bin/worker/worker" \
     --run_dir="$dir" --output=stream >"$dir.out" 2>&1 || true
   local wall per_step accuracy
