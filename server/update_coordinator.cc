@@ -419,6 +419,8 @@ ShardReport UpdateCoordinator::ReportFields() const {
     r.updates_lost = updates_lost_;
   }
   r.replayed_pushes = replays_;
+  r.staleness_updates = staleness_.count();
+  r.staleness_max = staleness_.max();
   for (const auto& [epoch, counts] : members_.ranks().examples()) {
     uint64_t sum = 0;
     for (uint64_t c : counts) sum += c;
