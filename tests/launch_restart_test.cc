@@ -203,14 +203,14 @@ TEST(LaunchRestartTest, KilledWorkerAndServerAreRestartedAndTheJobCompletes) {
   // Server 1 counted every training example exactly once in every epoch,
   // although worker 1 died and resumed, and the job was stopped and
   // extended. Server 0 restored its counts with its checkpoint (one every
-  // update here) and counted on: no example twice; short only of what the
-  // restart lost on that shard, the updates it reports as lost and the step
-  // in flight at the kill (a push it had taken but not checkpointed, whose
-  // worker had moved on: "takes part with weight 0").
+  // update here) and replayed its update log: every example exactly once
+  // too (without the log it would be short of the updates it reports as
+  // lost and the step in flight at the kill).
   const std::vector<int64_t> server_1 = ExamplesPerEpoch(ReportOf(run_dir, 1));
   EXPECT_EQ(server_1, std::vector<int64_t>(epochs, kExamples));
   const server::ShardReport extended_0 = ReportOf(run_dir, 0);
   const std::vector<int64_t> server_0 = ExamplesPerEpoch(extended_0);
+  EXPECT_EQ(server_0, std::vector<int64_t>(epochs, kExamples));
   ASSERT_EQ(server_0.size(), static_cast<size_t>(epochs));
   int64_t missing = 0;
   for (int64_t count : server_0) {
