@@ -52,6 +52,9 @@ absl::StatusOr<std::unique_ptr<UpdateCoordinator>> UpdateCoordinator::Create(
 UpdateCoordinator::~UpdateCoordinator() {
   Shutdown();
   if (checker_.joinable()) checker_.join();
+  if (LogsUpdates()) {
+    update::RemoveSpareLog(options_.update_log_dir, store_->server_index());
+  }
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::Commit(StagedPush push) {

@@ -297,7 +297,14 @@ absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Reopen(
       new UpdateLogWriter(path, fd, SaltCrc(salt), fsync));
 }
 
-UpdateLogWriter::~UpdateLogWriter() { ::close(fd_); }
+UpdateLogWriter::~UpdateLogWriter() {
+  // A recycled file's earlier bytes after the records are cut off, so that
+  // the file kept holds no more than its own (disk use as without
+  // recycling).
+  const off_t end = ::lseek(fd_, 0, SEEK_CUR);
+  if (failed_.ok() && end > 0) (void)::ftruncate(fd_, end);
+  ::close(fd_);
+}
 
 absl::Status UpdateLogWriter::Append(
     absl::Span<const LogEntry* const> entries) {
@@ -400,6 +407,12 @@ absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> ListUpdateLogs(
   }
   std::sort(found.begin(), found.end());
   return found;
+}
+
+void RemoveSpareLog(const std::string& dir, int server_index) {
+  std::error_code ec;
+  std::filesystem::remove(
+      absl::StrCat(dir, "/", SpareLogFileName(server_index)), ec);
 }
 
 absl::Status PruneUpdateLogs(const std::string& dir, int server_index,

@@ -96,6 +96,8 @@ class UpdateLogWriter {
       const std::string& path, uint64_t valid_bytes, bool fsync);
   ~UpdateLogWriter();
 
+  // Closes the file, cutting off a recycled file's earlier bytes after the
+  // records written (unless an append failed).
   UpdateLogWriter(const UpdateLogWriter&) = delete;
   UpdateLogWriter& operator=(const UpdateLogWriter&) = delete;
 
@@ -150,6 +152,10 @@ absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> ListUpdateLogs(
 // them as the spare when there is none and it has no other name.
 absl::Status PruneUpdateLogs(const std::string& dir, int server_index,
                              uint64_t version);
+
+// Deletes shard `server_index`'s spare file in `dir`, if any (a shard
+// stopping leaves only the files a restore needs).
+void RemoveSpareLog(const std::string& dir, int server_index);
 
 }  // namespace ps::update
 

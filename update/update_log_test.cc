@@ -264,7 +264,14 @@ TEST_F(UpdateLogTest, RecyclesThePrunedFileInPlace) {
   ASSERT_TRUE(PruneUpdateLogs(dir_, 3, 10).ok());
   EXPECT_FALSE(std::filesystem::exists(old_path));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/" + SpareLogFileName(3)));
-  const std::string path = WriteLog(20, {"new", "records"});
+  // Kept open: closing it cuts the earlier bytes off.
+  std::vector<LogEntry> entries;
+  entries.push_back(MakeLogEntry("new"));
+  entries.push_back(MakeLogEntry("records"));
+  absl::StatusOr<std::unique_ptr<UpdateLogWriter>> open_writer =
+      UpdateLogWriter::Create(dir_, 3, 20, Pointers(entries), false);
+  ASSERT_TRUE(open_writer.ok()) << open_writer.status();
+  const std::string path = (*open_writer)->path();
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/" + SpareLogFileName(3)));
   EXPECT_EQ(Inode(path), old_inode);
   absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
@@ -284,7 +291,8 @@ TEST_F(UpdateLogTest, RecyclesThePrunedFileInPlace) {
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->records, std::vector<std::string>{"new"});
   EXPECT_EQ(read->torn_bytes, kLogRecordPrefixBytes + 7);
-  // Reopened, it is cut there and goes on.
+  // Reopened (the shard died), it is cut there and goes on.
+  open_writer->reset();
   absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
       UpdateLogWriter::Reopen(path, read->valid_bytes, false);
   ASSERT_TRUE(writer.ok()) << writer.status();
@@ -294,6 +302,24 @@ TEST_F(UpdateLogTest, RecyclesThePrunedFileInPlace) {
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->records, (std::vector<std::string>{"new", "more"}));
   EXPECT_EQ(read->tail_bytes, 0u);
+}
+
+TEST_F(UpdateLogTest, ClosingARecycledFileCutsItsEarlierBytes) {
+  WriteLog(0, {std::string(5000, 'a')});
+  WriteLog(10, {});
+  ASSERT_TRUE(PruneUpdateLogs(dir_, 3, 10).ok());
+  const std::string path = WriteLog(20, {"short"});  // Closed on return.
+  absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->records, std::vector<std::string>{"short"});
+  EXPECT_EQ(read->tail_bytes, 0u);
+  EXPECT_EQ(std::filesystem::file_size(path), read->valid_bytes);
+  // A stopping shard leaves no spare.
+  WriteLog(30, {});
+  ASSERT_TRUE(PruneUpdateLogs(dir_, 3, 30).ok());
+  ASSERT_TRUE(std::filesystem::exists(dir_ + "/" + SpareLogFileName(3)));
+  RemoveSpareLog(dir_, 3);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/" + SpareLogFileName(3)));
 }
 
 TEST_F(UpdateLogTest, NeverWritesOverAFileWithAnotherName) {
