@@ -136,3 +136,27 @@ def start_server(tmp_path, num_workers, flags=()):
         log.close()
         raise
     return server, int(port_file.read_text()), log
+
+
+def start_workers(program, args, num_workers, port):
+    """`num_workers` processes of `program` (a path in runfiles) with
+    `args`, as the ranks of the server start_server() gave `port`, without
+    the launcher; their output is piped. Stop them with stop()."""
+    env = dict(os.environ, PS_NUM_WORKERS=str(num_workers),
+               PS_LOCAL_NUM_WORKERS=str(num_workers), PS_NUM_SERVERS="1",
+               OMP_NUM_THREADS="1", PS_SERVERS="127.0.0.1:%d" % port,
+               PYTHONPATH=runfile("python/site"))
+    return [subprocess.Popen(
+        [PYTHON, runfile(program)] + [str(a) for a in args],
+        env=dict(env, PS_RANK=str(rank), PS_LOCAL_RANK=str(rank)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for rank in range(num_workers)]
+
+
+def stop(processes, log):
+    """Kills what is still running of `processes`, then closes `log`."""
+    for p in processes:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    log.close()

@@ -91,8 +91,9 @@ the servers' checkpoints in a directory, as a state_dict.
 # (Horovod's allreduce, allgather, broadcast, join, barrier on the servers'
 # collective service), _compression (Compression.none, .fp16), _functions
 # (broadcast_object, allgather_object, broadcast_optimizer_state), _buffers
-# (average_buffers), _reduction (compression, op, predivide factor).
-from paramserver.torch import _runtime, elastic
+# (average_buffers), _reduction (compression, op, predivide factor),
+# pipeline (a model cut into stages across workers).
+from paramserver.torch import _runtime, elastic, pipeline
 from paramserver.torch._broadcast import broadcast_parameters
 from paramserver.torch._buffers import average_buffers
 from paramserver.torch._collectives import (
