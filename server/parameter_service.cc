@@ -521,4 +521,13 @@ std::string ParameterService::Report() const {
                       stats_.ToString(), "\n", coordinator.Report());
 }
 
+std::optional<ShardReport> ParameterService::ReportFields() const {
+  const DeclaredShard* shard = host_->get();
+  if (shard == nullptr) return std::nullopt;
+  ShardReport report = shard->coordinator->ReportFields();
+  report.pushes = stats_.push_figures();
+  report.pulls = stats_.pull_figures();
+  return report;
+}
+
 }  // namespace ps::server

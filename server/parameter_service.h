@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -113,6 +114,9 @@ class ParameterService final
   //   updates lost in restarts: 0
   //   staleness (updates: ...): ...
   std::string Report() const;
+  // The same as fields, for --report_file; nullopt before a model is
+  // declared.
+  std::optional<ShardReport> ReportFields() const;
 
  private:
   // A Register's bytes: prechecked (server/register_precheck.h), then

@@ -204,7 +204,8 @@ class UpdateCoordinator {
   // 1=60000", replayed pushes, updates lost in restarts (a number only when
   // known: "unknown" after a restore without an update log), staleness.
   std::string Report() const;
-  // The same figures as fields, for --report_file.
+  // The same figures as fields, for --report_file (the request figures
+  // are the service's).
   ShardReport ReportFields() const;
 
   const CoordinatorOptions& options() const { return options_; }

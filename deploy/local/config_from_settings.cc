@@ -80,6 +80,7 @@ absl::StatusOr<LaunchConfig> ConfigFromSettings(
     return absl::InvalidArgumentError(
         "--checkpoint_dir with --nocheckpoints: choose one");
   }
+  config.run_dir = run_dir;
   config.seed = settings.Get<int64_t>("seed");
   config.job_id = settings.Text("job_id");
   if (config.job_id.empty()) {

@@ -15,6 +15,7 @@
 #include "common/worker_environment.h"
 #include "deploy/local/allreduce_mode.h"
 #include "deploy/local/pipeline_mode.h"
+#include "deploy/local/run_directory.h"
 #include "worker/nn/model_description.h"
 
 namespace ps {
@@ -282,6 +283,10 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
     argv.push_back(absl::StrCat("--checkpoint_dir=", config.checkpoint_dir));
     argv.push_back("--restore");
     if (config.extend) argv.push_back("--extend");
+  }
+  if (!config.run_dir.empty()) {
+    argv.push_back(absl::StrCat("--report_file=",
+                                ServerReportFile(config.run_dir, index)));
   }
   argv.insert(argv.end(), config.extra_server_flags.begin(),
               config.extra_server_flags.end());

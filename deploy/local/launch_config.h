@@ -36,6 +36,10 @@ struct LaunchConfig {
   // Empty: no checkpoints. Else servers checkpoint there and restore from
   // it when restarted.
   std::string checkpoint_dir;
+  // The run's directory: each server writes its exit report to
+  // ServerReportFile(run_dir, index) (deploy/local/run_directory.h).
+  // Empty: no reports.
+  std::string run_dir;
   // The run is being extended (launch --extend), or was: servers restore
   // with --extend, taking a finished run's checkpoint and the workers' new
   // plan.
