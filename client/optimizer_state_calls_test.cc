@@ -20,6 +20,7 @@
 #include "server/server_transports.h"
 #include "server/shard_builder.h"
 #include "server/shard_host.h"
+#include "update/shard_store.h"
 
 namespace ps {
 namespace {
@@ -50,13 +51,27 @@ float Gradient(int step, int t, int e) {
          static_cast<float>(t);
 }
 
-// One shard served in-process.
+// One shard served in-process; with `durable`, it checkpoints (when asked)
+// into `checkpoint_dir` and logs every update into `log_dir`, and starts
+// from the newest checkpoint there.
 struct Shard {
-  explicit Shard(int index) : config(server::testing::TestServerConfig(2)) {
+  explicit Shard(int index, bool durable = false,
+                 const std::string& checkpoint_dir = "",
+                 const std::string& log_dir = "")
+      : config(server::testing::TestServerConfig(2)) {
     config.server_index = index;
     config.num_servers = kServers;
     config.coordinator.mode = ConsistencyMode::kAsync;
     config.local_transport = false;
+    if (durable) {
+      server::CheckpointPolicy policy;  // Written when asked only.
+      policy.dir = checkpoint_dir;
+      policy.every_updates = 0;
+      policy.every = absl::ZeroDuration();
+      config.checkpoints = policy;
+      config.coordinator.update_log_dir = log_dir;
+      config.restore = server::RestoreMode::kRestore;
+    }
     builder = std::make_unique<server::ShardBuilder>(config, nullptr);
     host = std::make_unique<server::ShardHost>(builder->ForDeclarations(),
                                                DeclarationLimits());
@@ -73,10 +88,15 @@ struct Shard {
 
 class OptimizerStateCallsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start(false); }
+
+  // The shards (durable ones in fresh directories) and a client per rank.
+  void Start(bool durable) {
     std::vector<std::string> addresses;
     for (int s = 0; s < kServers; ++s) {
-      shards_.push_back(std::make_unique<Shard>(s));
+      shards_.push_back(
+          std::make_unique<Shard>(s, durable, server::testing::FreshTestDir(),
+                                  server::testing::FreshTestDir()));
       ASSERT_TRUE(shards_.back()->transports->Listen().ok());
       addresses.push_back(
           absl::StrCat("127.0.0.1:", shards_.back()->transports->port()));
@@ -104,6 +124,16 @@ class OptimizerStateCallsTest : public ::testing::Test {
     shards_.clear();
   }
 
+  // Every slice's optimizer state on shard `s`, as it holds it.
+  static std::vector<update::SliceSnapshot> Held(Shard& shard) {
+    std::vector<update::SliceSnapshot> slices;
+    const update::ShardStore& store = *shard.host->get()->store;
+    for (int i = 0; i < store.num_slices(); ++i) {
+      slices.push_back(store.SnapshotOptimizerState(i));
+    }
+    return slices;
+  }
+
   void Declare() {
     for (auto& client : clients_) {
       absl::StatusOr<Registration> r = client->Declare(Model(), 10);
@@ -111,9 +141,9 @@ class OptimizerStateCallsTest : public ::testing::Test {
     }
   }
 
-  // Rank 0's steps [0, n), applied as they come (async).
-  void Train(int n) {
-    for (int step = 0; step < n; ++step) {
+  // Rank 0's steps [first, end), applied as they come (async).
+  void Train(int end, int first = 0) {
+    for (int step = first; step < end; ++step) {
       TensorValues gradients(2);
       for (int t = 0; t < 2; ++t) {
         const int64_t size = Model().tensors[t].num_elements();
@@ -212,6 +242,46 @@ TEST_F(OptimizerStateCallsTest, RefusesWritesThatCannotApply) {
   ASSERT_TRUE(again.ok());
   for (size_t t = 0; t < read.tensors.size(); ++t) {
     EXPECT_EQ(again->tensors[t].vectors, read.tensors[t].vectors);
+  }
+}
+
+// A shard restarted from its newest checkpoint and update log has the
+// written state, with the updates after it: the write's checkpoint is the
+// one the log replays from.
+TEST_F(OptimizerStateCallsTest, AWrittenStateSurvivesAShardRestart) {
+  TearDown();
+  Start(/*durable=*/true);
+  Declare();
+  Train(2);
+  OptimizerState state = *clients_[0]->ReadOptimizerState();
+  for (TensorOptimizerState& tensor : state.tensors) {
+    tensor.update_count = 7;
+    for (auto& [name, values] : tensor.vectors) {
+      for (float& x : values) x = 4 * x + 0.5f;
+    }
+  }
+  ASSERT_TRUE(clients_[0]->WriteOptimizerState(state).ok());
+  Train(3, 2);  // Logged after the write's checkpoint.
+  clients_.clear();
+  for (int s = 0; s < kServers; ++s) {
+    const std::vector<update::SliceSnapshot> before = Held(*shards_[s]);
+    EXPECT_EQ(before[0].update_count, 8u);
+    // The shard dies (no final checkpoint) and starts again.
+    shards_[s]->host->get()->coordinator->Shutdown();
+    const std::string checkpoint_dir = shards_[s]->config.checkpoints->dir;
+    const std::string log_dir = shards_[s]->config.coordinator.update_log_dir;
+    shards_[s] = std::make_unique<Shard>(s, true, checkpoint_dir, log_dir);
+    absl::StatusOr<std::unique_ptr<server::DeclaredShard>> restarted =
+        shards_[s]->builder->AtStart();
+    ASSERT_TRUE(restarted.ok()) << restarted.status();
+    ASSERT_NE(*restarted, nullptr);
+    shards_[s]->host->Install(*std::move(restarted));
+    const std::vector<update::SliceSnapshot> after = Held(*shards_[s]);
+    ASSERT_EQ(after.size(), before.size());
+    for (size_t i = 0; i < after.size(); ++i) {
+      EXPECT_EQ(after[i].update_count, before[i].update_count);
+      EXPECT_EQ(after[i].state, before[i].state) << "server " << s;
+    }
   }
 }
 
