@@ -90,7 +90,10 @@ ParameterService::ParameterService(ShardHost* host,
       options_(options),
       stats_(options.metrics),
       calls_(options.num_workers, options.max_calls_per_rank),
+      optimizer_states_(host, options.default_chunk_elements,
+                        options.max_chunk_elements),
       streams_(options.max_threads, options.stream_idle_timeout) {
+  optimizer_states_.AddTo(streams_);
   streams_.Handle(MethodPath("Pull"),
                   [this](ByteStream& stream) { return PullBytes(stream); });
   streams_.Handle(MethodPath("Push"),

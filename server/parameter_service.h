@@ -12,6 +12,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "server/blocking_stream_service.h"
+#include "server/optimizer_state_service.h"
 #include "server/rank_call_limiter.h"
 #include "server/request_header.h"
 #include "server/server_stats.h"
@@ -171,6 +172,8 @@ class ParameterService final
   absl::Mutex register_mu_;
   // Written before serving only; empty: none.
   proto::LocalEndpoint local_endpoint_;
+  // ps.proto OptimizerStates, served by streams_ beside this service.
+  OptimizerStateService optimizer_states_;
   // Last: destroyed first, it waits for handlers that use the members above.
   BlockingStreamService streams_;
 };

@@ -351,6 +351,18 @@ absl::StatusOr<update::ShardCheckpoint> UpdateCoordinator::TakeSnapshot(
   return c;
 }
 
+absl::Status UpdateCoordinator::WhileUpdatesPaused(
+    absl::FunctionRef<absl::Status(uint64_t version)> fn) {
+  absl::MutexLock apply_lock(&apply_mu_);
+  uint64_t version = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    version = version_;
+  }
+  // Without mu_: fn takes slice locks (the lock order forbids both).
+  return fn(version);
+}
+
 absl::Status UpdateCoordinator::Restore(
     const update::ShardCheckpoint& checkpoint) {
   if (absl::Status s = update::CheckIdentity(identity(), checkpoint.identity);

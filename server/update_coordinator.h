@@ -176,6 +176,13 @@ class UpdateCoordinator {
   // update acknowledged. The error of creating that file; the old file
   // then goes on.
   absl::StatusOr<update::ShardCheckpoint> SnapshotForCheckpoint();
+  // Runs `fn` with the version while no update is being applied, and lets
+  // none start until it returns (pulls and pushes go on): a consistent
+  // point between two updates, where the optimizer state is read or
+  // replaced (server/optimizer_state_service.h). Returns fn's status.
+  absl::Status WhileUpdatesPaused(
+      absl::FunctionRef<absl::Status(uint64_t version)> fn)
+      ABSL_LOCKS_EXCLUDED(apply_mu_, mu_);
   // Replaces the shard's state with `checkpoint`, before serving.
   // FailedPrecondition if it is another job's (identity), InvalidArgument
   // if it does not fit; nothing changes on error.
