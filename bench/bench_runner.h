@@ -63,7 +63,7 @@ struct BenchRow {
   double tcp_cpu_ns_per_byte = 0;
   double echo_cpu_ns_per_byte = 0;
   // The shards' final reports (see PushPullResult).
-  std::vector<std::string> shard_reports;
+  std::vector<server::ShardReport> shard_reports;
 };
 
 // Parses a comma-separated list of sizes such as "4K,1M,16M,64M": a whole

@@ -14,6 +14,7 @@
 #include "common/cpu_affinity.h"
 #include "common/model_spec.h"
 #include "common/subprocess.h"
+#include "server/shard_report.h"
 
 namespace ps::bench {
 namespace {
@@ -29,6 +30,12 @@ struct Shards {
   std::vector<std::string> addresses;
 };
 
+// Where shard `index` writes its report at its exit.
+std::string ReportFile(const PushPullOptions& options, int index) {
+  return absl::StrCat(options.work_dir, "/shard", index, "_of_",
+                      options.num_servers, ".report");
+}
+
 // The shards hold what the client declares.
 absl::StatusOr<Shards> StartShards(const PushPullOptions& options) {
   Shards shards;
@@ -36,6 +43,8 @@ absl::StatusOr<Shards> StartShards(const PushPullOptions& options) {
     const std::string port_file = absl::StrCat(
         options.work_dir, "/shard", i, "_of_", options.num_servers, ".port");
     unlink(port_file.c_str());  // A stale file would name a dead port.
+    // Nor may a stale report be taken for this shard's.
+    unlink(ReportFile(options, i).c_str());
     const std::string host = options.shard_hosts.empty()
                                  ? std::string("127.0.0.1")
                                  : options.shard_hosts[i];
@@ -49,6 +58,7 @@ absl::StatusOr<Shards> StartShards(const PushPullOptions& options) {
                 absl::StrCat("--host=", host),
                 "--port=0",
                 absl::StrCat("--port_file=", port_file),
+                absl::StrCat("--report_file=", ReportFile(options, i)),
                 absl::StrCat("--local_transport=",
                              options.local_transport ? "true" : "false")};
     if (options.optimizer == "sgd") sub.argv.push_back("--momentum=0");
@@ -259,14 +269,12 @@ absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
   // its channel open, so close ours first.
   client->reset();
   if (absl::Status s = WaitForCleanExit(*shards); !s.ok()) return s;
-  for (const std::unique_ptr<Subprocess>& p : shards->processes) {
-    std::string report;
-    bool in_report = false;
-    for (const std::string& line : p->OutputLines()) {
-      in_report = in_report || line.find("final report") != std::string::npos;
-      if (in_report) absl::StrAppend(&report, line, "\n");
-    }
-    result.shard_reports.push_back(std::move(report));
+  for (int i = 0; i < options.num_servers; ++i) {
+    const std::string path = ReportFile(options, i);
+    absl::StatusOr<server::ShardReport> report = server::ReadShardReport(path);
+    unlink(path.c_str());
+    if (!report.ok()) return report.status();
+    result.shard_reports.push_back(*std::move(report));
   }
   return result;
 }

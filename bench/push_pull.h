@@ -12,6 +12,7 @@
 #include "bench/measure.h"
 #include "client/parameter_client.h"
 #include "common/subprocess.h"
+#include "server/shard_report.h"
 
 namespace ps::bench {
 
@@ -62,9 +63,9 @@ struct PushPullResult {
   // over all its timed rounds of all trials.
   double push_gbps = 0;
   double pull_gbps = 0;
-  // Each shard's log from its final report on (its own push and pull
-  // latencies, over warm-up and timed rounds alike), for profiling.
-  std::vector<std::string> shard_reports;
+  // Each shard's report (--report_file, read after it exited): its own push
+  // and pull latencies, over warm-up and timed rounds alike, for profiling.
+  std::vector<server::ShardReport> shard_reports;
 };
 
 // Layer sizes {a, b} of the MLP whose weight [a, b] and bias [b] hold

@@ -231,8 +231,8 @@ int Run(const char* argv0) {
   absl::Status status = RunBench(*config, [&](const BenchRow& row) {
     std::printf("%s\n", TableRow(row).c_str());
     if (shard_reports) {
-      for (const std::string& report : row.shard_reports) {
-        std::printf("%s", report.c_str());
+      for (const ps::server::ShardReport& report : row.shard_reports) {
+        std::printf("%s", ps::server::FormatShardReport(report).c_str());
       }
     }
     std::fflush(stdout);

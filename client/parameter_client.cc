@@ -13,12 +13,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/connect.h"
+#include "client/optimizer_state_calls.h"
 #include "client/shard_fanout.h"
 #include "common/chunk_wire.h"
 #include "common/cluster_address.h"
 #include "common/partition.h"
 #include "common/worker_environment.h"
 #include "grpcpp/channel.h"
+#include "proto/parameter_server.pb.h"
 
 namespace ps {
 namespace {
@@ -262,6 +264,30 @@ class ParameterClient::Impl {
     return (*fanout)->Done();
   }
 
+  absl::StatusOr<OptimizerState> ReadOptimizerState() {
+    absl::StatusOr<ShardFanout*> fanout = Fanout(/*for_step=*/false);
+    if (!fanout.ok()) return fanout.status();
+    return client_internal::ReadOptimizerState(
+        (*fanout)->partition(), OptimizerStateShards(), options_.chunk_elements,
+        client_internal::RetryPolicy::FromOptions(options_));
+  }
+
+  absl::Status WriteOptimizerState(const OptimizerState& state,
+                                   std::optional<uint64_t> at_version) {
+    absl::StatusOr<ShardFanout*> fanout = Fanout(/*for_step=*/false);
+    if (!fanout.ok()) return fanout.status();
+    if (options_.rank != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", options_.rank,
+          " writes the optimizer state; only rank 0 does (the servers hold "
+          "one state for every rank)"));
+    }
+    return client_internal::WriteOptimizerState(
+        (*fanout)->partition(), OptimizerStateShards(), state, at_version,
+        options_.chunk_elements,
+        client_internal::RetryPolicy::FromOptions(options_));
+  }
+
  private:
   // Builds the partition and registers; publishes both on success.
   absl::StatusOr<Registration> Register(const ModelSpec& model,
@@ -287,9 +313,31 @@ class ParameterClient::Impl {
     }
     absl::MutexLock lock(&mu_);
     partition_ = std::move(owned_partition);
+    incarnation_ = incarnation;
     fanout_ = *std::move(fanout);
     registration_ = *registration;
     return registration;
+  }
+
+  // Every shard as the optimizer state calls reach it; after Declare.
+  std::vector<client_internal::OptimizerStateShard> OptimizerStateShards()
+      const {
+    absl::MutexLock lock(&mu_);
+    std::vector<client_internal::OptimizerStateShard> shards;
+    for (size_t i = 0; i < channels_.size(); ++i) {
+      client_internal::OptimizerStateShard shard;
+      shard.name = absl::StrCat("server ", i, " (", options_.servers[i], ")");
+      shard.channel = channels_[i];
+      proto::RequestHeader& h = shard.header;
+      h.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
+      h.set_partition_fingerprint(partition_->fingerprint());
+      h.set_worker_rank(options_.rank);
+      h.set_server_index(static_cast<int32_t>(i));
+      h.set_incarnation(incarnation_);
+      h.set_job_id(options_.job_id);
+      shards.push_back(std::move(shard));
+    }
+    return shards;
   }
 
   // The fanout, or why the call cannot be made yet. For a step (a pull or
@@ -323,6 +371,7 @@ class ParameterClient::Impl {
   std::unique_ptr<ShardFanout> fanout_ ABSL_GUARDED_BY(mu_);
   Registration registration_ ABSL_GUARDED_BY(mu_);
   bool initial_values_sent_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t barriers_passed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -385,6 +434,15 @@ absl::Status ParameterClient::SetCompression(int id,
 }
 
 absl::Status ParameterClient::Barrier() { return impl_->Barrier(); }
+
+absl::StatusOr<OptimizerState> ParameterClient::ReadOptimizerState() {
+  return impl_->ReadOptimizerState();
+}
+
+absl::Status ParameterClient::WriteOptimizerState(
+    const OptimizerState& state, std::optional<uint64_t> at_version) {
+  return impl_->WriteOptimizerState(state, at_version);
+}
 
 absl::StatusOr<uint64_t> ParameterClient::PullFinal(uint64_t step,
                                                     TensorValues& weights) {

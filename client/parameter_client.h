@@ -41,6 +41,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -212,6 +213,32 @@ struct StepInfo {
   std::optional<float> learning_rate;
 };
 
+// One tensor's optimizer state on the servers, gathered from every shard
+// that holds part of it.
+struct TensorOptimizerState {
+  // Updates applied to the tensor: Adam's step t (its bias correction
+  // counts them). Read: the smallest over the tensor's slices (in sync mode
+  // they agree). Written to every slice.
+  uint64_t update_count = 0;
+  // The state vectors in the optimizer's order, each num_elements() floats
+  // in the tensor's row-major order: "m" and "v" (Adam's first and second
+  // moments), "momentum" (SGD with momentum: the velocity v in
+  // v <- momentum * v + g, w <- w - lr * v); none for plain SGD and for
+  // tensors declared assigned.
+  std::vector<std::pair<std::string, std::vector<float>>> vectors;
+};
+
+// The servers' optimizer state of the declared model: what a
+// torch.save-style checkpoint of the optimizer holds.
+struct OptimizerState {
+  OptimizerKind kind = OptimizerKind::kAdam;
+  // Read: the version (updates applied) it was read at, the smallest over
+  // the shards. Not read by a write.
+  uint64_t version = 0;
+  // One per declared tensor, by id.
+  std::vector<TensorOptimizerState> tensors;
+};
+
 class StepPush;
 
 // A training program's connection to every parameter-server shard.
@@ -221,11 +248,11 @@ class StepPush;
 // the declaration, so a mismatched shard yields an error, never wrong
 // weights.
 //
-// Thread-safety: Pull, StartStep, Broadcast, Barrier and Finish may be
-// called from any thread, but a rank's steps are meant to be issued one
-// after another; Declare must come first and once. Destroying the client
-// closes its connections (a rank that did not Finish is seen as dead by the
-// shards after their --worker_timeout).
+// Thread-safety: Pull, StartStep, Broadcast, Barrier, Finish and the
+// optimizer state calls may be called from any thread, but a rank's steps
+// are meant to be issued one after another; Declare must come first and
+// once. Destroying the client closes its connections (a rank that did not
+// Finish is seen as dead by the shards after their --worker_timeout).
 class ParameterClient {
  public:
   // Connects to every shard of `options.servers`, waiting up to
@@ -311,6 +338,30 @@ class ParameterClient {
 
   // Tells the shards this rank is done; once every rank is, they exit.
   absl::Status Finish();
+
+  // The servers' optimizer state (ps.proto OptimizerStates), each shard's
+  // read at one point between two of its updates. Any rank may read; in
+  // sync mode, a rank between its steps t - 1 and t reads every shard at
+  // version t. DataLoss if a shard's answer does not fit the declaration.
+  absl::StatusOr<OptimizerState> ReadOptimizerState();
+
+  // Replaces the servers' optimizer state with `state` (every tensor, each
+  // vector the servers' optimizer keeps for it, as ReadOptimizerState gives
+  // them), leaving the weights as they are. Rank 0 only (the others get
+  // FailedPrecondition): the servers hold one state for all ranks. With
+  // `at_version`, a shard applies it only at that version (Aborted
+  // otherwise): in sync mode rank 0 passes its next step before pushing
+  // it, and no update of that step can come first. Each shard applies all
+  // of its part or none, and answers once a checkpoint holding it is on
+  // disk (if it keeps checkpoints), so that a restarted shard resumes with
+  // it; the shards are written one after another, and an error leaves the
+  // shards before it written: repeat the call. InvalidArgument for a
+  // `state` that does not fit the declared model (tensors, sizes);
+  // FailedPrecondition naming what differs from a shard's optimizer (kind,
+  // vectors).
+  absl::Status WriteOptimizerState(
+      const OptimizerState& state,
+      std::optional<uint64_t> at_version = std::nullopt);
 
  private:
   class Impl;

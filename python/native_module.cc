@@ -34,6 +34,7 @@
 #include "pybind11/stl.h"
 #include "python/model_types.h"
 #include "python/native_collectives.h"
+#include "python/native_optimizer_state.h"
 #include "python/native_ring.h"
 #include "python/saved_models.h"
 #include "python/status_exceptions.h"
@@ -451,6 +452,15 @@ void DefineClient(py::module_& m) {
       .def("barrier", &NativeClient::Barrier)
       .def("collectives",
            [](NativeClient& c) { return ConnectCollectives(c.options()); })
+      .def("read_optimizer_state",
+           [](NativeClient& c) { return ReadOptimizerState(*c.Client()); })
+      .def(
+          "write_optimizer_state",
+          [](NativeClient& c, const py::dict& state,
+             std::optional<uint64_t> at_version) {
+            WriteOptimizerState(*c.Client(), state, at_version);
+          },
+          py::arg("state"), py::arg("at_version") = py::none())
       .def("finish", &NativeClient::Finish)
       .def("close", &NativeClient::Close);
 

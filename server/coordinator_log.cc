@@ -233,8 +233,8 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ReplayLog() {
     }
     if (contents->torn_bytes > 0) {
       spdlog::warn(
-          "{}: dropped the last {} bytes, a record whose append was cut off "
-          "by the shard's death (never acknowledged)",
+          "{}: dropped {} bytes of a record whose append was cut off by the "
+          "shard's death (never acknowledged)",
           path, contents->torn_bytes);
     }
     contents->records.clear();

@@ -90,7 +90,10 @@ ParameterService::ParameterService(ShardHost* host,
       options_(options),
       stats_(options.metrics),
       calls_(options.num_workers, options.max_calls_per_rank),
+      optimizer_states_(host, options.default_chunk_elements,
+                        options.max_chunk_elements),
       streams_(options.max_threads, options.stream_idle_timeout) {
+  optimizer_states_.AddTo(streams_);
   streams_.Handle(MethodPath("Pull"),
                   [this](ByteStream& stream) { return PullBytes(stream); });
   streams_.Handle(MethodPath("Push"),
@@ -519,6 +522,15 @@ std::string ParameterService::Report() const {
                       ConsistencyModeName(coordinator.options().mode),
                       " version ", coordinator.version(), "\n",
                       stats_.ToString(), "\n", coordinator.Report());
+}
+
+std::optional<ShardReport> ParameterService::ReportFields() const {
+  const DeclaredShard* shard = host_->get();
+  if (shard == nullptr) return std::nullopt;
+  ShardReport report = shard->coordinator->ReportFields();
+  report.pushes = stats_.push_figures();
+  report.pulls = stats_.pull_figures();
+  return report;
 }
 
 }  // namespace ps::server

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -11,6 +12,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "server/blocking_stream_service.h"
+#include "server/optimizer_state_service.h"
 #include "server/rank_call_limiter.h"
 #include "server/request_header.h"
 #include "server/server_stats.h"
@@ -113,6 +115,9 @@ class ParameterService final
   //   updates lost in restarts: 0
   //   staleness (updates: ...): ...
   std::string Report() const;
+  // The same as fields, for --report_file; nullopt before a model is
+  // declared.
+  std::optional<ShardReport> ReportFields() const;
 
  private:
   // A Register's bytes: prechecked (server/register_precheck.h), then
@@ -167,6 +172,8 @@ class ParameterService final
   absl::Mutex register_mu_;
   // Written before serving only; empty: none.
   proto::LocalEndpoint local_endpoint_;
+  // ps.proto OptimizerStates, served by streams_ beside this service.
+  OptimizerStateService optimizer_states_;
   // Last: destroyed first, it waits for handlers that use the members above.
   BlockingStreamService streams_;
 };

@@ -84,6 +84,10 @@ TEST(ServerBinaryTest, ServesMetricsCountingPushesAndCheckpoints) {
   EXPECT_EQ(final_report->version, 2u);
   EXPECT_EQ(final_report->updates_lost, 0u);
   EXPECT_FALSE(final_report->updates_replayed.has_value());
+  // The service's figures too: the push before the model was refused.
+  EXPECT_EQ(final_report->pushes.ok, 2u);
+  EXPECT_EQ(final_report->pushes.refused, 1u);
+  EXPECT_EQ(final_report->staleness_updates, 2u);
 }
 
 TEST(ServerBinaryTest, RefusesAMetricsPortInUse) {

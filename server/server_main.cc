@@ -128,10 +128,9 @@ int Run(const ServerConfig& config, StopSignals* signals) {
   // polls; the final checkpoint then sees no update in flight.
   host.StopAndCheckpoint();
   transports.Shutdown(absl::Now() + kShutdownGrace);
-  if (const DeclaredShard* declared = host.get();
-      declared != nullptr && !config.report_file.empty()) {
-    if (absl::Status s = WriteShardReport(
-            config.report_file, declared->coordinator->ReportFields());
+  if (const std::optional<ShardReport> report = transports.ReportFields();
+      report.has_value() && !config.report_file.empty()) {
+    if (absl::Status s = WriteShardReport(config.report_file, *report);
         !s.ok()) {
       spdlog::error("--report_file: {}", s.ToString());
     }

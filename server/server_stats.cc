@@ -151,6 +151,29 @@ std::string ServerStats::Format(const char* name, const char* bytes_verb,
       absl::ToDoubleMilliseconds(c.max_latency));
 }
 
+RequestFigures ServerStats::Figures(const Counter& c) {
+  const uint64_t calls = c.ok + c.refused;
+  const auto mean_us = [calls](absl::Duration total) -> uint64_t {
+    return calls == 0
+               ? 0
+               : static_cast<uint64_t>(absl::ToInt64Microseconds(total)) /
+                     calls;
+  };
+  return {c.ok, c.refused, mean_us(c.total_latency),
+          static_cast<uint64_t>(absl::ToInt64Microseconds(c.max_latency)),
+          mean_us(c.total_part)};
+}
+
+RequestFigures ServerStats::push_figures() const {
+  absl::MutexLock lock(&mu_);
+  return Figures(push_);
+}
+
+RequestFigures ServerStats::pull_figures() const {
+  absl::MutexLock lock(&mu_);
+  return Figures(pull_);
+}
+
 std::string ServerStats::ToString() const {
   absl::MutexLock lock(&mu_);
   return absl::StrCat(Format("pushes", "received", "committing", push_), "\n",

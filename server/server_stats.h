@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "server/shard_report.h"
 #include "update/coordinator_state.h"
 
 namespace ps::server {
@@ -96,6 +97,9 @@ class ServerStats {
 
   // Multi-line, human-readable.
   std::string ToString() const;
+  // The same figures for the shard's report file.
+  RequestFigures push_figures() const;
+  RequestFigures pull_figures() const;
 
  private:
   struct Counter {
@@ -111,6 +115,7 @@ class ServerStats {
                      absl::Duration latency);
   static std::string Format(const char* name, const char* bytes_verb,
                             const char* part_name, const Counter& c);
+  static RequestFigures Figures(const Counter& c);
 
   ServerMetrics* const metrics_;
   mutable absl::Mutex mu_;

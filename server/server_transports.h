@@ -2,6 +2,7 @@
 #define PS_SERVER_SERVER_TRANSPORTS_H_
 
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -56,6 +57,12 @@ class ServerTransports {
   // `deadline`, then logs the same-host transport's counts and the
   // service's final report.
   void Shutdown(absl::Time deadline);
+
+  // The final report's figures (ParameterService::ReportFields), for
+  // --report_file.
+  std::optional<ShardReport> ReportFields() const {
+    return service_.ReportFields();
+  }
 
  private:
   const ServerConfig& config_;

@@ -18,6 +18,10 @@ ShardReport Restored() {
   r.updates_lost = 0;
   r.replayed_pushes = 2;
   r.examples_per_epoch = {{0, 60000}, {1, 15360}};
+  r.staleness_updates = 240;
+  r.staleness_max = 1;
+  r.pushes = {480, 1, 2500, 91000, 400};
+  r.pulls = {481, 0, 3100, 120000, 2050};
   return r;
 }
 
@@ -40,9 +44,14 @@ TEST(ShardReportTest, RoundTrips) {
 
 TEST(ShardReportTest, WritesTheFieldsOnePerLine) {
   EXPECT_EQ(FormatShardReport(Restored()),
-            "ps-shard-report 1\nserver 1\nmode sync\nversion 240\n"
-            "updates_replayed 23\nupdates_lost 0\nreplayed_pushes 2\n"
-            "examples_per_epoch 0=60000 1=15360\n");
+            "ps-shard-report 2\nserver 1\nmode sync\nversion 240\n"
+            "updates_replayed 23\nupdates_lost 0\n"
+            "examples_per_epoch 0=60000 1=15360\nreplayed_pushes 2\n"
+            "staleness_updates 240\nstaleness_max 1\npushes_ok 480\n"
+            "pushes_refused 1\npush_latency_mean_us 2500\n"
+            "push_latency_max_us 91000\npush_commit_mean_us 400\n"
+            "pulls_ok 481\npulls_refused 0\npull_latency_mean_us 3100\n"
+            "pull_latency_max_us 120000\npull_wait_mean_us 2050\n");
   ShardReport r = Restored();
   r.updates_replayed.reset();
   r.updates_lost.reset();
@@ -60,8 +69,10 @@ TEST(ShardReportTest, RefusesWhatItDoesNotWrite) {
   };
   for (const std::string& text : {
            std::string(),
-           replaced("ps-shard-report 1", "ps-shard-report 2"),
+           replaced("ps-shard-report 2", "ps-shard-report 1"),
            replaced("version 240\n", ""),
+           replaced("pull_wait_mean_us 2050\n", ""),
+           replaced("pushes_ok 480", "pushes_ok 4.8e2"),
            replaced("version 240", "version -3"),
            replaced("version 240", "version 24x"),
            replaced("updates_lost 0", "updates_lost lots"),

@@ -52,6 +52,9 @@ absl::StatusOr<std::unique_ptr<UpdateCoordinator>> UpdateCoordinator::Create(
 UpdateCoordinator::~UpdateCoordinator() {
   Shutdown();
   if (checker_.joinable()) checker_.join();
+  if (LogsUpdates()) {
+    update::RemoveSpareLog(options_.update_log_dir, store_->server_index());
+  }
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::Commit(StagedPush push) {
@@ -348,6 +351,18 @@ absl::StatusOr<update::ShardCheckpoint> UpdateCoordinator::TakeSnapshot(
   return c;
 }
 
+absl::Status UpdateCoordinator::WhileUpdatesPaused(
+    absl::FunctionRef<absl::Status(uint64_t version)> fn) {
+  absl::MutexLock apply_lock(&apply_mu_);
+  uint64_t version = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    version = version_;
+  }
+  // Without mu_: fn takes slice locks (the lock order forbids both).
+  return fn(version);
+}
+
 absl::Status UpdateCoordinator::Restore(
     const update::ShardCheckpoint& checkpoint) {
   if (absl::Status s = update::CheckIdentity(identity(), checkpoint.identity);
@@ -419,6 +434,8 @@ ShardReport UpdateCoordinator::ReportFields() const {
     r.updates_lost = updates_lost_;
   }
   r.replayed_pushes = replays_;
+  r.staleness_updates = staleness_.count();
+  r.staleness_max = staleness_.max();
   for (const auto& [epoch, counts] : members_.ranks().examples()) {
     uint64_t sum = 0;
     for (uint64_t c : counts) sum += c;

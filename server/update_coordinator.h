@@ -176,6 +176,13 @@ class UpdateCoordinator {
   // update acknowledged. The error of creating that file; the old file
   // then goes on.
   absl::StatusOr<update::ShardCheckpoint> SnapshotForCheckpoint();
+  // Runs `fn` with the version while no update is being applied, and lets
+  // none start until it returns (pulls and pushes go on): a consistent
+  // point between two updates, where the optimizer state is read or
+  // replaced (server/optimizer_state_service.h). Returns fn's status.
+  absl::Status WhileUpdatesPaused(
+      absl::FunctionRef<absl::Status(uint64_t version)> fn)
+      ABSL_LOCKS_EXCLUDED(apply_mu_, mu_);
   // Replaces the shard's state with `checkpoint`, before serving.
   // FailedPrecondition if it is another job's (identity), InvalidArgument
   // if it does not fit; nothing changes on error.
@@ -204,7 +211,8 @@ class UpdateCoordinator {
   // 1=60000", replayed pushes, updates lost in restarts (a number only when
   // known: "unknown" after a restore without an update log), staleness.
   std::string Report() const;
-  // The same figures as fields, for --report_file.
+  // The same figures as fields, for --report_file (the request figures
+  // are the service's).
   ShardReport ReportFields() const;
 
   const CoordinatorOptions& options() const { return options_; }

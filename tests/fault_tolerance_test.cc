@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
+#include "server/shard_report.h"
 #include "tests/cluster_runner.h"
 #include "tests/process_cluster.h"
 
@@ -52,47 +53,18 @@ std::optional<std::string> LastValue(const std::vector<std::string>& lines,
   return std::nullopt;
 }
 
-// Parses "examples per epoch: 0=15360 1=64" from a server's final report.
-std::vector<uint64_t> ExamplesPerEpoch(const std::vector<std::string>& lines) {
+// Server `index`'s examples per epoch, in epoch order, from the report it
+// wrote at its exit; a failure if it wrote none.
+std::vector<uint64_t> ExamplesPerEpoch(const ProcessCluster& cluster,
+                                       int index) {
+  absl::StatusOr<server::ShardReport> report = cluster.ServerReport(index);
+  EXPECT_TRUE(report.ok()) << report.status();
   std::vector<uint64_t> counts;
-  std::optional<std::string> value = LastValue(lines, "examples per epoch:");
-  if (!value.has_value()) return counts;
-  for (absl::string_view entry :
-       absl::StrSplit(*value, ' ', absl::SkipWhitespace())) {
-    std::pair<absl::string_view, absl::string_view> kv =
-        absl::StrSplit(entry, '=');
-    uint64_t n = 0;
-    if (absl::SimpleAtoi(kv.second, &n)) counts.push_back(n);
+  if (!report.ok()) return counts;
+  for (const auto& [epoch, examples] : report->examples_per_epoch) {
+    counts.push_back(examples);
   }
   return counts;
-}
-
-// Max staleness from "staleness (updates: 938, mean 0.89, max 2): ...".
-std::optional<int> MaxStaleness(const std::vector<std::string>& lines) {
-  std::optional<std::string> value = LastValue(lines, "staleness (updates:");
-  if (!value.has_value()) return std::nullopt;
-  const size_t at = value->find("max ");
-  if (at == std::string::npos) return std::nullopt;
-  int max = 0;
-  const std::string digits = value->substr(at + 4, value->find(')') - at - 4);
-  if (!absl::SimpleAtoi(digits, &max)) return std::nullopt;
-  return max;
-}
-
-// Parses the mean wait of pulls, "(waiting 20.46 ms)" in the report's
-// "pulls: ..." line.
-std::optional<double> MeanPullWaitMs(const std::vector<std::string>& lines) {
-  std::optional<std::string> value = LastValue(lines, "pulls:");
-  if (!value.has_value()) return std::nullopt;
-  const size_t at = value->find("(waiting ");
-  if (at == std::string::npos) return std::nullopt;
-  const size_t begin = at + 9;
-  double ms = 0;
-  if (!absl::SimpleAtod(value->substr(begin, value->find(' ', begin) - begin),
-                        &ms)) {
-    return std::nullopt;
-  }
-  return ms;
 }
 
 void ExpectExitsZero(std::optional<ExitStatus> status, absl::string_view who) {
@@ -161,14 +133,14 @@ TEST(FaultToleranceTest, AsyncSurvivesAKilledWorkerAndCountsEachExampleOnce) {
   ASSERT_TRUE(evaluated.has_value());
   for (int s = 0; s < 2; ++s) {
     ExpectExitsZero(cluster.WaitServer(s, absl::Seconds(30)), "server");
-    const std::vector<std::string> lines = cluster.ServerLines(s);
-    EXPECT_EQ(ExamplesPerEpoch(lines),
+    EXPECT_EQ(ExamplesPerEpoch(cluster, s),
               std::vector<uint64_t>{2 * kSteps * kBatch})
         << "server " << s;
-    const std::optional<std::string> final_version =
-        LastValue(lines, "mode async version ");
-    ASSERT_TRUE(final_version.has_value()) << "server " << s;
-    EXPECT_EQ(evaluated->substr(0, evaluated->find(',')), *final_version)
+    absl::StatusOr<server::ShardReport> report = cluster.ServerReport(s);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(report->mode, "async");
+    EXPECT_EQ(evaluated->substr(0, evaluated->find(',')),
+              absl::StrCat(report->version))
         << "server " << s;
   }
 }
@@ -186,7 +158,7 @@ TEST(FaultToleranceTest, ElasticSyncSurvivesAKilledWorkerAndCountsEachOnce) {
     const std::vector<std::string> lines = cluster.ServerLines(s);
     EXPECT_TRUE(LastValue(lines, "goes on without dead worker 1").has_value())
         << "server " << s << " never went on without the killed worker";
-    EXPECT_EQ(ExamplesPerEpoch(lines),
+    EXPECT_EQ(ExamplesPerEpoch(cluster, s),
               std::vector<uint64_t>{2 * kSteps * kBatch})
         << "server " << s;
   }
@@ -308,7 +280,7 @@ TEST(FaultToleranceTest, HeartbeatsKeepAWorkerAliveBetweenItsRequests) {
       EXPECT_EQ(line.find("dead (no heartbeat"), std::string::npos)
           << "server " << s << ": " << line;
     }
-    EXPECT_EQ(ExamplesPerEpoch(cluster.ServerLines(s)),
+    EXPECT_EQ(ExamplesPerEpoch(cluster, s),
               std::vector<uint64_t>{2 * 3 * kBatch})
         << "server " << s;
   }
@@ -326,15 +298,14 @@ TEST(FaultToleranceTest, SspNeverExceedsItsStalenessBound) {
   ExpectExitsZero(cluster.WaitWorker(0, kJobTimeout), "worker 0");
   ExpectExitsZero(cluster.WaitWorker(1, kJobTimeout), "worker 1");
   ExpectExitsZero(cluster.WaitServer(0, absl::Seconds(30)), "server 0");
-  std::optional<int> max = MaxStaleness(cluster.ServerLines(0));
-  ASSERT_TRUE(max.has_value()) << "no staleness line in the server's report";
-  EXPECT_LE(*max, kStaleness);
+  absl::StatusOr<server::ShardReport> report = cluster.ServerReport(0);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_GT(report->staleness_updates, 0u);
+  EXPECT_LE(report->staleness_max, static_cast<uint64_t>(kStaleness));
   // The bound was exercised: the fast worker's pulls waited for the slow
   // one. (Staleness itself may stay 0: the slowed worker sleeps before its
   // pull, and the fast one is then held at the bound until it pushes.)
-  std::optional<double> wait_ms = MeanPullWaitMs(cluster.ServerLines(0));
-  ASSERT_TRUE(wait_ms.has_value()) << "no pulls line in the server's report";
-  EXPECT_GT(*wait_ms, 1.0);
+  EXPECT_GT(report->pulls.part_mean_us, 1000u);
 }
 
 }  // namespace

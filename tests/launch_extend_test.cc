@@ -14,8 +14,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/temp_dir_testing.h"
+#include "deploy/local/run_directory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/shard_report.h"
 #include "tests/cluster_runner.h"
 
 namespace ps {
@@ -134,11 +136,15 @@ TEST(LaunchExtendTest, AFinishedRunTrainsOnForAnotherEpoch) {
     EXPECT_EQ(LineWith(lines, worker, "info: epoch 1/2 step"), "");
   }
   // Each server counted every example once in the new epoch, as in the
-  // first (restored with its checkpoint).
-  EXPECT_THAT(lines, Contains("[server 0] examples per epoch: 0=60000 "
-                              "1=60000"));
-  EXPECT_THAT(lines, Contains("[server 1] examples per epoch: 0=60000 "
-                              "1=60000"));
+  // first (restored with its checkpoint): its report in the run directory.
+  for (int s = 0; s < 2; ++s) {
+    absl::StatusOr<server::ShardReport> report =
+        server::ReadShardReport(ServerReportFile(run_dir, s));
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(report->examples_per_epoch,
+              (std::map<uint64_t, uint64_t>{{0, 60000}, {1, 60000}}))
+        << "server " << s;
+  }
   EXPECT_THAT(lines, Contains("[launch] result: success"));
 
   // run.txt: the run's start, then the extension with what it changed.

@@ -28,8 +28,10 @@
 #include "absl/time/time.h"
 #include "common/subprocess.h"
 #include "common/temp_dir_testing.h"
+#include "deploy/local/run_directory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/shard_report.h"
 #include "tests/cluster_runner.h"
 
 namespace ps {
@@ -89,20 +91,20 @@ int LastEpochIn(const std::vector<std::string>& lines) {
   return last;
 }
 
-// The counts of "... examples per epoch: 0=60000 1=59500", by epoch.
-std::vector<int64_t> ExamplesPerEpoch(const std::string& line) {
+// Server `index`'s report from its last exit, written into the run's
+// directory by the launcher's flag; a failure if there is none.
+server::ShardReport ReportOf(const std::string& run_dir, int index) {
+  absl::StatusOr<server::ShardReport> report =
+      server::ReadShardReport(ServerReportFile(run_dir, index));
+  EXPECT_TRUE(report.ok()) << report.status();
+  return report.ok() ? *report : server::ShardReport();
+}
+
+// Its examples per epoch, in epoch order.
+std::vector<int64_t> ExamplesPerEpoch(const server::ShardReport& report) {
   std::vector<int64_t> counts;
-  const size_t at = line.find("examples per epoch: ");
-  if (at == std::string::npos) return counts;
-  for (absl::string_view item :
-       absl::StrSplit(line.substr(at + 20), ' ', absl::SkipEmpty())) {
-    int64_t count = 0;
-    const size_t eq = item.find('=');
-    if (eq == absl::string_view::npos ||
-        !absl::SimpleAtoi(item.substr(eq + 1), &count)) {
-      ADD_FAILURE() << "not a count: " << item;
-    }
-    counts.push_back(count);
+  for (const auto& [epoch, examples] : report.examples_per_epoch) {
+    counts.push_back(static_cast<int64_t>(examples));
   }
   return counts;
 }
@@ -181,6 +183,11 @@ TEST(LaunchRestartTest, KilledWorkerAndServerAreRestartedAndTheJobCompletes) {
   EXPECT_THAT(LastLineWith(lines, "restarted server 0"),
               HasSubstr("from its latest checkpoint"));
   EXPECT_THAT(ReadTestFile(run_dir + "/run.txt"), HasSubstr("state stopped"));
+  // Server 0's report at the stop: the process that restored after the
+  // kill replayed the update log, so it lost nothing.
+  const server::ShardReport restarted = ReportOf(run_dir, 0);
+  EXPECT_TRUE(restarted.updates_replayed.has_value());
+  EXPECT_EQ(restarted.updates_lost, std::optional<uint64_t>(0));
 
   // The job ends with the epoch it is in (it may have moved into the next
   // without a line yet).
@@ -196,32 +203,25 @@ TEST(LaunchRestartTest, KilledWorkerAndServerAreRestartedAndTheJobCompletes) {
   // Server 1 counted every training example exactly once in every epoch,
   // although worker 1 died and resumed, and the job was stopped and
   // extended. Server 0 restored its counts with its checkpoint (one every
-  // update here) and counted on: no example twice; short only of what the
-  // restart lost on that shard, the updates it reports as lost and the step
-  // in flight at the kill (a push it had taken but not checkpointed, whose
-  // worker had moved on: "takes part with weight 0").
-  const std::vector<int64_t> server_1 = ExamplesPerEpoch(
-      LastLineWith(extended.lines, "[server 1] examples per epoch:"));
+  // update here) and replayed its update log: every example exactly once
+  // too (without the log it would be short of the updates it reports as
+  // lost and the step in flight at the kill).
+  const std::vector<int64_t> server_1 = ExamplesPerEpoch(ReportOf(run_dir, 1));
   EXPECT_EQ(server_1, std::vector<int64_t>(epochs, kExamples));
-  const std::vector<int64_t> server_0 = ExamplesPerEpoch(
-      LastLineWith(extended.lines, "[server 0] examples per epoch:"));
+  const server::ShardReport extended_0 = ReportOf(run_dir, 0);
+  const std::vector<int64_t> server_0 = ExamplesPerEpoch(extended_0);
+  EXPECT_EQ(server_0, std::vector<int64_t>(epochs, kExamples));
   ASSERT_EQ(server_0.size(), static_cast<size_t>(epochs));
   int64_t missing = 0;
   for (int64_t count : server_0) {
     EXPECT_LE(count, kExamples);
     missing += kExamples - count;
   }
-  // Its reports before the stop and after: a restart's losses are its own.
-  int64_t updates_lost = 0;
-  const std::vector<std::string> server_0_log =
-      absl::StrSplit(ReadTestFile(run_dir + "/logs/server-0.log"), '\n');
-  for (const std::string& line : server_0_log) {
-    int64_t lost = 0;
-    if (absl::StrContains(line, "updates lost in restarts: ") &&
-        absl::SimpleAtoi(line.substr(line.rfind(' ') + 1), &lost)) {
-      updates_lost += lost;
-    }
-  }
+  // Its reports before the stop and after: a restart's losses are its own
+  // (the process killed wrote none).
+  const int64_t updates_lost = static_cast<int64_t>(
+      restarted.updates_lost.value_or(0) + extended_0.updates_lost.value_or(0));
+  EXPECT_EQ(extended_0.updates_lost, std::optional<uint64_t>(0));
   EXPECT_LE(missing, (updates_lost + 1) * 2 * kBatch);
   std::printf(
       "restarted server 0: %ld examples missing in %d epochs, %ld updates "

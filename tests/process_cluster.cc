@@ -6,16 +6,41 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "deploy/local/run_directory.h"
 #include "tests/cluster_runner.h"
 
 namespace ps::testing {
 
+namespace {
+
+// `config`, its servers writing their reports into a directory of the test
+// unless it names one.
+LaunchConfig WithRunDir(LaunchConfig config) {
+  if (config.run_dir.empty()) config.run_dir = TempPath("process_cluster");
+  return config;
+}
+
+}  // namespace
+
 ProcessCluster::ProcessCluster(LaunchConfig config)
-    : config_(std::move(config)),
+    : config_(WithRunDir(std::move(config))),
       work_dir_(TempPath("")),
       ports_(config_.num_servers, 0),
       servers_(config_.num_servers),
-      workers_(config_.num_workers) {}
+      workers_(config_.num_workers) {
+  const std::string report = ServerReportFile(config_.run_dir, 0);
+  std::filesystem::create_directories(
+      std::filesystem::path(report).parent_path());
+  // An earlier cluster's reports would be taken for this one's.
+  for (int i = 0; i < config_.num_servers; ++i) {
+    std::filesystem::remove(ServerReportFile(config_.run_dir, i));
+  }
+}
+
+absl::StatusOr<server::ShardReport> ProcessCluster::ServerReport(
+    int index) const {
+  return server::ReadShardReport(ServerReportFile(config_.run_dir, index));
+}
 
 ProcessCluster::~ProcessCluster() {
   // Workers first, so that no worker sees its servers vanish and logs

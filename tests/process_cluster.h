@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "common/subprocess.h"
 #include "deploy/local/launch_config.h"
+#include "server/shard_report.h"
 
 namespace ps::testing {
 
@@ -51,6 +52,11 @@ class ProcessCluster {
   // Every line printed so far by the current process of that slot.
   std::vector<std::string> ServerLines(int index) const;
   std::vector<std::string> WorkerLines(int rank) const;
+  // The report server `index` wrote at its last exit
+  // (server/shard_report.h; the file the launcher names,
+  // deploy/local/run_directory.h, in config().run_dir or a directory of the
+  // cluster's own). NotFound if none of this cluster's has exited.
+  absl::StatusOr<server::ShardReport> ServerReport(int index) const;
 
   const LaunchConfig& config() const { return config_; }
   // "127.0.0.1:port" of every server that has listened (for clients a test

@@ -80,6 +80,7 @@ def optimizer_state(out_dir, placement):
     # with the copy on disk.
     saved = torch.load("%s/opt%d.pt" % (out_dir, ps.rank()))
     opt.load_state_dict(saved)
+    ps.barrier()  # Placement 'server': rank 0 has written it.
     again = opt.state_dict()
     found["round_trip"] = all(
         torch.equal(saved["state"][k][s], again["state"][k][s])
@@ -95,6 +96,11 @@ def optimizer_state(out_dir, placement):
         found["plain_refused"] = None
     except paramserver.Error as e:
         found["plain_refused"] = str(e)
+    ps.barrier()
+    loaded = opt.state_dict()["state"]
+    found["plain_loaded"] = all(
+        torch.equal(loaded[k][s], plain.state_dict()["state"][k][s])
+        for k in loaded for s in loaded[k])
     report(found)
 
 

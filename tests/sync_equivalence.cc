@@ -109,18 +109,31 @@ void ExpectTwoWorkersTrainLikeOne(const SyncEquivalence& check) {
       {"the ranks' means summed, not weighted", Aggregation::kSumOfRankMeans},
   };
 
-  for (const auto& [workers, batch] :
-       {std::pair{2, check.batch_size}, std::pair{1, 2 * check.batch_size}}) {
+  std::vector<SyncEquivalence::Run> runs = check.runs;
+  if (runs.empty()) {
+    runs = {{2, check.batch_size}, {1, 2 * check.batch_size}};
+  }
+  for (const SyncEquivalence::Run& run : runs) {
+    const int workers = run.workers;
+    const int batch = run.batch_size;
+    const int replicas = workers / run.pipeline_stages;
+    const std::string run_name =
+        run.pipeline_stages == 1
+            ? absl::StrCat(workers, "x", batch)
+            : absl::StrCat(replicas, "x", batch, "_stages", run.pipeline_stages,
+                           "_micro", run.micro_batches);
     std::vector<std::vector<float>> before = InitialWeights(check.spec);
     std::vector<double> run_worst(check.spec.tensors.size(), 0.0);
     for (int step = 1; step <= check.steps; ++step) {
-      SCOPED_TRACE(absl::StrCat(workers, " worker(s) at batch ", batch,
-                                ", step ", step));
+      SCOPED_TRACE(absl::StrCat(run_name, ": ", workers, " worker(s) at batch ",
+                                batch, ", step ", step));
       const std::string path =
-          TempPath(absl::StrCat(workers, "x", batch, "_step", step, ".model"));
+          TempPath(absl::StrCat(run_name, "_step", step, ".model"));
       LaunchConfig job =
           PlainSgdJob(check.model, 2, workers, batch, step, path);
       job.mode = check.mode;
+      job.pipeline_stages = run.pipeline_stages;
+      job.micro_batches = run.micro_batches;
       job.extra_worker_flags.insert(job.extra_worker_flags.end(),
                                     check.worker_flags.begin(),
                                     check.worker_flags.end());
@@ -135,7 +148,7 @@ void ExpectTwoWorkersTrainLikeOne(const SyncEquivalence& check) {
       const ExactStep exact =
           check.exact_step(before, learning_rate, step, batches[step - 1],
                            Aggregation::kWeightedMean);
-      std::cout << workers << "x" << batch << " step " << step
+      std::cout << run_name << " step " << step
                 << ", worst |w - exact| / bound:";
       for (size_t t = 0; t < after->size(); ++t) {
         const double ratio =
@@ -145,7 +158,7 @@ void ExpectTwoWorkersTrainLikeOne(const SyncEquivalence& check) {
         EXPECT_LE(ratio, 1.0) << check.spec.tensors[t].name;
       }
       std::cout << "\n";
-      if (workers == 2) {
+      if (replicas == 2) {
         for (const auto& [name, aggregation] : mistakes) {
           const double share =
               ShareOutside(check.exact_step(before, learning_rate, step,
@@ -158,8 +171,8 @@ void ExpectTwoWorkersTrainLikeOne(const SyncEquivalence& check) {
       }
       before = *std::move(after);
     }
-    std::cout << workers << "x" << batch << ": worst |w - exact| / bound of "
-              << check.steps << " steps:";
+    std::cout << run_name << ": worst |w - exact| / bound of " << check.steps
+              << " steps:";
     for (size_t t = 0; t < run_worst.size(); ++t) {
       std::cout << " " << check.spec.tensors[t].name << " " << run_worst[t];
     }

@@ -40,6 +40,16 @@ struct SyncEquivalence {
   // The launcher's --mode for both runs: "sync" through the servers, or
   // "allreduce" (the workers' ring).
   std::string mode = "sync";
+  // The runs checked, each step by step; empty: 2 workers at batch_size,
+  // then 1 worker at twice that. A run of pipeline_stages K > 1 has
+  // workers / K replicas at batch_size each.
+  struct Run {
+    int workers = 2;
+    int batch_size = 32;
+    int pipeline_stages = 1;
+    int micro_batches = 1;
+  };
+  std::vector<Run> runs;
   // Added to both runs' workers (e.g. --compression=bf16).
   std::vector<std::string> worker_flags;
   // The exact step `step` (1-based) from `before` on the global batch that

@@ -21,9 +21,11 @@ int ApplyThreads() {
 
 }  // namespace
 
-ShardStore::ShardStore(const Partition& partition, int server_index)
+ShardStore::ShardStore(const Partition& partition, int server_index,
+                       const OptimizerConfig& optimizer)
     : partition_(partition),
       server_index_(server_index),
+      optimizer_(optimizer),
       slices_(partition.SlicesOfServer(server_index)),
       pool_(std::make_unique<RangePool>(ApplyThreads())) {}
 
@@ -36,7 +38,8 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
                      "), got ", server_index));
   }
   if (absl::Status s = ValidateOptimizerConfig(optimizer); !s.ok()) return s;
-  std::unique_ptr<ShardStore> store(new ShardStore(partition, server_index));
+  std::unique_ptr<ShardStore> store(
+      new ShardStore(partition, server_index, optimizer));
   OptimizerConfig without_decay = optimizer;
   without_decay.weight_decay = 0.0f;
   for (const Slice& slice : store->slices_) {
@@ -145,6 +148,39 @@ SliceSnapshot ShardStore::Snapshot(int slice) const {
   return snapshot;
 }
 
+absl::Status ShardStore::CheckSliceState(int i,
+                                         const SliceSnapshot& snap) const {
+  const Slice& slice = slices_[i];
+  const SliceState& state = *states_[i];
+  absl::ReaderMutexLock lock(&state.mu);
+  const std::vector<OptimizerStateVector> own = state.optimizer->state();
+  bool same = own.size() == snap.state.size();
+  for (size_t v = 0; same && v < own.size(); ++v) {
+    same = own[v].name == snap.state[v].first &&
+           own[v].values.size() == snap.state[v].second.size();
+  }
+  if (same) return absl::OkStatus();
+  std::vector<std::string> names;
+  for (const auto& [name, values] : snap.state) names.push_back(name);
+  std::vector<std::string> own_names;
+  for (const OptimizerStateVector& v : own) own_names.push_back(v.name);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "slice ", i, " (tensor ", slice.tensor_id, " [", slice.offset, ", ",
+      slice.offset + slice.num_elements, ")): checkpoint's optimizer state [",
+      absl::StrJoin(names, ", "), "] does not match this optimizer's [",
+      absl::StrJoin(own_names, ", "),
+      "] (another --optimizer or --momentum?)"));
+}
+
+void ShardStore::CopyStateLocked(SliceState& state, const SliceSnapshot& snap) {
+  state.optimizer->set_update_count(snap.update_count);
+  std::vector<OptimizerStateVector> own = state.optimizer->state();
+  for (size_t v = 0; v < own.size(); ++v) {
+    std::copy(snap.state[v].second.begin(), snap.state[v].second.end(),
+              own[v].values.begin());
+  }
+}
+
 absl::Status ShardStore::Restore(const std::vector<SliceSnapshot>& slices) {
   if (slices.size() != slices_.size()) {
     return absl::InvalidArgumentError(
@@ -155,32 +191,13 @@ absl::Status ShardStore::Restore(const std::vector<SliceSnapshot>& slices) {
   for (int i = 0; i < num_slices(); ++i) {
     const Slice& slice = slices_[i];
     const SliceSnapshot& snap = slices[i];
-    const std::string where = absl::StrCat(
-        "slice ", i, " (tensor ", slice.tensor_id, " [", slice.offset, ", ",
-        slice.offset + slice.num_elements, "))");
     if (snap.weights.size() != slice.num_elements) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": checkpoint has ", snap.weights.size(),
-                       " weights, expected ", slice.num_elements));
-    }
-    SliceState& state = *states_[i];
-    absl::MutexLock lock(&state.mu);
-    const std::vector<OptimizerStateVector> own = state.optimizer->state();
-    bool same = own.size() == snap.state.size();
-    for (size_t v = 0; same && v < own.size(); ++v) {
-      same = own[v].name == snap.state[v].first &&
-             own[v].values.size() == snap.state[v].second.size();
-    }
-    if (!same) {
-      std::vector<std::string> names;
-      for (const auto& [name, values] : snap.state) names.push_back(name);
-      std::vector<std::string> own_names;
-      for (const OptimizerStateVector& v : own) own_names.push_back(v.name);
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": checkpoint's optimizer state [", absl::StrJoin(names, ", "),
-          "] does not match this optimizer's [", absl::StrJoin(own_names, ", "),
-          "] (another --optimizer or --momentum?)"));
+          "slice ", i, " (tensor ", slice.tensor_id, " [", slice.offset, ", ",
+          slice.offset + slice.num_elements, ")): checkpoint has ",
+          snap.weights.size(), " weights, expected ", slice.num_elements));
     }
+    if (absl::Status s = CheckSliceState(i, snap); !s.ok()) return s;
   }
   for (int i = 0; i < num_slices(); ++i) {
     SliceState& state = *states_[i];
@@ -191,12 +208,37 @@ absl::Status ShardStore::Restore(const std::vector<SliceSnapshot>& slices) {
       state.awaiting_values = false;
       slices_awaiting_values_.fetch_sub(1, std::memory_order_release);
     }
-    state.optimizer->set_update_count(slices[i].update_count);
-    std::vector<OptimizerStateVector> own = state.optimizer->state();
-    for (size_t v = 0; v < own.size(); ++v) {
-      std::copy(slices[i].state[v].second.begin(),
-                slices[i].state[v].second.end(), own[v].values.begin());
-    }
+    CopyStateLocked(state, slices[i]);
+  }
+  return absl::OkStatus();
+}
+
+SliceSnapshot ShardStore::SnapshotOptimizerState(int slice) const {
+  const SliceState& state = *states_[slice];
+  absl::ReaderMutexLock lock(&state.mu);
+  SliceSnapshot snapshot;
+  snapshot.update_count = state.optimizer->update_count();
+  for (const OptimizerStateVector& v : state.optimizer->state()) {
+    snapshot.state.emplace_back(
+        v.name, std::vector<float>(v.values.begin(), v.values.end()));
+  }
+  return snapshot;
+}
+
+absl::Status ShardStore::RestoreOptimizerState(
+    const std::vector<SliceSnapshot>& slices) {
+  if (slices.size() != slices_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer state of ", slices.size(),
+                     " slices, this shard holds ", slices_.size()));
+  }
+  for (int i = 0; i < num_slices(); ++i) {
+    if (absl::Status s = CheckSliceState(i, slices[i]); !s.ok()) return s;
+  }
+  for (int i = 0; i < num_slices(); ++i) {
+    SliceState& state = *states_[i];
+    absl::MutexLock lock(&state.mu);
+    CopyStateLocked(state, slices[i]);
   }
   return absl::OkStatus();
 }

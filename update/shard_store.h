@@ -59,6 +59,8 @@ class ShardStore {
   const Partition& partition() const { return partition_; }
   int server_index() const { return server_index_; }
   const std::vector<Slice>& slices() const { return slices_; }
+  // The optimizer the slices run (weight decay only where declared).
+  const OptimizerConfig& optimizer() const { return optimizer_; }
   int num_slices() const { return static_cast<int>(slices_.size()); }
   // Elements held, summed over the slices.
   uint64_t num_elements() const { return num_elements_; }
@@ -89,6 +91,15 @@ class ShardStore {
   // vector names), so on error nothing changes: InvalidArgument naming the
   // slice and what differs. Restored slices await no values.
   absl::Status Restore(const std::vector<SliceSnapshot>& slices);
+
+  // The slice's optimizer state and update count, as Snapshot copies them,
+  // without the weights (`weights` is empty).
+  SliceSnapshot SnapshotOptimizerState(int slice) const;
+  // Replaces every slice's optimizer state and update count with those of
+  // `slices` (one per slice, in order; their weights are not read), leaving
+  // the weights as they are. Checked first as Restore checks the state: on
+  // error nothing changes.
+  absl::Status RestoreOptimizerState(const std::vector<SliceSnapshot>& slices);
 
   // A copy of the slice's current weights.
   std::vector<float> ReadSlice(int slice) const;
@@ -125,7 +136,15 @@ class ShardStore {
     bool awaiting_values ABSL_GUARDED_BY(mu) = false;
   };
 
-  ShardStore(const Partition& partition, int server_index);
+  ShardStore(const Partition& partition, int server_index,
+             const OptimizerConfig& optimizer);
+
+  // InvalidArgument naming slice `i` unless `snap`'s state vectors have the
+  // names and sizes of the slice's optimizer's.
+  absl::Status CheckSliceState(int i, const SliceSnapshot& snap) const;
+  // Sets the slice's update count and state vectors to `snap`'s (checked).
+  static void CopyStateLocked(SliceState& state, const SliceSnapshot& snap)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu);
 
   // Runs `update` on the slice's optimizer and writable weights under the
   // slice's writer lock; OutOfRange for a slice that does not exist.
@@ -135,6 +154,7 @@ class ShardStore {
 
   const Partition partition_;
   const int server_index_;
+  const OptimizerConfig optimizer_;
   const std::vector<Slice> slices_;
   uint64_t num_elements_ = 0;  // Set in Create, then constant.
   // One per slice; unique_ptr because absl::Mutex cannot move.

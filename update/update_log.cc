@@ -1,6 +1,7 @@
 #include "update/update_log.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <optional>
 #include <sstream>
 
+#include "absl/random/random.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -22,28 +24,66 @@ namespace ps::update {
 namespace {
 
 constexpr absl::string_view kMagic = "PSUL";
-constexpr uint32_t kFormatVersion = 1;
-constexpr size_t kHeaderBytes = 4 + 4 + 4 + 8 + 4;
+constexpr uint32_t kFormatVersion = 2;
+constexpr size_t kHeaderBytes = 4 + 4 + 4 + 8 + 8 + 4;
+constexpr size_t kSaltOffset = 4 + 4 + 4 + 8;
 
 absl::Status ErrnoError(absl::string_view what, const std::string& path) {
   return absl::InternalError(absl::StrCat("update log: ", what, " ", path, ": ",
                                           std::strerror(errno)));
 }
 
-std::string Header(int server_index, uint64_t start_version) {
+std::string Header(int server_index, uint64_t start_version, uint64_t salt) {
   std::string header(kMagic);
   PutFixed32(&header, kFormatVersion);
   PutFixed32(&header, static_cast<uint32_t>(server_index));
   PutFixed64(&header, start_version);
+  PutFixed64(&header, salt);
   PutFixed32(&header, crc32c::Value(header));
   return header;
 }
 
-std::string Prefix(const LogEntry& entry) {
+// The check that ties a record's prefix to its file: the crc32c of the
+// file's salt, then the record's length and payload checksum.
+uint32_t PrefixCheck(uint32_t salt_crc, uint32_t length, uint32_t crc) {
+  std::string fields;
+  PutFixed32(&fields, length);
+  PutFixed32(&fields, crc);
+  return crc32c::Extend(salt_crc, fields);
+}
+
+uint32_t SaltCrc(uint64_t salt) {
+  std::string bytes;
+  PutFixed64(&bytes, salt);
+  return crc32c::Value(bytes);
+}
+
+std::string Prefix(const LogEntry& entry, uint32_t salt_crc) {
   std::string prefix;
-  PutFixed32(&prefix, static_cast<uint32_t>(entry.size()));
+  const uint32_t length = static_cast<uint32_t>(entry.size());
+  PutFixed32(&prefix, length);
   PutFixed32(&prefix, entry.crc);
+  PutFixed32(&prefix, PrefixCheck(salt_crc, length, entry.crc));
   return prefix;
+}
+
+// A whole record of the file whose salt gives `salt_crc` at the start of
+// `in`: its payload, or nullopt. The prefix is checked first, straight from
+// the bytes (a reader scans every offset of a file's tail with it).
+std::optional<absl::string_view> WholeRecord(absl::string_view in,
+                                             uint32_t salt_crc) {
+  if (in.size() < kLogRecordPrefixBytes) return std::nullopt;
+  absl::string_view fields = in.substr(0, 8);
+  absl::string_view rest = in.substr(8);
+  uint32_t check = 0, length = 0, crc = 0;
+  GetFixed32(&rest, &check);
+  if (crc32c::Extend(salt_crc, fields) != check) return std::nullopt;
+  GetFixed32(&fields, &length);
+  GetFixed32(&fields, &crc);
+  if (rest.size() < length) return std::nullopt;
+  const absl::string_view payload = rest.substr(0, length);
+  if (crc32c::Value(payload) != crc) return std::nullopt;
+  return payload;
 }
 
 // Writes every buffer of `parts` with as few writev calls as the kernel
@@ -73,12 +113,12 @@ absl::Status WriteParts(int fd, std::vector<iovec> parts,
 }
 
 absl::Status WriteEntries(int fd, absl::Span<const LogEntry* const> entries,
-                          const std::string& path) {
+                          uint32_t salt_crc, const std::string& path) {
   std::vector<std::string> prefixes;
   prefixes.reserve(entries.size());
   std::vector<iovec> parts;
   for (const LogEntry* entry : entries) {
-    prefixes.push_back(Prefix(*entry));
+    prefixes.push_back(Prefix(*entry, salt_crc));
     parts.push_back({prefixes.back().data(), prefixes.back().size()});
     for (absl::string_view piece : entry->pieces) {
       if (!piece.empty()) {
@@ -144,6 +184,29 @@ std::string UpdateLogFileName(int server_index, uint64_t start_version) {
   return absl::StrCat("shard-", server_index, "-", start_version, ".wal");
 }
 
+std::string SpareLogFileName(int server_index) {
+  return absl::StrCat("shard-", server_index, ".wal.spare");
+}
+
+namespace {
+
+// Opens `dir`'s spare log file of shard `server_index` for writing in
+// place, or returns -1: there is none, or it has another name too (a
+// launcher's hard-linked copy), and is deleted.
+int OpenSpare(const std::string& spare) {
+  const int fd = ::open(spare.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || st.st_nlink != 1 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    ::unlink(spare.c_str());
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Create(
     const std::string& dir, int server_index, uint64_t start_version,
     absl::Span<const LogEntry* const> initial, bool fsync) {
@@ -155,14 +218,24 @@ absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Create(
   }
   const std::string path =
       absl::StrCat(dir, "/", UpdateLogFileName(server_index, start_version));
-  const std::string tmp = path + ".tmp";
-  const int fd =
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", tmp);
-  const std::string header = Header(server_index, start_version);
+  // Written under another name, then renamed: a crash leaves the old file
+  // or the complete new one. The spare (a pruned file) is overwritten in
+  // place: its blocks are allocated already, which makes writing it several
+  // times cheaper than growing a new file (bench/README.md); its old bytes
+  // after the new records belong to another salt, so no reader takes them.
+  std::string tmp = absl::StrCat(dir, "/", SpareLogFileName(server_index));
+  int fd = OpenSpare(tmp);
+  if (fd < 0) {
+    tmp = path + ".tmp";
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return ErrnoError("cannot create", tmp);
+  }
+  absl::BitGen random;
+  const uint64_t salt = absl::Uniform<uint64_t>(random);
+  const std::string header = Header(server_index, start_version, salt);
   absl::Status s =
       WriteParts(fd, {{const_cast<char*>(header.data()), header.size()}}, tmp);
-  if (s.ok()) s = WriteEntries(fd, initial, tmp);
+  if (s.ok()) s = WriteEntries(fd, initial, SaltCrc(salt), tmp);
   if (s.ok() && fsync && ::fdatasync(fd) != 0) {
     s = ErrnoError("cannot fsync", tmp);
   }
@@ -176,7 +249,8 @@ absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Create(
     return s;
   }
   // The descriptor now names `path`; appends go on through it.
-  return std::unique_ptr<UpdateLogWriter>(new UpdateLogWriter(path, fd, fsync));
+  return std::unique_ptr<UpdateLogWriter>(
+      new UpdateLogWriter(path, fd, SaltCrc(salt), fsync));
 }
 
 absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Reopen(
@@ -189,6 +263,13 @@ absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Reopen(
     if (!in.read(bytes.data(), static_cast<std::streamsize>(valid_bytes))) {
       return ErrnoError("cannot read", path);
     }
+  }
+  absl::string_view salt_bytes =
+      absl::string_view(bytes).substr(std::min(bytes.size(), kSaltOffset));
+  uint64_t salt = 0;
+  if (!GetFixed64(&salt_bytes, &salt)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "update log: ", path, ": ", valid_bytes, " bytes hold no header"));
   }
   // Written anew and renamed over it rather than appended to in place: the
   // file may have other names (a launcher's copy of the checkpoints made
@@ -212,15 +293,23 @@ absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Reopen(
     ::unlink(tmp.c_str());
     return s;
   }
-  return std::unique_ptr<UpdateLogWriter>(new UpdateLogWriter(path, fd, fsync));
+  return std::unique_ptr<UpdateLogWriter>(
+      new UpdateLogWriter(path, fd, SaltCrc(salt), fsync));
 }
 
-UpdateLogWriter::~UpdateLogWriter() { ::close(fd_); }
+UpdateLogWriter::~UpdateLogWriter() {
+  // A recycled file's earlier bytes after the records are cut off, so that
+  // the file kept holds no more than its own (disk use as without
+  // recycling).
+  const off_t end = ::lseek(fd_, 0, SEEK_CUR);
+  if (failed_.ok() && end > 0) (void)::ftruncate(fd_, end);
+  ::close(fd_);
+}
 
 absl::Status UpdateLogWriter::Append(
     absl::Span<const LogEntry* const> entries) {
   if (!failed_.ok()) return failed_;
-  absl::Status s = WriteEntries(fd_, entries, path_);
+  absl::Status s = WriteEntries(fd_, entries, salt_crc_, path_);
   if (s.ok() && fsync_ && ::fdatasync(fd_) != 0) {
     s = ErrnoError("cannot fsync", path_);
   }
@@ -253,6 +342,8 @@ absl::StatusOr<UpdateLogContents> ReadUpdateLog(const std::string& path,
   GetFixed32(&in, &format);
   GetFixed32(&in, &index);
   GetFixed64(&in, &contents.start_version);
+  uint64_t salt = 0;
+  GetFixed64(&in, &salt);
   GetFixed32(&in, &crc);
   if (crc != header_crc) return corrupt("header checksum mismatch");
   if (format != kFormatVersion) {
@@ -263,27 +354,38 @@ absl::StatusOr<UpdateLogContents> ReadUpdateLog(const std::string& path,
     return corrupt(
         absl::StrCat("written by shard ", index, ", not ", server_index));
   }
+  const uint32_t salt_crc = SaltCrc(salt);
   contents.valid_bytes = kHeaderBytes;
-  while (!in.empty()) {
-    absl::string_view record = in;
-    uint32_t length = 0, record_crc = 0;
-    if (!GetFixed32(&record, &length) || !GetFixed32(&record, &record_crc) ||
-        record.size() < length) {
-      break;  // Cut short: torn.
-    }
-    const absl::string_view payload = record.substr(0, length);
-    if (crc32c::Value(payload) != record_crc) {
-      if (record.size() == length) break;  // The last record: torn.
-      return corrupt(absl::StrCat("record ", contents.records.size() + 1,
-                                  " at byte ", contents.valid_bytes,
-                                  " fails its checksum, with ",
-                                  record.size() - length, " bytes after it"));
-    }
-    contents.records.emplace_back(payload);
-    in.remove_prefix(kLogRecordPrefixBytes + length);
-    contents.valid_bytes += kLogRecordPrefixBytes + length;
+  for (;;) {
+    std::optional<absl::string_view> payload = WholeRecord(in, salt_crc);
+    if (!payload.has_value()) break;
+    contents.records.emplace_back(*payload);
+    in.remove_prefix(kLogRecordPrefixBytes + payload->size());
+    contents.valid_bytes += kLogRecordPrefixBytes + payload->size();
   }
-  contents.torn_bytes = bytes.size() - contents.valid_bytes;
+  contents.tail_bytes = in.size();
+  if (in.empty()) return contents;
+  // The log ends here. A record begun here (its prefix whole and of this
+  // file) was cut off by the shard's death.
+  uint32_t length = 0, record_crc = 0, check = 0;
+  absl::string_view prefix = in;
+  if (GetFixed32(&prefix, &length) && GetFixed32(&prefix, &record_crc) &&
+      GetFixed32(&prefix, &check) &&
+      check == PrefixCheck(salt_crc, length, record_crc)) {
+    contents.torn_bytes =
+        std::min<uint64_t>(in.size(), uint64_t{kLogRecordPrefixBytes} + length);
+  }
+  // Whatever else follows is a recycled file's earlier bytes (another
+  // salt); a whole record of this file after it means the one here was
+  // damaged, not cut off: the records after it would be skipped.
+  for (size_t at = 1; at + kLogRecordPrefixBytes <= in.size(); ++at) {
+    if (WholeRecord(in.substr(at), salt_crc).has_value()) {
+      return corrupt(absl::StrCat(
+          "record ", contents.records.size() + 1, " at byte ",
+          contents.valid_bytes, " is damaged, and a record of this file at ",
+          "byte ", contents.valid_bytes + at, " follows it"));
+    }
+  }
   return contents;
 }
 
@@ -307,14 +409,32 @@ absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> ListUpdateLogs(
   return found;
 }
 
+void RemoveSpareLog(const std::string& dir, int server_index) {
+  std::error_code ec;
+  std::filesystem::remove(
+      absl::StrCat(dir, "/", SpareLogFileName(server_index)), ec);
+}
+
 absl::Status PruneUpdateLogs(const std::string& dir, int server_index,
                              uint64_t version) {
   absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> logs =
       ListUpdateLogs(dir, server_index);
   if (!logs.ok()) return logs.status();
-  for (const auto& [start, path] : *logs) {
-    if (start >= version) break;
-    std::error_code ec;
+  const std::string spare =
+      absl::StrCat(dir, "/", SpareLogFileName(server_index));
+  std::error_code ec;
+  bool keep_one = !std::filesystem::exists(spare, ec);
+  // Newest first: the newest file pruned is kept as the spare, the size of
+  // the next one most likely.
+  for (auto it = logs->rbegin(); it != logs->rend(); ++it) {
+    const auto& [start, path] = *it;
+    if (start >= version) continue;
+    struct stat st;
+    if (keep_one && ::stat(path.c_str(), &st) == 0 && st.st_nlink == 1 &&
+        ::rename(path.c_str(), spare.c_str()) == 0) {
+      keep_one = false;
+      continue;
+    }
     // A file we cannot delete only costs disk space.
     std::filesystem::remove(path, ec);
   }

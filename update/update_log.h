@@ -22,15 +22,24 @@ namespace ps::update {
 // One file per checkpoint: "shard-<index>-<version>.wal" holds what came
 // after that shard's checkpoint of version <version>, in its directory.
 // Layout, all integers little-endian:
-//   header:  magic "PSUL" | u32 format version | u32 server index
-//            | u64 start version | u32 crc32c of the header so far
-//   records: u32 length | u32 crc32c of the payload | payload
+//   header:  magic "PSUL" | u32 format version (2) | u32 server index
+//            | u64 start version | u64 salt (random, per file written)
+//            | u32 crc32c of the header so far
+//   records: u32 length | u32 crc32c of the payload
+//            | u32 crc32c of (salt, length, payload checksum) | payload
 // A record is appended with one write() into the page cache, which outlives
 // a killed process; with `fsync` each append is also made durable
 // (fdatasync) before Append returns.
+//
+// Files are recycled: the newest file pruned becomes the shard's spare
+// ("shard-<index>.wal.spare"), and the next file is written over it in
+// place, which is much cheaper than growing a new file (bench/README.md).
+// Its earlier bytes stay after the new records; the salt in each record's
+// prefix tells them apart, so the log ends at the first offset that holds
+// no whole record of the file.
 
-// Bytes before each record's payload (its length and checksum).
-inline constexpr uint64_t kLogRecordPrefixBytes = 8;
+// Bytes before each record's payload (its length and checksums).
+inline constexpr uint64_t kLogRecordPrefixBytes = 12;
 
 // A record's payload with its checksum, computed outside any lock so that
 // appending costs only the write. The payload is `pieces` in order: bytes
@@ -63,6 +72,8 @@ void SealLogEntry(LogEntry& entry);
 
 // "shard-<index>-<version>.wal".
 std::string UpdateLogFileName(int server_index, uint64_t start_version);
+// "shard-<index>.wal.spare": a pruned file kept to be written over.
+std::string SpareLogFileName(int server_index);
 
 // Appends records to one log file. Not thread-safe: its owner serializes
 // Append (UpdateCoordinator holds its lock around every append, so that
@@ -71,8 +82,9 @@ class UpdateLogWriter {
  public:
   // Creates `dir`/shard-<index>-<start_version>.wal holding `initial`
   // (records that are still to take effect, restated from the previous
-  // file) atomically: written to a temporary file, renamed over any file of
-  // that name, so a crash leaves the old file or the complete new one.
+  // file) atomically: written to the shard's spare file (if it has no other
+  // name) or a temporary file, renamed over any file of that name, so a
+  // crash leaves the old file or the complete new one.
   static absl::StatusOr<std::unique_ptr<UpdateLogWriter>> Create(
       const std::string& dir, int server_index, uint64_t start_version,
       absl::Span<const LogEntry* const> initial, bool fsync);
@@ -84,6 +96,8 @@ class UpdateLogWriter {
       const std::string& path, uint64_t valid_bytes, bool fsync);
   ~UpdateLogWriter();
 
+  // Closes the file, cutting off a recycled file's earlier bytes after the
+  // records written (unless an append failed).
   UpdateLogWriter(const UpdateLogWriter&) = delete;
   UpdateLogWriter& operator=(const UpdateLogWriter&) = delete;
 
@@ -96,11 +110,12 @@ class UpdateLogWriter {
   const std::string& path() const { return path_; }
 
  private:
-  UpdateLogWriter(std::string path, int fd, bool fsync)
-      : path_(std::move(path)), fd_(fd), fsync_(fsync) {}
+  UpdateLogWriter(std::string path, int fd, uint32_t salt_crc, bool fsync)
+      : path_(std::move(path)), fd_(fd), salt_crc_(salt_crc), fsync_(fsync) {}
 
   const std::string path_;
   const int fd_;
+  const uint32_t salt_crc_;  // crc32c of the file's salt.
   const bool fsync_;
   absl::Status failed_;
 };
@@ -111,16 +126,19 @@ struct UpdateLogContents {
   std::vector<std::string> records;  // Payloads, in order.
   // Bytes up to the end of the last whole record.
   uint64_t valid_bytes = 0;
-  // Bytes after it: a record cut short or whose checksum fails at the very
-  // end of the file (its append was interrupted; it was never
-  // acknowledged).
+  // Bytes after it: a record cut off by the shard's death (never
+  // acknowledged), and in a recycled file its earlier bytes.
+  uint64_t tail_bytes = 0;
+  // Of those, the bytes of a record of this file begun right after the
+  // last whole one and cut off (its prefix whole).
   uint64_t torn_bytes = 0;
 };
 
 // Reads and verifies `path` as shard `server_index`'s log. NotFound;
 // DataLoss naming the file for a bad header, another shard's file, or a
-// record that fails its checksum with more records after it (corruption, not
-// an interrupted append).
+// damaged record with a whole record of the file anywhere after it
+// (corruption, not an interrupted append: the tail is scanned byte by
+// byte, which a restore pays once).
 absl::StatusOr<UpdateLogContents> ReadUpdateLog(const std::string& path,
                                                 int server_index);
 
@@ -130,9 +148,14 @@ absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> ListUpdateLogs(
     const std::string& dir, int server_index);
 
 // Deletes shard `server_index`'s log files in `dir` that start before
-// `version` (no checkpoint kept needs them any more).
+// `version` (no checkpoint kept needs them any more), keeping the newest of
+// them as the spare when there is none and it has no other name.
 absl::Status PruneUpdateLogs(const std::string& dir, int server_index,
                              uint64_t version);
+
+// Deletes shard `server_index`'s spare file in `dir`, if any (a shard
+// stopping leaves only the files a restore needs).
+void RemoveSpareLog(const std::string& dir, int server_index);
 
 }  // namespace ps::update
 

@@ -1,5 +1,8 @@
 #include "update/update_log.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -16,6 +19,35 @@ std::vector<const LogEntry*> Pointers(const std::vector<LogEntry>& entries) {
   std::vector<const LogEntry*> out;
   for (const LogEntry& e : entries) out.push_back(&e);
   return out;
+}
+
+ino_t Inode(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_ino;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+// `file` with its salt and the checksums over it zeroed.
+std::string WithoutSalt(std::string file) {
+  constexpr size_t kHeader = 32;
+  if (file.size() < kHeader) return file;
+  std::fill(file.begin() + 20, file.begin() + kHeader, '\0');
+  for (size_t at = kHeader; at + kLogRecordPrefixBytes <= file.size();) {
+    const uint32_t length =
+        static_cast<uint8_t>(file[at]) |
+        static_cast<uint8_t>(file[at + 1]) << 8 |
+        static_cast<uint8_t>(file[at + 2]) << 16 |
+        static_cast<uint32_t>(static_cast<uint8_t>(file[at + 3])) << 24;
+    std::fill(file.begin() + at + 8, file.begin() + at + 12, '\0');
+    at += kLogRecordPrefixBytes + length;
+  }
+  return file;
 }
 
 class UpdateLogTest : public ::testing::Test {
@@ -87,14 +119,17 @@ TEST_F(UpdateLogTest, WritesAnEntrysPiecesAsOneRecord) {
 TEST_F(UpdateLogTest, DropsARecordCutShortAtTheEnd) {
   const std::string path = WriteLog(0, {"first", "second record"});
   const uint64_t size = std::filesystem::file_size(path);
-  for (uint64_t cut = 1; cut < 8 + 13; ++cut) {
+  const uint64_t record = kLogRecordPrefixBytes + 13;
+  for (uint64_t cut = 1; cut < record; ++cut) {
     std::filesystem::copy_file(
         path, path + ".cut", std::filesystem::copy_options::overwrite_existing);
     std::filesystem::resize_file(path + ".cut", size - cut);
     absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path + ".cut", 3);
     ASSERT_TRUE(read.ok()) << cut << ": " << read.status();
     EXPECT_EQ(read->records, std::vector<std::string>{"first"}) << cut;
-    EXPECT_EQ(read->torn_bytes, 8 + 13 - cut);
+    EXPECT_EQ(read->tail_bytes, record - cut);
+    // With its prefix whole, the record is known to be one cut off.
+    EXPECT_EQ(read->torn_bytes, cut <= 13 ? record - cut : 0) << cut;
   }
 }
 
@@ -115,12 +150,25 @@ TEST_F(UpdateLogTest, RefusesACorruptRecordInTheMiddle) {
   const std::string path = WriteLog(0, {"first", "second", "third"});
   {
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(24 + 8 + 2);  // Inside "first".
+    f.seekp(32 + kLogRecordPrefixBytes + 2);  // Inside "first".
     f.put('X');
   }
   absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
   EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(read.status().message().find("record 1"), std::string::npos)
+      << read.status();
+}
+
+TEST_F(UpdateLogTest, RefusesADamagedPrefixInTheMiddle) {
+  const std::string path = WriteLog(0, {"first", "second", "third"});
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(32 + kLogRecordPrefixBytes + 5 + 1);  // The length of "second".
+    f.put('\x7f');
+  }
+  absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(read.status().message().find("record 2"), std::string::npos)
       << read.status();
 }
 
@@ -197,11 +245,104 @@ TEST_F(UpdateLogTest, FsyncedFilesHoldTheSameBytes) {
     const std::string bytes((std::istreambuf_iterator<char>(in)),
                             std::istreambuf_iterator<char>());
     if (fsync) {
-      EXPECT_EQ(bytes, plain);
+      // The same bytes but for the salt (random per file) and what it
+      // checks: the header's salt and checksum, each record's prefix check.
+      EXPECT_EQ(WithoutSalt(bytes), WithoutSalt(plain));
     } else {
       plain = bytes;
     }
   }
+}
+
+// The file pruned is written over by the next one: the same inode, none of
+// its earlier records read back, and an append cut off in it is dropped.
+TEST_F(UpdateLogTest, RecyclesThePrunedFileInPlace) {
+  const std::string old_path =
+      WriteLog(0, {std::string(3000, 'a'), std::string(3000, 'b'), "c"});
+  const ino_t old_inode = Inode(old_path);
+  WriteLog(10, {"x"});
+  ASSERT_TRUE(PruneUpdateLogs(dir_, 3, 10).ok());
+  EXPECT_FALSE(std::filesystem::exists(old_path));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/" + SpareLogFileName(3)));
+  // Kept open: closing it cuts the earlier bytes off.
+  std::vector<LogEntry> entries;
+  entries.push_back(MakeLogEntry("new"));
+  entries.push_back(MakeLogEntry("records"));
+  absl::StatusOr<std::unique_ptr<UpdateLogWriter>> open_writer =
+      UpdateLogWriter::Create(dir_, 3, 20, Pointers(entries), false);
+  ASSERT_TRUE(open_writer.ok()) << open_writer.status();
+  const std::string path = (*open_writer)->path();
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/" + SpareLogFileName(3)));
+  EXPECT_EQ(Inode(path), old_inode);
+  absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->start_version, 20u);
+  EXPECT_EQ(read->records, (std::vector<std::string>{"new", "records"}));
+  EXPECT_GT(read->tail_bytes, 3000u);
+  EXPECT_EQ(read->torn_bytes, 0u);
+  // The last record's payload damaged, with the earlier bytes after it:
+  // an append cut off, not corruption.
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(read->valid_bytes) - 1);
+    f.put('X');
+  }
+  read = ReadUpdateLog(path, 3);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->records, std::vector<std::string>{"new"});
+  EXPECT_EQ(read->torn_bytes, kLogRecordPrefixBytes + 7);
+  // Reopened (the shard died), it is cut there and goes on.
+  open_writer->reset();
+  absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
+      UpdateLogWriter::Reopen(path, read->valid_bytes, false);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  LogEntry more = MakeLogEntry("more");
+  ASSERT_TRUE((*writer)->Append({&more}).ok());
+  read = ReadUpdateLog(path, 3);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->records, (std::vector<std::string>{"new", "more"}));
+  EXPECT_EQ(read->tail_bytes, 0u);
+}
+
+TEST_F(UpdateLogTest, ClosingARecycledFileCutsItsEarlierBytes) {
+  WriteLog(0, {std::string(5000, 'a')});
+  WriteLog(10, {});
+  ASSERT_TRUE(PruneUpdateLogs(dir_, 3, 10).ok());
+  const std::string path = WriteLog(20, {"short"});  // Closed on return.
+  absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->records, std::vector<std::string>{"short"});
+  EXPECT_EQ(read->tail_bytes, 0u);
+  EXPECT_EQ(std::filesystem::file_size(path), read->valid_bytes);
+  // A stopping shard leaves no spare.
+  WriteLog(30, {});
+  ASSERT_TRUE(PruneUpdateLogs(dir_, 3, 30).ok());
+  ASSERT_TRUE(std::filesystem::exists(dir_ + "/" + SpareLogFileName(3)));
+  RemoveSpareLog(dir_, 3);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/" + SpareLogFileName(3)));
+}
+
+TEST_F(UpdateLogTest, NeverWritesOverAFileWithAnotherName) {
+  const std::string old_path = WriteLog(0, {"kept"});
+  const std::string link = dir_ + "/kept-copy";
+  std::filesystem::create_hard_link(old_path, link);
+  const std::string copy_before = ReadAll(link);
+  WriteLog(10, {});
+  ASSERT_TRUE(PruneUpdateLogs(dir_, 3, 10).ok());
+  EXPECT_FALSE(std::filesystem::exists(old_path));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/" + SpareLogFileName(3)));
+  // A spare linked after it was made is not written over either.
+  const std::string other = WriteLog(20, {"other"});
+  std::filesystem::rename(other, dir_ + "/" + SpareLogFileName(3));
+  std::filesystem::create_hard_link(dir_ + "/" + SpareLogFileName(3),
+                                    dir_ + "/spare-copy");
+  const std::string spare_before = ReadAll(dir_ + "/spare-copy");
+  const std::string path = WriteLog(30, {std::string(100, 'z')});
+  EXPECT_EQ(ReadAll(link), copy_before);
+  EXPECT_EQ(ReadAll(dir_ + "/spare-copy"), spare_before);
+  EXPECT_NE(Inode(path), Inode(dir_ + "/spare-copy"));
+  EXPECT_EQ(ReadUpdateLog(path, 3)->records,
+            std::vector<std::string>{std::string(100, 'z')});
 }
 
 TEST_F(UpdateLogTest, ListsOldestFirstAndPrunes) {
@@ -221,6 +362,8 @@ TEST_F(UpdateLogTest, ListsOldestFirstAndPrunes) {
   logs = ListUpdateLogs(dir_, 3);
   ASSERT_EQ(logs->size(), 1u);
   EXPECT_EQ((*logs)[0].first, 1000u);
+  // The newest pruned is kept to be written over.
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/" + SpareLogFileName(3)));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/shard-4-10.wal"));
   EXPECT_TRUE(ListUpdateLogs(dir_ + "/missing", 3)->empty());
 }

@@ -73,6 +73,9 @@ struct WorkerConfig {
   std::string allreduce_compression = "none";
   std::string checkpoint_dir;
   int64_t checkpoint_every_steps = 200;
+  // Pipeline parallelism (worker/pipeline/stage_run.h checks them).
+  int pipeline_stages = 1;
+  int micro_batches = 1;
 };
 
 // --mode's value for the all-reduce mode: --servers then names the ring's

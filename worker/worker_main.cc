@@ -134,6 +134,15 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(int64_t, checkpoint_every_steps, 200,
           "With --checkpoint_dir: a checkpoint every this many steps (0: only "
           "at the end)");
+ABSL_FLAG(int, pipeline_stages, 1,
+          "Split --model's layers into this many stages balanced by "
+          "parameter bytes, each a worker: --num_workers is replicas x "
+          "stages, and rank r runs stage r mod stages of replica r / stages. "
+          "Activations and their gradients go between a replica's stages "
+          "directly (on one host); sync mode only");
+ABSL_FLAG(int, micro_batches, 1,
+          "With --pipeline_stages: each step's batch is cut into this many "
+          "micro-batches (GPipe), which must divide --batch_size");
 ABSL_FLAG(bool, local, false,
           "Train in this process alone, without servers (one worker): the "
           "weights are initialised and updated by the servers' own code with "
@@ -238,6 +247,8 @@ WorkerConfig ConfigFromFlags() {
   config.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  config.pipeline_stages = absl::GetFlag(FLAGS_pipeline_stages);
+  config.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   return config;
 }
 

@@ -144,6 +144,7 @@ std::optional<int> WorkerRun::CheckSettings() {
         "--local trains alone: --rank=0 and --num_workers=1");
   }
   absl::Status flags = CheckWorkerConfig(config_, rank_);
+  if (flags.ok()) flags = pipeline::CheckPipelineConfig(config_, rank_);
   absl::StatusOr<std::vector<int>> cpus = CpusFromFlag("cpus", config_.cpus);
   for (const absl::Status& s :
        {description.status(), servers.status(), flags, cpus.status()}) {
@@ -219,6 +220,19 @@ std::optional<int> WorkerRun::LoadDataAndModel() {
     return Fail(backend.status(), kExitBadConfig);
   }
   backend_ = *std::move(backend);
+  if (config_.pipeline_stages > 1) {
+    absl::StatusOr<std::unique_ptr<pipeline::StageRun>> stage_run =
+        pipeline::StageRun::Create(config_, rank_, *description_,
+                                   backend_.get());
+    if (!stage_run.ok()) {
+      return Fail(stage_run.status(),
+                  absl::IsInvalidArgument(stage_run.status()) ? kExitBadConfig
+                                                              : kExitFailed);
+    }
+    stage_run_ = *std::move(stage_run);
+    // Only rank 0 evaluates, on the whole model.
+    if (rank_ != 0) return std::nullopt;
+  }
   nn::ModelOptions model_options;
   model_options.max_batch = config_.batch_size;
   model_options.seed = config_.seed;
@@ -352,6 +366,11 @@ std::optional<int> WorkerRun::Connect() {
   }
   client_ = *std::move(connected);
   server_weights_ = ServerExchange(client_.get());
+  if (stage_run_ != nullptr) {
+    if (absl::Status s = stage_run_->ConnectNeighbours(config_); !s.ok()) {
+      return Fail(s, kExitFailed);
+    }
+  }
   return std::nullopt;
 }
 
@@ -372,17 +391,27 @@ std::optional<int> WorkerRun::Register() {
   WeightExchange* weights = server_weights_.get();
   if (config_.local) weights = local_weights_.get();
   if (ring_weights_ != nullptr) weights = ring_weights_.get();
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
-      options, weights, model_.get(), &*train_, rank_ == 0 ? &*test_ : nullptr);
-  if (!trainer.ok()) return Fail(trainer.status(), kExitBadConfig);
-  trainer_ = *std::move(trainer);
+  uint64_t planned_steps = 0;
+  if (stage_run_ != nullptr) {
+    absl::Status made =
+        stage_run_->MakeTrainer(config_, weights, model_.get(), &*train_,
+                                rank_ == 0 ? &*test_ : nullptr);
+    if (!made.ok()) return Fail(made, kExitBadConfig);
+    planned_steps = stage_run_->planned_steps();
+  } else {
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+        Trainer::Create(options, weights, model_.get(), &*train_,
+                        rank_ == 0 ? &*test_ : nullptr);
+    if (!trainer.ok()) return Fail(trainer.status(), kExitBadConfig);
+    trainer_ = *std::move(trainer);
+    planned_steps = trainer_->planned_steps();
+  }
 
   absl::StatusOr<Registration> info =
-      ring_weights_ != nullptr
-          ? ring_weights_->Declare(trainer_->planned_steps())
+      ring_weights_ != nullptr ? ring_weights_->Declare(planned_steps)
       : config_.local
-          ? local_weights_->Declare(trainer_->planned_steps())
-          : client_->Declare(model_spec_, trainer_->planned_steps(),
+          ? local_weights_->Declare(planned_steps)
+          : client_->Declare(model_spec_, planned_steps,
                              static_cast<uint32_t>(config_.batch_size));
   if (!info.ok()) return Fail(info.status(), ServerCallExitCode(info.status()));
   registration_ = *std::move(info);
@@ -393,6 +422,12 @@ std::optional<int> WorkerRun::Register() {
                     "--mode=", expected_mode, " but the servers run ",
                     ConsistencyModeName(registration_.mode))),
                 kExitBadConfig);
+  }
+  if (stage_run_ != nullptr) {
+    if (absl::Status s = pipeline::StageRun::CheckMode(registration_);
+        !s.ok()) {
+      return Fail(s, kExitBadConfig);
+    }
   }
   if (registration_.num_workers != config_.num_workers) {
     return Fail(absl::FailedPreconditionError(absl::StrCat(
@@ -415,7 +450,9 @@ std::optional<int> WorkerRun::Register() {
 }
 
 int WorkerRun::Train() {
-  absl::StatusOr<TrainingSummary> summary = trainer_->Run(registration_);
+  absl::StatusOr<TrainingSummary> summary =
+      stage_run_ != nullptr ? stage_run_->Train(registration_)
+                            : trainer_->Run(registration_);
   if (!summary.ok()) {
     return Fail(summary.status(), ServerCallExitCode(summary.status()));
   }

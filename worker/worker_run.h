@@ -16,6 +16,7 @@
 #include "worker/local_exchange.h"
 #include "worker/nn/model.h"
 #include "worker/nn/model_description.h"
+#include "worker/pipeline/stage_run.h"
 #include "worker/trainer.h"
 #include "worker/weight_exchange.h"
 #include "worker/worker_config.h"
@@ -79,6 +80,9 @@ class WorkerRun {
   std::unique_ptr<WeightExchange> server_weights_;
   std::unique_ptr<AllreduceExchange> ring_weights_;  // --mode=allreduce.
   std::unique_ptr<Trainer> trainer_;
+  // With --pipeline_stages above 1, in place of trainer_ (and model_ is
+  // then rank 0's whole model, for evaluation only).
+  std::unique_ptr<pipeline::StageRun> stage_run_;
   Registration registration_;
 };
 

@@ -80,6 +80,7 @@ absl::StatusOr<LaunchConfig> ConfigFromSettings(
     return absl::InvalidArgumentError(
         "--checkpoint_dir with --nocheckpoints: choose one");
   }
+  config.run_dir = run_dir;
   config.seed = settings.Get<int64_t>("seed");
   config.job_id = settings.Text("job_id");
   if (config.job_id.empty()) {
@@ -93,6 +94,11 @@ absl::StatusOr<LaunchConfig> ConfigFromSettings(
   config.log_every = settings.Get<int>("log_every");
   config.eval_every = settings.Get<int>("eval_every");
   config.max_steps = settings.Get<int64_t>("max_steps");
+  // Settings made by hand (tests) may leave them out: one stage.
+  if (settings.Has("pipeline_stages")) {
+    config.pipeline_stages = settings.Get<int>("pipeline_stages");
+    config.micro_batches = settings.Get<int>("micro_batches");
+  }
   config.retry_timeout = settings.Get<absl::Duration>("retry_timeout");
   config.metrics_port_base = settings.Get<int>("metrics_port_base");
   config.base_port = settings.Get<int>("base_port");

@@ -84,6 +84,7 @@ TEST(ConfigFromSettingsTest, TakesEverySettingsValue) {
   EXPECT_EQ(config->staleness, 2);
   EXPECT_EQ(config->retry_timeout, absl::Seconds(7));
   EXPECT_EQ(config->checkpoint_dir, "/cwd/runs/r/checkpoints");
+  EXPECT_EQ(config->run_dir, "/cwd/runs/r");
   EXPECT_EQ(config->server_binary, "/bin/true");
   EXPECT_EQ(config->worker_binary, "/bin/true");
   EXPECT_TRUE(absl::StartsWith(config->job_id, "launch-")) << config->job_id;

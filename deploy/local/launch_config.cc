@@ -14,6 +14,8 @@
 #include "common/model_spec.h"
 #include "common/worker_environment.h"
 #include "deploy/local/allreduce_mode.h"
+#include "deploy/local/pipeline_mode.h"
+#include "deploy/local/run_directory.h"
 #include "worker/nn/model_description.h"
 
 namespace ps {
@@ -81,6 +83,9 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
       !model.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--model: ", model.status().message()));
+  }
+  if (absl::Status status = CheckPipelineConfig(config); !status.ok()) {
+    return status;
   }
   // The mode parses: CheckOneOf above.
   if (absl::Status status =
@@ -201,8 +206,9 @@ std::vector<std::string> ReservedServerFlags(bool auth) {
 
 std::vector<std::string> ReservedWorkerFlags(bool auth) {
   std::vector<std::string> flags = {
-      "rank",       "num_workers", "servers",       "job_id",      "log_every",
-      "eval_every", "max_steps",   "retry_timeout", "metrics_port"};
+      "rank",         "num_workers",     "servers",      "job_id",
+      "log_every",    "eval_every",      "max_steps",    "retry_timeout",
+      "metrics_port", "pipeline_stages", "micro_batches"};
   if (auth) {
     flags.insert(flags.end(), {"tls_ca", "tls_cert", "tls_key",
                                "tls_server_name", "token_file"});
@@ -278,6 +284,10 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
     argv.push_back("--restore");
     if (config.extend) argv.push_back("--extend");
   }
+  if (!config.run_dir.empty()) {
+    argv.push_back(absl::StrCat("--report_file=",
+                                ServerReportFile(config.run_dir, index)));
+  }
   argv.insert(argv.end(), config.extra_server_flags.begin(),
               config.extra_server_flags.end());
   return argv;
@@ -339,6 +349,9 @@ std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
       argv.push_back(std::move(flag));
     }
   }
+  for (std::string& flag : PipelineWorkerFlags(config)) {
+    argv.push_back(std::move(flag));
+  }
   argv.insert(argv.end(), config.extra_worker_flags.begin(),
               config.extra_worker_flags.end());
   return argv;
@@ -371,6 +384,9 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv(
     for (auto& variable : AllreduceProgramEnvironment(config)) {
       variables.push_back(std::move(variable));
     }
+  }
+  for (auto& variable : PipelineEnvironment(config)) {
+    variables.push_back(std::move(variable));
   }
   // A program's worker serves its metrics where the C++ worker's
   // --metrics_port would (paramserver.torch reads it).

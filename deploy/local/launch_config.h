@@ -36,6 +36,10 @@ struct LaunchConfig {
   // Empty: no checkpoints. Else servers checkpoint there and restore from
   // it when restarted.
   std::string checkpoint_dir;
+  // The run's directory: each server writes its exit report to
+  // ServerReportFile(run_dir, index) (deploy/local/run_directory.h).
+  // Empty: no reports.
+  std::string run_dir;
   // The run is being extended (launch --extend), or was: servers restore
   // with --extend, taking a finished run's checkpoint and the workers' new
   // plan.
@@ -63,6 +67,10 @@ struct LaunchConfig {
   // (their --metrics_port); a program's workers are not given one.
   int metrics_port_base = 0;
   // More flags for every server / worker, e.g. "--momentum=0.5".
+  // Pipeline parallelism (deploy/local/pipeline_mode.h): workers are
+  // replicas x pipeline_stages; each step's batch in micro_batches.
+  int pipeline_stages = 1;
+  int micro_batches = 1;
   std::vector<std::string> extra_server_flags;
   std::vector<std::string> extra_worker_flags;
 

@@ -101,6 +101,13 @@ TEST(LaunchConfigTest, ServerArgvCarriesClusterAndTrainingFlags) {
                   "--lr_schedule=constant", "--momentum=0.5"));
 }
 
+TEST(LaunchConfigTest, ServersWriteTheirReportsIntoTheRunDirectory) {
+  LaunchConfig config = ValidConfig();
+  config.run_dir = "/tmp/run";
+  EXPECT_THAT(ServerArgv(config, 1, "/p"),
+              testing::Contains("--report_file=/tmp/run/logs/server-1.report"));
+}
+
 TEST(LaunchConfigTest, CheckpointDirMakesServersRestoreOnEveryStart) {
   LaunchConfig config = ValidConfig();
   config.checkpoint_dir = "/tmp/ckpt";

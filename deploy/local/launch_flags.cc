@@ -18,6 +18,14 @@ ABSL_FLAG(std::string, model, "784-256-128-10",
           "declares.");
 ABSL_FLAG(int, epochs, 10, "Training epochs.");
 ABSL_FLAG(int, batch_size, 64, "Examples per worker per step.");
+ABSL_FLAG(int, pipeline_stages, 1,
+          "Pipeline parallelism: split --model's layers into this many "
+          "stages, each a worker; --num_workers is then replicas x stages "
+          "(rank = replica x stages + stage) and --batch_size is per "
+          "replica. Sync mode. Programs after -- get PS_PIPELINE_STAGES.");
+ABSL_FLAG(int, micro_batches, 1,
+          "With --pipeline_stages: micro-batches per step (GPipe); must "
+          "divide --batch_size.");
 ABSL_FLAG(std::string, mode, "sync",
           "Consistency: sync|ssp|async, or allreduce: no parameter servers, "
           "the workers average gradients over a Gloo ring (one coordinator "

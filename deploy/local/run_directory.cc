@@ -64,6 +64,10 @@ absl::StatusOr<int> Lock(const std::string& dir) {
 
 }  // namespace
 
+std::string ServerReportFile(absl::string_view run_dir, int server_index) {
+  return absl::StrCat(run_dir, "/logs/server-", server_index, ".report");
+}
+
 std::string NewRunName(absl::Time now) {
   absl::BitGen gen;
   return absl::StrCat(

@@ -86,6 +86,11 @@ class RunDirectory {
   const int lock_fd_;
 };
 
+// The report (server/shard_report.h) server `server_index` writes at each
+// exit, replacing the one before: `run_dir`/logs/server-<index>.report,
+// beside its log.
+std::string ServerReportFile(absl::string_view run_dir, int server_index);
+
 // A new run's name, e.g. "20260314-101500-3fa2": sorts by start time.
 std::string NewRunName(absl::Time now);
 // A segment's start time, e.g. "2026-03-14 10:15:00" (local time).

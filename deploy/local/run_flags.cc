@@ -24,12 +24,12 @@ bool IsPathFlag(const std::string& name) {
 
 const std::vector<std::string>& RunDefiningFlags() {
   static const auto* const kFlags = new std::vector<std::string>{
-      "num_servers",    "num_workers",   "model",        "epochs",
-      "batch_size",     "mode",          "staleness",    "optimizer",
-      "lr_schedule",    "learning_rate", "seed",         "data_dir",
-      "device",         "save_model",    "server_flags", "worker_flags",
-      "log_every",      "eval_every",    "max_steps",    "checkpoints",
-      "checkpoint_dir", "auth"};
+      "num_servers",    "num_workers",   "model",         "epochs",
+      "batch_size",     "mode",          "staleness",     "optimizer",
+      "lr_schedule",    "learning_rate", "seed",          "data_dir",
+      "device",         "save_model",    "server_flags",  "worker_flags",
+      "log_every",      "eval_every",    "max_steps",     "checkpoints",
+      "checkpoint_dir", "auth",          "micro_batches", "pipeline_stages"};
   return *kFlags;
 }
 
@@ -99,6 +99,9 @@ const char* WhyFixedOnExtend(absl::string_view name) {
       {"batch_size",
        "the workers' places in the data and the steps of an epoch follow "
        "from it"},
+      {"pipeline_stages",
+       "the data is split among the run's replicas, and the checkpoints "
+       "record where each worker is in it"},
       {"mode", "the checkpoints are of the run's consistency mode"},
       {"staleness", "the checkpoints are of the run's consistency mode"},
       {"optimizer",

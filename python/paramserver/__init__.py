@@ -337,6 +337,25 @@ class Client:
             self._collectives = self._native.collectives()
         return self._collectives
 
+    def read_optimizer_state(self):
+        """The servers' optimizer state (ParameterClient::
+        ReadOptimizerState): {"kind": "adam" or "sgd", "version": int,
+        "tensors": [by declared id: {"update_count": int, "vectors":
+        {name: float32 array of the tensor's shape}}]}, vectors "m" and "v"
+        (Adam), "momentum" (SGD with momentum), none otherwise."""
+        self._require_declared()
+        return self._native.read_optimizer_state()
+
+    def write_optimizer_state(self, state, at_version=None):
+        """Rank 0: replaces the servers' optimizer state with `state`
+        (shaped as read_optimizer_state's), leaving the weights; with
+        `at_version`, each shard applies it only at that version
+        (AbortedError otherwise). Each shard takes all of its part or none
+        and keeps it across its restarts (it checkpoints it first)."""
+        self._require_declared()
+        self._native.write_optimizer_state(
+            state, None if at_version is None else int(at_version))
+
     def finish(self):
         """Tells the shards this rank is done; warns if its pushes were
         skipped as replays more than once in a row."""

@@ -67,9 +67,9 @@ the servers' checkpoints and a restarted rank have them. Between steps
 rank calls ``average_buffers(model)`` before evaluating or saving, which
 gives each the ranks' mean (a collective, so never implicit: a script that
 saves on rank 0 only would hang in it). With
-placement='server', ``opt.state_dict()`` holds no per-parameter state (the
-servers hold it; their --checkpoint_dir resumes it) and says so, and
-``load_state_dict`` refuses a state it cannot apply.
+placement='server', ``opt.state_dict()`` reads the servers' optimizer
+state into torch's layout, and rank 0's ``load_state_dict`` writes one back
+(_optimizer_state), so torch.save checkpoints resume.
 
 Run by the launcher with --metrics_port_base, each worker serves the C++
 worker's Prometheus metrics (step time as compute, communication and

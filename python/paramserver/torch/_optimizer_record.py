@@ -1,6 +1,7 @@
 """What the servers record of a rank, as DistributedOptimizer's methods:
 its epoch and step (where a restarted rank resumes), whether its steps
-changed anything, and the optimizer's state_dict. Mixed into the class
+changed anything, and the optimizer's state_dict (the servers' state in
+torch's layout, _optimizer_state). Mixed into the class
 DistributedOptimizer() builds (see _optimizer.py).
 """
 
@@ -10,6 +11,7 @@ import zlib
 import numpy as np
 
 import paramserver
+from paramserver.torch import _optimizer_state
 
 
 class ServerRecord:
@@ -76,36 +78,54 @@ class ServerRecord:
 
     def state_dict(self):
         """The wrapped optimizer's state_dict. Placement 'worker': its real
-        state (momentum, Adam moments), which load_state_dict restores.
-        Placement 'server': the servers hold the optimizer's state and the
-        client cannot read it, so "state" is empty and the dict says so
-        under "paramserver" (with this rank's step): the servers' own
-        --checkpoint_dir is what resumes their optimizer."""
+        state (momentum, Adam moments). Placement 'server': the servers'
+        state (read from every shard, at this rank's step in sync mode) in
+        the wrapped torch optimizer's layout (see _optimizer_state), so
+        that torch.save keeps it and load_state_dict, here or on a plain
+        torch optimizer, resumes it; "paramserver" says at which step and
+        server version it was read."""
         sd = super(self.__class__, self).state_dict()
         if self._placement == "server":
-            sd["paramserver"] = {
-                "placement": "server", "step": self._step_number,
-                "optimizer_state": "held by the servers, not in this dict: "
-                                   "their --checkpoint_dir resumes it"}
+            server = self._client.read_optimizer_state()
+            sd["state"] = _optimizer_state.to_torch(
+                server, self._trainable, self._param_indices())
+            sd["paramserver"] = {"placement": "server",
+                                 "step": self._step_number,
+                                 "version": server["version"]}
         return sd
 
     def load_state_dict(self, state_dict):
         """Placement 'worker': the wrapped optimizer's load_state_dict.
-        Placement 'server': only the param_groups' hyper-parameters are
-        taken (learning rate; others must match the declaration); a state
-        with per-parameter entries (moments of a plain torch optimizer or
-        of placement='worker') is refused: the servers' optimizer state
-        cannot be set from a worker."""
-        if self._placement == "server" and state_dict.get("state"):
-            raise paramserver.FailedPreconditionError(
-                "paramserver: load_state_dict with optimizer state for %d "
-                "tensors, but with placement='server' that state lives on the "
-                "servers and cannot be set from a worker: resume the servers "
-                "from their --checkpoint_dir (the launcher restarts them from "
-                "it), or use placement='worker'" % len(state_dict["state"]))
+        Placement 'server': the param_groups are taken as torch takes them
+        (the learning rate; other hyper-parameters must stay those
+        declared, which the next step checks), and the state, in torch's
+        layout (from state_dict() here or of a plain torch optimizer of the
+        same kind and parameters), is written to the servers by rank 0,
+        between steps (in sync mode at its step: before any update of it;
+        AbortedError if that step was applied already); other ranks may
+        call it too, and check it but write nothing. Rank 0's call alone
+        may come with Horovod's ``if hvd.rank() == 0:`` pattern; a rank that
+        reads the state back waits for rank 0's call to return first
+        (a barrier)."""
         state_dict = {k: v for k, v in state_dict.items()
                       if k != "paramserver"}
-        super(self.__class__, self).load_state_dict(state_dict)
+        if self._placement != "server":
+            super(self.__class__, self).load_state_dict(state_dict)
+            return
+        super(self.__class__, self).load_state_dict(
+            {"state": {}, "param_groups": state_dict["param_groups"]})
+        server = self._client.read_optimizer_state()
+        server = _optimizer_state.from_torch(
+            state_dict.get("state", {}), server, self._trainable,
+            self._param_indices())
+        if self._client.rank == 0:
+            self._client.write_optimizer_state(
+                server, at_version=self._step_number
+                if self._client.mode == "sync" else None)
+
+    def _param_indices(self):
+        return _optimizer_state.param_indices(self.param_groups,
+                                              self._trainable)
 
     @property
     def step_number(self):

@@ -1,0 +1,88 @@
+#include "worker/pipeline/stage_run.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "kernels/backend_testing.h"
+#include "kernels/cpu_backend.h"
+#include "worker/nn/model_description.h"
+#include "worker/worker_config.h"
+
+namespace ps::worker::pipeline {
+namespace {
+
+WorkerConfig Pipelined(int stages, int workers, int micro_batches) {
+  WorkerConfig config;
+  config.servers = "127.0.0.1:1";
+  config.pipeline_stages = stages;
+  config.num_workers = workers;
+  config.micro_batches = micro_batches;
+  config.batch_size = 32;
+  return config;
+}
+
+// The message of the check's error, or "" when it passes.
+std::string Error(const WorkerConfig& config, int rank = 0) {
+  absl::Status s = CheckPipelineConfig(config, rank);
+  EXPECT_TRUE(s.ok() || absl::IsInvalidArgument(s)) << s;
+  return std::string(s.message());
+}
+
+TEST(CheckPipelineConfigTest, AcceptsStagesTimesReplicas) {
+  EXPECT_EQ(Error(Pipelined(2, 4, 8)), "");
+  EXPECT_EQ(Error(Pipelined(1, 3, 1)), "");
+  EXPECT_EQ(Error(Pipelined(4, 4, 32), 3), "");
+}
+
+TEST(CheckPipelineConfigTest, EachBadValueNamesItsFlag) {
+  EXPECT_NE(Error(Pipelined(0, 4, 1)).find("--pipeline_stages=0"),
+            std::string::npos);
+  const std::string indivisible = Error(Pipelined(2, 3, 1));
+  EXPECT_NE(indivisible.find("--num_workers=3"), std::string::npos);
+  EXPECT_NE(indivisible.find("--pipeline_stages=2"), std::string::npos);
+  EXPECT_NE(Error(Pipelined(2, 4, 5)).find("--micro_batches=5"),
+            std::string::npos)
+      << "5 does not divide 32";
+  EXPECT_NE(Error(Pipelined(2, 4, 64)).find("--micro_batches=64"),
+            std::string::npos);
+  EXPECT_NE(Error(Pipelined(1, 2, 4)).find("--micro_batches"),
+            std::string::npos);
+  WorkerConfig local = Pipelined(2, 2, 1);
+  local.local = true;
+  EXPECT_NE(Error(local).find("--local"), std::string::npos);
+  WorkerConfig async = Pipelined(2, 2, 1);
+  async.mode = "async";
+  EXPECT_NE(Error(async).find("--mode=async"), std::string::npos);
+}
+
+TEST(StageRunTest, MoreStagesThanLayersIsRefusedNamingTheFlag) {
+  auto backend = *kernels::CreateCpuBackend();
+  const nn::ModelDescription d = *nn::ModelDescription::Parse("4-3");
+  WorkerConfig config = Pipelined(2, 2, 1);
+  absl::StatusOr<std::unique_ptr<StageRun>> run =
+      StageRun::Create(config, 1, d, backend.get());
+  ASSERT_EQ(run.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(run.status().message().find("--pipeline_stages=2"),
+            std::string::npos)
+      << run.status();
+}
+
+TEST(StageRunTest, BuildsTheStageOfItsRank) {
+  auto backend = *kernels::CreateCpuBackend();
+  const nn::ModelDescription d = *nn::ModelDescription::Parse("8-6-4-3");
+  PS_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<StageRun> run,
+      StageRun::Create(Pipelined(2, 4, 2), 3, d, backend.get()));
+  EXPECT_EQ(run->place().stage, 1);
+  EXPECT_EQ(run->place().replica, 1);
+  Registration async;
+  async.mode = ConsistencyMode::kAsync;
+  EXPECT_EQ(StageRun::CheckMode(async).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(StageRun::CheckMode(Registration()).ok());
+}
+
+}  // namespace
+}  // namespace ps::worker::pipeline
