@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stddef.h>
 #include <sys/random.h>
@@ -76,6 +78,13 @@ absl::StatusOr<socklen_t> AbstractAddress(absl::string_view name,
                                 name.size());
 }
 
+bool IsTcp(int fd) {
+  int domain = 0;
+  socklen_t size = sizeof(domain);
+  return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &size) == 0 &&
+         (domain == AF_INET || domain == AF_INET6);
+}
+
 // A new Unix stream socket, closed on exec; the caller owns it.
 absl::StatusOr<int> NewStreamSocket() {
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -146,11 +155,17 @@ absl::StatusOr<std::unique_ptr<LocalSocket>> LocalSocket::Connect(
 }
 
 LocalSocket::LocalSocket(int fd)
-    : fd_(fd), read_buffer_(new uint8_t[kReadBufferBytes]) {
+    : fd_(fd), tcp_(IsTcp(fd)), read_buffer_(new uint8_t[kReadBufferBytes]) {
   // Best effort: smaller buffers only cost more wake-ups.
   for (int option : {SO_SNDBUF, SO_RCVBUF}) {
     setsockopt(fd_, SOL_SOCKET, option, &kSocketBufferBytes,
                sizeof(kSocketBufferBytes));
+  }
+  if (tcp_) {
+    // Frames are gathered before each send: Nagle's wait would only delay
+    // a call's last frame.
+    const int on = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
   }
 }
 
@@ -366,6 +381,9 @@ bool LocalSocket::HasInputOrHangup() {
 void LocalSocket::Shutdown() { shutdown(fd_, SHUT_RDWR); }
 
 absl::StatusOr<uid_t> LocalSocket::PeerUid() const {
+  if (tcp_) {
+    return absl::FailedPreconditionError("the user of a TCP peer is not known");
+  }
   ucred credentials{};
   socklen_t size = sizeof(credentials);
   if (getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0) {
