@@ -146,12 +146,17 @@ class LocalSocket {
                                      bool wait_first);
   // Reads at least `min_bytes` more into the buffer.
   absl::Status Fill(size_t min_bytes);
+  // Over TCP: poll and recv wait until `bytes` have arrived (or the peer
+  // closed).
+  void SetReceiveLowWater(size_t bytes);
   // Reads exactly `size` bytes to `out`, taking buffered ones first.
   absl::Status ReadExactly(uint8_t* out, size_t size);
   absl::Status Failure(absl::string_view what, int error) const;
 
   const int fd_;
   const bool tcp_;
+  // SO_RCVLOWAT as last set (TCP only).
+  int receive_low_water_ = 1;
   absl::Duration idle_timeout_ = absl::InfiniteDuration();
   // Queued frames, as the slices to send.
   std::vector<grpc::Slice> queued_;

@@ -70,13 +70,11 @@ absl::StatusOr<addrinfo*> Resolve(absl::string_view host, int port,
   return found;
 }
 
-// Large buffers (as LocalSocket's), set before listen or connect so that
-// TCP's window scale allows them.
-void SetBuffers(int fd) {
+// A large send buffer (as LocalSocket's): a large message is copied to the
+// kernel in one go. The receive buffer is left to the kernel's tuning.
+void SetSendBuffer(int fd) {
   const int bytes = 4 << 20;
-  for (int option : {SO_SNDBUF, SO_RCVBUF}) {
-    setsockopt(fd, SOL_SOCKET, option, &bytes, sizeof(bytes));
-  }
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
 }
 
 // Connects `fd` (non-blocking) to `address`, waiting at most `timeout`.
@@ -129,7 +127,7 @@ absl::StatusOr<TcpFrameListener> ListenTcpFrames(absl::string_view host,
   } else {
     const int on = 1;
     setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    SetBuffers(fd.get());
+    SetSendBuffer(fd.get());
     if (bind(fd.get(), address.ai_addr, address.ai_addrlen) != 0) {
       const std::string message = absl::StrCat(
           "binding TCP port ", port, " on ", host, ": ", std::strerror(errno));
@@ -170,7 +168,7 @@ absl::StatusOr<std::unique_ptr<LocalSocket>> ConnectTcpFrames(
       last = absl::UnavailableError(std::strerror(errno));
       continue;
     }
-    SetBuffers(fd.get());
+    SetSendBuffer(fd.get());
     last = ConnectWithin(fd.get(), *a, timeout);
     if (!last.ok()) continue;
     const int flags = fcntl(fd.get(), F_GETFL);

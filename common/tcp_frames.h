@@ -12,11 +12,11 @@
 namespace ps {
 
 // The frames of common/local_socket.h over TCP, between hosts: the same
-// LocalSocket and LocalListener on a TCP descriptor (TCP_NODELAY, the same
-// large buffers). Admission is the caller's: over TCP only the secret
-// admits a connection, as the kernel cannot say who the peer is. The bytes
-// are not encrypted: a server with TLS does not listen here
-// (docs/local_socket.md, "Between hosts").
+// LocalSocket and LocalListener on a TCP descriptor (TCP_NODELAY, a large
+// send buffer, the receive buffer left to the kernel's tuning). Admission is
+// the caller's: over TCP only the secret admits a connection, as the kernel
+// cannot say who the peer is. The bytes are not encrypted: a server with TLS
+// does not listen here (docs/local_socket.md, "Between hosts").
 
 // A TCP listener for frames, and the port it is bound to.
 struct TcpFrameListener {
