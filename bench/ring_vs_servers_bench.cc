@@ -23,9 +23,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "bench/host_bench.h"
+#include "common/progress_line.h"
 #include "common/subprocess.h"
 #include "tests/hosts/test_hosts.h"
 
@@ -69,17 +69,9 @@ struct Result {
   double sent_per_step = 0;  // Mean over the workers' hosts.
   double received_per_step = 0;
   double accuracy = -1;
-  // Rank 0's "time per step: compute 2.179 ms, communication ...".
+  // Rank 0's compute / communication ms per step.
   std::string split;
 };
-
-// The text after `prefix` in the process's output, once it has exited.
-std::optional<std::string> After(Subprocess& child, const std::string& prefix) {
-  absl::StatusOr<std::string> line =
-      child.WaitForOutputLine(prefix, absl::ZeroDuration());
-  if (!line.ok()) return std::nullopt;
-  return line->substr(line->rfind(prefix) + prefix.size());
-}
 
 std::optional<Result> RunJob(Layout layout, int num_workers,
                              int64_t bits_per_second) {
@@ -136,27 +128,24 @@ std::optional<Result> RunJob(Layout layout, int num_workers,
   }
 
   Result result;
-  // "trained 469 steps on 30016 examples in 7.1s, last loss 0.3"
-  const std::optional<std::string> trained = After(*workers[0], "trained ");
-  const std::optional<std::string> accuracy =
-      After(*workers[0], "final test accuracy: ");
-  if (!trained.has_value() || !accuracy.has_value()) return std::nullopt;
-  const std::vector<std::string> words = absl::StrSplit(*trained, ' ');
-  absl::Duration wall;
-  if (words.size() < 7 || !absl::SimpleAtoi(words[0], &result.steps) ||
-      !absl::ParseDuration(absl::StripSuffix(words[6], ","), &wall) ||
-      !absl::SimpleAtod(*accuracy, &result.accuracy) || result.steps == 0) {
-    std::fprintf(stderr, "cannot parse \"%s\"\n", trained->c_str());
+  const std::vector<std::string> lines = workers[0]->OutputLines();
+  const std::optional<TrainedSummary> trained =
+      LastProgressOf<TrainedSummary>(lines);
+  const std::optional<FinalAccuracy> accuracy =
+      LastProgressOf<FinalAccuracy>(lines);
+  if (!trained.has_value() || !accuracy.has_value() || trained->steps == 0) {
+    std::fprintf(stderr, "worker 0 reported no training summary: %s\n",
+                 workers[0]->LastLines(10).c_str());
     return std::nullopt;
   }
-  result.ms_per_step = absl::ToDoubleMilliseconds(wall) / result.steps;
-  if (std::optional<std::string> split =
-          After(*workers[0], "time per step: compute ");
+  result.steps = static_cast<uint64_t>(trained->steps);
+  result.accuracy = accuracy->accuracy;
+  result.ms_per_step = trained->seconds * 1e3 / trained->steps;
+  if (const std::optional<StepTimeSplit> split =
+          LastProgressOf<StepTimeSplit>(lines);
       split.has_value()) {
-    // "2.179 ms, communication 4.873 ms, slowdown 0.000 ms"
-    const std::vector<std::string> parts = absl::StrSplit(*split, ' ');
-    if (parts.size() >= 4)
-      result.split = absl::StrCat(parts[0], " / ", parts[3]);
+    result.split = absl::StrFormat("%.3f / %.3f", split->compute_ms,
+                                   split->communication_ms);
   }
   for (int rank = 0; rank < num_workers; ++rank) {
     absl::StatusOr<TestHosts::LinkBytes> bytes = hosts.Bytes(rank);

@@ -37,6 +37,17 @@ struct Formatter {
   std::string operator()(const FinalAccuracy& p) const {
     return absl::StrFormat("%s %.4f", kFinalMarker, p.accuracy);
   }
+  std::string operator()(const TrainedSummary& p) const {
+    return absl::StrFormat(
+        "trained %d steps on %d examples in %.3fs, last loss %.4f", p.steps,
+        p.examples, p.seconds, p.last_loss);
+  }
+  std::string operator()(const StepTimeSplit& p) const {
+    return absl::StrFormat(
+        "time per step: compute %.3f ms, communication %.3f ms, slowdown "
+        "%.3f ms",
+        p.compute_ms, p.communication_ms, p.slowdown_ms);
+  }
 };
 
 }  // namespace
@@ -81,6 +92,30 @@ std::optional<ProgressLine> ParseProgressLine(absl::string_view message) {
                   &eval.seconds) == 5) {
     if (eval.epoch < 1 || !Probability(eval.accuracy)) return std::nullopt;
     return eval;
+  }
+  TrainedSummary trained;
+  if (std::sscanf(text.c_str(),
+                  "trained %" SCNd64 " steps on %" SCNd64
+                  " examples in %lfs, last loss %lf",
+                  &trained.steps, &trained.examples, &trained.seconds,
+                  &trained.last_loss) == 4) {
+    if (trained.steps < 0 || trained.examples < 0 ||
+        !std::isfinite(trained.seconds) || trained.seconds < 0) {
+      return std::nullopt;
+    }
+    return trained;
+  }
+  StepTimeSplit split;
+  if (std::sscanf(text.c_str(),
+                  "time per step: compute %lf ms, communication %lf ms, "
+                  "slowdown %lf ms",
+                  &split.compute_ms, &split.communication_ms,
+                  &split.slowdown_ms) == 3) {
+    for (double ms :
+         {split.compute_ms, split.communication_ms, split.slowdown_ms}) {
+      if (!std::isfinite(ms) || ms < 0) return std::nullopt;
+    }
+    return split;
   }
   if (absl::StartsWith(message, kFinalMarker)) {
     std::optional<double> accuracy = FindFinalTestAccuracy(message);

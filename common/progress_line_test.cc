@@ -77,6 +77,38 @@ TEST(ProgressLineTest, FinalAccuracyRoundTripsAndIsFoundAnywhere) {
               Optional(0.75));
 }
 
+TEST(ProgressLineTest, TrainedSummaryRoundTripsToItsPrintedPrecision) {
+  const TrainedSummary trained{469, 30016, 7.10649, 0.30123};
+  EXPECT_EQ(FormatProgressLine(trained),
+            "trained 469 steps on 30016 examples in 7.106s, last loss 0.3012");
+  const TrainedSummary read = ParseAs<TrainedSummary>(trained);
+  EXPECT_EQ(read.steps, 469);
+  EXPECT_EQ(read.examples, 30016);
+  EXPECT_DOUBLE_EQ(read.seconds, 7.106);
+  EXPECT_DOUBLE_EQ(read.last_loss, 0.3012);
+}
+
+TEST(ProgressLineTest, LastProgressOfFindsTheLastLineOfItsType) {
+  const std::vector<std::string> lines = {
+      LogLine(0, FormatProgressLine(FinalAccuracy{0.25})), "a program's print",
+      LogLine(0, FormatProgressLine(FinalAccuracy{0.5})),
+      LogLine(0, FormatProgressLine(StepTimeSplit{1, 2, 3}))};
+  ASSERT_TRUE(LastProgressOf<FinalAccuracy>(lines).has_value());
+  EXPECT_DOUBLE_EQ(LastProgressOf<FinalAccuracy>(lines)->accuracy, 0.5);
+  EXPECT_FALSE(LastProgressOf<TrainedSummary>(lines).has_value());
+}
+
+TEST(ProgressLineTest, StepTimeSplitRoundTripsToItsPrintedPrecision) {
+  const StepTimeSplit split{2.1794, 4.8731, 0};
+  EXPECT_EQ(FormatProgressLine(split),
+            "time per step: compute 2.179 ms, communication 4.873 ms, "
+            "slowdown 0.000 ms");
+  const StepTimeSplit read = ParseAs<StepTimeSplit>(split);
+  EXPECT_DOUBLE_EQ(read.compute_ms, 2.179);
+  EXPECT_DOUBLE_EQ(read.communication_ms, 4.873);
+  EXPECT_DOUBLE_EQ(read.slowdown_ms, 0);
+}
+
 TEST(ProgressLineTest, RefusesImpossibleValues) {
   for (const char* message :
        {"epoch 3/2 step 1/2 loss 0.1 samples/s 1 eta 0:01",
@@ -86,7 +118,11 @@ TEST(ProgressLineTest, RefusesImpossibleValues) {
         "training 0 steps: 1 epochs of 0 steps, batch 64 per worker",
         "epoch 1/2 step 2 test accuracy 1.5 after 1.0s",
         "final test accuracy: -0.2", "final test accuracy: 0.5.1",
-        "final test accuracy: n/a"}) {
+        "final test accuracy: n/a",
+        "time per step: compute -1.000 ms, communication 1.000 ms, slowdown "
+        "0.000 ms",
+        "time per step: compute nan ms, communication 1.000 ms, slowdown "
+        "0.000 ms"}) {
     EXPECT_FALSE(ParseProgressLine(message).has_value()) << message;
   }
 }

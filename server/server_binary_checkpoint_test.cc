@@ -33,25 +33,25 @@ TEST(ServerBinaryTest, RefusesToResumeAFinishedRun) {
   pid_t pid = Spawn(flags, log);
   ChildGuard guard{pid};
   const int port = WaitForPortFile(port_file);
-  ASSERT_GT(port, 0) << ReadFile(log);
+  ASSERT_GT(port, 0) << ReadTestFile(log);
   {
     LifecycleClient client(port, /*num_servers=*/1, /*server_index=*/0);
     ASSERT_TRUE(client.Register(0).ok());
     ASSERT_TRUE(client.Done(0).ok());
   }
   // The run ends with a checkpoint in which every worker is done.
-  ASSERT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
+  ASSERT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadTestFile(log);
 
   std::vector<std::string> again = flags;
   again.push_back("--restore");
   pid_t restarted = Spawn(again, log);
   ChildGuard restarted_guard{restarted};
-  EXPECT_EQ(WaitForExit(restarted, absl::Seconds(30)), 2) << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find("is of a finished run"), std::string::npos)
-      << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find("pass --extend to train it further"),
+  EXPECT_EQ(WaitForExit(restarted, absl::Seconds(30)), 2) << ReadTestFile(log);
+  EXPECT_NE(ReadTestFile(log).find("is of a finished run"), std::string::npos)
+      << ReadTestFile(log);
+  EXPECT_NE(ReadTestFile(log).find("pass --extend to train it further"),
             std::string::npos)
-      << ReadFile(log);
+      << ReadTestFile(log);
 }
 
 TEST(ServerBinaryTest, ExtendsAFinishedRunUnderTheWorkersNewPlan) {
@@ -69,23 +69,23 @@ TEST(ServerBinaryTest, ExtendsAFinishedRunUnderTheWorkersNewPlan) {
   extend.insert(extend.end(), {"--restore", "--extend"});
   pid_t early = Spawn(extend, log);
   ChildGuard early_guard{early};
-  EXPECT_EQ(WaitForExit(early, absl::Seconds(30)), 2) << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find("so there is no run to extend"),
+  EXPECT_EQ(WaitForExit(early, absl::Seconds(30)), 2) << ReadTestFile(log);
+  EXPECT_NE(ReadTestFile(log).find("so there is no run to extend"),
             std::string::npos)
-      << ReadFile(log);
+      << ReadTestFile(log);
 
   // A run that plans 3 steps finishes.
   std::remove(port_file.c_str());
   pid_t pid = Spawn(flags, log);
   ChildGuard guard{pid};
   int port = WaitForPortFile(port_file);
-  ASSERT_GT(port, 0) << ReadFile(log);
+  ASSERT_GT(port, 0) << ReadTestFile(log);
   {
     LifecycleClient client(port, 1, 0);
     ASSERT_TRUE(client.Register(0, /*planned_steps=*/3).ok());
     ASSERT_TRUE(client.Done(0).ok());
   }
-  ASSERT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
+  ASSERT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadTestFile(log);
 
   // Extended: the server takes the finished run's checkpoint, waits for its
   // worker (it does not exit at once), and a new process of it plans 6.
@@ -93,24 +93,24 @@ TEST(ServerBinaryTest, ExtendsAFinishedRunUnderTheWorkersNewPlan) {
   pid_t extended = Spawn(extend, log);
   ChildGuard extended_guard{extended};
   port = WaitForPortFile(port_file);
-  ASSERT_GT(port, 0) << ReadFile(log);
+  ASSERT_GT(port, 0) << ReadTestFile(log);
   {
     LifecycleClient client(port, 1, 0);
     absl::StatusOr<proto::RegisterResponse> registered =
         client.Register(0, /*planned_steps=*/6, /*incarnation=*/7);
-    ASSERT_TRUE(registered.ok()) << registered.status() << ReadFile(log);
+    ASSERT_TRUE(registered.ok()) << registered.status() << ReadTestFile(log);
     EXPECT_FALSE(WaitForExit(extended, absl::ZeroDuration()).has_value());
   }
   ASSERT_EQ(kill(extended, SIGTERM), 0);
-  EXPECT_EQ(WaitForExit(extended, absl::Seconds(30)), 0) << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find("is of a finished run (version 0, 3 planned "
-                               "steps); its workers train on"),
+  EXPECT_EQ(WaitForExit(extended, absl::Seconds(30)), 0) << ReadTestFile(log);
+  EXPECT_NE(ReadTestFile(log).find("is of a finished run (version 0, 3 planned "
+                                   "steps); its workers train on"),
             std::string::npos)
-      << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find("worker 0 plans 6 steps where the restored "
-                               "run planned 3"),
+      << ReadTestFile(log);
+  EXPECT_NE(ReadTestFile(log).find("worker 0 plans 6 steps where the restored "
+                                   "run planned 3"),
             std::string::npos)
-      << ReadFile(log);
+      << ReadTestFile(log);
 
   // Its checkpoint now holds the new plan: a plain restore keeps it, and a
   // worker planning otherwise is refused naming --extend.
@@ -120,7 +120,7 @@ TEST(ServerBinaryTest, ExtendsAFinishedRunUnderTheWorkersNewPlan) {
   pid_t resumed = Spawn(restore, log);
   ChildGuard resumed_guard{resumed};
   port = WaitForPortFile(port_file);
-  ASSERT_GT(port, 0) << ReadFile(log);
+  ASSERT_GT(port, 0) << ReadTestFile(log);
   {
     LifecycleClient client(port, 1, 0);
     absl::StatusOr<proto::RegisterResponse> refused =
@@ -134,7 +134,7 @@ TEST(ServerBinaryTest, ExtendsAFinishedRunUnderTheWorkersNewPlan) {
     EXPECT_TRUE(client.Register(0, /*planned_steps=*/6, 8).ok());
   }
   ASSERT_EQ(kill(resumed, SIGTERM), 0);
-  EXPECT_EQ(WaitForExit(resumed, absl::Seconds(30)), 0) << ReadFile(log);
+  EXPECT_EQ(WaitForExit(resumed, absl::Seconds(30)), 0) << ReadTestFile(log);
 }
 
 TEST(ServerBinaryTest, CheckpointsOnSigtermAndRestoresFromIt) {
@@ -155,7 +155,7 @@ TEST(ServerBinaryTest, CheckpointsOnSigtermAndRestoresFromIt) {
     pid_t pid = start({});
     ChildGuard guard{pid};
     const int port = WaitForPortFile(port_file);
-    ASSERT_GT(port, 0) << ReadFile(log);
+    ASSERT_GT(port, 0) << ReadTestFile(log);
     ShardClient client(port);
     // Nothing to push to before rank 0 declares the model.
     EXPECT_EQ(client.Push(0).error_code(),
@@ -163,27 +163,27 @@ TEST(ServerBinaryTest, CheckpointsOnSigtermAndRestoresFromIt) {
     ASSERT_TRUE(client.Declare().ok());
     for (uint64_t step : {0, 1, 2}) ASSERT_TRUE(client.Push(step).ok());
     ASSERT_EQ(kill(pid, SIGTERM), 0);
-    EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
+    EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadTestFile(log);
   }
   const std::string checkpoint = absl::StrCat(dir, "/shard-0-3.ckpt");
-  ASSERT_TRUE(std::ifstream(checkpoint).good()) << ReadFile(log);
+  ASSERT_TRUE(std::ifstream(checkpoint).good()) << ReadTestFile(log);
   {
     // The directory now holds a run: starting afresh over it is refused.
     pid_t pid = start({});
     ChildGuard guard{pid};
     EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 2);
-    EXPECT_NE(ReadFile(log).find("pass --restore"), std::string::npos)
-        << ReadFile(log);
+    EXPECT_NE(ReadTestFile(log).find("pass --restore"), std::string::npos)
+        << ReadTestFile(log);
   }
   {
     pid_t pid = start({"--restore"});
     ChildGuard guard{pid};
     const int port = WaitForPortFile(port_file);
-    ASSERT_GT(port, 0) << ReadFile(log);
-    EXPECT_NE(ReadFile(log).find(absl::StrCat("restored ", checkpoint,
-                                              ": version 3, 4 tensors")),
+    ASSERT_GT(port, 0) << ReadTestFile(log);
+    EXPECT_NE(ReadTestFile(log).find(absl::StrCat("restored ", checkpoint,
+                                                  ": version 3, 4 tensors")),
               std::string::npos)
-        << ReadFile(log);
+        << ReadTestFile(log);
     // The restored shard holds the checkpoint's model: it needs no
     // declaration, and refuses another.
     ShardClient client(port);
@@ -204,7 +204,7 @@ TEST(ServerBinaryTest, CheckpointsOnSigtermAndRestoresFromIt) {
         << report;
     EXPECT_NE(client.Report().find("version 4\n"), std::string::npos);
     ASSERT_EQ(kill(pid, SIGTERM), 0);
-    EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
+    EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadTestFile(log);
   }
   // The restored shard's own checkpoint holds the declaration it was
   // restored with.
@@ -212,13 +212,13 @@ TEST(ServerBinaryTest, CheckpointsOnSigtermAndRestoresFromIt) {
   {
     pid_t pid = start({"--restore"});
     ChildGuard guard{pid};
-    ASSERT_GT(WaitForPortFile(port_file), 0) << ReadFile(log);
-    EXPECT_NE(ReadFile(log).find(
+    ASSERT_GT(WaitForPortFile(port_file), 0) << ReadTestFile(log);
+    EXPECT_NE(ReadTestFile(log).find(
                   absl::StrCat("restored ", newest, ": version 4, 4 tensors")),
               std::string::npos)
-        << ReadFile(log);
+        << ReadTestFile(log);
     ASSERT_EQ(kill(pid, SIGTERM), 0);
-    EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
+    EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadTestFile(log);
   }
   {
     // Its checkpoints corrupted: nothing to resume from, a clear error.
@@ -229,12 +229,12 @@ TEST(ServerBinaryTest, CheckpointsOnSigtermAndRestoresFromIt) {
     }
     pid_t pid = start({"--restore"});
     ChildGuard guard{pid};
-    EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 1) << ReadFile(log);
-    EXPECT_NE(ReadFile(log).find(absl::StrCat("no readable checkpoint of "
-                                              "shard 0 in ",
-                                              dir, ": ", newest)),
+    EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 1) << ReadTestFile(log);
+    EXPECT_NE(ReadTestFile(log).find(absl::StrCat("no readable checkpoint of "
+                                                  "shard 0 in ",
+                                                  dir, ": ", newest)),
               std::string::npos)
-        << ReadFile(log);
+        << ReadTestFile(log);
   }
 }
 

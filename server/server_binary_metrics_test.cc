@@ -35,12 +35,12 @@ TEST(ServerBinaryTest, ServesMetricsCountingPushesAndCheckpoints) {
       log);
   ChildGuard guard{pid};
   const int port = WaitForPortFile(port_file);
-  ASSERT_GT(port, 0) << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find(absl::StrCat("serving metrics on http://"
-                                            "127.0.0.1:",
-                                            *metrics_port, "/metrics")),
+  ASSERT_GT(port, 0) << ReadTestFile(log);
+  EXPECT_NE(ReadTestFile(log).find(absl::StrCat("serving metrics on http://"
+                                                "127.0.0.1:",
+                                                *metrics_port, "/metrics")),
             std::string::npos)
-      << ReadFile(log);
+      << ReadTestFile(log);
 
   ShardClient client(port);
   EXPECT_EQ(client.Push(0).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -75,7 +75,7 @@ TEST(ServerBinaryTest, ServesMetricsCountingPushesAndCheckpoints) {
   // Not restored: nothing replayed.
   EXPECT_EQ(text->find("ps_server_updates_replayed"), std::string::npos);
   ASSERT_EQ(kill(pid, SIGTERM), 0);
-  EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
+  EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadTestFile(log);
   // --report_file: the final report, written at the exit.
   absl::StatusOr<ShardReport> final_report = ReadShardReport(report);
   ASSERT_TRUE(final_report.ok()) << final_report.status();
@@ -93,12 +93,12 @@ TEST(ServerBinaryTest, RefusesAMetricsPortInUse) {
   pid_t pid = Spawn(
       {"--server_index=0", absl::StrCat("--metrics_port=", held->port())}, log);
   ChildGuard guard{pid};
-  EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 1) << ReadFile(log);
+  EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 1) << ReadTestFile(log);
   EXPECT_NE(
-      ReadFile(log).find(absl::StrCat(
+      ReadTestFile(log).find(absl::StrCat(
           "--metrics_port: cannot serve metrics on 127.0.0.1:", held->port())),
       std::string::npos)
-      << ReadFile(log);
+      << ReadTestFile(log);
 }
 
 }  // namespace

@@ -55,7 +55,8 @@ TEST(ServerBinaryTest, ExitsWithTwoNamingTheBadFlag) {
     pid_t pid = Spawn(flags, log);
     ChildGuard guard{pid};
     EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 2) << name;
-    EXPECT_NE(ReadFile(log).find(name), std::string::npos) << ReadFile(log);
+    EXPECT_NE(ReadTestFile(log).find(name), std::string::npos)
+        << ReadTestFile(log);
   }
 }
 
@@ -64,7 +65,7 @@ TEST(ServerBinaryTest, HelpListsTheServersFlags) {
   pid_t pid = Spawn({"--help"}, log, /*and_stdout=*/true);
   ChildGuard guard{pid};
   ASSERT_TRUE(WaitForExit(pid, absl::Seconds(30)).has_value());
-  const std::string help = ReadFile(log);
+  const std::string help = ReadTestFile(log);
   EXPECT_NE(help.find("Exit codes: 0 every worker is done"), std::string::npos)
       << help;
   for (const char* flag : {"--server_index", "--mode", "--checkpoint_dir",
@@ -84,16 +85,19 @@ TEST(ServerBinaryTest, WritesThePortFileAndExitsCleanlyOnSigterm) {
                     log);
   ChildGuard guard{pid};
   const int port = WaitForPortFile(port_file);
-  ASSERT_GT(port, 0) << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find(absl::StrCat("port ", port)), std::string::npos)
-      << ReadFile(log);
-  ASSERT_EQ(kill(pid, SIGTERM), 0);
-  EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find("shutting down: signal 15"), std::string::npos)
-      << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find("final report:\nserver 0: no model declared"),
+  ASSERT_GT(port, 0) << ReadTestFile(log);
+  EXPECT_NE(ReadTestFile(log).find(absl::StrCat("port ", port)),
             std::string::npos)
-      << ReadFile(log);
+      << ReadTestFile(log);
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadTestFile(log);
+  EXPECT_NE(ReadTestFile(log).find("shutting down: signal 15"),
+            std::string::npos)
+      << ReadTestFile(log);
+  EXPECT_NE(
+      ReadTestFile(log).find("final report:\nserver 0: no model declared"),
+      std::string::npos)
+      << ReadTestFile(log);
 }
 
 TEST(ServerBinaryTest, RefusesAPortAnotherServerHolds) {
@@ -105,20 +109,21 @@ TEST(ServerBinaryTest, RefusesAPortAnotherServerHolds) {
                       log);
   ChildGuard first_guard{first};
   const int port = WaitForPortFile(port_file);
-  ASSERT_GT(port, 0) << ReadFile(log);
+  ASSERT_GT(port, 0) << ReadTestFile(log);
   // Another job's server started on the same port must not share it.
   const std::string second_log = TempPath("second.log");
   pid_t second = Spawn(
       {"--server_index=0", "--num_servers=1", absl::StrCat("--port=", port)},
       second_log);
   ChildGuard second_guard{second};
-  EXPECT_EQ(WaitForExit(second, absl::Seconds(30)), 1) << ReadFile(second_log);
-  EXPECT_NE(ReadFile(second_log)
+  EXPECT_EQ(WaitForExit(second, absl::Seconds(30)), 1)
+      << ReadTestFile(second_log);
+  EXPECT_NE(ReadTestFile(second_log)
                 .find(absl::StrCat("cannot listen on 127.0.0.1:", port)),
             std::string::npos)
-      << ReadFile(second_log);
+      << ReadTestFile(second_log);
   ASSERT_EQ(kill(first, SIGTERM), 0);
-  EXPECT_EQ(WaitForExit(first, absl::Seconds(30)), 0) << ReadFile(log);
+  EXPECT_EQ(WaitForExit(first, absl::Seconds(30)), 0) << ReadTestFile(log);
 }
 
 TEST(ServerBinaryTest, ExitsOnceEveryWorkerIsDone) {
@@ -130,7 +135,7 @@ TEST(ServerBinaryTest, ExitsOnceEveryWorkerIsDone) {
                     log);
   ChildGuard guard{pid};
   const int port = WaitForPortFile(port_file);
-  ASSERT_GT(port, 0) << ReadFile(log);
+  ASSERT_GT(port, 0) << ReadTestFile(log);
 
   {
     LifecycleClient client(port, /*num_servers=*/2, /*server_index=*/1);
@@ -146,8 +151,8 @@ TEST(ServerBinaryTest, ExitsOnceEveryWorkerIsDone) {
       ASSERT_TRUE(client.Done(rank).ok());
     }
   }
-  EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find("every worker is done"), std::string::npos);
+  EXPECT_EQ(WaitForExit(pid, absl::Seconds(30)), 0) << ReadTestFile(log);
+  EXPECT_NE(ReadTestFile(log).find("every worker is done"), std::string::npos);
 }
 
 TEST(ServerBinaryTest, FailPolicyExitsWithOneNamingTheDeadWorker) {
@@ -160,7 +165,7 @@ TEST(ServerBinaryTest, FailPolicyExitsWithOneNamingTheDeadWorker) {
       log);
   ChildGuard guard{pid};
   const int port = WaitForPortFile(port_file);
-  ASSERT_GT(port, 0) << ReadFile(log);
+  ASSERT_GT(port, 0) << ReadTestFile(log);
   // Rank 0 declares the model and heartbeats, as a live worker does; rank 1
   // never comes, and dies when its first lease ends (rank 0's requests show
   // that the shard hears the network).
@@ -172,11 +177,11 @@ TEST(ServerBinaryTest, FailPolicyExitsWithOneNamingTheDeadWorker) {
     client.Heartbeat(0);  // Refused once the job failed.
     exit_code = WaitForExit(pid, absl::Milliseconds(50));
   }
-  EXPECT_EQ(exit_code, 1) << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find("worker 1 is dead (no heartbeat for 300ms); "
-                               "--on_worker_failure=fail stops the job"),
+  EXPECT_EQ(exit_code, 1) << ReadTestFile(log);
+  EXPECT_NE(ReadTestFile(log).find("worker 1 is dead (no heartbeat for 300ms); "
+                                   "--on_worker_failure=fail stops the job"),
             std::string::npos)
-      << ReadFile(log);
+      << ReadTestFile(log);
 }
 
 TEST(ServerBinaryTest, AShardThatHearsFromNoWorkerDeclaresNoneDead) {
@@ -189,12 +194,13 @@ TEST(ServerBinaryTest, AShardThatHearsFromNoWorkerDeclaresNoneDead) {
       log);
   ChildGuard guard{pid};
   const int port = WaitForPortFile(port_file);
-  ASSERT_GT(port, 0) << ReadFile(log);
+  ASSERT_GT(port, 0) << ReadTestFile(log);
   // Rank 0 declares the model and says nothing more; rank 1 never comes:
   // the shard may be the one cut off, and fails no one.
   LifecycleClient client(port, 1, 0);
   ASSERT_TRUE(client.Register(0).ok());
-  EXPECT_EQ(WaitForExit(pid, absl::Seconds(3)), std::nullopt) << ReadFile(log);
+  EXPECT_EQ(WaitForExit(pid, absl::Seconds(3)), std::nullopt)
+      << ReadTestFile(log);
   // Heard from again, it finds rank 1 dead on rank 0's word.
   std::optional<int> exit_code;
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
@@ -202,8 +208,8 @@ TEST(ServerBinaryTest, AShardThatHearsFromNoWorkerDeclaresNoneDead) {
     client.Heartbeat(0);
     exit_code = WaitForExit(pid, absl::Milliseconds(50));
   }
-  EXPECT_EQ(exit_code, 1) << ReadFile(log);
-  const std::string text = ReadFile(log);
+  EXPECT_EQ(exit_code, 1) << ReadTestFile(log);
+  const std::string text = ReadTestFile(log);
   EXPECT_NE(text.find("workers 0, 1 silent past --worker_timeout=300ms, but "
                       "not declared dead"),
             std::string::npos)

@@ -13,10 +13,8 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,6 +27,7 @@
 #include "common/declaration_proto.h"
 #include "common/model_spec.h"
 #include "common/partition.h"
+#include "common/temp_dir_testing.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/parameter_server.grpc.pb.h"
@@ -37,9 +36,10 @@ extern char** environ;
 
 namespace ps::server::testing {
 
+using ::ps::testing::ReadTestFile;
+
 inline std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+  return absl::StrCat(::ps::testing::TestTmpDir(), "/", name);
 }
 
 // A path inside a new directory of its own, not yet there: reruns outside
@@ -48,13 +48,6 @@ inline std::string FreshTempPath(const std::string& name) {
   std::string dir = TempPath("server_binary_test.XXXXXX");
   EXPECT_NE(mkdtemp(dir.data()), nullptr) << dir;
   return absl::StrCat(dir, "/", name);
-}
-
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // The child's stderr (and, with `and_stdout`, its stdout) goes to
@@ -107,7 +100,8 @@ inline int WaitForPortFile(const std::string& path) {
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (absl::Now() < deadline) {
     int port = 0;
-    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(path)), &port)) {
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadTestFile(path)),
+                         &port)) {
       return port;
     }
     absl::SleepFor(absl::Milliseconds(20));

@@ -16,15 +16,15 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/progress_line.h"
 #include "tests/cluster_runner.h"
 #include "tests/process_cluster.h"
 
@@ -53,21 +53,6 @@ LaunchConfig Job(const std::string& mode) {
   return config;
 }
 
-// The number after `marker` on worker 0's last line that has it.
-std::optional<double> LastNumber(const std::vector<std::string>& lines,
-                                 absl::string_view marker) {
-  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
-    const size_t at = it->find(std::string(marker));
-    if (at == std::string::npos) continue;
-    double value = 0;
-    std::string rest = it->substr(at + marker.size());
-    rest = rest.substr(0, rest.find(' ', 1));
-    // Durations end in a unit: "29.9s".
-    if (absl::SimpleAtod(absl::StripSuffix(rest, "s"), &value)) return value;
-  }
-  return std::nullopt;
-}
-
 struct RunResult {
   bool ok = false;
   double accuracy = -1;
@@ -89,8 +74,9 @@ RunResult Finish(ProcessCluster& cluster, absl::Time start) {
   }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   result.worker0_lines = cluster.WorkerLines(0);
-  result.accuracy =
-      LastNumber(result.worker0_lines, "final test accuracy: ").value_or(-1);
+  const std::optional<FinalAccuracy> final_accuracy =
+      LastProgressOf<FinalAccuracy>(result.worker0_lines);
+  result.accuracy = final_accuracy.has_value() ? final_accuracy->accuracy : -1;
   return result;
 }
 
@@ -130,16 +116,16 @@ RunResult FaultRun(const std::string& mode, Fault fault) {
   return Finish(cluster, start);
 }
 
-// Seconds from the start of training to the first evaluation at or above
-// `target`, from lines "... test accuracy 0.8512 after 12.3s".
+// Seconds from the start of training to worker 0's first evaluation at or
+// above `target`.
 std::optional<double> TimeToAccuracy(const std::vector<std::string>& lines,
                                      double target) {
   for (const std::string& line : lines) {
-    std::optional<double> accuracy = LastNumber({line}, "test accuracy ");
-    std::optional<double> seconds = LastNumber({line}, " after ");
-    if (accuracy.has_value() && seconds.has_value() && *accuracy >= target) {
-      return seconds;
-    }
+    const std::optional<ProgressLine> progress =
+        ParseProgressLine(InfoMessageOf(line));
+    if (!progress.has_value()) continue;
+    const auto* eval = std::get_if<EvalProgress>(&*progress);
+    if (eval != nullptr && eval->accuracy >= target) return eval->seconds;
   }
   return std::nullopt;
 }

@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "client/parameter_client.h"
 #include "common/model_spec.h"
+#include "common/progress_line.h"
 #include "common/subprocess.h"
 #include "deploy/local/generated_auth.h"
 #include "gmock/gmock.h"
@@ -69,11 +70,9 @@ TEST(TlsJobTest, MutualTlsJobTrainsThroughTheLauncher) {
   // It trained: well above chance (0.1) after 40 steps.
   const std::string accuracy =
       LineWith(launch.lines, "[launch] final test accuracy: ");
-  double value = 0;
-  ASSERT_TRUE(absl::SimpleAtod(
-      absl::StripPrefix(accuracy, "[launch] final test accuracy: "), &value))
-      << accuracy;
-  EXPECT_GT(value, 0.3);
+  const std::optional<double> value = FindFinalTestAccuracy(accuracy);
+  ASSERT_TRUE(value.has_value()) << accuracy;
+  EXPECT_GT(*value, 0.3);
   // The run's keys are gone with it.
   const std::string made =
       LineWith(launch.lines, "certificates and token are in ");

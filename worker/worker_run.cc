@@ -429,20 +429,20 @@ int WorkerRun::Train() {
     absl::Status done = client_->Finish();
     if (!done.ok()) return Fail(done, ServerCallExitCode(done));
   }
-  spdlog::info("trained {} steps on {} examples in {}, last loss {:.4f}",
-               summary->steps, summary->examples,
-               absl::FormatDuration(summary->wall_time), summary->final_loss);
+  spdlog::info("{}", FormatProgressLine(TrainedSummary{
+                         static_cast<int64_t>(summary->steps),
+                         static_cast<int64_t>(summary->examples),
+                         absl::ToDoubleSeconds(summary->wall_time),
+                         summary->final_loss}));
   if (summary->steps > 0) {
     // Where a step's time went; in sync mode communication includes the
     // wait for the other workers (the servers' reports give it).
     const StepTiming& t = summary->step_time;
     const double steps = static_cast<double>(summary->steps);
-    spdlog::info(
-        "time per step: compute {:.3f} ms, communication {:.3f} ms, "
-        "slowdown {:.3f} ms",
-        absl::ToDoubleMilliseconds(t.compute) / steps,
-        absl::ToDoubleMilliseconds(t.communication) / steps,
-        absl::ToDoubleMilliseconds(t.waiting) / steps);
+    spdlog::info("{}", FormatProgressLine(StepTimeSplit{
+                           absl::ToDoubleMilliseconds(t.compute) / steps,
+                           absl::ToDoubleMilliseconds(t.communication) / steps,
+                           absl::ToDoubleMilliseconds(t.waiting) / steps}));
   }
   if (rank_ == 0) {
     // The launcher reads this line.

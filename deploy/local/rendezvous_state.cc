@@ -64,6 +64,13 @@ absl::Status RendezvousState::FailureStatus() const {
              : absl::FailedPreconditionError(failure_);
 }
 
+bool RendezvousState::AllJoined() const {
+  for (const Host& host : hosts_) {
+    if (!host.joined) return false;
+  }
+  return true;
+}
+
 void RendezvousState::Sweep(absl::Time now) {
   for (size_t i = 0; i < hosts_.size(); ++i) {
     Host& host = hosts_[i];
@@ -113,7 +120,10 @@ absl::StatusOr<JoinProgress> RendezvousState::Join(const HostJoin& join,
                       ": every host must be given the same job flags"),
          /*bad_configuration=*/true);
   }
-  if (!failure_.empty()) return FailureStatus();
+  if (!failure_.empty() &&
+      !(host.joined && host.address == join.address && AllJoined())) {
+    return FailureStatus();
+  }
   host.joined = true;
   host.address = join.address;
   host.last_seen = now;

@@ -46,6 +46,10 @@ class RendezvousState {
   // The plan once every host has joined, else who is awaited. A host whose
   // settings differ from host 0's fails the job, naming the host and the
   // first flag that differs, as does a second host claiming a taken index.
+  // Once the job has failed, Join returns the failure, except to a host
+  // that had joined when every host had: it still gets the plan, so that it
+  // goes on to report its own outcome (which host 0 waits for) rather than
+  // leave without one.
   absl::StatusOr<JoinProgress> Join(const HostJoin& join, absl::Time now);
   // Host `host`'s servers, in shard order (as many as its share); every
   // shard's once every host has told its own.
@@ -75,6 +79,7 @@ class RendezvousState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The failure as an error for calls that cannot go on.
   absl::Status FailureStatus() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool AllJoined() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::string Name(int host) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const RendezvousOptions options_;

@@ -53,6 +53,32 @@ TEST(RendezvousStateTest, PlanOnceEveryHostJoinedWithAddresses) {
   EXPECT_EQ(again->plan->hosts[1].first_server, 1);
 }
 
+TEST(RendezvousStateTest, AHostPollingForThePlanGetsItAfterAnotherFailed) {
+  RendezvousState state(TwoHosts(), kStart);
+  ASSERT_TRUE(state.Join(Join(0), kStart).ok());
+  ASSERT_TRUE(state.Join(Join(1), kStart).ok());
+  // Host 1 had its plan and refused to go on before host 0 asked again.
+  HostReport refused;
+  refused.host_index = 1;
+  refused.exit_code = 2;
+  refused.failure = "this host's run directory holds another's shards";
+  refused.bad_configuration = true;
+  ASSERT_TRUE(state.Report(refused, kStart).ok());
+  // Host 0 still gets the plan, to go on and report its own outcome.
+  absl::StatusOr<JoinProgress> again = state.Join(Join(0), kStart);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->plan.has_value());
+  // A host that never joined learns the failure instead.
+  RendezvousState other(TwoHosts(), kStart);
+  ASSERT_TRUE(other.Join(Join(0), kStart).ok());
+  HostReport failed;
+  failed.exit_code = 1;
+  failed.failure = "failed";
+  ASSERT_TRUE(other.Report(failed, kStart).ok());
+  EXPECT_EQ(other.Join(Join(1), kStart).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(RendezvousStateTest, AMismatchingFlagFailsEveryHostNamingHostAndFlag) {
   RendezvousState state(TwoHosts(), kStart);
   ASSERT_TRUE(state.Join(Join(0), kStart).ok());

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "deploy/local/allreduce_mode.h"
 #include "deploy/local/curves.h"
 #include "deploy/local/summary.h"
 
@@ -30,8 +31,10 @@ std::vector<std::string> NextSteps(const ClusterResult& result,
         "this run kept no checkpoints (--nocheckpoints), so its training is "
         "lost; runs checkpoint by default and go on with --resume=DIR"};
   }
-  return {absl::StrCat("go on from the servers' last checkpoints: --resume=",
-                       shown_dir)};
+  // In allreduce mode the workers' ring checkpoints, there are no servers.
+  return {absl::StrCat("go on from the ",
+                       IsAllreduce(config) ? "ring's" : "servers'",
+                       " last checkpoints: --resume=", shown_dir)};
 }
 
 std::string OutcomeLine(const ClusterResult& result) {

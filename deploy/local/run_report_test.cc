@@ -23,13 +23,15 @@ using ::testing::Not;
 
 // The lines FinishRun prints that start with "next: ".
 std::vector<std::string> NextLines(const ClusterResult& result,
-                                   const std::string& name) {
+                                   const std::string& name,
+                                   const std::string& mode = "sync") {
   const std::string dir = ::ps::testing::UnusedTestPath(name);
   absl::StatusOr<std::unique_ptr<RunDirectory>> run = RunDirectory::Create(dir);
   EXPECT_TRUE(run.ok()) << run.status();
   if (!run.ok()) return {};
   LaunchConfig config;
   config.checkpoint_dir = dir + "/checkpoints";
+  config.mode = mode;
   RunRecord record;
   std::vector<std::string> next;
   for (const std::string& line :
@@ -49,6 +51,15 @@ TEST(RunReportTest, AFailedRunCanBeResumed) {
   ClusterResult result;
   result.status = absl::AbortedError("worker 1 exited with code 3");
   EXPECT_THAT(NextLines(result, "failed"), Contains(HasSubstr("--resume=")));
+}
+
+TEST(RunReportTest, AFailedRunSaysWhoseCheckpointsItGoesOnFrom) {
+  ClusterResult result;
+  result.status = absl::AbortedError("worker 1 exited with code 3");
+  EXPECT_THAT(NextLines(result, "servers"),
+              Contains(HasSubstr("the servers' last checkpoints")));
+  EXPECT_THAT(NextLines(result, "ring", "allreduce"),
+              Contains(HasSubstr("the ring's last checkpoints")));
 }
 
 TEST(RunReportTest, BadConfigurationIsNotToBeResumed) {

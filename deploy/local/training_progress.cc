@@ -62,7 +62,10 @@ TrainingProgress::LineKind TrainingProgress::Feed(int rank,
     latest_.last_eval_at_epoch_end = p->step == latest_.steps_per_epoch;
     return LineKind::kTestAccuracy;
   }
-  const double accuracy = std::get<FinalAccuracy>(*parsed).accuracy;
+  const auto* final_accuracy = std::get_if<FinalAccuracy>(&*parsed);
+  // The end-of-training summaries are for people and benchmarks.
+  if (final_accuracy == nullptr) return LineKind::kOther;
+  const double accuracy = final_accuracy->accuracy;
   absl::MutexLock lock(&mu_);
   if (max_epoch_ > 0) epochs_[max_epoch_].test_accuracy = accuracy;
   latest_.last_test_accuracy = accuracy;

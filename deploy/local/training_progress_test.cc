@@ -27,6 +27,16 @@ TEST(TrainingProgressTest, ReadsOurWorkersLinesOnly) {
                           "12:00:01.000 [worker 1] info: epoch 1/2 step "
                           "200 test accuracy 0.5000 after 1.0s"),
             Kind::kOther);
+  // Rank 0's end-of-training summaries are not progress.
+  EXPECT_EQ(progress.Feed(0,
+                          "12:00:02.000 [worker 0] info: trained 200 steps on "
+                          "12800 examples in 3.000s, last loss 0.5000"),
+            Kind::kOther);
+  EXPECT_EQ(progress.Feed(0,
+                          "12:00:02.000 [worker 0] info: time per step: "
+                          "compute 1.000 ms, communication 2.000 ms, "
+                          "slowdown 0.000 ms"),
+            Kind::kOther);
   const ProgressSnapshot s = progress.Snapshot();
   EXPECT_TRUE(s.started);
   EXPECT_EQ(s.epoch, 1);

@@ -267,14 +267,11 @@ TEST_F(MultiHostLaunchTest, AStoppedJobIsResumedOnEveryHostFromItsShards) {
   }
 }
 
-// Disabled: it found a bug it cannot pass until it is fixed. When the host
-// that serves the rendezvous refuses its shards before the other host has
-// joined, it exits and takes the rendezvous with it; the other host then
-// waits out --rendezvous_timeout (5 min) and blames the wrong host (exit 1),
-// instead of hearing the refusal. The order the hosts reach the check is
-// up to the scheduler, so the test passed in some runs and failed in others.
-TEST_F(MultiHostLaunchTest,
-       DISABLED_AResumeThatMovesTheShardsIsRefusedNamingThem) {
+// Both hosts refuse, each naming its own moved shards, and neither waits
+// for the other: the first refusal reaches the other host through the
+// rendezvous, whichever host gets there first (the host serving the
+// rendezvous stays until every host has reported).
+TEST_F(MultiHostLaunchTest, AResumeThatMovesTheShardsIsRefusedNamingThem) {
   absl::StatusOr<std::unique_ptr<TestHosts>> made = TestHosts::Create(2, kGbit);
   ASSERT_TRUE(made.ok()) << made.status();
   const TestHosts& hosts = **made;

@@ -199,7 +199,10 @@ func checkCluster(m *manifests, p *problems) {
 		wAt := where("Job", wjob.Name)
 		worker := findContainer(&wjob.Spec.Template.Spec, "worker")
 		wEnv := containerEnv(podContext{at: wAt, m: m}, worker, field.NewPath(""), quiet)
+		checkWorkerProgramLabel(wjob, worker, p)
 		if !runsOurWorker(worker) {
+			checkProgramArgs(wAt, worker, p)
+			checkProgramImage(wAt, worker, p)
 			own, n := checkProgramWorker(wjob, worker, wEnv, set, port, portOK, sf, m.workerVariables, p)
 			for _, r := range own {
 				if other, dup := ranks[r]; dup {
@@ -371,44 +374,6 @@ func checkServerFlags(set serverSet, c *corev1.Container, f *flags, m *manifests
 }
 
 const minProbeTimeoutSeconds = 3
-
-// checkWorkerAuth: a worker must meet what the servers' authentication
-// asks (TLS, a client certificate, the job token), or it cannot connect or
-// every call is refused; its files must be mounted.
-func checkWorkerAuth(sAt string, sf *flags, wAt string, c *corev1.Container, wf *flags, p *problems) {
-	for _, flag := range []string{"tls_ca", "tls_cert", "tls_key", "token_file"} {
-		checkMountedFile(wAt, c, wf, flag, p)
-	}
-	switch {
-	case sf.has("tls_cert") && !wf.has("tls_ca"):
-		p.add(wAt, "the servers (%s) speak TLS (--tls_cert) but the worker has no --tls_ca: it could not connect", sAt)
-	case !sf.has("tls_cert") && wf.has("tls_ca"):
-		p.add(wAt, "flag --tls_ca but the servers (%s) have no --tls_cert: they speak plaintext and the TLS handshake fails", sAt)
-	}
-	if sf.has("tls_client_ca") && !(wf.has("tls_cert") && wf.has("tls_key")) {
-		p.add(wAt, "the servers (%s) require client certificates (--tls_client_ca) but the worker lacks --tls_cert and --tls_key: it could not connect", sAt)
-	}
-	if sf.has("token_file") && !wf.has("token_file") {
-		p.add(wAt, "the servers (%s) require the job token (--token_file) but the worker has no --token_file: every call would be refused", sAt)
-	}
-}
-
-// checkMountedFile: a flag naming a file the container reads (a
-// certificate, a key, a token) must point into one of its volume mounts:
-// nothing else puts such a file into the image.
-func checkMountedFile(at string, c *corev1.Container, f *flags, flag string, p *problems) {
-	file, ok := f.known(flag)
-	if !ok {
-		return
-	}
-	if !strings.HasPrefix(file, "/") {
-		p.add(at, "flag --%s=%s: must be an absolute path", flag, file)
-		return
-	}
-	if mountFor(c, file) == nil {
-		p.add(at, "flag --%s=%s is on no volume mount of container %q: mount the Secret that holds it", flag, file, c.Name)
-	}
-}
 
 func hasContainerPort(c *corev1.Container, port int) bool {
 	for _, cp := range c.Ports {

@@ -17,7 +17,11 @@
 // Service, probes and flags; workers meet the servers' TLS, client-certificate
 // and token flags, whose files are mounted, and probes of a TLS server go to
 // its plaintext --health_port; a worker that runs the user's program gets
-// the variables the launcher sets (read from common/worker_environment.cc).
+// the variables the launcher sets (read from common/worker_environment.cc),
+// authentication as variables rather than ps_worker's flags, and on a GPU
+// not one of our images without CUDA PyTorch; each worker Job's label
+// parameter-server/worker-program, by which the components auth and gpu
+// choose their patches, names the program it runs.
 // With -runs, the files are runs meant for one namespace: they must share no
 // object, claim, pod name or label value, and no Service of one may select
 // another's pods.
