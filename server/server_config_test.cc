@@ -52,7 +52,7 @@ TEST(ServerConfigTest, TheDefaultsWithAShardIndexMakeAConfiguration) {
   EXPECT_EQ(c->restore, RestoreMode::kNone);
   EXPECT_TRUE(c->refuse_non_finite);
   EXPECT_TRUE(c->local_transport);
-  EXPECT_EQ(c->tcp_data_port, 0);
+  EXPECT_EQ(c->tcp_data_port, -1);
   EXPECT_TRUE(c->cpus.empty());
   EXPECT_FALSE(c->auth.tls());
   EXPECT_EQ(c->health_port, -1);

@@ -153,7 +153,8 @@ ABSL_FLAG(int, tcp_data_port, Default().tcp_data_port,
           "and pushes of workers on other hosts as the same frames over TCP "
           "at this port of --host (0: a free one, announced to registered "
           "workers), admitted with the secret the gRPC port hands out; not "
-          "encrypted. -1: none (workers elsewhere use gRPC).");
+          "encrypted. -1 (the default): none, workers elsewhere use gRPC "
+          "(bench/README.md, \"Frames over TCP\", says why).");
 ABSL_FLAG(std::string, job_id, Default().job_id,
           "The job this server belongs to: requests of another job are "
           "refused, so two jobs whose addresses overlap cannot mix their "

@@ -19,8 +19,8 @@ namespace ps::server {
 // collectives', server/collective_service.h), served over gRPC
 // (TCP, authenticated as the flags say) and, with --local_transport, to
 // workers on this host over the same-host transport (a Unix socket whose
-// name and secret the gRPC port hands to registered workers) and, without
-// TLS and unless --tcp_data_port=-1, to workers on other hosts as the same
+// name and secret the gRPC port hands to registered workers) and, with
+// --tcp_data_port and without TLS, to workers on other hosts as the same
 // frames over TCP (admitted with that secret).
 //
 // Thread-compatible: one thread (main) starts and stops it. Destroying it
@@ -50,7 +50,7 @@ class ServerTransports {
   // Whether workers on this host are served over the Unix socket.
   bool serves_local() const { return local_ != nullptr; }
   // The TCP port serving the same frames to workers on other hosts; 0:
-  // none (TLS, --tcp_data_port=-1, or the port could not be taken).
+  // none (--tcp_data_port=-1, TLS, or the port could not be taken).
   int tcp_port() const { return local_ != nullptr ? local_->tcp_port() : 0; }
 
   // Stops gRPC now (health checks answer NOT_SERVING, calls in progress are

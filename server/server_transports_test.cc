@@ -92,8 +92,8 @@ TEST_F(ServerTransportsTest, ServesFramesOverTcpAtTheGivenPort) {
   EXPECT_TRUE(ConnectTcpFrames("127.0.0.1", free_port, absl::Seconds(30)).ok());
 }
 
-TEST_F(ServerTransportsTest, NoFramesOverTcpWhenToldOrWithTls) {
-  config_.tcp_data_port = -1;
+TEST_F(ServerTransportsTest, NoFramesOverTcpByDefaultOrWithTls) {
+  EXPECT_EQ(config_.tcp_data_port, -1);
   {
     ServerTransports transports(config_, &host_, nullptr);
     EXPECT_TRUE(transports.serves_local());
