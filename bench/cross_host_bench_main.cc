@@ -52,6 +52,10 @@ ABSL_FLAG(bool, keep_freed_memory, true,
 ABSL_FLAG(std::string, compression, "none",
           "Comma-separated wire compressions, each measured in every row's "
           "run: none, bf16, fp16, topk (--topk_ratio of the gradient).");
+ABSL_FLAG(std::string, transports, "grpc,tcp",
+          "Comma-separated routes, each measured in every row's run: grpc, "
+          "or tcp (the same-host transport's frames over TCP, the shards' "
+          "--tcp_data_port).");
 ABSL_FLAG(double, topk_ratio, 0.01, "The fraction of a top-k push sent.");
 ABSL_FLAG(std::string, server_binary, "",
           "Path of //server:server; empty: found in this binary's runfiles.");
@@ -223,7 +227,14 @@ int Main(const char* argv0) {
   }
   options.chunk_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_chunk_kb))
                         << 10;
-  options.local_transport = false;  // Across hosts there is only gRPC.
+  std::vector<std::string> transports =
+      absl::StrSplit(absl::GetFlag(FLAGS_transports), ',');
+  for (const std::string& via : transports) {
+    if (via != "grpc" && via != "tcp") {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--transports: not grpc or tcp: '", via, "'")));
+    }
+  }
   char dir_template[] = "/tmp/cross_host_bench.XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
     return Fail(absl::UnavailableError("mkdtemp"));
@@ -265,9 +276,9 @@ int Main(const char* argv0) {
       max_servers, FormatCpuList(cpus.worker).c_str(),
       FormatCpuList(cpus.servers).c_str(), runs);
   std::printf(
-      "%-5s %-9s %-7s %-3s %9s %9s %9s %9s %9s %8s %8s %8s %7s %7s %6s %6s "
-      "%6s\n",
-      "wire", "link", "size", "sh", "ours_us", "ours_GB/s", "iperf3",
+      "%-5s %-4s %-9s %-7s %-3s %9s %9s %9s %9s %9s %8s %8s %8s %7s %7s %6s "
+      "%6s %6s\n",
+      "wire", "via", "link", "size", "sh", "ours_us", "ours_GB/s", "iperf3",
       "TCP_GB/s", "TCPrr_us", "ours/ip3", "ours/TCP", "ours/rr", "cpu",
       "TCPcpu", "push", "pull", "load");
   for (int64_t mbit : rates) {
@@ -281,42 +292,46 @@ int Main(const char* argv0) {
     for (uint64_t size : *sizes) {
       for (int n : *servers) {
         for (const auto& [wire, compression] : compressions) {
-          options.compression = compression;
-          options.size_bytes = size;
-          options.num_servers = n;
-          std::vector<double> us, gbps, iperf, tcp, rr, vs_iperf, vs_tcp, vs_rr,
-              cpu, tcp_cpu, push, pull;
-          for (int r = 0; r < runs; ++r) {
-            absl::StatusOr<Figures> f =
-                MeasureOnce(**hosts, peer_netns, cpus, measure, options);
-            if (!f.ok()) return Fail(f.status());
-            absl::StatusOr<double> stream =
-                Iperf3Gbps(**hosts, max_servers, iperf3_seconds);
-            if (!stream.ok()) return Fail(stream.status());
-            us.push_back(f->ours_round_us);
-            gbps.push_back(f->ours_gbps);
-            iperf.push_back(*stream);
-            tcp.push_back(f->tcp_gbps);
-            rr.push_back(f->rr_round_us);
-            vs_iperf.push_back(f->ours_gbps / *stream);
-            vs_tcp.push_back(f->ours_gbps / f->tcp_gbps);
-            vs_rr.push_back(f->ours_round_us / f->rr_round_us);
-            cpu.push_back(f->ours_cpu);
-            tcp_cpu.push_back(f->tcp_cpu);
-            push.push_back(f->push_gbps);
-            pull.push_back(f->pull_gbps);
+          for (const std::string& via : transports) {
+            options.compression = compression;
+            // The shards' Unix socket is not reachable from the worker's
+            // host: with it on, the client takes their TCP data port.
+            options.local_transport = via == "tcp";
+            options.size_bytes = size;
+            options.num_servers = n;
+            std::vector<double> us, gbps, iperf, tcp, rr, vs_iperf, vs_tcp,
+                vs_rr, cpu, tcp_cpu, push, pull;
+            for (int r = 0; r < runs; ++r) {
+              absl::StatusOr<Figures> f =
+                  MeasureOnce(**hosts, peer_netns, cpus, measure, options);
+              if (!f.ok()) return Fail(f.status());
+              absl::StatusOr<double> stream =
+                  Iperf3Gbps(**hosts, max_servers, iperf3_seconds);
+              if (!stream.ok()) return Fail(stream.status());
+              us.push_back(f->ours_round_us);
+              gbps.push_back(f->ours_gbps);
+              iperf.push_back(*stream);
+              tcp.push_back(f->tcp_gbps);
+              rr.push_back(f->rr_round_us);
+              vs_iperf.push_back(f->ours_gbps / *stream);
+              vs_tcp.push_back(f->ours_gbps / f->tcp_gbps);
+              vs_rr.push_back(f->ours_round_us / f->rr_round_us);
+              cpu.push_back(f->ours_cpu);
+              tcp_cpu.push_back(f->tcp_cpu);
+              push.push_back(f->push_gbps);
+              pull.push_back(f->pull_gbps);
+            }
+            std::printf(
+                // Significant digits, so that no positive figure prints as 0.
+                "%-5s %-4s %-9s %-7s %-3d %9.0f %9.3g %9.3g %9.3g %9.0f %8.3g "
+                "%8.3g %8.3g %7.3g %7.3g %6.3g %6.3g %6s\n",
+                wire.c_str(), via.c_str(), link.c_str(),
+                FormatSize(size).c_str(), n, Median(us), Median(gbps),
+                Median(iperf), Median(tcp), Median(rr), Median(vs_iperf),
+                Median(vs_tcp), Median(vs_rr), Median(cpu), Median(tcp_cpu),
+                Median(push), Median(pull), LoadAverage().c_str());
+            std::fflush(stdout);
           }
-          std::printf(
-              // Significant digits, so that no positive figure prints as 0.
-              "%-5s %-9s %-7s %-3d %9.0f %9.3g %9.3g %9.3g %9.0f %8.3g %8.3g "
-              "%8.3g "
-              "%7.3g %7.3g %6.3g %6.3g %6s\n",
-              wire.c_str(), link.c_str(), FormatSize(size).c_str(), n,
-              Median(us), Median(gbps), Median(iperf), Median(tcp), Median(rr),
-              Median(vs_iperf), Median(vs_tcp), Median(vs_rr), Median(cpu),
-              Median(tcp_cpu), Median(push), Median(pull),
-              LoadAverage().c_str());
-          std::fflush(stdout);
         }
       }
     }

@@ -40,7 +40,8 @@ TEST(CrossHostBenchTest, EveryFigureOfARowIsPositive) {
       {Runfile("bench/cross_host_bench"),
        "--server_binary=" + Runfile("server/server"), "--sizes=4K",
        "--servers=2", "--rates_mbit=1000", "--runs=1", "--min_time_ms=0",
-       "--iperf3_seconds=1", "--compression=none,bf16"},
+       "--iperf3_seconds=1", "--compression=none,bf16",
+       "--transports=grpc,tcp"},
       kTimeout);
   ASSERT_TRUE(out.ok()) << out.status();
   int rows = 0;
@@ -51,17 +52,18 @@ TEST(CrossHostBenchTest, EveryFigureOfARowIsPositive) {
     ++rows;
     std::vector<absl::string_view> words =
         absl::StrSplit(line, ' ', absl::SkipEmpty());
-    // wire, link, size (2 words), shards, then the figures.
-    ASSERT_EQ(words.size(), 18u) << line;
-    EXPECT_EQ(words[1], "1G") << line;
-    EXPECT_EQ(words[4], "2") << line;
-    for (size_t i = 5; i < words.size(); ++i) {
+    // wire, route, link, size (2 words), shards, then the figures.
+    ASSERT_EQ(words.size(), 19u) << line;
+    EXPECT_EQ(words[1], rows % 2 == 1 ? "grpc" : "tcp") << line;
+    EXPECT_EQ(words[2], "1G") << line;
+    EXPECT_EQ(words[5], "2") << line;
+    for (size_t i = 6; i < words.size(); ++i) {
       double value = 0;
       ASSERT_TRUE(absl::SimpleAtod(words[i], &value)) << line;
       EXPECT_GT(value, 0) << "column " << i << " of " << line;
     }
   }
-  EXPECT_EQ(rows, 2) << *out;
+  EXPECT_EQ(rows, 4) << *out;
 }
 
 }  // namespace

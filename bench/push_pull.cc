@@ -61,6 +61,9 @@ absl::StatusOr<Shards> StartShards(const PushPullOptions& options) {
                 absl::StrCat("--report_file=", ReportFile(options, i)),
                 absl::StrCat("--local_transport=",
                              options.local_transport ? "true" : "false")};
+    // A worker on another host (cross_host_bench) reaches it as frames
+    // over TCP.
+    if (options.local_transport) sub.argv.push_back("--tcp_data_port=0");
     if (options.optimizer == "sgd") sub.argv.push_back("--momentum=0");
     if (options.update_log == "on" || options.update_log == "off") {
       const std::string dir = absl::StrCat(options.work_dir, "/checkpoints");

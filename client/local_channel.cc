@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/tcp_frames.h"
 
 namespace ps::client_internal {
 namespace {
@@ -18,33 +19,60 @@ constexpr size_t kMaxControlBytes = 1024;
 }  // namespace
 
 LocalChannel::LocalChannel(std::string socket_name, std::string secret,
-                           size_t max_message_bytes)
+                           size_t max_message_bytes, std::string tcp_host,
+                           int tcp_port)
     : socket_name_(std::move(socket_name)),
       secret_(std::move(secret)),
-      max_message_bytes_(max_message_bytes) {}
+      max_message_bytes_(max_message_bytes),
+      tcp_host_(std::move(tcp_host)),
+      tcp_port_(tcp_host_.empty() ? 0 : tcp_port) {}
 
-absl::StatusOr<std::unique_ptr<LocalSocket>> LocalChannel::Connect() const {
+std::string LocalChannel::RouteName(bool tcp) const {
+  return tcp ? absl::StrCat("TCP ", tcp_host_, ":", tcp_port_)
+             : absl::StrCat("local socket ", socket_name_);
+}
+
+absl::StatusOr<std::unique_ptr<LocalSocket>> LocalChannel::Connect() {
+  if (!unix_unreachable_.load()) {
+    absl::StatusOr<std::unique_ptr<LocalSocket>> socket =
+        LocalSocket::Connect(socket_name_);
+    if (socket.ok()) {
+      absl::StatusOr<uid_t> peer = (*socket)->PeerUid();
+      if (!peer.ok()) return peer.status();
+      if (*peer != geteuid()) {
+        // Not the shard that announced it: the shard runs as this user too,
+        // or it would refuse us.
+        return absl::PermissionDeniedError(
+            absl::StrCat("local socket ", socket_name_, " belongs to user ",
+                         *peer, ", not to this process's user ", geteuid()));
+      }
+      if (absl::Status s = Handshake(**socket); !s.ok()) return s;
+      return socket;
+    }
+    // Not on this host (or not in this network namespace).
+    if (tcp_port_ == 0 || !absl::IsUnavailable(socket.status())) {
+      return socket.status();
+    }
+    unix_unreachable_.store(true);
+  }
   absl::StatusOr<std::unique_ptr<LocalSocket>> socket =
-      LocalSocket::Connect(socket_name_);
+      ConnectTcpFrames(tcp_host_, tcp_port_, kHandshakeTimeout);
   if (!socket.ok()) return socket.status();
-  absl::StatusOr<uid_t> peer = (*socket)->PeerUid();
-  if (!peer.ok()) return peer.status();
-  if (*peer != geteuid()) {
-    // Not the shard that announced it: the shard runs as this user too, or
-    // it would refuse us.
-    return absl::PermissionDeniedError(
-        absl::StrCat("local socket ", socket_name_, " belongs to user ", *peer,
-                     ", not to this process's user ", geteuid()));
-  }
-  if (absl::Status s = (*socket)->SetIdleTimeout(kHandshakeTimeout); !s.ok()) {
+  if (absl::Status s = Handshake(**socket); !s.ok()) return s;
+  return socket;
+}
+
+absl::Status LocalChannel::Handshake(LocalSocket& socket) const {
+  if (absl::Status s = socket.SetIdleTimeout(kHandshakeTimeout); !s.ok()) {
     return s;
   }
-  (*socket)->Queue(FrameType::kHello, secret_);
-  if (absl::Status s = (*socket)->Flush(); !s.ok()) return s;
+  socket.Queue(FrameType::kHello, secret_);
+  // A server that refuses at once (too many connections) may have closed
+  // before the hello arrived: its refusal is still there to read.
+  const absl::Status sent = socket.Flush();
   Frame answer;
-  if (absl::Status s = (*socket)->ReadFrame(kMaxControlBytes, &answer);
-      !s.ok()) {
-    return s;
+  if (absl::Status s = socket.ReadFrame(kMaxControlBytes, &answer); !s.ok()) {
+    return sent.ok() ? s : sent;
   }
   if (answer.type == FrameType::kStatus) {
     absl::StatusOr<grpc::Status> refusal = DecodeStatusPayload(answer.payload);
@@ -52,16 +80,11 @@ absl::StatusOr<std::unique_ptr<LocalSocket>> LocalChannel::Connect() const {
     return FromGrpcStatus(*refusal);
   }
   if (answer.type != FrameType::kWelcome) {
-    return absl::DataLossError(absl::StrCat("local socket ", socket_name_,
-                                            " answered a hello with "
-                                            "a frame of type ",
-                                            static_cast<int>(answer.type)));
+    return absl::DataLossError(absl::StrCat(
+        RouteName(socket.is_tcp()), " answered a hello with a frame of type ",
+        static_cast<int>(answer.type)));
   }
-  if (absl::Status s = (*socket)->SetIdleTimeout(absl::InfiniteDuration());
-      !s.ok()) {
-    return s;
-  }
-  return socket;
+  return socket.SetIdleTimeout(absl::InfiniteDuration());
 }
 
 absl::StatusOr<std::unique_ptr<LocalCall>> LocalChannel::StartCall(
@@ -106,8 +129,10 @@ void LocalCall::Break(const absl::Status& why) {
   broken_ = true;
   // UNAVAILABLE stays UNAVAILABLE, so that the caller retries.
   status_ = ToGrpcStatus(absl::Status(
-      why.code(), absl::StrCat("same-host connection to ",
-                               channel_->socket_name(), ": ", why.message())));
+      why.code(),
+      absl::StrCat("frame connection to ",
+                   channel_->RouteName(socket_ != nullptr && socket_->is_tcp()),
+                   ": ", why.message())));
 }
 
 bool LocalCall::Flush() {

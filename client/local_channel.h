@@ -1,6 +1,7 @@
 #ifndef PS_CLIENT_LOCAL_CHANNEL_H_
 #define PS_CLIENT_LOCAL_CHANNEL_H_
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -17,19 +18,30 @@ namespace ps::client_internal {
 
 class LocalCall;
 
-// The same-host route to one shard (common/local_socket.h): connections to
-// its abstract socket, each checked to lead to a process of this user and
-// admitted with the shard's secret, kept between calls.
+// The frame route to one shard (common/local_socket.h): connections to its
+// abstract socket, each checked to lead to a process of this user, or, where
+// that socket cannot be reached (the shard is on another host) and the shard
+// serves frames over TCP, connections to its TCP port
+// (common/tcp_frames.h); either admitted with the shard's secret and kept
+// between calls. Once the Unix socket could not be reached, TCP alone is
+// tried.
 //
 // Thread-safe. Calls hold a reference: a channel outlives its calls.
 class LocalChannel : public std::enable_shared_from_this<LocalChannel> {
  public:
   // `max_message_bytes`: the largest message a call accepts from the shard.
+  // `tcp_host`:`tcp_port`: where the shard serves frames over TCP (port 0:
+  // it does not).
   LocalChannel(std::string socket_name, std::string secret,
-               size_t max_message_bytes);
+               size_t max_message_bytes, std::string tcp_host = "",
+               int tcp_port = 0);
 
   const std::string& socket_name() const { return socket_name_; }
   const std::string& secret() const { return secret_; }
+  int tcp_port() const { return tcp_port_; }
+  // Whether new connections go over TCP: the Unix socket could not be
+  // reached and the shard serves TCP.
+  bool uses_tcp() const { return unix_unreachable_.load() && tcp_port_ > 0; }
 
   // A call of `method` ("/package.Service/Method") on a kept connection or
   // a new one. UNAVAILABLE if no connection can be made; the shard's
@@ -41,13 +53,20 @@ class LocalChannel : public std::enable_shared_from_this<LocalChannel> {
  private:
   friend class LocalCall;
 
-  absl::StatusOr<std::unique_ptr<LocalSocket>> Connect() const;
+  absl::StatusOr<std::unique_ptr<LocalSocket>> Connect();
+  // Presents the secret on a new connection and awaits the welcome.
+  absl::Status Handshake(LocalSocket& socket) const;
+  // "local socket NAME" or "TCP HOST:PORT", as errors name the route.
+  std::string RouteName(bool tcp) const;
   // Keeps a connection whose last call ended cleanly.
   void Keep(std::unique_ptr<LocalSocket> socket) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string socket_name_;
   const std::string secret_;
   const size_t max_message_bytes_;
+  const std::string tcp_host_;
+  const int tcp_port_;
+  std::atomic<bool> unix_unreachable_{false};
   absl::Mutex mu_;
   std::vector<std::unique_ptr<LocalSocket>> idle_ ABSL_GUARDED_BY(mu_);
 };

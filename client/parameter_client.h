@@ -108,10 +108,10 @@ struct ClientOptions {
   // is alive and which steps it has done; zero: never (a rank that computes
   // longer than the shards' --worker_timeout between calls is then dead).
   absl::Duration heartbeat_period = absl::Seconds(1);
-  // Reach shards on this host over the same-host transport they announce
-  // (a Unix socket: fewer copies and thread hand-offs than gRPC over TCP);
-  // false: gRPC always. Shards elsewhere are reached through gRPC either
-  // way.
+  // Reach shards over the frame transport they announce (on this host a
+  // Unix socket, from other hosts the same frames over TCP: fewer copies
+  // and thread hand-offs than gRPC); false: gRPC always. With TLS
+  // (tls_ca_file) shards elsewhere are reached through gRPC either way.
   bool local_transport = true;
   // Every tensor's compression, unless ParameterClient::SetCompression
   // chose another for it.

@@ -6,6 +6,7 @@
 #include "client/connect.h"
 #include "common/byte_stream_call.h"
 #include "common/logging.h"
+#include "common/tcp_frames.h"
 
 namespace ps::client_internal {
 
@@ -20,6 +21,7 @@ ShardChannel::ShardChannel(int index, std::string address,
       rank_(options.rank),
       job_id_(options.job_id),
       local_transport_(options.local_transport),
+      tcp_frames_(options.local_transport && options.tls_ca_file.empty()),
       retry_(RetryPolicy::FromOptions(options)),
       stub_(proto::ParameterServer::NewStub(channel)),
       byte_stub_(std::make_unique<grpc::GenericStub>(channel)) {}
@@ -52,18 +54,26 @@ bool ShardChannel::HasLocalChannel() const {
   return local_channel_ != nullptr;
 }
 
+bool ShardChannel::UsesTcpFrames() const {
+  absl::MutexLock lock(&mu_);
+  return local_channel_ != nullptr && local_channel_->uses_tcp();
+}
+
 void ShardChannel::LearnLocalEndpoint(const proto::LocalEndpoint& endpoint) {
   if (!local_transport_ || endpoint.socket_name().empty()) return;
+  const int tcp_port = tcp_frames_ ? endpoint.tcp_port() : 0;
   absl::MutexLock lock(&mu_);
   if ((local_channel_ != nullptr &&
        local_channel_->socket_name() == endpoint.socket_name() &&
-       local_channel_->secret() == endpoint.secret()) ||
+       local_channel_->secret() == endpoint.secret() &&
+       local_channel_->tcp_port() == tcp_port) ||
       unreachable_local_ == endpoint.socket_name()) {
     return;
   }
   local_channel_ = std::make_shared<LocalChannel>(
-      endpoint.socket_name(), endpoint.secret(), kMaxMessageBytes);
-  spdlog::debug("{} announced a same-host endpoint", name_);
+      endpoint.socket_name(), endpoint.secret(), kMaxMessageBytes,
+      HostOfTarget(address_), tcp_port);
+  spdlog::debug("{} announced a frame endpoint (TCP port {})", name_, tcp_port);
 }
 
 std::unique_ptr<ClientStream> ShardChannel::OpenStream(
@@ -85,10 +95,10 @@ std::unique_ptr<ClientStream> ShardChannel::OpenStream(
         unreachable_local_ = channel->socket_name();
       }
     }
-    // A shard on another host, under another user, or gone: gRPC reaches
-    // it all the same.
-    spdlog::info("{}: not over its same-host endpoint ({}); through gRPC",
-                 name_, call.status().ToString());
+    // A shard on another host without a reachable TCP port, under another
+    // user, or gone: gRPC reaches it all the same.
+    spdlog::info("{}: not over its frame endpoint ({}); through gRPC", name_,
+                 call.status().ToString());
   }
   return std::make_unique<ByteStreamCall>(byte_stub_.get(), path);
 }

@@ -40,11 +40,14 @@ class ShardCalls {
 };
 
 // One shard as this client reaches it: the gRPC stubs on its channel, the
-// same-host channel it announced (ps.proto LocalEndpoint, in its Register
-// and Heartbeat answers) unless options.local_transport is off, and the
-// header of each request.
+// frame channel it announced (ps.proto LocalEndpoint, in its Register and
+// Heartbeat answers: its Unix socket, used on its host, and its TCP port,
+// used from elsewhere, at the host of its gRPC address) unless
+// options.local_transport is off, and the header of each request. A client
+// that speaks TLS to the shard never sends frames over TCP, which are not
+// encrypted.
 //
-// A same-host endpoint that cannot be reached is said once and not tried
+// A frame endpoint that cannot be reached is said once and not tried
 // again; the shard is then reached through gRPC until it announces another.
 //
 // Thread-safe. Shares the gRPC channel.
@@ -83,8 +86,10 @@ class ShardChannel final : public ShardCalls {
   // Prefixes "server I (ADDRESS): " to a failed status.
   absl::Status Annotate(const absl::Status& status) const;
 
-  // Whether the shard has a same-host channel (not yet found unreachable).
+  // Whether the shard has a frame channel (not yet found unreachable), and
+  // whether that channel goes over TCP (its Unix socket was not reachable).
   bool HasLocalChannel() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool UsesTcpFrames() const ABSL_LOCKS_EXCLUDED(mu_);
   // Takes the endpoint the shard announced; an empty one, one found
   // unreachable before, or any with local_transport off changes nothing.
   void LearnLocalEndpoint(const proto::LocalEndpoint& endpoint)
@@ -99,6 +104,8 @@ class ShardChannel final : public ShardCalls {
   const int rank_;
   const std::string job_id_;
   const bool local_transport_;
+  // Whether the shard's TCP frame port may be used: not with TLS.
+  const bool tcp_frames_;
   const RetryPolicy retry_;
   const std::unique_ptr<proto::ParameterServer::Stub> stub_;
   const std::unique_ptr<grpc::GenericStub> byte_stub_;

@@ -2,7 +2,9 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
+#include "common/tcp_frames.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -93,6 +95,73 @@ TEST(ShardChannelTest, AnUnreachableEndpointFallsBackToGrpcAndIsNotRetried) {
   EXPECT_FALSE(shard.HasLocalChannel());
   shard.LearnLocalEndpoint(Endpoint("paramserver-nobody-listens-there"));
   EXPECT_TRUE(shard.HasLocalChannel());
+}
+
+// A shard of another host as a worker sees it: its Unix socket is not here
+// (no such name), its TCP port is at the host of its gRPC address.
+proto::LocalEndpoint ElsewhereEndpoint(int tcp_port) {
+  proto::LocalEndpoint endpoint = Endpoint("paramserver-on-another-host");
+  endpoint.set_tcp_port(tcp_port);
+  return endpoint;
+}
+
+TEST(ShardChannelTest, AShardElsewhereIsReachedOverItsTcpPort) {
+  absl::StatusOr<TcpFrameListener> listening = ListenTcpFrames("127.0.0.1", 0);
+  ASSERT_TRUE(listening.ok()) << listening.status();
+  // Welcomes one connection that presents the secret.
+  std::thread shard_side([&] {
+    absl::StatusOr<std::unique_ptr<LocalSocket>> socket =
+        listening->listener->Accept();
+    ASSERT_TRUE(socket.ok()) << socket.status();
+    Frame hello;
+    ASSERT_TRUE((*socket)->ReadFrame(1024, &hello).ok());
+    EXPECT_EQ(hello.type, FrameType::kHello);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(hello.payload.begin()),
+                          hello.payload.size()),
+              "secret");
+    (*socket)->Queue(FrameType::kWelcome, "");
+    EXPECT_TRUE((*socket)->Flush().ok());
+    Frame call;
+    EXPECT_TRUE((*socket)->ReadFrame(1024, &call).ok());
+    EXPECT_EQ(call.type, FrameType::kCall);
+  });
+  ShardChannel shard = Unused(Options());
+  shard.LearnLocalEndpoint(ElsewhereEndpoint(listening->port));
+  std::unique_ptr<ClientStream> stream = shard.OpenStream("Pull");
+  EXPECT_NE(dynamic_cast<LocalCall*>(stream.get()), nullptr);
+  EXPECT_TRUE(shard.UsesTcpFrames());
+  stream->WritesDone();  // Sends the call's frames.
+  shard_side.join();
+}
+
+TEST(ShardChannelTest, AnUnreachableTcpPortFallsBackToGrpc) {
+  int port = 0;
+  {
+    absl::StatusOr<TcpFrameListener> gone = ListenTcpFrames("127.0.0.1", 0);
+    ASSERT_TRUE(gone.ok()) << gone.status();
+    port = gone->port;
+  }  // Nothing listens there now.
+  ShardChannel shard = Unused(Options());
+  shard.LearnLocalEndpoint(ElsewhereEndpoint(port));
+  ASSERT_TRUE(shard.HasLocalChannel());
+  std::unique_ptr<ClientStream> stream = shard.OpenStream("Pull");
+  EXPECT_NE(stream, nullptr);
+  EXPECT_EQ(dynamic_cast<LocalCall*>(stream.get()), nullptr);
+  EXPECT_FALSE(shard.HasLocalChannel());
+  EXPECT_FALSE(shard.UsesTcpFrames());
+}
+
+TEST(ShardChannelTest, AClientSpeakingTlsNeverSendsFramesOverTcp) {
+  absl::StatusOr<TcpFrameListener> listening = ListenTcpFrames("127.0.0.1", 0);
+  ASSERT_TRUE(listening.ok()) << listening.status();
+  ClientOptions tls = Options();
+  tls.tls_ca_file = "/the/ca.pem";
+  ShardChannel shard = Unused(tls);
+  shard.LearnLocalEndpoint(ElsewhereEndpoint(listening->port));
+  // Only the Unix socket is tried (not there): gRPC, which speaks TLS.
+  std::unique_ptr<ClientStream> stream = shard.OpenStream("Pull");
+  EXPECT_EQ(dynamic_cast<LocalCall*>(stream.get()), nullptr);
+  EXPECT_FALSE(shard.UsesTcpFrames());
 }
 
 }  // namespace

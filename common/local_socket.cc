@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stddef.h>
 #include <sys/random.h>
@@ -32,6 +34,9 @@ constexpr int kListenBacklog = 128;
 // one wake-up rather than several (bench/README.md, "Small rounds, and the
 // same-host transport").
 constexpr int kSocketBufferBytes = 4 << 20;
+// Over TCP, a reader of a large payload is woken once this much (or the
+// rest of the payload) has arrived rather than at every segment.
+constexpr size_t kTcpLowWaterBytes = 256 << 10;
 
 void EncodeHeader(uint32_t length, FrameType type, uint8_t* out) {
   for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(length >> (8 * i));
@@ -74,6 +79,13 @@ absl::StatusOr<socklen_t> AbstractAddress(absl::string_view name,
   std::memcpy(address->sun_path + 1, name.data(), name.size());
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 +
                                 name.size());
+}
+
+bool IsTcp(int fd) {
+  int domain = 0;
+  socklen_t size = sizeof(domain);
+  return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &size) == 0 &&
+         (domain == AF_INET || domain == AF_INET6);
 }
 
 // A new Unix stream socket, closed on exec; the caller owns it.
@@ -146,11 +158,20 @@ absl::StatusOr<std::unique_ptr<LocalSocket>> LocalSocket::Connect(
 }
 
 LocalSocket::LocalSocket(int fd)
-    : fd_(fd), read_buffer_(new uint8_t[kReadBufferBytes]) {
-  // Best effort: smaller buffers only cost more wake-ups.
+    : fd_(fd), tcp_(IsTcp(fd)), read_buffer_(new uint8_t[kReadBufferBytes]) {
+  // Best effort: smaller buffers only cost more wake-ups. TCP's receive
+  // buffer is left to the kernel, which grows it with the connection's
+  // rate (a fixed one would stop that; bench/README.md, "Frames over TCP").
   for (int option : {SO_SNDBUF, SO_RCVBUF}) {
+    if (tcp_ && option == SO_RCVBUF) continue;
     setsockopt(fd_, SOL_SOCKET, option, &kSocketBufferBytes,
                sizeof(kSocketBufferBytes));
+  }
+  if (tcp_) {
+    // Frames are gathered before each send: Nagle's wait would only delay
+    // a call's last frame.
+    const int on = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
   }
 }
 
@@ -299,6 +320,14 @@ absl::StatusOr<size_t> LocalSocket::ReceiveSome(uint8_t* out, size_t size,
   }
 }
 
+void LocalSocket::SetReceiveLowWater(size_t bytes) {
+  const int low = static_cast<int>(bytes);
+  if (low == receive_low_water_) return;
+  // Best effort: without it a large payload costs more wake-ups.
+  setsockopt(fd_, SOL_SOCKET, SO_RCVLOWAT, &low, sizeof(low));
+  receive_low_water_ = low;
+}
+
 absl::Status LocalSocket::ReadExactly(uint8_t* out, size_t size) {
   const size_t buffered = std::min(size, read_end_ - read_begin_);
   std::memcpy(out, read_buffer_.get() + read_begin_, buffered);
@@ -313,11 +342,15 @@ absl::Status LocalSocket::ReadExactly(uint8_t* out, size_t size) {
     return absl::OkStatus();
   }
   while (size > 0) {
+    // TCP wakes a reader for every segment that arrives; this asks it to
+    // wait for a good part of what is missing instead.
+    if (tcp_) SetReceiveLowWater(std::min<size_t>(size, kTcpLowWaterBytes));
     absl::StatusOr<size_t> n = ReceiveSome(out, size, /*wait_first=*/false);
     if (!n.ok()) return n.status();
     out += *n;
     size -= *n;
   }
+  if (tcp_) SetReceiveLowWater(1);  // Frame headers are read as they come.
   return absl::OkStatus();
 }
 
@@ -366,6 +399,9 @@ bool LocalSocket::HasInputOrHangup() {
 void LocalSocket::Shutdown() { shutdown(fd_, SHUT_RDWR); }
 
 absl::StatusOr<uid_t> LocalSocket::PeerUid() const {
+  if (tcp_) {
+    return absl::FailedPreconditionError("the user of a TCP peer is not known");
+  }
   ucred credentials{};
   socklen_t size = sizeof(credentials);
   if (getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0) {

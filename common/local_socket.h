@@ -33,6 +33,10 @@ namespace ps {
 // of the server's user that presents the server's secret, handed out over its
 // authenticated gRPC port (ps.proto LocalEndpoint).
 //
+// The same frames also travel over TCP between hosts (common/tcp_frames.h),
+// admitted with the same secret but without the user check, which only a
+// Unix socket allows.
+//
 // The frames, the hello, a call's sequence, how it ends, errors and limits
 // are specified in docs/local_socket.md; this file reads and writes them.
 
@@ -61,8 +65,8 @@ absl::StatusOr<grpc::Status> DecodeStatusPayload(const grpc::Slice& payload);
 absl::StatusOr<std::string> NewLocalSecret();
 absl::StatusOr<std::string> NewLocalSocketName();
 
-// One connected Unix stream socket that reads and writes frames. Owns the
-// descriptor.
+// One connected stream socket (Unix, or TCP: common/tcp_frames.h) that reads
+// and writes frames. Owns the descriptor.
 //
 // Writes are gathered: Queue and QueueMessage keep frames (a message's
 // slices by reference, not copied) until Flush, or until more than
@@ -86,7 +90,8 @@ class LocalSocket {
   static absl::StatusOr<std::unique_ptr<LocalSocket>> Connect(
       absl::string_view name);
 
-  // Takes ownership of `fd`, a connected Unix stream socket.
+  // Takes ownership of `fd`, a connected Unix or TCP stream socket; a TCP
+  // one is set to send at once (TCP_NODELAY: the frames are gathered here).
   explicit LocalSocket(int fd);
   ~LocalSocket();
 
@@ -124,7 +129,11 @@ class LocalSocket {
   // thread, returns with an error, as does every later one.
   void Shutdown();
 
-  // The user id of the process at the other end.
+  // Whether the socket is TCP (between hosts) rather than Unix.
+  bool is_tcp() const { return tcp_; }
+
+  // The user id of the process at the other end; FAILED_PRECONDITION over
+  // TCP, where the kernel does not know it.
   absl::StatusOr<uid_t> PeerUid() const;
 
  private:
@@ -137,11 +146,17 @@ class LocalSocket {
                                      bool wait_first);
   // Reads at least `min_bytes` more into the buffer.
   absl::Status Fill(size_t min_bytes);
+  // Over TCP: poll and recv wait until `bytes` have arrived (or the peer
+  // closed).
+  void SetReceiveLowWater(size_t bytes);
   // Reads exactly `size` bytes to `out`, taking buffered ones first.
   absl::Status ReadExactly(uint8_t* out, size_t size);
   absl::Status Failure(absl::string_view what, int error) const;
 
   const int fd_;
+  const bool tcp_;
+  // SO_RCVLOWAT as last set (TCP only).
+  int receive_low_water_ = 1;
   absl::Duration idle_timeout_ = absl::InfiniteDuration();
   // Queued frames, as the slices to send.
   std::vector<grpc::Slice> queued_;
@@ -154,7 +169,8 @@ class LocalSocket {
   size_t read_end_ = 0;
 };
 
-// A listening abstract Unix socket. Owns the descriptor.
+// A listening abstract Unix socket, or a TCP one (common/tcp_frames.h).
+// Owns the descriptor.
 //
 // Thread-safe: Accept in one thread, Shutdown from any.
 class LocalListener {
@@ -163,6 +179,8 @@ class LocalListener {
   // is taken.
   static absl::StatusOr<std::unique_ptr<LocalListener>> Listen(
       absl::string_view name);
+  // Takes ownership of `fd`, a listening stream socket.
+  explicit LocalListener(int fd) : fd_(fd) {}
   ~LocalListener();
 
   LocalListener(const LocalListener&) = delete;
@@ -174,8 +192,6 @@ class LocalListener {
   void Shutdown();
 
  private:
-  explicit LocalListener(int fd) : fd_(fd) {}
-
   const int fd_;
 };
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/peer_text.h"
+#include "common/tcp_frames.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
@@ -180,7 +181,17 @@ absl::StatusOr<std::unique_ptr<LocalStreamServer>> LocalStreamServer::Start(
   std::unique_ptr<LocalStreamServer> server(
       new LocalStreamServer(methods, options, *std::move(listener),
                             *std::move(name), *std::move(secret)));
-  server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  if (!options.tcp_host.empty()) {
+    absl::StatusOr<TcpFrameListener> tcp =
+        ListenTcpFrames(options.tcp_host, options.tcp_port);
+    if (!tcp.ok()) return tcp.status();
+    server->tcp_listener_ = std::move(tcp->listener);
+    server->tcp_port_ = tcp->port;
+    server->tcp_accept_thread_ =
+        std::thread([s = server.get()] { s->AcceptLoop(*s->tcp_listener_); });
+  }
+  server->accept_thread_ =
+      std::thread([s = server.get()] { s->AcceptLoop(*s->listener_); });
   return server;
 }
 
@@ -207,7 +218,9 @@ void LocalStreamServer::Shutdown(absl::Time deadline) {
     }
   }
   listener_->Shutdown();
+  if (tcp_listener_ != nullptr) tcp_listener_->Shutdown();
   if (accept_thread_.joinable()) accept_thread_.join();
+  if (tcp_accept_thread_.joinable()) tcp_accept_thread_.join();
   std::list<Connection> connections;
   {
     absl::MutexLock lock(&mu_);
@@ -235,9 +248,9 @@ void LocalStreamServer::ReapLocked() {
   }
 }
 
-void LocalStreamServer::AcceptLoop() {
+void LocalStreamServer::AcceptLoop(LocalListener& listener) {
   for (;;) {
-    absl::StatusOr<std::unique_ptr<LocalSocket>> socket = listener_->Accept();
+    absl::StatusOr<std::unique_ptr<LocalSocket>> socket = listener.Accept();
     if (!socket.ok()) {
       if (absl::IsCancelled(socket.status())) return;
       spdlog::warn("local transport: {}", socket.status().ToString());
@@ -268,8 +281,9 @@ bool LocalStreamServer::Admit(LocalSocket& socket) {
     spdlog::warn("local transport: {}", s.ToString());
     return false;
   }
+  // Over TCP the kernel cannot say who connected: the secret alone admits.
   absl::StatusOr<uid_t> peer = socket.PeerUid();
-  if (!peer.ok() || *peer != geteuid()) {
+  if (!socket.is_tcp() && (!peer.ok() || *peer != geteuid())) {
     Refuse(socket, grpc::StatusCode::PERMISSION_DENIED,
            absl::StrCat("local connections are taken from processes of user ",
                         geteuid(), " only"));
@@ -292,8 +306,9 @@ bool LocalStreamServer::Admit(LocalSocket& socket) {
 
 void LocalStreamServer::Serve(Connection& connection) {
   LocalSocket& socket = *connection.socket;
+  const int route = socket.is_tcp() ? kTcp : kUnix;
   if (Admit(socket)) {
-    connections_admitted_.fetch_add(1);
+    connections_admitted_[route].fetch_add(1);
     for (;;) {
       Frame call;
       // Fails once the client closed the connection, it stayed idle, or
@@ -311,7 +326,7 @@ void LocalStreamServer::Serve(Connection& connection) {
         if (stopping_) break;
         connection.in_call = true;
       }
-      calls_.fetch_add(1);
+      calls_[route].fetch_add(1);
       const bool reusable = ServeCall(socket, View(call.payload));
       absl::MutexLock lock(&mu_);
       connection.in_call = false;

@@ -36,13 +36,21 @@ struct LocalStreamServerOptions {
   // a message beyond breaks its connection, so that half-sent frames cannot
   // hold more memory than this.
   size_t max_receiving_bytes = 256 << 20;
+  // Also serve the frames over TCP, to workers on other hosts, on this
+  // host (an address or name; "0.0.0.0": every IPv4 interface) at
+  // tcp_port (0: a free one). Empty: Unix only. Such connections are
+  // admitted by the secret alone, and travel in clear (no TLS).
+  std::string tcp_host;
+  int tcp_port = 0;
 };
 
 // Serves `methods` to clients on this host over the same-host transport
 // (common/local_socket.h): an abstract Unix socket of a fresh random name,
 // admitting connections from processes of this server's user that present
-// its secret. Name and secret reach clients through the gRPC port, which
-// authenticates them as the server's flags say.
+// its secret; and, with options.tcp_host, the same frames over TCP to
+// clients elsewhere that present the secret (common/tcp_frames.h). Name,
+// port and secret reach clients through the gRPC port, which authenticates
+// them as the server's flags say.
 //
 // Each connection has a thread of its own, which runs the handlers of the
 // calls that come on it, one after the other: a message read by that
@@ -59,15 +67,20 @@ class LocalStreamServer {
   LocalStreamServer(const LocalStreamServer&) = delete;
   LocalStreamServer& operator=(const LocalStreamServer&) = delete;
 
-  // Calls served so far, and connections admitted.
-  int64_t calls() const { return calls_.load(); }
-  int64_t connections() const { return connections_admitted_.load(); }
+  // Calls served so far, and connections admitted, over the Unix socket
+  // and over TCP.
+  int64_t calls() const { return calls_[kUnix].load(); }
+  int64_t connections() const { return connections_admitted_[kUnix].load(); }
+  int64_t tcp_calls() const { return calls_[kTcp].load(); }
+  int64_t tcp_connections() const { return connections_admitted_[kTcp].load(); }
   // Bytes of the messages being received now (max_receiving_bytes).
   size_t receiving_bytes() const { return receiving_bytes_.load(); }
 
   // The abstract socket's name and the secret a client presents.
   const std::string& socket_name() const { return socket_name_; }
   const std::string& secret() const { return secret_; }
+  // The TCP port frames are served on; 0: none.
+  int tcp_port() const { return tcp_port_; }
 
   // Stops taking connections and closes those between calls; calls still
   // running at `deadline` are cancelled. Returns once every handler has
@@ -76,6 +89,10 @@ class LocalStreamServer {
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Indexes of the counts by route.
+  static constexpr int kUnix = 0;
+  static constexpr int kTcp = 1;
+
   struct Connection {
     std::unique_ptr<LocalSocket> socket;
     // Whether a handler runs for it: Shutdown lets such a call finish
@@ -90,7 +107,8 @@ class LocalStreamServer {
                     std::unique_ptr<LocalListener> listener,
                     std::string socket_name, std::string secret);
 
-  void AcceptLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes connections from `listener` until it is shut down.
+  void AcceptLoop(LocalListener& listener) ABSL_LOCKS_EXCLUDED(mu_);
   // The thread of one connection.
   void Serve(Connection& connection) ABSL_LOCKS_EXCLUDED(mu_);
   // Checks who connected; sends the welcome or the refusal.
@@ -106,9 +124,13 @@ class LocalStreamServer {
   const std::unique_ptr<LocalListener> listener_;
   const std::string socket_name_;
   const std::string secret_;
+  // Set by Start before the threads start; null and 0 without TCP.
+  std::unique_ptr<LocalListener> tcp_listener_;
+  int tcp_port_ = 0;
   std::thread accept_thread_;
-  std::atomic<int64_t> calls_{0};
-  std::atomic<int64_t> connections_admitted_{0};
+  std::thread tcp_accept_thread_;
+  std::atomic<int64_t> calls_[2] = {0, 0};
+  std::atomic<int64_t> connections_admitted_[2] = {0, 0};
   std::atomic<size_t> receiving_bytes_{0};
 
   absl::Mutex mu_;

@@ -187,6 +187,79 @@ TEST_F(LocalStreamServerTest, AConnectionWithoutTheSecretIsRefused) {
       << call.status();
 }
 
+// A channel as a worker on another host has it: the Unix socket is not
+// there (no such name), the TCP port is.
+std::shared_ptr<LocalChannel> TcpChannel(const LocalStreamServer& server,
+                                         const std::string& secret) {
+  return std::make_shared<LocalChannel>("paramserver-not-on-this-host", secret,
+                                        64 << 20, "127.0.0.1",
+                                        server.tcp_port());
+}
+
+LocalStreamServerOptions WithTcp() {
+  LocalStreamServerOptions options;
+  options.tcp_host = "127.0.0.1";
+  return options;
+}
+
+TEST_F(LocalStreamServerTest, WhereTheUnixSocketIsNotCallsGoOverTcp) {
+  Start(WithTcp());
+  ASSERT_GT(server_->tcp_port(), 0);
+  std::shared_ptr<LocalChannel> channel =
+      TcpChannel(*server_, server_->secret());
+  const std::string big(5 << 20, 'b');
+  for (int round = 0; round < 2; ++round) {
+    absl::StatusOr<std::unique_ptr<LocalCall>> call = channel->StartCall(kEcho);
+    ASSERT_TRUE(call.ok()) << call.status();
+    EXPECT_TRUE(channel->uses_tcp());
+    ASSERT_TRUE((*call)->Write(TextMessage(big)));
+    ASSERT_TRUE((*call)->WritesDone());
+    grpc::ByteBuffer reply;
+    ASSERT_TRUE((*call)->Read(&reply));
+    EXPECT_EQ(MessageText(reply), big);
+    ASSERT_TRUE((*call)->Read(&reply));
+    EXPECT_EQ(MessageText(reply), "end");
+    EXPECT_TRUE((*call)->Finish().ok());
+  }
+  // Both calls on one TCP connection; none over the Unix socket.
+  EXPECT_EQ(server_->tcp_calls(), 2);
+  EXPECT_EQ(server_->tcp_connections(), 1);
+  EXPECT_EQ(server_->calls(), 0);
+  EXPECT_EQ(server_->connections(), 0);
+}
+
+TEST_F(LocalStreamServerTest, WhereTheUnixSocketIsCallsDoNotGoOverTcp) {
+  Start(WithTcp());
+  channel_ = std::make_shared<LocalChannel>(server_->socket_name(),
+                                            server_->secret(), 64 << 20,
+                                            "127.0.0.1", server_->tcp_port());
+  std::unique_ptr<LocalCall> call = Call(kEcho);
+  ASSERT_NE(call, nullptr);
+  EXPECT_FALSE(channel_->uses_tcp());
+  EXPECT_TRUE(call->Finish().ok());
+  EXPECT_EQ(server_->calls(), 1);
+  EXPECT_EQ(server_->tcp_calls(), 0);
+}
+
+TEST_F(LocalStreamServerTest, ATcpConnectionWithoutTheSecretIsRefused) {
+  Start(WithTcp());
+  absl::StatusOr<std::unique_ptr<LocalCall>> call =
+      TcpChannel(*server_, "not the secret")->StartCall(kEcho);
+  EXPECT_EQ(call.status().code(), absl::StatusCode::kUnauthenticated)
+      << call.status();
+  EXPECT_EQ(server_->tcp_connections(), 0);
+}
+
+TEST_F(LocalStreamServerTest, WithoutTcpAChannelFromElsewhereIsUnavailable) {
+  Start();  // Unix only.
+  EXPECT_EQ(server_->tcp_port(), 0);
+  absl::StatusOr<std::unique_ptr<LocalCall>> call =
+      TcpChannel(*server_, server_->secret())->StartCall(kEcho);
+  // The caller then goes through gRPC (client/shard_channel.h).
+  EXPECT_EQ(call.status().code(), absl::StatusCode::kUnavailable)
+      << call.status();
+}
+
 TEST_F(LocalStreamServerTest, HandlerSeesTheClientGoAway) {
   Start();
   {

@@ -132,9 +132,10 @@ ParameterService::ParameterService(ShardHost* host,
 }
 
 void ParameterService::AnnounceLocalEndpoint(std::string socket_name,
-                                             std::string secret) {
+                                             std::string secret, int tcp_port) {
   local_endpoint_.set_socket_name(std::move(socket_name));
   local_endpoint_.set_secret(std::move(secret));
+  local_endpoint_.set_tcp_port(tcp_port);
 }
 
 grpc::Status ParameterService::RegisterBytes(ByteStream& stream) {

@@ -102,8 +102,10 @@ class ParameterService final
 
   // Tells registered workers, in Register and Heartbeat answers, where the
   // same-host transport serving stream_service()'s methods listens
-  // (server/local_stream_server.h). Before the server starts.
-  void AnnounceLocalEndpoint(std::string socket_name, std::string secret);
+  // (server/local_stream_server.h), and its TCP port for workers on other
+  // hosts (0: none). Before the server starts.
+  void AnnounceLocalEndpoint(std::string socket_name, std::string secret,
+                             int tcp_port = 0);
 
   // Multi-line, for the Stats RPC and the exit report:
   //   server 0 mode sync version 1875

@@ -205,6 +205,10 @@ absl::Status ResourceFlags(const ServerFlags& f, ServerConfig& c) {
   }
   c.stream_idle_timeout = f.stream_idle_timeout;
   c.local_transport = f.local_transport;
+  c.tcp_data_port = f.tcp_data_port;
+  if (c.tcp_data_port < -1 || c.tcp_data_port > 65535) {
+    return OutOfRange("tcp_data_port", c.tcp_data_port, -1, 65535);
+  }
   return CheckDuration("stream_idle_timeout", c.stream_idle_timeout);
 }
 

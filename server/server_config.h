@@ -68,6 +68,7 @@ struct ServerFlags {
   int max_calls_per_rank = 8;
   absl::Duration stream_idle_timeout = absl::Seconds(120);
   bool local_transport = true;
+  int tcp_data_port = -1;
   std::string job_id;
   std::string tls_cert;
   std::string tls_key;
@@ -116,6 +117,9 @@ struct ServerConfig {
   int max_calls_per_rank = 8;
   absl::Duration stream_idle_timeout;
   bool local_transport = true;
+  // With local_transport and without TLS: the frames over TCP to workers on
+  // other hosts, at this port (0: a free one); -1: none.
+  int tcp_data_port = -1;
   int signal_exit_code = 0;
   ServerAuth auth;
   int health_port = -1;  // -1: none.

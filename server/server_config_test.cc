@@ -52,6 +52,7 @@ TEST(ServerConfigTest, TheDefaultsWithAShardIndexMakeAConfiguration) {
   EXPECT_EQ(c->restore, RestoreMode::kNone);
   EXPECT_TRUE(c->refuse_non_finite);
   EXPECT_TRUE(c->local_transport);
+  EXPECT_EQ(c->tcp_data_port, -1);
   EXPECT_TRUE(c->cpus.empty());
   EXPECT_FALSE(c->auth.tls());
   EXPECT_EQ(c->health_port, -1);
@@ -154,6 +155,8 @@ TEST(ServerConfigTest, EveryBadValueIsRefusedNamingItsFlag) {
        }},
       {"--tls_client_ca", [](ServerFlags& f) { f.tls_client_ca = "/no/ca"; }},
       {"--token_file", [](ServerFlags& f) { f.token_file = "/no/token"; }},
+      {"--tcp_data_port", [](ServerFlags& f) { f.tcp_data_port = -2; }},
+      {"--tcp_data_port", [](ServerFlags& f) { f.tcp_data_port = 65536; }},
       {"--health_port", [](ServerFlags& f) { f.health_port = -2; }},
       {"--health_port", [](ServerFlags& f) { f.health_port = 65536; }},
       {"--health_port",
@@ -381,6 +384,7 @@ TEST(ServerConfigTest, SetsTheResourceBounds) {
   f.stream_idle_timeout = absl::Seconds(9);
   f.non_finite_gradients = "skip";
   f.local_transport = false;
+  f.tcp_data_port = 7000;
   f.cpus = "0";
   f.job_id = "run-1.a_b";
   f.signal_exit_code = 143;
@@ -395,6 +399,7 @@ TEST(ServerConfigTest, SetsTheResourceBounds) {
   EXPECT_EQ(c->stream_idle_timeout, absl::Seconds(9));
   EXPECT_FALSE(c->refuse_non_finite);
   EXPECT_FALSE(c->local_transport);
+  EXPECT_EQ(c->tcp_data_port, 7000);
   EXPECT_EQ(c->cpus, std::vector<int>{0});
   EXPECT_EQ(c->job_id, "run-1.a_b");
   EXPECT_EQ(c->signal_exit_code, 143);

@@ -148,6 +148,13 @@ ABSL_FLAG(bool, local_transport, Default().local_transport,
           "server's user with a secret the gRPC port hands out): fewer copies "
           "and thread hand-offs than gRPC over TCP. Workers elsewhere, or "
           "with --nolocal_transport, use gRPC.");
+ABSL_FLAG(int, tcp_data_port, Default().tcp_data_port,
+          "With --local_transport and without --tls_cert: also serve pulls "
+          "and pushes of workers on other hosts as the same frames over TCP "
+          "at this port of --host (0: a free one, announced to registered "
+          "workers), admitted with the secret the gRPC port hands out; not "
+          "encrypted. -1 (the default): none, workers elsewhere use gRPC "
+          "(bench/README.md, \"Frames over TCP\", says why).");
 ABSL_FLAG(std::string, job_id, Default().job_id,
           "The job this server belongs to: requests of another job are "
           "refused, so two jobs whose addresses overlap cannot mix their "
@@ -234,6 +241,7 @@ ServerFlags ServerFlagValues() {
   f.max_calls_per_rank = absl::GetFlag(FLAGS_max_calls_per_rank);
   f.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
   f.local_transport = absl::GetFlag(FLAGS_local_transport);
+  f.tcp_data_port = absl::GetFlag(FLAGS_tcp_data_port);
   f.job_id = absl::GetFlag(FLAGS_job_id);
   f.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   f.tls_key = absl::GetFlag(FLAGS_tls_key);

@@ -58,6 +58,7 @@ std::vector<std::string> Fields(const ServerFlags& f) {
       absl::StrCat("stream_idle_timeout=",
                    absl::FormatDuration(f.stream_idle_timeout)),
       absl::StrCat("local_transport=", f.local_transport),
+      absl::StrCat("tcp_data_port=", f.tcp_data_port),
       absl::StrCat("job_id=", f.job_id),
       absl::StrCat("tls_cert=", f.tls_cert),
       absl::StrCat("tls_key=", f.tls_key),
@@ -113,6 +114,7 @@ TEST(ServerFlagsTest, EachFlagFillsItsFieldWithServerFlagsDefaults) {
       "--max_calls_per_rank=19",
       "--stream_idle_timeout=20s",
       "--nolocal_transport",
+      "--tcp_data_port=21",
       "--job_id=j",
       "--tls_cert=/cert",
       "--tls_key=/key",
@@ -164,6 +166,7 @@ TEST(ServerFlagsTest, EachFlagFillsItsFieldWithServerFlagsDefaults) {
   want.max_calls_per_rank = 19;
   want.stream_idle_timeout = absl::Seconds(20);
   want.local_transport = false;
+  want.tcp_data_port = 21;
   want.job_id = "j";
   want.tls_cert = "/cert";
   want.tls_key = "/key";

@@ -185,6 +185,15 @@ class ShardCollector : public prometheus::Collectable {
           CounterFamily("ps_server_local_connections_total",
                         "Connections the same-host transport admitted.", shard,
                         static_cast<double>(local->connections)));
+      families.push_back(CounterFamily(
+          "ps_server_tcp_frame_calls_total",
+          "Calls served as the same-host transport's frames over TCP, from "
+          "workers on other hosts.",
+          shard, static_cast<double>(local->tcp_calls)));
+      families.push_back(
+          CounterFamily("ps_server_tcp_frame_connections_total",
+                        "Connections admitted to the frames over TCP.", shard,
+                        static_cast<double>(local->tcp_connections)));
     }
     return families;
   }

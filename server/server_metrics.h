@@ -61,6 +61,9 @@ namespace ps::server {
 //   ps_server_local_calls_total      calls served over the same-host
 //                                    transport (the rest came over gRPC)
 //   ps_server_local_connections_total  its connections admitted
+//   ps_server_tcp_frame_calls_total  calls served as the same frames over
+//                                    TCP, from workers on other hosts
+//   ps_server_tcp_frame_connections_total  its connections admitted
 //
 // Thread-safe: series are resolved once, so a Record is a few atomic
 // increments and, for histograms, prometheus-cpp's brief lock. Shares the
@@ -94,8 +97,12 @@ class ServerMetrics {
 
   // What the same-host transport has served; read at each scrape.
   struct LocalTransportCounts {
+    // Over the Unix socket.
     int64_t calls = 0;
     int64_t connections = 0;
+    // Over TCP.
+    int64_t tcp_calls = 0;
+    int64_t tcp_connections = 0;
   };
   // `read` (null: no same-host transport) is called at each scrape until it
   // is replaced; what it reads must outlive that.

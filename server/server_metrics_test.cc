@@ -180,10 +180,15 @@ TEST_F(ServerMetricsTest, ExportsTheSameHostTransportsCountsWhileItServes) {
               Not(HasSubstr("ps_server_local_calls_total")));
   int64_t calls = 5;
   metrics_.SetLocalTransportCounts([&calls] {
-    return ServerMetrics::LocalTransportCounts{calls, 2};
+    return ServerMetrics::LocalTransportCounts{calls, 2, 3, 1};
   });
   std::string text = SerializeMetrics(*collector);
   EXPECT_THAT(text, HasSubstr("ps_server_local_calls_total{shard=\"2\"} 5\n"));
+  EXPECT_THAT(text,
+              HasSubstr("ps_server_tcp_frame_calls_total{shard=\"2\"} 3\n"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("ps_server_tcp_frame_connections_total{shard=\"2\"} 1\n"));
   EXPECT_THAT(text,
               HasSubstr("ps_server_local_connections_total{shard=\"2\"} 2\n"));
   calls = 9;  // Read at each scrape.

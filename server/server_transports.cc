@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "common/tcp_frames.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "server/auth.h"
 #include "spdlog/spdlog.h"
@@ -48,20 +49,40 @@ ServerTransports::ServerTransports(const ServerConfig& config, ShardHost* host,
   options.max_connections = config.max_threads;
   options.idle_timeout = config.stream_idle_timeout;
   options.max_message_bytes = config.max_message_bytes;
+  // Tensors do not leave in clear where the server speaks TLS: workers on
+  // other hosts then use gRPC.
+  if (config.tcp_data_port >= 0 && !config.auth.tls()) {
+    options.tcp_host = HostOfTarget(config.address);
+    options.tcp_port = config.tcp_data_port;
+  }
+  const StreamMethods* methods = &service_.stream_service()->methods();
   absl::StatusOr<std::unique_ptr<LocalStreamServer>> started =
-      LocalStreamServer::Start(&service_.stream_service()->methods(), options);
+      LocalStreamServer::Start(methods, options);
+  if (!started.ok() && !options.tcp_host.empty()) {
+    // Workers on other hosts then use gRPC.
+    spdlog::warn("no frames over TCP on {} port {}: {}", options.tcp_host,
+                 options.tcp_port, started.status().ToString());
+    options.tcp_host.clear();
+    started = LocalStreamServer::Start(methods, options);
+  }
   if (!started.ok()) {
     // Workers on this host then use gRPC, as workers elsewhere do.
     spdlog::warn("no same-host transport: {}", started.status().ToString());
     return;
   }
   local_ = *std::move(started);
-  service_.AnnounceLocalEndpoint(local_->socket_name(), local_->secret());
+  service_.AnnounceLocalEndpoint(local_->socket_name(), local_->secret(),
+                                 local_->tcp_port());
+  if (local_->tcp_port() > 0) {
+    spdlog::info("serving frames over TCP to other hosts on port {}",
+                 local_->tcp_port());
+  }
   if (metrics != nullptr) {
     metrics_ = metrics;
     metrics->SetLocalTransportCounts([local = local_.get()] {
-      return ServerMetrics::LocalTransportCounts{local->calls(),
-                                                 local->connections()};
+      return ServerMetrics::LocalTransportCounts{
+          local->calls(), local->connections(), local->tcp_calls(),
+          local->tcp_connections()};
     });
   }
 }
@@ -103,8 +124,11 @@ void ServerTransports::StopListening() {
 void ServerTransports::Shutdown(absl::Time deadline) {
   if (local_ != nullptr) {
     local_->Shutdown(deadline);
-    spdlog::info("same-host transport served {} calls on {} connections",
-                 local_->calls(), local_->connections());
+    spdlog::info(
+        "same-host transport served {} calls on {} connections, and {} "
+        "calls on {} connections over TCP",
+        local_->calls(), local_->connections(), local_->tcp_calls(),
+        local_->tcp_connections());
   }
   if (grpc_ != nullptr) grpc_->Shutdown(deadline);
   spdlog::info("final report:\n{}", service_.Report());

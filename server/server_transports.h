@@ -20,7 +20,9 @@ namespace ps::server {
 // collectives', server/collective_service.h), served over gRPC
 // (TCP, authenticated as the flags say) and, with --local_transport, to
 // workers on this host over the same-host transport (a Unix socket whose
-// name and secret the gRPC port hands to registered workers).
+// name and secret the gRPC port hands to registered workers) and, with
+// --tcp_data_port and without TLS, to workers on other hosts as the same
+// frames over TCP (admitted with that secret).
 //
 // Thread-compatible: one thread (main) starts and stops it. Destroying it
 // stops gRPC, then the same-host transport, then the service whose handlers
@@ -48,6 +50,9 @@ class ServerTransports {
   int health_port() const;
   // Whether workers on this host are served over the Unix socket.
   bool serves_local() const { return local_ != nullptr; }
+  // The TCP port serving the same frames to workers on other hosts; 0:
+  // none (--tcp_data_port=-1, TLS, or the port could not be taken).
+  int tcp_port() const { return local_ != nullptr ? local_->tcp_port() : 0; }
 
   // Stops gRPC now (health checks answer NOT_SERVING, calls in progress are
   // cancelled): a start-up that fails after Listen.

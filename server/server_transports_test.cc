@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/http_testing.h"
+#include "common/tcp_frames.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -77,6 +78,44 @@ TEST_F(ServerTransportsTest, WithoutTheSameHostTransportOnlyGrpc) {
   EXPECT_NE(transports.health_port(), transports.port());
   transports.Shutdown(absl::Now() + absl::Seconds(5));
   EXPECT_THAT(log.text(), Not(HasSubstr("same-host transport served")));
+}
+
+TEST_F(ServerTransportsTest, ServesFramesOverTcpAtTheGivenPort) {
+  absl::StatusOr<TcpFrameListener> probe = ListenTcpFrames("127.0.0.1", 0);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  const int free_port = probe->port;
+  probe->listener.reset();  // Free again, for the server.
+  config_.tcp_data_port = free_port;
+  ServerTransports transports(config_, &host_, nullptr);
+  EXPECT_EQ(transports.tcp_port(), free_port);
+  // Something listens there now.
+  EXPECT_TRUE(ConnectTcpFrames("127.0.0.1", free_port, absl::Seconds(30)).ok());
+}
+
+TEST_F(ServerTransportsTest, NoFramesOverTcpByDefaultOrWithTls) {
+  EXPECT_EQ(config_.tcp_data_port, -1);
+  {
+    ServerTransports transports(config_, &host_, nullptr);
+    EXPECT_TRUE(transports.serves_local());
+    EXPECT_EQ(transports.tcp_port(), 0);
+  }
+  // With TLS tensors do not travel in clear: gRPC only across hosts.
+  config_.tcp_data_port = 0;
+  config_.auth.cert_pem = "a certificate";
+  ServerTransports transports(config_, &host_, nullptr);
+  EXPECT_TRUE(transports.serves_local());
+  EXPECT_EQ(transports.tcp_port(), 0);
+}
+
+TEST_F(ServerTransportsTest, ATakenTcpPortLeavesTheSameHostSocket) {
+  absl::StatusOr<TcpFrameListener> held = ListenTcpFrames("127.0.0.1", 0);
+  ASSERT_TRUE(held.ok()) << held.status();
+  config_.tcp_data_port = held->port;
+  testing::LogCapture log;
+  ServerTransports transports(config_, &host_, nullptr);
+  EXPECT_TRUE(transports.serves_local());
+  EXPECT_EQ(transports.tcp_port(), 0);
+  EXPECT_THAT(log.text(), HasSubstr("no frames over TCP on 127.0.0.1"));
 }
 
 TEST_F(ServerTransportsTest, StopListeningRefusesLaterCalls) {

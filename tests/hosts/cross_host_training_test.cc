@@ -74,7 +74,9 @@ TEST(CrossHostTrainingTest, WorkersReachServersOfOtherHostsOverGrpc) {
          absl::StrCat("--host=", hosts.address(host)), "--port=0",
          absl::StrCat("--port_file=", port_file), "--mode=sync",
          "--optimizer=sgd", "--learning_rate=0.05",
-         absl::StrCat("--metrics_port=", kMetricsPort)}));
+         // Workers of other hosts use gRPC, not the frames over TCP
+         // (tests/hosts/tcp_frames_hosts_test.cc).
+         "--tcp_data_port=-1", absl::StrCat("--metrics_port=", kMetricsPort)}));
     ASSERT_NE(servers.back(), nullptr);
     absl::StatusOr<int> port =
         WaitForPortFile(port_file, kTimeout, servers.back().get());
