@@ -62,6 +62,7 @@ void FloodThreadsThenTrim() {
   const size_t before = ResidentBytes();
   constexpr int kThreads = 8;
   absl::Mutex mu;
+  int allocated = 0;
   int freed = 0;
   bool release = false;
   std::vector<std::thread> threads;
@@ -73,6 +74,13 @@ void FloodThreadsThenTrim() {
           blocks.emplace_back(new char[kMiB]);
           std::memset(blocks.back().get(), 1, kMiB);
         }
+        // Every thread holds its blocks at once, as in a flood, whatever
+        // the scheduler does: a thread that ran after another had freed
+        // would reuse its memory, and less would be kept.
+        absl::MutexLock lock(&mu);
+        ++allocated;
+        mu.Await(absl::Condition(
+            +[](int* n) { return *n == kThreads; }, &allocated));
       }
       // The threads stay, as a server's do.
       absl::MutexLock lock(&mu);
