@@ -25,11 +25,7 @@ using ::ps::testing::NetworkStep;
 using ::ps::testing::SmallJob;
 using ::ps::testing::SyncEquivalence;
 
-// Every kind of layer the CNN preset has, small enough that a step of the
-// double-precision reference takes milliseconds: 1,554 weights.
-constexpr char kModel[] =
-    "input 1x28x28; conv 4 5x5 stride 2; relu; maxpool 2; flatten; "
-    "dropout 0.25; dense 10";
+constexpr const char* kModel = ::ps::testing::kSmallCnnModel;
 constexpr int kSteps = 10;
 constexpr int kBatch = 32;
 

@@ -34,9 +34,7 @@ using ::ps::testing::PlainSgdJob;
 using ::ps::testing::SmallJob;
 using ::ps::testing::SyncEquivalence;
 
-constexpr char kModel[] =
-    "input 1x28x28; conv 4 5x5 stride 2; relu; maxpool 2; flatten; "
-    "dropout 0.25; dense 10";
+constexpr const char* kModel = ::ps::testing::kSmallCnnModel;
 constexpr int kBatch = 32;
 
 // The weights after `steps` steps of 2 replicas at kBatch, each of
