@@ -9,10 +9,15 @@
 #
 #   bazel build //deploy/local:launch //server //worker
 #   bench/pipeline_bench.sh [STEPS] [OUT_DIR]
+#
+# PIPELINE_BENCH_FLAGS adds launcher flags to every run (for example
+# "--device=cuda --data_dir=DIR" on a GPU machine); BAZEL_BIN names the
+# folder holding deploy/local/launch, server/server and worker/worker.
 set -euo pipefail
 steps=${1:-60}
 out=${2:-/tmp/pipeline_bench}
 bin=${BAZEL_BIN:-bazel-bin}
+read -r -a extra <<<"${PIPELINE_BENCH_FLAGS:-}"
 mkdir -p "$out"
 run() {  # name workers stages micro_batches
   local name=$1 workers=$2 stages=$3 micro=$4
@@ -23,7 +28,7 @@ run() {  # name workers stages micro_batches
   "$bin/deploy/local/launch" --num_servers=1 --num_workers="$workers" \
     --pipeline_stages="$stages" --micro_batches="$micro" --model=cnn \
     --batch_size=64 --epochs=1 --max_steps="$steps" --log_every=1000 \
-    --nocheckpoints \
+    --nocheckpoints "${extra[@]}" \
     --server_binary="$bin/server/server" --worker_binary="$bin/worker/worker" \
     --run_dir="$dir" --output=stream >"$dir.out" 2>&1 || true
   local wall per_step accuracy

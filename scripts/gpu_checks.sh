@@ -18,7 +18,9 @@
 #       (a skip is a failure there), then the main job with one worker in
 #       --mode=allreduce --device=cuda: NCCL without and with fp16
 #       compression, and Gloo on the same GPU, each printing its time per
-#       step and final test accuracy. DIR holds Fashion-MNIST's four
+#       step and final test accuracy; then bench/pipeline_bench.sh on the
+#       GPU (the cnn preset unsplit against 2 stages, every process on the
+#       one GPU). DIR holds Fashion-MNIST's four
 #       *-ubyte(.gz) files. Logs go to --out (default: a new temporary
 #       directory). Exit status 0 when every check passed.
 set -euo pipefail
@@ -29,7 +31,7 @@ TESTS=(
   kernels/cuda_util_test
   allreduce/nccl_group_test
 )
-BINARIES=(worker/worker allreduce/coordinator)
+BINARIES=(worker/worker allreduce/coordinator server/server deploy/local/launch)
 
 usage() {
   sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
@@ -71,6 +73,7 @@ bundle() {
     cp -L "${CUDA_PATH:-/usr/local/cuda}/lib64/libnccl.so.2" "$out/lib/"
   fi
   cp "$0" "$out/gpu_checks.sh"
+  cp "$(dirname "$0")/../bench/pipeline_bench.sh" "$out/pipeline_bench.sh"
   du -sh "$out"
   echo "bundle ready: copy $out to the GPU machine and run" \
     "$out/gpu_checks.sh run $out --data_dir=DIR"
@@ -108,6 +111,21 @@ train() {
   fi
   echo "$name: $(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.1f", e - s}') s" \
     "wall for the run, accuracy $accuracy"
+}
+
+# The pipeline bench with every worker on the GPU, through the launcher,
+# which looks for the binaries where bazel puts them.
+pipeline() {
+  local tree="$OUT/bazel-bin"
+  mkdir -p "$tree/deploy/local" "$tree/server" "$tree/worker"
+  ln -sf "$BUNDLE/bin/launch" "$tree/deploy/local/launch"
+  ln -sf "$BUNDLE/bin/server" "$tree/server/server"
+  ln -sf "$BUNDLE/bin/worker" "$tree/worker/worker"
+  BAZEL_BIN="$tree" PIPELINE_BENCH_FLAGS="--device=cuda --data_dir=$DATA_DIR" \
+    bash "$BUNDLE/pipeline_bench.sh" "${PIPELINE_STEPS:-200}" "$OUT/pipeline" |
+    tee "$OUT/pipeline.txt"
+  # Eight runs, each ending with its accuracy.
+  [[ $(grep -c "final test accuracy" "$OUT/pipeline.txt") == 8 ]]
 }
 
 run() {
@@ -150,6 +168,7 @@ run() {
   train nccl --allreduce_backend=nccl || failed=1
   train nccl-fp16 --allreduce_backend=nccl --allreduce_compression=fp16 || failed=1
   train gloo-on-gpu --allreduce_backend=gloo || failed=1
+  pipeline || failed=1
   echo "logs: $OUT"
   exit "$failed"
 }
