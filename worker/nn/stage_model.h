@@ -70,6 +70,16 @@ class StageModel {
                                         int rows, const StepInfo& step,
                                         absl::Span<float> output) = 0;
 
+  // Runs `rows` examples forward in evaluation mode (no dropout), for a
+  // pipelined test: not the last stage, writes the output as Forward does
+  // and returns 0; the last stage returns how many rows' largest logit is
+  // their label (Model::Evaluate's count). Checks its arguments as Forward
+  // does, and discards the last Forward.
+  virtual absl::StatusOr<int64_t> Evaluate(absl::Span<const float> input,
+                                           absl::Span<const float> labels,
+                                           int rows,
+                                           absl::Span<float> output) = 0;
+
   // Backpropagates the last Forward. `grad_output` is d(loss)/d(output),
   // rows * output_size() floats (empty on the last stage). Reports each of
   // this stage's tensors' gradients through `on_gradient`, last first, then
