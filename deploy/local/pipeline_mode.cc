@@ -6,8 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "deploy/local/allreduce_mode.h"
 #include "worker/nn/model_description.h"
 #include "worker/nn/stage_split.h"
+#include "worker/pipeline/pipeline_place.h"
 
 namespace ps {
 
@@ -46,11 +48,10 @@ absl::Status CheckPipelineConfig(const LaunchConfig& config) {
       }
     }
   }
-  if (k > 1 && config.program.empty() && config.mode != "sync") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--pipeline_stages needs --mode=sync, not --mode=", config.mode,
-        ": a stage pushes zeros for the other stages' tensors, which only a "
-        "sync step averages away"));
+  if (k > 1 && config.program.empty() && config.mode == kLaunchAllreduceMode) {
+    return absl::InvalidArgumentError(
+        "--pipeline_stages needs parameter servers to hold the stages' "
+        "parameters, not --mode=allreduce");
   }
   return absl::OkStatus();
 }
@@ -66,6 +67,44 @@ std::vector<std::pair<std::string, std::string>> PipelineEnvironment(
   if (config.pipeline_stages == 1) return {};
   return {{"PS_PIPELINE_STAGES", absl::StrCat(config.pipeline_stages)},
           {"PS_MICRO_BATCHES", absl::StrCat(config.micro_batches)}};
+}
+
+int ServerGroups(const LaunchConfig& config) {
+  return config.pipeline_stages > 1 && config.program.empty()
+             ? config.pipeline_stages
+             : 1;
+}
+
+int TotalServers(const LaunchConfig& config) {
+  return config.num_servers * ServerGroups(config);
+}
+
+bool SavesModel(const LaunchConfig& config, int rank) {
+  return rank == 0 || (ServerGroups(config) > 1 && rank < ServerGroups(config));
+}
+
+ServerGroup ServerGroupOf(const LaunchConfig& config, int index) {
+  ServerGroup group;
+  group.shards = config.num_servers;
+  group.workers = config.num_workers;
+  group.job_id = config.job_id;
+  group.checkpoint_dir = config.checkpoint_dir;
+  group.shard = index;
+  const int groups = ServerGroups(config);
+  if (groups == 1) return group;
+  group.stage = index / config.num_servers;
+  group.shard = index % config.num_servers;
+  group.workers = config.num_workers / groups;
+  group.job_id = worker::pipeline::StageGroupJobId(config.job_id, group.stage);
+  if (!config.checkpoint_dir.empty()) {
+    group.checkpoint_dir =
+        StageCheckpointDir(config.checkpoint_dir, group.stage);
+  }
+  return group;
+}
+
+std::string StageCheckpointDir(const std::string& checkpoint_dir, int stage) {
+  return absl::StrCat(checkpoint_dir, "/stage", stage);
 }
 
 }  // namespace ps

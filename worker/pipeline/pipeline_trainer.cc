@@ -41,24 +41,6 @@ absl::StatusOr<std::unique_ptr<PipelineTrainer>> PipelineTrainer::Create(
     return absl::InvalidArgumentError(
         "the stage's model and links do not fit its place");
   }
-  const nn::StageRange& range = stage->range();
-  const ModelSpec& declared = weights->model();
-  bool fits =
-      static_cast<int>(declared.tensors.size()) ==
-          range.end_tensor - range.first_tensor &&
-      static_cast<int>(options.whole_spec.tensors.size()) >= range.end_tensor;
-  for (int t = range.first_tensor; fits && t < range.end_tensor; ++t) {
-    fits = declared.tensors[t - range.first_tensor].name ==
-               options.whole_spec.tensors[t].name &&
-           declared.tensors[t - range.first_tensor].num_elements() ==
-               options.whole_spec.tensors[t].num_elements();
-  }
-  if (!fits) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the declared model is not the stage's tensors %d-%d of the whole "
-        "model",
-        range.first_tensor, range.end_tensor - 1));
-  }
   return absl::WrapUnique(new PipelineTrainer(
       options, weights, stage, neighbours, train, test, *std::move(sharder)));
 }
@@ -88,6 +70,28 @@ PipelineTrainer::PipelineTrainer(const PipelineTrainerOptions& options,
     if (!stage->first()) eval_input_.resize(rows * stage->input_size());
     if (!stage->last()) eval_output_.resize(rows * stage->output_size());
   }
+}
+
+absl::Status PipelineTrainer::CheckDeclaration() const {
+  const nn::StageRange& range = stage_->range();
+  const ModelSpec& declared = exchange_->model();
+  bool fits =
+      static_cast<int>(declared.tensors.size()) ==
+          range.end_tensor - range.first_tensor &&
+      static_cast<int>(options_.whole_spec.tensors.size()) >= range.end_tensor;
+  for (int t = range.first_tensor; fits && t < range.end_tensor; ++t) {
+    fits = declared.tensors[t - range.first_tensor].name ==
+               options_.whole_spec.tensors[t].name &&
+           declared.tensors[t - range.first_tensor].num_elements() ==
+               options_.whole_spec.tensors[t].num_elements();
+  }
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the declared model is not the stage's tensors %d-%d of the whole "
+        "model",
+        range.first_tensor, range.end_tensor - 1));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PipelineTrainer::SetStageWeights() {
@@ -284,6 +288,7 @@ absl::Status PipelineTrainer::SaveWholeModel(uint64_t tag_step,
 
 absl::StatusOr<TrainingSummary> PipelineTrainer::Run(
     const Registration& resume) {
+  if (absl::Status s = CheckDeclaration(); !s.ok()) return s;
   const uint64_t steps_per_epoch = sharder_.steps_per_epoch();
   absl::StatusOr<uint64_t> resume_step =
       sharder_.ResumeStep(options_.place.replica, resume.cursor.examples_done);

@@ -55,7 +55,8 @@ struct PipelineTrainerOptions {
 class PipelineTrainer {
  public:
   // `test` is needed with options.evaluate. InvalidArgument when the
-  // options do not fit the data, model or declaration.
+  // options do not fit the data or model (and Run's when the exchange's
+  // declared model is not the stage's tensors).
   static absl::StatusOr<std::unique_ptr<PipelineTrainer>> Create(
       const PipelineTrainerOptions& options, WeightExchange* weights,
       nn::StageModel* stage, Neighbours* neighbours, const LabeledImages* train,
@@ -80,6 +81,8 @@ class PipelineTrainer {
   };
   absl::StatusOr<StepResult> Step(const EpochPlan& plan, uint64_t epoch,
                                   uint64_t step_in_epoch, uint64_t clock);
+  // InvalidArgument unless the exchange's model is the stage's tensors.
+  absl::Status CheckDeclaration() const;
   absl::Status SetStageWeights();
   absl::Status LoadWeights(uint64_t clock, uint64_t* version);
   // Replica 0's stages together; `tag_step` names the messages.
