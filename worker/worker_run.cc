@@ -145,6 +145,9 @@ std::optional<int> WorkerRun::CheckSettings() {
   }
   absl::Status flags = CheckWorkerConfig(config_, rank_);
   if (flags.ok()) flags = pipeline::CheckPipelineConfig(config_, rank_);
+  if (flags.ok() && description.ok()) {
+    flags = pipeline::CheckWorkerMemory(config_, *description);
+  }
   absl::StatusOr<std::vector<int>> cpus = CpusFromFlag("cpus", config_.cpus);
   for (const absl::Status& s :
        {description.status(), servers.status(), flags, cpus.status()}) {

@@ -47,6 +47,11 @@ class LayerStage final : public StageModel {
   int64_t input_size() const override { return input_size_; }
   int64_t output_size() const override { return range_.output_size; }
   int max_batch() const override { return max_batch_; }
+  int64_t host_bytes() const override {
+    size_t floats = host_predictions_.capacity();
+    for (const std::vector<float>& g : host_gradients_) floats += g.capacity();
+    return static_cast<int64_t>(floats * sizeof(float));
+  }
 
   absl::Status SetWeights(int tensor_id,
                           absl::Span<const float> values) override;

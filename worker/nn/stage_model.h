@@ -51,6 +51,10 @@ class StageModel {
   virtual int64_t input_size() const = 0;
   virtual int64_t output_size() const = 0;
   virtual int max_batch() const = 0;
+  // Bytes of the host buffers the stage keeps (its gradients' host copies,
+  // the last stage's predictions), allocated by Create; its backend's
+  // buffers are the backend's to count.
+  virtual int64_t host_bytes() const = 0;
 
   // Copies `values` into tensor `tensor_id` (whole) of this stage;
   // InvalidArgument for a tensor of another stage, a wrong size or a

@@ -24,10 +24,13 @@ absl::StatusOr<std::unique_ptr<PipelineTrainer>> PipelineTrainer::Create(
   if (options.evaluate && test == nullptr) {
     return absl::InvalidArgumentError("evaluation needs a test set");
   }
-  if (stage->max_batch() < options.batch_size) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("the stage takes batches of up to %d examples, not %d",
-                        stage->max_batch(), options.batch_size));
+  // The schedule runs a micro-batch at a time (M divides the batch).
+  const int micro_rows =
+      options.batch_size / std::max(1, options.micro_batches);
+  if (stage->max_batch() < micro_rows) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the stage takes micro-batches of up to %d examples, not %d",
+        stage->max_batch(), micro_rows));
   }
   if (stage->first() && train->example_size() != stage->input_size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -66,7 +69,7 @@ PipelineTrainer::PipelineTrainer(const PipelineTrainerOptions& options,
       schedule_(stage, neighbours->previous.get(), neighbours->next.get(),
                 options.micro_batches) {
   if (options.evaluate) {
-    const size_t rows = options.batch_size;
+    const size_t rows = stage->max_batch();
     if (!stage->first()) eval_input_.resize(rows * stage->input_size());
     if (!stage->last()) eval_output_.resize(rows * stage->output_size());
   }
@@ -188,10 +191,11 @@ absl::StatusOr<double> PipelineTrainer::TestAccuracy(uint64_t tag_step) {
   const int64_t in = stage_->input_size();
   const int64_t out = stage_->output_size();
   int64_t correct = 0;
+  // In chunks the layers hold (a micro-batch's rows).
+  const int64_t most = stage_->max_batch();
   uint32_t chunk = 0;
-  for (int64_t start = 0; start < n; start += options_.batch_size, ++chunk) {
-    const int rows =
-        static_cast<int>(std::min<int64_t>(options_.batch_size, n - start));
+  for (int64_t start = 0; start < n; start += most, ++chunk) {
+    const int rows = static_cast<int>(std::min<int64_t>(most, n - start));
     const Tag tag{tag_step, chunk, Direction::kEvaluation};
     absl::Span<const float> input;
     if (stage_->first()) {

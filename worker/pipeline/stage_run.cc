@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/initializer.h"
 #include "spdlog/spdlog.h"
+#include "worker/pipeline/memory_budget.h"
 
 namespace ps::worker::pipeline {
 namespace {
@@ -31,6 +32,10 @@ absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank) {
         "--micro_batches=%d must be in [1, --batch_size=%d] and divide it",
         config.micro_batches, config.batch_size));
   }
+  if (absl::Status s = ParseByteSize(config.worker_memory_budget).status();
+      !s.ok()) {
+    return s;
+  }
   if (config.pipeline_stages == 1) {
     if (config.micro_batches != 1) {
       return absl::InvalidArgumentError(
@@ -46,6 +51,14 @@ absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank) {
   return PipelinePlace::FromRank(rank, config.num_workers,
                                  config.pipeline_stages)
       .status();
+}
+
+absl::Status CheckWorkerMemory(const WorkerConfig& config,
+                               const nn::ModelDescription& description) {
+  absl::StatusOr<int64_t> budget = ParseByteSize(config.worker_memory_budget);
+  if (!budget.ok()) return budget.status();
+  return CheckMemoryBudget(description, config.pipeline_stages,
+                           config.batch_size, config.micro_batches, *budget);
 }
 
 bool EvaluatesTestSet(const WorkerConfig& config, int rank) {
@@ -68,13 +81,23 @@ absl::StatusOr<std::unique_ptr<StageRun>> StageRun::Create(
   run->place_ = *place;
   run->ranges_ = *std::move(ranges);
   nn::ModelOptions options;
-  options.max_batch = config.batch_size;
+  // The schedule runs a micro-batch at a time: the layers hold its rows.
+  options.max_batch = RowsPerMicroBatch(
+      config.pipeline_stages, config.batch_size, config.micro_batches);
   options.seed = config.seed;
   const nn::StageRange& mine = run->ranges_[place->stage];
+  run->counted_ = std::make_unique<CountingBackend>(backend);
   absl::StatusOr<std::unique_ptr<nn::StageModel>> stage =
-      nn::StageModel::Create(description, mine, options, backend);
+      nn::StageModel::Create(description, mine, options, run->counted_.get());
   if (!stage.ok()) return stage.status();
   run->stage_ = *std::move(stage);
+  run->memory_ = CountedMemory(*run->stage_, *run->counted_);
+  spdlog::info(
+      "pipeline {}: tensor memory {} ({} on the backend, {} host copies, {} "
+      "pulled weights)",
+      place->ToString(), FormatBytes(run->memory_.total()),
+      run->memory_.backend_bytes, run->memory_.host_bytes,
+      run->memory_.pulled_bytes);
   run->whole_spec_ = description.Spec(config.seed);
   run->stage_spec_.seed = config.seed;
   for (int t = mine.first_tensor; t < mine.end_tensor; ++t) {

@@ -13,7 +13,9 @@
 #include "worker/nn/model_description.h"
 #include "worker/nn/stage_model.h"
 #include "worker/nn/stage_split.h"
+#include "worker/pipeline/counting_backend.h"
 #include "worker/pipeline/link_rendezvous.h"
+#include "worker/pipeline/memory_budget.h"
 #include "worker/pipeline/pipeline_place.h"
 #include "worker/pipeline/pipeline_trainer.h"
 #include "worker/trainer.h"
@@ -28,6 +30,12 @@ namespace ps::worker::pipeline {
 // it (every micro-batch of a full batch the same size), and servers to
 // hold the stages' parameters (not --local, not --mode=allreduce).
 absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank);
+
+// Refuses (InvalidArgument, memory_budget.h) a job whose workers would
+// need more tensor memory than --worker_memory_budget, before anything is
+// built; OK without a budget.
+absl::Status CheckWorkerMemory(const WorkerConfig& config,
+                               const nn::ModelDescription& description);
 
 // Whether the worker of `rank` evaluates the test set: rank 0, and with
 // --pipeline_stages every stage of replica 0 (the test goes through them).
@@ -47,6 +55,8 @@ class StageRun {
       const nn::ModelDescription& description, kernels::Backend* backend);
 
   const PipelinePlace& place() const { return place_; }
+  // What this worker's tensors took, counted as its stage was built.
+  const WorkerMemory& memory() const { return memory_; }
   // The stage's tensors, under the whole model's names.
   const ModelSpec& stage_spec() const { return stage_spec_; }
 
@@ -87,7 +97,10 @@ class StageRun {
   std::vector<nn::StageRange> ranges_;
   ModelSpec whole_spec_;  // Names, shapes and initializers only.
   ModelSpec stage_spec_;
+  // The backend's count of the stage's buffers, forwarding to the worker's.
+  std::unique_ptr<CountingBackend> counted_;
   std::unique_ptr<nn::StageModel> stage_;
+  WorkerMemory memory_;
   Neighbours neighbours_;
   std::unique_ptr<PipelineTrainer> trainer_;
 };
