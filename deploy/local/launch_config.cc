@@ -205,10 +205,12 @@ std::vector<std::string> ReservedServerFlags(bool auth) {
 }
 
 std::vector<std::string> ReservedWorkerFlags(bool auth) {
-  std::vector<std::string> flags = {
-      "rank",         "num_workers",     "servers",      "job_id",
-      "log_every",    "eval_every",      "max_steps",    "retry_timeout",
-      "metrics_port", "pipeline_stages", "micro_batches"};
+  std::vector<std::string> flags = {"rank",          "num_workers",
+                                    "servers",       "job_id",
+                                    "log_every",     "eval_every",
+                                    "max_steps",     "retry_timeout",
+                                    "metrics_port",  "pipeline_stages",
+                                    "micro_batches", "worker_memory_budget"};
   if (auth) {
     flags.insert(flags.end(), {"tls_ca", "tls_cert", "tls_key",
                                "tls_server_name", "token_file"});
@@ -350,6 +352,10 @@ std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
     for (std::string& flag : AllreduceWorkerFlags(config)) {
       argv.push_back(std::move(flag));
     }
+  }
+  if (config.worker_memory_budget != "0") {
+    argv.push_back(
+        absl::StrCat("--worker_memory_budget=", config.worker_memory_budget));
   }
   for (std::string& flag : PipelineWorkerFlags(config)) {
     argv.push_back(std::move(flag));

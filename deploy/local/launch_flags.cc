@@ -31,6 +31,11 @@ ABSL_FLAG(int, pipeline_stages, 1,
 ABSL_FLAG(int, micro_batches, 1,
           "With --pipeline_stages: micro-batches per step (GPipe); must "
           "divide --batch_size.");
+ABSL_FLAG(std::string, worker_memory_budget, "0",
+          "Cap on each of our workers' tensor memory, in bytes with an "
+          "optional K, M or G (0: none): a job whose workers would need more "
+          "is refused before anything starts, naming the smallest "
+          "--pipeline_stages that fits (worker/pipeline/memory_budget.h).");
 ABSL_FLAG(std::string, mode, "sync",
           "Consistency: sync|ssp|async, or allreduce: no parameter servers, "
           "the workers average gradients over a Gloo ring (one coordinator "

@@ -9,6 +9,7 @@
 #include "deploy/local/allreduce_mode.h"
 #include "worker/nn/model_description.h"
 #include "worker/nn/stage_split.h"
+#include "worker/pipeline/memory_budget.h"
 #include "worker/pipeline/pipeline_place.h"
 
 namespace ps {
@@ -35,6 +36,24 @@ absl::Status CheckPipelineConfig(const LaunchConfig& config) {
   if (m > 1 && k == 1) {
     return absl::InvalidArgumentError(
         "--micro_batches needs --pipeline_stages above 1");
+  }
+  if (config.worker_memory_budget != "0") {
+    absl::StatusOr<int64_t> budget =
+        worker::pipeline::ParseByteSize(config.worker_memory_budget);
+    if (!budget.ok()) return budget.status();
+    if (!config.program.empty()) {
+      return absl::InvalidArgumentError(
+          "--worker_memory_budget is our worker's: a program after -- "
+          "counts its own memory");
+    }
+    // The workers' own check, before any process starts.
+    absl::StatusOr<worker::nn::ModelDescription> model =
+        worker::nn::ModelDescription::FromFlag(config.model);
+    if (model.ok()) {
+      absl::Status fits = worker::pipeline::CheckMemoryBudget(
+          *model, k, config.batch_size, m, *budget);
+      if (!fits.ok()) return fits;
+    }
   }
   if (k > 1 && config.program.empty()) {
     // More stages than layers fails here, before any process starts.

@@ -28,6 +28,9 @@ namespace ps {
 // K, M outside [1, --batch_size] or not dividing it, M > 1 without K > 1;
 // and for our worker binary with K > 1, more stages than --model has
 // layers, or --mode=allreduce (the stages' parameters live on servers).
+// Also --worker_memory_budget (any K): a value that does not parse, a
+// program's (ours only), and a job whose workers would not fit it
+// (worker/pipeline/memory_budget.h, the workers' own check).
 absl::Status CheckPipelineConfig(const LaunchConfig& config);
 
 // The worker binary's flags for it: none when K is 1.
