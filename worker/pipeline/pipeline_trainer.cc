@@ -290,9 +290,82 @@ absl::Status PipelineTrainer::SaveWholeModel(uint64_t tag_step,
   return absl::OkStatus();
 }
 
+namespace {
+
+// A resume point as floats, each holding 16 bits exactly.
+constexpr int kResumeFloats = 12;
+
+void EncodeResume(const Registration& r, absl::Span<float> out) {
+  const uint64_t fields[3] = {r.next_step, r.cursor.epoch,
+                              r.cursor.examples_done};
+  for (int f = 0; f < 3; ++f) {
+    for (int i = 0; i < 4; ++i) {
+      out[4 * f + i] = static_cast<float>((fields[f] >> (16 * i)) & 0xffff);
+    }
+  }
+}
+
+Registration DecodeResume(absl::Span<const float> in) {
+  uint64_t fields[3] = {};
+  for (int f = 0; f < 3; ++f) {
+    for (int i = 0; i < 4; ++i) {
+      fields[f] |= static_cast<uint64_t>(in[4 * f + i]) << (16 * i);
+    }
+  }
+  Registration r;
+  r.next_step = fields[0];
+  r.cursor = {fields[1], fields[2]};
+  return r;
+}
+
+}  // namespace
+
+absl::Status PipelineTrainer::AgreeOnResume(Registration* resume) {
+  const Tag tag{0, 0, Direction::kResume};
+  float buffer[kResumeFloats];
+  absl::Span<float> floats = absl::MakeSpan(buffer);
+  Registration earliest = *resume;
+  if (!stage_->first()) {
+    absl::StatusOr<float> got = neighbours_->previous->Receive(tag, 1, floats);
+    if (!got.ok()) return got.status();
+    const Registration before = DecodeResume(floats);
+    if (before.next_step < earliest.next_step) earliest = before;
+  }
+  if (!stage_->last()) {
+    EncodeResume(earliest, floats);
+    absl::Status s = neighbours_->next->Send(tag, 1, 0, floats);
+    if (!s.ok()) return s;
+    // The last stage has seen every stage's; its answer comes back.
+    absl::StatusOr<float> got = neighbours_->next->Receive(tag, 1, floats);
+    if (!got.ok()) return got.status();
+    earliest = DecodeResume(floats);
+  }
+  if (!stage_->first()) {
+    EncodeResume(earliest, floats);
+    absl::Status s = neighbours_->previous->Send(tag, 1, 0, floats);
+    if (!s.ok()) return s;
+  }
+  resume->next_step = earliest.next_step;
+  resume->cursor = earliest.cursor;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainingSummary> PipelineTrainer::Run(
     const Registration& resume) {
   if (absl::Status s = CheckDeclaration(); !s.ok()) return s;
+  Registration agreed = resume;
+  if (absl::Status s = AgreeOnResume(&agreed); !s.ok()) return s;
+  if (agreed.next_step != resume.next_step) {
+    spdlog::info(
+        "pipeline {}: the group says step {}, a stage of the replica's {}: "
+        "repeating from there",
+        options_.place.ToString(), resume.next_step, agreed.next_step);
+  }
+  return Train(agreed);
+}
+
+absl::StatusOr<TrainingSummary> PipelineTrainer::Train(
+    const Registration& resume) {
   const uint64_t steps_per_epoch = sharder_.steps_per_epoch();
   absl::StatusOr<uint64_t> resume_step =
       sharder_.ResumeStep(options_.place.replica, resume.cursor.examples_done);

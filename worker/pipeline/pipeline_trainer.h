@@ -79,6 +79,8 @@ class PipelineTrainer {
     StepTiming timing;
     absl::Duration waited;  // For neighbours, within timing.compute.
   };
+  // Run, from the replica's agreed resume point.
+  absl::StatusOr<TrainingSummary> Train(const Registration& resume);
   absl::StatusOr<StepResult> Step(const EpochPlan& plan, uint64_t epoch,
                                   uint64_t step_in_epoch, uint64_t clock);
   // InvalidArgument unless the exchange's model is the stage's tensors.
@@ -88,6 +90,13 @@ class PipelineTrainer {
   // Replica 0's stages together; `tag_step` names the messages.
   absl::StatusOr<double> TestAccuracy(uint64_t tag_step);
   absl::Status SaveWholeModel(uint64_t tag_step, uint64_t version);
+  // The stages of a replica resume from the earliest of their groups'
+  // points (the groups' clocks differ when a stage died between its
+  // neighbour's push and its own, or their checkpoints are of different
+  // steps): `*resume` becomes the replica's earliest next_step and its
+  // cursor. A group ahead acknowledges the repeated steps' pushes without
+  // applying them again.
+  absl::Status AgreeOnResume(Registration* resume);
 
   const PipelineTrainerOptions options_;
   WeightExchange* const exchange_;

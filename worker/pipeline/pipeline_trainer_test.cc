@@ -116,6 +116,7 @@ struct TwoStages {
   TensorValues weights;
   std::vector<std::unique_ptr<RecordingExchange>> exchanges;
   std::vector<double> accuracy = {-1, -1};
+  std::vector<uint64_t> trained = {0, 0};
 
   TwoStages() {
     for (size_t t = 0; t < spec.tensors.size(); ++t) {
@@ -132,7 +133,8 @@ struct TwoStages {
   // Runs both stages of `replica` of 2 for `steps` steps; replica 0
   // evaluates on `test` and saves to `save` when given.
   void Run(int replica, int steps, const LabeledImages& train,
-           const LabeledImages* test, const std::string& save) {
+           const LabeledImages* test, const std::string& save,
+           const std::vector<Registration>& resume = {{}, {}}) {
     int fds[2];
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
     std::vector<Neighbours> neighbours(2);
@@ -159,9 +161,9 @@ struct TwoStages {
                                     &neighbours[s], &train, test);
         ASSERT_TRUE(trainer.ok()) << trainer.status();
         EXPECT_EQ((*trainer)->planned_steps(), static_cast<uint64_t>(steps));
-        absl::StatusOr<TrainingSummary> summary = (*trainer)->Run({});
+        absl::StatusOr<TrainingSummary> summary = (*trainer)->Run(resume[s]);
         ASSERT_TRUE(summary.ok()) << summary.status();
-        EXPECT_EQ(summary->steps, static_cast<uint64_t>(steps));
+        trained[s] = summary->steps;
         accuracy[s] = summary->test_accuracy;
       });
     }
@@ -176,6 +178,7 @@ TEST(PipelineTrainerTest, EachStagePushesOnlyItsTensorsUnsplitGradient) {
   TwoStages job;
   const LabeledImages train = Data(40);
   job.Run(/*replica=*/1, /*steps=*/2, train, nullptr, "");
+  EXPECT_EQ(job.trained, (std::vector<uint64_t>{2, 2}));
 
   // Replica 1's batches, as an unsplit rank 1 of 2 would take them.
   auto sharder = *EpochSharder::Create(40, 2, kBatch, 1);
@@ -240,6 +243,28 @@ TEST(PipelineTrainerTest, ReplicaZeroEvaluatesAndSavesTheWholeModel) {
   // The exchange's weights did not change, so the file holds them.
   PS_ASSERT_OK_AND_ASSIGN(TensorValues saved, LoadModel(path, job.spec));
   EXPECT_EQ(saved, job.weights);
+}
+
+// Stage 0's group is a step ahead of stage 1's (stage 1 died between its
+// neighbour's push and its own): the replica resumes from stage 1's point,
+// and both stages train the same steps.
+TEST(PipelineTrainerTest, AReplicasStagesResumeFromTheEarliestGroup) {
+  TwoStages job;
+  const LabeledImages train = Data(40);
+  Registration ahead, behind;
+  ahead.next_step = 3;
+  ahead.cursor.examples_done = 3 * kBatch;
+  behind.next_step = 2;
+  behind.cursor.examples_done = 2 * kBatch;
+  job.Run(/*replica=*/0, /*steps=*/4, train, nullptr, "", {ahead, behind});
+  EXPECT_EQ(job.trained, (std::vector<uint64_t>{2, 2}));
+  for (int s = 0; s < 2; ++s) {
+    ASSERT_EQ(job.exchanges[s]->pushes.size(), 2u) << s;
+    EXPECT_EQ(job.exchanges[s]->pushes[0].info.step, 2u) << s;
+    EXPECT_EQ(job.exchanges[s]->pushes[0].info.cursor.examples_done,
+              3u * kBatch)
+        << s;
+  }
 }
 
 }  // namespace

@@ -40,6 +40,8 @@ std::string DirectionName(Direction d) {
       return "evaluation count";
     case Direction::kWeights:
       return "final weights";
+    case Direction::kResume:
+      return "resume point";
   }
   return absl::StrCat("direction ", static_cast<int>(d));
 }

@@ -23,6 +23,9 @@ enum class Direction : uint8_t {
   kEvaluation = 3,
   kCorrect = 4,
   kWeights = 5,
+  // Where each stage's group says to resume, forward then the replica's
+  // agreement back (PipelineTrainer).
+  kResume = 6,
 };
 
 // Which tensor a message is: every message names its step, micro-batch and
