@@ -74,6 +74,11 @@ TEST(MemoryBudgetTest, RefusesUnsplitNamingTheStagesThatFit) {
       "K=2 %lld, K=4 %lld\n",
       static_cast<long long>(one), static_cast<long long>(two),
       static_cast<long long>(four));
+  PS_ASSERT_OK_AND_ASSIGN(int64_t two_m4, MostWorkerBytes(d, 2, 256, 4));
+  PS_ASSERT_OK_AND_ASSIGN(int64_t four_m4, MostWorkerBytes(d, 4, 256, 4));
+  std::printf("  with 4 micro-batches: K=2 %lld, K=4 %lld\n",
+              static_cast<long long>(two_m4), static_cast<long long>(four_m4));
+  EXPECT_LT(two_m4, two) << "a micro-batch's activations, not a batch's";
   EXPECT_LT(two, one);
   EXPECT_LT(four, two);
   const int64_t budget = (one + two) / 2;
