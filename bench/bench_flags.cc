@@ -16,6 +16,13 @@ constexpr int kMaxWorkers = 200;
 
 }  // namespace
 
+absl::Status CheckFlagRange(absl::string_view flag, int64_t value, int64_t lo,
+                            int64_t hi) {
+  if (value >= lo && value <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--", flag, " must be in [", lo, ", ", hi, "], got ", value));
+}
+
 absl::StatusOr<std::vector<int64_t>> ParseNumberList(absl::string_view text,
                                                      absl::string_view what,
                                                      int64_t min, int64_t max) {

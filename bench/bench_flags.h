@@ -6,13 +6,20 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace ps::bench {
 
-// The lists the benches take on their command lines (--workers=2,4,
-// --rates_mbit=0,1000, --servers=1,2), parsed before anything runs.
+// Checks of the flags the benches take on their command lines, before
+// anything runs: lists (--workers=2,4, --rates_mbit=0,1000, --servers=1,2)
+// and ranges.
+
+// OK if `value`, that of --`flag`, is in [lo, hi]; else InvalidArgument
+// "--FLAG must be in [LO, HI], got VALUE".
+absl::Status CheckFlagRange(absl::string_view flag, int64_t value, int64_t lo,
+                            int64_t hi);
 
 // Parses `text`, whole numbers separated by commas (spaces around each
 // allowed), each in [min, max]. InvalidArgument names `what` (e.g. "worker

@@ -11,6 +11,14 @@
 namespace ps::bench {
 namespace {
 
+TEST(CheckFlagRangeTest, AcceptsTheBoundsAndNamesTheFlagOutside) {
+  EXPECT_TRUE(CheckFlagRange("trials", 1, 1, 1000).ok());
+  EXPECT_TRUE(CheckFlagRange("trials", 1000, 1, 1000).ok());
+  EXPECT_EQ(CheckFlagRange("trials", 0, 1, 1000),
+            absl::InvalidArgumentError("--trials must be in [1, 1000], got 0"));
+  EXPECT_FALSE(CheckFlagRange("trials", 1001, 1, 1000).ok());
+}
+
 TEST(ParseNumberListTest, ParsesWholeNumbersInRange) {
   absl::StatusOr<std::vector<int64_t>> numbers =
       ParseNumberList("2, 4 ,16", "worker count", 1, 16);
