@@ -76,13 +76,10 @@ struct Result {
 std::optional<Result> RunJob(Layout layout, int num_workers,
                              int64_t bits_per_second) {
   const int num_hosts = HostsFor(layout, num_workers);
-  absl::StatusOr<std::unique_ptr<TestHosts>> made =
-      TestHosts::Create(num_hosts, bits_per_second);
-  if (!made.ok()) {
-    std::fprintf(stderr, "hosts: %s\n", made.status().ToString().c_str());
-    return std::nullopt;
-  }
-  const TestHosts& hosts = **made;
+  const std::unique_ptr<TestHosts> made =
+      CreateHosts(num_hosts, bits_per_second);
+  if (made == nullptr) return std::nullopt;
+  const TestHosts& hosts = *made;
   const std::vector<std::string> update = {
       "--optimizer=adam", "--learning_rate=0.001", "--lr_schedule=constant"};
 
@@ -118,14 +115,7 @@ std::optional<Result> RunJob(Layout layout, int num_workers,
         StartOn(hosts, rank, absl::StrCat("worker ", rank), argv));
     if (workers.back() == nullptr) return std::nullopt;
   }
-  for (int rank = 0; rank < num_workers; ++rank) {
-    const std::optional<ExitStatus> exit = workers[rank]->WaitFor(kTimeout);
-    if (!exit.has_value() || !exit->success()) {
-      std::fprintf(stderr, "worker %d failed: %s\n", rank,
-                   workers[rank]->LastLines(20).c_str());
-      return std::nullopt;
-    }
-  }
+  if (!AwaitWorkers(workers, kTimeout)) return std::nullopt;
 
   Result result;
   const std::vector<std::string> lines = workers[0]->OutputLines();

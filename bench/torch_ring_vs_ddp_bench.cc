@@ -119,13 +119,10 @@ std::optional<Result> RunJob(const Layout& layout, int num_workers,
                              int64_t bits_per_second) {
   const int num_hosts =
       layout.ddp ? num_workers : HostsFor(layout.services, num_workers);
-  absl::StatusOr<std::unique_ptr<TestHosts>> made =
-      TestHosts::Create(num_hosts, bits_per_second);
-  if (!made.ok()) {
-    std::fprintf(stderr, "hosts: %s\n", made.status().ToString().c_str());
-    return std::nullopt;
-  }
-  const TestHosts& hosts = **made;
+  const std::unique_ptr<TestHosts> made =
+      CreateHosts(num_hosts, bits_per_second);
+  if (made == nullptr) return std::nullopt;
+  const TestHosts& hosts = *made;
   std::vector<std::unique_ptr<Subprocess>> services;
   std::vector<std::string> addresses;
   if (!layout.ddp) {
@@ -176,14 +173,7 @@ std::optional<Result> RunJob(const Layout& layout, int num_workers,
                               std::move(argv), std::move(env)));
     if (workers.back() == nullptr) return std::nullopt;
   }
-  for (int rank = 0; rank < num_workers; ++rank) {
-    const std::optional<ExitStatus> exit = workers[rank]->WaitFor(kTimeout);
-    if (!exit.has_value() || !exit->success()) {
-      std::fprintf(stderr, "worker %d failed: %s\n", rank,
-                   workers[rank]->LastLines(20).c_str());
-      return std::nullopt;
-    }
-  }
+  if (!AwaitWorkers(workers, kTimeout)) return std::nullopt;
   absl::StatusOr<std::string> line =
       workers[0]->WaitForOutputLine("RESULT ", absl::ZeroDuration());
   if (!line.ok()) return std::nullopt;
