@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
+#include "tests/hosts/skip_without_hosts.h"
 
 namespace ps::testing {
 namespace {
@@ -43,11 +44,7 @@ TEST(AwaitWorkersTest, TrueOnlyIfEveryWorkerExitsZeroInTime) {
 
 class StartServicesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
-      GTEST_SKIP() << "no test hosts on this machine: " << why;
-    }
-  }
+  void SetUp() override { SKIP_WITHOUT_TEST_HOSTS(); }
 };
 
 TEST_F(StartServicesTest, EachListensOnItsHost) {

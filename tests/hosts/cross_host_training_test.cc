@@ -17,6 +17,7 @@
 #include "common/progress_line.h"
 #include "gtest/gtest.h"
 #include "tests/hosts/host_job.h"
+#include "tests/hosts/skip_without_hosts.h"
 #include "tests/hosts/test_hosts.h"
 
 namespace ps::testing {
@@ -34,9 +35,7 @@ constexpr int kServerHost[] = {0, 1};
 constexpr int kWorkerHost[] = {1, 2};
 
 TEST(CrossHostTrainingTest, WorkersReachServersOfOtherHostsOverGrpc) {
-  if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
-    GTEST_SKIP() << "no test hosts on this machine: " << why;
-  }
+  SKIP_WITHOUT_TEST_HOSTS();
   absl::StatusOr<std::unique_ptr<TestHosts>> made = TestHosts::Create(3, kGbit);
   ASSERT_TRUE(made.ok()) << made.status();
   const TestHosts& hosts = **made;

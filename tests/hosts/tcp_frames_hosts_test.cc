@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
 #include "tests/hosts/host_job.h"
+#include "tests/hosts/skip_without_hosts.h"
 #include "tests/hosts/test_hosts.h"
 
 namespace ps::testing {
@@ -80,9 +81,7 @@ void RunJob(const TestHosts& hosts, int tcp_data_port, JobResult* result) {
 }
 
 TEST(TcpFramesHostsTest, WorkersOfOtherHostsUseTcpFramesAndTrainAsOverGrpc) {
-  if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
-    GTEST_SKIP() << "no test hosts on this machine: " << why;
-  }
+  SKIP_WITHOUT_TEST_HOSTS();
   absl::StatusOr<std::unique_ptr<TestHosts>> made = TestHosts::Create(3, kGbit);
   ASSERT_TRUE(made.ok()) << made.status();
   const TestHosts& hosts = **made;
