@@ -56,6 +56,16 @@ ABSL_FLAG(std::string, transports, "grpc,tcp",
           "Comma-separated routes, each measured in every row's run: grpc, "
           "or tcp (the same-host transport's frames over TCP, the shards' "
           "--tcp_data_port).");
+ABSL_FLAG(bool, baselines, true,
+          "Measure iperf3, the TCP stream and the TCP request/response beside "
+          "ours; false: ours only (their columns print 0), e.g. under a "
+          "profiler.");
+ABSL_FLAG(bool, ours, true,
+          "Measure our rounds; false: the baselines only (our columns print "
+          "0), e.g. to profile them alone.");
+ABSL_FLAG(bool, two_calls, true,
+          "Also time a Push then a Pull call (the push and pull columns); "
+          "false: only the PushPull rounds (those columns print 0).");
 ABSL_FLAG(double, topk_ratio, 0.01, "The fraction of a top-k push sent.");
 ABSL_FLAG(std::string, server_binary, "",
           "Path of //server:server; empty: found in this binary's runfiles.");
@@ -77,6 +87,11 @@ std::string LoadAverage() {
   std::string first;
   in >> first;
   return first;
+}
+
+// 0 where the baseline was not measured (--baselines=false).
+double Ratio(double ours, double baseline) {
+  return baseline > 0 ? ours / baseline : 0;
 }
 
 double Median(std::vector<double> values) {
@@ -165,14 +180,21 @@ absl::StatusOr<Figures> MeasureOnce(const testing::TestHosts& hosts,
   options.start_shard = [&hosts](int shard, SubprocessOptions sub) {
     return hosts.Start(shard, std::move(sub));
   };
-  absl::StatusOr<PushPullResult> ours = MeasurePushPull(measure, options);
-  if (!ours.ok()) return ours.status();
-  const Measurement& m = ours->round_trip;
-  f.ours_gbps = m.gbps();
-  f.ours_cpu = m.cpu_ns_per_byte();
-  f.ours_round_us = absl::ToDoubleMicroseconds(m.elapsed) / m.rounds;
-  f.push_gbps = ours->push_gbps;
-  f.pull_gbps = ours->pull_gbps;
+  if (absl::GetFlag(FLAGS_ours)) {
+    absl::StatusOr<PushPullResult> ours = MeasurePushPull(measure, options);
+    if (!ours.ok()) return ours.status();
+    const Measurement& m = ours->round_trip;
+    f.ours_gbps = m.gbps();
+    f.ours_cpu = m.cpu_ns_per_byte();
+    f.ours_round_us = absl::ToDoubleMicroseconds(m.elapsed) / m.rounds;
+    f.push_gbps = ours->push_gbps;
+    f.pull_gbps = ours->pull_gbps;
+    // For per-round counts under a profiler (bench/README.md, "Where a
+    // frames round goes").
+    std::fprintf(stderr, "ours: %d rounds in %.1f ms\n", m.rounds,
+                 absl::ToDoubleMilliseconds(m.elapsed));
+  }
+  if (!absl::GetFlag(FLAGS_baselines)) return f;
   TcpPeer peer;
   peer.address = hosts.address(0);
   peer.netns_fd = peer_netns;
@@ -185,6 +207,8 @@ absl::StatusOr<Figures> MeasureOnce(const testing::TestHosts& hosts,
       measure, options.size_bytes, cpus.servers, peer);
   if (!rr.ok()) return rr.status();
   f.rr_round_us = absl::ToDoubleMicroseconds(rr->elapsed) / rr->rounds;
+  std::fprintf(stderr, "TCP request/response: %d rounds in %.1f ms\n",
+               rr->rounds, absl::ToDoubleMilliseconds(rr->elapsed));
   return f;
 }
 
@@ -269,6 +293,7 @@ int Main(const char* argv0) {
       (*hosts)->StartIperf3Server(0, /*one_test=*/false);
   if (!listening.ok()) return Fail(listening.status());
   const int iperf3_seconds = absl::GetFlag(FLAGS_iperf3_seconds);
+  const bool baselines = absl::GetFlag(FLAGS_baselines);
   std::printf(
       "worker on host %d, CPUs %s; shards and TCP peers CPUs %s; %d runs, "
       "medians; GB/s: ours 2 x size / round, TCP size / round, iperf3 a "
@@ -299,6 +324,7 @@ int Main(const char* argv0) {
             options.local_transport = via == "tcp";
             options.size_bytes = size;
             options.num_servers = n;
+            options.measure_two_calls = absl::GetFlag(FLAGS_two_calls);
             std::vector<double> us, gbps, iperf, tcp, rr, vs_iperf, vs_tcp,
                 vs_rr, cpu, tcp_cpu, push, pull;
             for (int r = 0; r < runs; ++r) {
@@ -306,16 +332,17 @@ int Main(const char* argv0) {
                   MeasureOnce(**hosts, peer_netns, cpus, measure, options);
               if (!f.ok()) return Fail(f.status());
               absl::StatusOr<double> stream =
-                  Iperf3Gbps(**hosts, max_servers, iperf3_seconds);
+                  baselines ? Iperf3Gbps(**hosts, max_servers, iperf3_seconds)
+                            : 0.0;
               if (!stream.ok()) return Fail(stream.status());
               us.push_back(f->ours_round_us);
               gbps.push_back(f->ours_gbps);
               iperf.push_back(*stream);
               tcp.push_back(f->tcp_gbps);
               rr.push_back(f->rr_round_us);
-              vs_iperf.push_back(f->ours_gbps / *stream);
-              vs_tcp.push_back(f->ours_gbps / f->tcp_gbps);
-              vs_rr.push_back(f->ours_round_us / f->rr_round_us);
+              vs_iperf.push_back(Ratio(f->ours_gbps, *stream));
+              vs_tcp.push_back(Ratio(f->ours_gbps, f->tcp_gbps));
+              vs_rr.push_back(Ratio(f->ours_round_us, f->rr_round_us));
               cpu.push_back(f->ours_cpu);
               tcp_cpu.push_back(f->tcp_cpu);
               push.push_back(f->push_gbps);

@@ -252,9 +252,12 @@ absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
     }
     return total;
   };
-  absl::StatusOr<Measurement> separate =
-      MeasureRounds(measure, 2 * options.size_bytes, two_calls, cpu_clock);
-  if (!separate.ok()) return separate.status();
+  absl::StatusOr<Measurement> separate = Measurement();
+  if (options.measure_two_calls) {
+    separate =
+        MeasureRounds(measure, 2 * options.size_bytes, two_calls, cpu_clock);
+    if (!separate.ok()) return separate.status();
+  }
   absl::StatusOr<Measurement> fused =
       MeasureRounds(measure, 2 * options.size_bytes, push_pull, cpu_clock);
   if (!fused.ok()) return fused.status();
@@ -262,11 +265,13 @@ absl::StatusOr<PushPullResult> MeasurePushPull(const MeasureOptions& measure,
   result.round_trip = *fused;
   result.two_calls = *separate;
   // Over every timed round of every trial, not just the median one.
-  const uint64_t one_way =
-      options.size_bytes *
-      static_cast<uint64_t>(rounds_done - measure.warmup_rounds);
-  result.push_gbps = Gbps(one_way, push_time);
-  result.pull_gbps = Gbps(one_way, pull_time);
+  if (options.measure_two_calls) {
+    const uint64_t one_way =
+        options.size_bytes *
+        static_cast<uint64_t>(rounds_done - measure.warmup_rounds);
+    result.push_gbps = Gbps(one_way, push_time);
+    result.pull_gbps = Gbps(one_way, pull_time);
+  }
   if (absl::Status s = (*client)->Finish(); !s.ok()) return s;
   // A shard waits out its shutdown grace (5 s) while a client still holds
   // its channel open, so close ours first.

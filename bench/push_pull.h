@@ -50,6 +50,10 @@ struct PushPullOptions {
   // do; "off": checkpoints without the log (--update_log=false); "none"
   // (empty too): no checkpoint directory, as before.
   std::string update_log;
+  // Whether to time the Push-then-Pull rounds too (PushPullResult's
+  // two_calls, push_gbps and pull_gbps stay 0 without); false leaves the
+  // fused rounds alone, e.g. to count what one costs under a profiler.
+  bool measure_two_calls = true;
   absl::Duration start_timeout = absl::Seconds(60);
 };
 

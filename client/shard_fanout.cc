@@ -246,6 +246,13 @@ std::vector<WireEncoding> ShardFanout::PullEncodings() const {
   return encodings;
 }
 
+bool ShardFanout::OwnThreadForFrames(const ShardChannel& shard,
+                                     int server) const {
+  return num_servers() > 1 && shard.UsesTcpFrames() &&
+         partition_->ElementsOnServer(server) * sizeof(float) >=
+             kOwnThreadFramesBytes;
+}
+
 std::unique_ptr<StepPush> ShardFanout::StartStep(const StepInfo& info,
                                                  bool pull_after) {
   return StartPush(info,
@@ -271,7 +278,7 @@ std::unique_ptr<StepPush> ShardFanout::StartPush(const StepInfo& info,
                                  kind == PushKind::kStepPullAfter
                                      ? pull_encodings
                                      : std::vector<WireEncoding>()};
-    if (shard.HasLocalChannel()) {
+    if (shard.HasLocalChannel() && !OwnThreadForFrames(shard, s)) {
       return std::make_unique<InlinePushStream>(spec);
     }
     return std::make_unique<ThreadedPushStream>(spec, threads_);

@@ -34,7 +34,8 @@ namespace ps::client_internal {
 // A shard on this host that announces a same-host endpoint is reached
 // there for Pull and pushes (client/shard_channel.h). A push's streams to
 // such shards are driven from the caller's thread (InlinePushStream), the
-// others each from a thread of the fanout's (ThreadedPushStream).
+// others each from a thread of the fanout's (ThreadedPushStream), as are
+// large pushes to several shards over TCP frames (OwnThreadForFrames).
 //
 // Thread-safe: calls may come from several threads, but a worker normally
 // issues one at a time. Shares the channels; the partition must outlive it,
@@ -112,6 +113,16 @@ class ShardFanout {
   // How each tensor's weights are pulled now, by id.
   std::vector<WireEncoding> PullEncodings() const;
 
+  // A shard's push of at least this many bytes over TCP frames, in a push
+  // to several shards, is driven from a thread of its own
+  // (bench/README.md, "Where a frames round goes").
+  static constexpr uint64_t kOwnThreadFramesBytes = 256 << 10;
+
+  // Whether the push stream to `shard` (index `server`), reached over frames,
+  // runs on a thread of its own rather than the caller's: over TCP, in a
+  // push to several shards, with kOwnThreadFramesBytes or more for it. The
+  // caller's thread would read one shard's answer while another's waited.
+  bool OwnThreadForFrames(const ShardChannel& shard, int server) const;
   // A push of `kind` over every shard it reaches.
   std::unique_ptr<StepPush> StartPush(const StepInfo& info, PushKind kind);
   // Pull and PullFinal.

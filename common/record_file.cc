@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/crc32c.h"
+#include "common/unique_fd.h"
 
 namespace ps {
 namespace {
@@ -24,27 +25,6 @@ absl::Status ErrnoError(absl::string_view what, const std::string& path) {
   return absl::InternalError(
       absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
-
-// Owns a file descriptor.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  int get() const { return fd_; }
-  // Closes now, reporting failure (close can report a failed write).
-  bool Close() {
-    const int fd = fd_;
-    fd_ = -1;
-    return ::close(fd) == 0;
-  }
-
- private:
-  int fd_;
-};
 
 absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
   while (!data.empty()) {
@@ -124,7 +104,7 @@ bool GetLengthPrefixed(absl::string_view* input, absl::string_view* value) {
 absl::Status WriteRecordFile(const std::string& path, absl::string_view kind,
                              const std::vector<std::string>& records) {
   const std::string tmp_path = path + ".tmp";
-  ScopedFd fd(
+  UniqueFd fd(
       ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return ErrnoError("cannot create", tmp_path);
 
@@ -156,7 +136,7 @@ absl::Status WriteRecordFile(const std::string& path, absl::string_view kind,
   }
   // Make the rename itself durable.
   const std::string dir = DirectoryOf(path);
-  ScopedFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir_fd.get() < 0 || ::fsync(dir_fd.get()) != 0) {
     return ErrnoError("cannot fsync directory", dir);
   }

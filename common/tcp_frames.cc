@@ -17,32 +17,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/unique_fd.h"
 
 namespace ps {
 namespace {
 
 constexpr int kListenBacklog = 128;
-
-// Owns a descriptor until released.
-class Descriptor {
- public:
-  explicit Descriptor(int fd) : fd_(fd) {}
-  ~Descriptor() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-
-  int get() const { return fd_; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_;
-};
 
 // The addresses of `host`:`port`; `passive` for a listener.
 absl::StatusOr<addrinfo*> Resolve(absl::string_view host, int port,
@@ -118,8 +98,7 @@ absl::StatusOr<TcpFrameListener> ListenTcpFrames(absl::string_view host,
   absl::StatusOr<addrinfo*> found = Resolve(host, port, /*passive=*/true);
   if (!found.ok()) return found.status();
   const addrinfo& address = **found;
-  Descriptor fd(
-      socket(address.ai_family, address.ai_socktype | SOCK_CLOEXEC, 0));
+  UniqueFd fd(socket(address.ai_family, address.ai_socktype | SOCK_CLOEXEC, 0));
   absl::Status status;
   if (fd.get() < 0) {
     status = absl::InternalError(
@@ -162,7 +141,7 @@ absl::StatusOr<std::unique_ptr<LocalSocket>> ConnectTcpFrames(
   }
   absl::Status last = absl::UnavailableError("no address");
   for (const addrinfo* a = *found; a != nullptr; a = a->ai_next) {
-    Descriptor fd(
+    UniqueFd fd(
         socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (fd.get() < 0) {
       last = absl::UnavailableError(std::strerror(errno));
