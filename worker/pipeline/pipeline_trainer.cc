@@ -66,7 +66,8 @@ PipelineTrainer::PipelineTrainer(const PipelineTrainerOptions& options,
                                    sharder_.steps_per_epoch() * options.epochs)
               : sharder_.steps_per_epoch() * options.epochs),
       schedule_(stage, neighbours->previous.get(), neighbours->next.get(),
-                options.micro_batches) {}
+                {options.schedule, options.place.stage, options.place.stages,
+                 options.micro_batches}) {}
 
 absl::Status PipelineTrainer::LoadWeights(uint64_t clock, uint64_t* version) {
   if (pulled_clock_ == clock) {
@@ -178,11 +179,11 @@ absl::StatusOr<TrainingSummary> PipelineTrainer::Run(
   if (!resume_step.ok()) return resume_step.status();
   uint64_t position = resume.cursor.epoch * steps_per_epoch + *resume_step;
   uint64_t clock = resume.next_step;
-  spdlog::info("pipeline {}: layers {}, {} micro-batches per step",
+  spdlog::info("pipeline {}: layers {}, {} micro-batches per step ({})",
                options_.place.ToString(),
                absl::StrFormat("%d-%d", stage_->range().first_layer,
                                stage_->range().end_layer - 1),
-               options_.micro_batches);
+               options_.micro_batches, ScheduleKindName(options_.schedule));
   spdlog::info(
       "{}", FormatProgressLine(PlanProgress{
                 static_cast<int64_t>(planned_steps_), options_.epochs,

@@ -12,9 +12,10 @@
 #include "worker/idx_reader.h"
 #include "worker/nn/model.h"
 #include "worker/nn/stage_model.h"
-#include "worker/pipeline/gpipe_schedule.h"
 #include "worker/pipeline/link_rendezvous.h"
 #include "worker/pipeline/pipeline_place.h"
+#include "worker/pipeline/schedule_action.h"
+#include "worker/pipeline/stage_schedule.h"
 #include "worker/trainer.h"
 #include "worker/weight_exchange.h"
 
@@ -25,6 +26,7 @@ struct PipelineTrainerOptions {
   // Examples per step of a replica, cut into `micro_batches`.
   int batch_size = 64;
   int micro_batches = 1;
+  ScheduleKind schedule = ScheduleKind::kGpipe;
   int epochs = 10;
   uint64_t seed = 1;
   uint64_t max_steps = 0;
@@ -38,7 +40,7 @@ struct PipelineTrainerOptions {
 // The training loop of one stage of one replica. Every rank of the job
 // declares the whole model (the tensors of every stage, under the whole
 // model's names) and pulls it, as an unsplit worker does; it computes its
-// stage's gradient with GpipeSchedule and pushes it for its stage's tensors,
+// stage's gradient with StageSchedule and pushes it for its stage's tensors,
 // K times over, and zeros for the others': the servers average a sync
 // step's K x R pushes weighted by examples, so each tensor gets the mean of
 // its own stage's R replicas, the unsplit job's gradient (scaling by a
@@ -91,7 +93,7 @@ class PipelineTrainer {
   const LabeledImages* const test_;
   const EpochSharder sharder_;
   const uint64_t planned_steps_;
-  GpipeSchedule schedule_;
+  StageSchedule schedule_;
 
   std::optional<uint64_t> pulled_clock_;
   uint64_t pulled_version_ = 0;
