@@ -76,6 +76,8 @@ struct WorkerConfig {
   // Pipeline parallelism (worker/pipeline/stage_run.h checks them).
   int pipeline_stages = 1;
   int micro_batches = 1;
+  std::string pipeline_schedule = "gpipe";  // gpipe | 1f1b.
+  std::string stage_split = "bytes";        // bytes | compute.
 };
 
 // --mode's value for the all-reduce mode: --servers then names the ring's

@@ -99,6 +99,10 @@ absl::StatusOr<LaunchConfig> ConfigFromSettings(
     config.pipeline_stages = settings.Get<int>("pipeline_stages");
     config.micro_batches = settings.Get<int>("micro_batches");
   }
+  if (settings.Has("pipeline_schedule")) {
+    config.pipeline_schedule = settings.Text("pipeline_schedule");
+    config.stage_split = settings.Text("stage_split");
+  }
   config.retry_timeout = settings.Get<absl::Duration>("retry_timeout");
   config.metrics_port_base = settings.Get<int>("metrics_port_base");
   config.base_port = settings.Get<int>("base_port");

@@ -206,9 +206,10 @@ std::vector<std::string> ReservedServerFlags(bool auth) {
 
 std::vector<std::string> ReservedWorkerFlags(bool auth) {
   std::vector<std::string> flags = {
-      "rank",         "num_workers",     "servers",      "job_id",
-      "log_every",    "eval_every",      "max_steps",    "retry_timeout",
-      "metrics_port", "pipeline_stages", "micro_batches"};
+      "rank",         "num_workers",     "servers",       "job_id",
+      "log_every",    "eval_every",      "max_steps",     "retry_timeout",
+      "metrics_port", "pipeline_stages", "micro_batches", "pipeline_schedule",
+      "stage_split"};
   if (auth) {
     flags.insert(flags.end(), {"tls_ca", "tls_cert", "tls_key",
                                "tls_server_name", "token_file"});

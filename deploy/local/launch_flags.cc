@@ -24,8 +24,14 @@ ABSL_FLAG(int, pipeline_stages, 1,
           "(rank = replica x stages + stage) and --batch_size is per "
           "replica. Sync mode. Programs after -- get PS_PIPELINE_STAGES.");
 ABSL_FLAG(int, micro_batches, 1,
-          "With --pipeline_stages: micro-batches per step (GPipe); must "
-          "divide --batch_size.");
+          "With --pipeline_stages: micro-batches per step; must divide "
+          "--batch_size.");
+ABSL_FLAG(std::string, pipeline_schedule, "gpipe",
+          "With --pipeline_stages: gpipe or 1f1b (our worker's "
+          "--pipeline_schedule).");
+ABSL_FLAG(std::string, stage_split, "bytes",
+          "With --pipeline_stages: bytes or compute, what our worker's "
+          "stages balance (its --stage_split).");
 ABSL_FLAG(std::string, mode, "sync",
           "Consistency: sync|ssp|async, or allreduce: no parameter servers, "
           "the workers average gradients over a Gloo ring (one coordinator "

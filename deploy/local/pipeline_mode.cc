@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "worker/nn/model_description.h"
 #include "worker/nn/stage_split.h"
+#include "worker/pipeline/schedule_action.h"
 
 namespace ps {
 
@@ -35,6 +36,17 @@ absl::Status CheckPipelineConfig(const LaunchConfig& config) {
         "--micro_batches needs --pipeline_stages above 1");
   }
   if (k > 1 && config.program.empty()) {
+    if (absl::Status s =
+            worker::pipeline::ParseScheduleKind(config.pipeline_schedule)
+                .status();
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            worker::nn::ParseStageSplit(config.stage_split).status();
+        !s.ok()) {
+      return s;
+    }
     // More stages than layers fails here, before any process starts.
     absl::StatusOr<worker::nn::ModelDescription> model =
         worker::nn::ModelDescription::FromFlag(config.model);
@@ -58,7 +70,9 @@ absl::Status CheckPipelineConfig(const LaunchConfig& config) {
 std::vector<std::string> PipelineWorkerFlags(const LaunchConfig& config) {
   if (config.pipeline_stages == 1) return {};
   return {absl::StrCat("--pipeline_stages=", config.pipeline_stages),
-          absl::StrCat("--micro_batches=", config.micro_batches)};
+          absl::StrCat("--micro_batches=", config.micro_batches),
+          absl::StrCat("--pipeline_schedule=", config.pipeline_schedule),
+          absl::StrCat("--stage_split=", config.stage_split)};
 }
 
 std::vector<std::pair<std::string, std::string>> PipelineEnvironment(

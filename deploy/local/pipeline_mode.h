@@ -19,7 +19,8 @@ namespace ps {
 // InvalidArgument naming the flags: K < 1, --num_workers not a multiple of
 // K, M outside [1, --batch_size] or not dividing it, M > 1 without K > 1;
 // and for our worker binary with K > 1, more stages than --model has
-// layers, or a --mode other than sync (a stage
+// layers, an unknown --pipeline_schedule or --stage_split, or a --mode
+// other than sync (a stage
 // pushes zeros for the others' tensors, which only a sync step averages
 // away).
 absl::Status CheckPipelineConfig(const LaunchConfig& config);
