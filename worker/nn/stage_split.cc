@@ -122,7 +122,7 @@ absl::StatusOr<std::vector<StageRange>> Split(
 
 std::string StageRange::ToString(const ModelDescription& description) const {
   return absl::StrFormat(
-      "layers %d-%d (%s .. %s), %d bytes of parameters, %.1f MFLOP per "
+      "layers %d-%d (%s .. %s), %d bytes of parameters, %.3g MFLOP per "
       "example",
       first_layer, end_layer - 1, description.layers()[first_layer].text,
       description.layers()[end_layer - 1].text, parameter_bytes, flops / 1e6);
