@@ -40,6 +40,7 @@ namespace ps {
 namespace {
 
 using ::ps::testing::LineWith;
+using ::ps::testing::PidInStartedLine;
 using ::ps::testing::ReadTestFile;
 using ::ps::testing::RunfilePath;
 using ::ps::testing::TempPath;
@@ -77,18 +78,6 @@ std::vector<std::string> JobFlags(const std::string& name) {
   };
 }
 
-// The pid in the launcher's "started worker 1 (pid 123): ..." line.
-int PidIn(const std::string& line) {
-  const size_t at = line.find("(pid ");
-  int pid = 0;
-  if (at == std::string::npos ||
-      !absl::SimpleAtoi(line.substr(at + 5, line.find(')', at) - at - 5),
-                        &pid)) {
-    ADD_FAILURE() << "no pid in: " << line;
-  }
-  return pid;
-}
-
 // The number after `prefix` in `line` (up to a non-digit), or -1.
 int64_t NumberAfter(const std::string& line, absl::string_view prefix) {
   const size_t at = line.find(std::string(prefix));
@@ -118,7 +107,7 @@ TEST(PipelineStageKillTest, AKilledStageIsRestartedAndTheStepInFlightRepeated) {
                                                    kKillAfterStep, "/"),
                                       kLineTimeout)
                   .ok());
-  ASSERT_EQ(kill(PidIn(*started), SIGKILL), 0);
+  ASSERT_EQ(kill(PidInStartedLine(*started), SIGKILL), 0);
   std::optional<ExitStatus> exit = launch->WaitFor(kJobTimeout);
   ASSERT_TRUE(exit.has_value()) << "the job did not end";
   EXPECT_TRUE(exit->success()) << exit->ToString();

@@ -77,7 +77,7 @@ struct WorkerConfig {
   int pipeline_stages = 1;
   int micro_batches = 1;
   std::string pipeline_schedule = "gpipe";  // gpipe | 1f1b.
-  std::string stage_split = "bytes";        // bytes | compute.
+  std::string stage_split = "compute";      // compute | bytes.
 };
 
 // --mode's value for the all-reduce mode: --servers then names the ring's

@@ -147,9 +147,9 @@ ABSL_FLAG(std::string, pipeline_schedule, "gpipe",
           "With --pipeline_stages: gpipe (every micro-batch forward, then "
           "every one backward) or 1f1b (stage s of K keeps at most K - s "
           "micro-batches in flight); both give the same gradients");
-ABSL_FLAG(std::string, stage_split, "bytes",
-          "With --pipeline_stages: balance the stages by parameter bytes "
-          "(bytes) or by forward and backward FLOPs (compute)");
+ABSL_FLAG(std::string, stage_split, "compute",
+          "With --pipeline_stages: balance the stages by forward and "
+          "backward FLOPs (compute) or by parameter bytes (bytes)");
 ABSL_FLAG(bool, local, false,
           "Train in this process alone, without servers (one worker): the "
           "weights are initialised and updated by the servers' own code with "

@@ -72,7 +72,7 @@ struct LaunchConfig {
   int pipeline_stages = 1;
   int micro_batches = 1;
   std::string pipeline_schedule = "gpipe";  // Our worker's flags.
-  std::string stage_split = "bytes";
+  std::string stage_split = "compute";
   std::vector<std::string> extra_server_flags;
   std::vector<std::string> extra_worker_flags;
 

@@ -29,9 +29,9 @@ ABSL_FLAG(int, micro_batches, 1,
 ABSL_FLAG(std::string, pipeline_schedule, "gpipe",
           "With --pipeline_stages: gpipe or 1f1b (our worker's "
           "--pipeline_schedule).");
-ABSL_FLAG(std::string, stage_split, "bytes",
-          "With --pipeline_stages: bytes or compute, what our worker's "
-          "stages balance (its --stage_split).");
+ABSL_FLAG(std::string, stage_split, "compute",
+          "With --pipeline_stages: compute (FLOPs) or bytes (parameter "
+          "bytes), what our worker's stages balance (its --stage_split).");
 ABSL_FLAG(std::string, mode, "sync",
           "Consistency: sync|ssp|async, or allreduce: no parameter servers, "
           "the workers average gradients over a Gloo ring (one coordinator "

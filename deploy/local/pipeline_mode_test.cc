@@ -63,7 +63,7 @@ TEST(PipelineModeTest, WorkersAndProgramsAreToldTheStages) {
   EXPECT_EQ(PipelineWorkerFlags(config),
             (std::vector<std::string>{
                 "--pipeline_stages=2", "--micro_batches=8",
-                "--pipeline_schedule=gpipe", "--stage_split=bytes"}));
+                "--pipeline_schedule=gpipe", "--stage_split=compute"}));
   const std::vector<std::pair<std::string, std::string>> env =
       PipelineEnvironment(config);
   ASSERT_EQ(env.size(), 2u);
@@ -91,12 +91,12 @@ TEST(PipelineModeTest, TheWorkersArgvAndEnvironmentCarryThem) {
 TEST(PipelineModeTest, ScheduleAndSplitAreCheckedAndPassedOn) {
   LaunchConfig config = Pipelined(4, 2, 4);
   config.pipeline_schedule = "1f1b";
-  config.stage_split = "compute";
+  config.stage_split = "bytes";
   EXPECT_TRUE(CheckPipelineConfig(config).ok());
   const std::vector<std::string> flags = PipelineWorkerFlags(config);
   EXPECT_NE(std::find(flags.begin(), flags.end(), "--pipeline_schedule=1f1b"),
             flags.end());
-  EXPECT_NE(std::find(flags.begin(), flags.end(), "--stage_split=compute"),
+  EXPECT_NE(std::find(flags.begin(), flags.end(), "--stage_split=bytes"),
             flags.end());
   config.pipeline_schedule = "zero-bubble";
   EXPECT_NE(Error(config).find("--pipeline_schedule=zero-bubble"),

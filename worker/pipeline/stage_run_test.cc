@@ -87,7 +87,7 @@ TEST(StageRunTest, BuildsTheStageOfItsRank) {
 TEST(CheckPipelineConfigTest, ScheduleAndSplitNamesAreChecked) {
   WorkerConfig config = Pipelined(2, 4, 8);
   config.pipeline_schedule = "1f1b";
-  config.stage_split = "compute";
+  config.stage_split = "bytes";
   EXPECT_EQ(Error(config), "");
   config.pipeline_schedule = "pipedream";
   EXPECT_NE(Error(config).find("--pipeline_schedule=pipedream"),
