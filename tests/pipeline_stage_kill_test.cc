@@ -6,18 +6,17 @@
 // and the job ends with the weights of a run that nobody disturbed, bit
 // for bit.
 //
-// The last stage is the one killed. It pushes a step's gradients as soon
-// as it has sent its last gradients back, before the first stage can push
-// its own, so the first stage is never waiting at the servers for a push
-// that the dead stage will not make. Killing the first stage can catch the
-// last one in that wait (README.md, the fault table: "a pipeline stage
-// killed").
+// The last stage is the one killed; each stage's server group holds its
+// own steps, so the two groups' records may differ by the step the dead
+// stage had not pushed yet, and the stages agree on the earlier.
 //
 // The kill is triggered by the last stage's progress line, and the job
 // plans hundreds of steps beyond it, so it cannot end before the kill.
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -123,16 +122,26 @@ TEST(PipelineStageKillTest, AKilledStageIsRestartedAndTheStepInFlightRepeated) {
   const int64_t failed_step = NumberAfter(failed, "epoch 1 step ") - 1;
   EXPECT_GE(failed_step, kKillAfterStep) << failed;
 
-  // Both rejoin at the step the first stage was in: the step in flight is
-  // trained again, by both stages; nothing else is.
-  for (const char* worker : {"worker 0 rejoined", "worker 1 rejoined"}) {
-    const std::string rejoined = LineWith(lines, worker);
-    EXPECT_EQ(NumberAfter(rejoined, "it resumes at step "), failed_step)
-        << rejoined;
-    EXPECT_EQ(NumberAfter(rejoined, "examples_done "), failed_step * 32)
-        << rejoined;
+  // Both rejoin, each with its stage's server group (where each is worker
+  // 0, the replica), where the group recorded it, and the stages train from
+  // the earlier of the two: the step the first stage was in, or the one
+  // before it if the last stage died between sending its last gradients and
+  // pushing (its group then had not applied it; the other group
+  // acknowledges its repeated push without applying it again). That step
+  // in flight is trained again, by both stages; nothing else is.
+  std::vector<int64_t> resumed;
+  for (const std::string& line : lines) {
+    if (!absl::StrContains(line, "warning: worker 0 rejoined")) continue;
+    const int64_t step = NumberAfter(line, "it resumes at step ");
+    resumed.push_back(step);
+    EXPECT_EQ(NumberAfter(line, "examples_done "), step * 32) << line;
   }
+  ASSERT_EQ(resumed.size(), 2u);
+  const int64_t repeated = std::min(resumed[0], resumed[1]);
+  EXPECT_LE(std::max(resumed[0], resumed[1]), failed_step);
+  EXPECT_GE(repeated, failed_step - 1);
   EXPECT_THAT(lines, Contains("[server 0] updates lost in restarts: 0"));
+  EXPECT_THAT(lines, Contains("[server 1] updates lost in restarts: 0"));
 
   // And the job ends where the undisturbed one did.
   const std::string want = ReadTestFile(TempPath("undisturbed.model"));

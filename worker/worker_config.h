@@ -78,6 +78,8 @@ struct WorkerConfig {
   int micro_batches = 1;
   std::string pipeline_schedule = "gpipe";  // gpipe | 1f1b.
   std::string stage_split = "compute";      // compute | bytes.
+  // Bytes with an optional K, M or G; "0": none (memory_budget.h).
+  std::string worker_memory_budget = "0";
 };
 
 // --mode's value for the all-reduce mode: --servers then names the ring's

@@ -139,7 +139,10 @@ ABSL_FLAG(int, pipeline_stages, 1,
           "each a worker: --num_workers is replicas x "
           "stages, and rank r runs stage r mod stages of replica r / stages. "
           "Activations and their gradients go between a replica's stages "
-          "directly (on one host); sync mode only");
+          "directly (on one host); each stage's parameters live on a "
+          "server group of their own (--servers lists every group's, in "
+          "stage order; --job_id is the run's, a group's is "
+          "<job_id>-stage<s>)");
 ABSL_FLAG(int, micro_batches, 1,
           "With --pipeline_stages: each step's batch is cut into this many "
           "micro-batches, which must divide --batch_size");
@@ -150,6 +153,11 @@ ABSL_FLAG(std::string, pipeline_schedule, "gpipe",
 ABSL_FLAG(std::string, stage_split, "compute",
           "With --pipeline_stages: balance the stages by forward and "
           "backward FLOPs (compute) or by parameter bytes (bytes)");
+ABSL_FLAG(std::string, worker_memory_budget, "0",
+          "Cap on a worker's tensor memory, in bytes with an optional K, M or "
+          "G (0: none): a job whose workers would need more is refused "
+          "before training, naming the smallest --pipeline_stages that fits "
+          "(worker/pipeline/memory_budget.h)");
 ABSL_FLAG(bool, local, false,
           "Train in this process alone, without servers (one worker): the "
           "weights are initialised and updated by the servers' own code with "
@@ -258,6 +266,7 @@ WorkerConfig ConfigFromFlags() {
   config.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   config.pipeline_schedule = absl::GetFlag(FLAGS_pipeline_schedule);
   config.stage_split = absl::GetFlag(FLAGS_stage_split);
+  config.worker_memory_budget = absl::GetFlag(FLAGS_worker_memory_budget);
   return config;
 }
 
