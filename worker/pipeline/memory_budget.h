@@ -25,7 +25,7 @@ namespace ps::worker::pipeline {
 // their gradients for one micro-batch's rows, the loss's buffers), the
 // stage's host buffers (StageModel::host_bytes) and the weights it pulls
 // from the servers (one copy of the stage's parameters). Not counted: the
-// schedule's per-step host buffers (worker/pipeline/gpipe_schedule.h), the
+// schedule's per-step host buffers (worker/pipeline/stage_schedule.h), the
 // data set, and a backend's scratch (the CPU backend's im2col rows).
 
 // Parses a byte count: digits with an optional K, M or G suffix (powers of
