@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "deploy/local/cluster_output.h"
 #include "deploy/local/line_writer.h"
@@ -103,6 +104,18 @@ LauncherRun RunLauncher(std::vector<std::string> args, absl::Duration timeout,
   std::optional<ExitStatus> exit = launch->WaitFor(timeout);
   EXPECT_TRUE(exit.has_value()) << "the launcher did not finish";
   return {exit.value_or(ExitStatus::Exited(-1)), launch->OutputLines()};
+}
+
+int PidInStartedLine(const std::string& line) {
+  const size_t at = line.find("(pid ");
+  int pid = 0;
+  if (at == std::string::npos ||
+      !absl::SimpleAtoi(line.substr(at + 5, line.find(')', at) - at - 5),
+                        &pid)) {
+    ADD_FAILURE() << "no pid in: " << line;
+    return 0;
+  }
+  return pid;
 }
 
 std::string LineWith(const std::vector<std::string>& lines,

@@ -60,6 +60,10 @@ LauncherRun RunLauncher(
     std::vector<std::string> args, absl::Duration timeout,
     std::vector<std::pair<std::string, std::string>> env = {});
 
+// The pid in the launcher's "started worker 1 (pid 123): ..." line; a test
+// failure and 0 if it has none.
+int PidInStartedLine(const std::string& line);
+
 // The first of `lines` that contains `text` and `also`, or "".
 std::string LineWith(const std::vector<std::string>& lines,
                      absl::string_view text, absl::string_view also = "");

@@ -38,6 +38,7 @@ namespace ps {
 namespace {
 
 using ::ps::testing::LauncherRun;
+using ::ps::testing::PidInStartedLine;
 using ::ps::testing::ReadTestFile;
 using ::ps::testing::RunfilePath;
 using ::ps::testing::TempPath;
@@ -52,18 +53,6 @@ constexpr int kExamples = 60000;
 
 std::string WorkerBinaryFlag() {
   return absl::StrCat("--worker_binary=", RunfilePath("worker/worker"));
-}
-
-// The pid in the launcher's "started worker 1 (pid 123): ..." line.
-int PidIn(const std::string& line) {
-  const size_t at = line.find("(pid ");
-  int pid = 0;
-  if (at == std::string::npos ||
-      !absl::SimpleAtoi(line.substr(at + 5, line.find(')', at) - at - 5),
-                        &pid)) {
-    ADD_FAILURE() << "no pid in: " << line;
-  }
-  return pid;
 }
 
 // The last of `lines` that contains `text`, or "".
@@ -143,7 +132,7 @@ TEST(LaunchRestartTest, KilledWorkerAndServerAreRestartedAndTheJobCompletes) {
                   ->WaitForOutputLine(
                       "[worker 1] info: epoch 1/100000 step 10/", kLineTimeout)
                   .ok());
-  ASSERT_EQ(kill(PidIn(*started), SIGKILL), 0);
+  ASSERT_EQ(kill(PidInStartedLine(*started), SIGKILL), 0);
 
   // Once it is back and has trained on, server 0 dies.
   ASSERT_TRUE(
@@ -158,7 +147,7 @@ TEST(LaunchRestartTest, KilledWorkerAndServerAreRestartedAndTheJobCompletes) {
   absl::StatusOr<std::string> server =
       launch->WaitForOutputLine("started server 0 (pid", kLineTimeout);
   ASSERT_TRUE(server.ok()) << server.status();
-  ASSERT_EQ(kill(PidIn(*server), SIGKILL), 0);
+  ASSERT_EQ(kill(PidInStartedLine(*server), SIGKILL), 0);
 
   // Once it is back and both workers are past the first epoch, Ctrl-C.
   ASSERT_TRUE(

@@ -37,14 +37,17 @@ LaunchConfig WideJob(int stages, int64_t budget) {
   job.batch_size = kBatch;
   job.max_steps = 3;
   job.worker_memory_budget = absl::StrCat(budget);
+  job.stage_split = "bytes";  // What the figures below are of.
   return job;
 }
 
 TEST(PipelineBudgetTest, UnsplitIsRefusedAndTwoStagesTrain) {
   const worker::nn::ModelDescription d =
       *worker::nn::ModelDescription::Parse(kWide);
-  absl::StatusOr<int64_t> one = MostWorkerBytes(d, 1, kBatch, 1);
-  absl::StatusOr<int64_t> two = MostWorkerBytes(d, 2, kBatch, 1);
+  absl::StatusOr<int64_t> one =
+      MostWorkerBytes(d, worker::nn::StageSplitKind::kBytes, 1, kBatch, 1);
+  absl::StatusOr<int64_t> two =
+      MostWorkerBytes(d, worker::nn::StageSplitKind::kBytes, 2, kBatch, 1);
   ASSERT_TRUE(one.ok() && two.ok());
   ASSERT_LT(*two, *one);
   const int64_t budget = (*one + *two) / 2;

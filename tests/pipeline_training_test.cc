@@ -40,12 +40,17 @@ constexpr int kBatch = 32;
 // The weights after `steps` steps of 2 replicas at kBatch, each of
 // `stages` stages.
 std::vector<std::vector<float>> Train(int stages, int micro_batches, int steps,
-                                      const ModelSpec& spec) {
-  const std::string path = ::ps::testing::TempPath(absl::StrCat(
-      "stages", stages, "_micro", micro_batches, "_steps", steps, ".model"));
+                                      const ModelSpec& spec,
+                                      const std::string& schedule = "gpipe",
+                                      const std::string& split = "bytes") {
+  const std::string path = ::ps::testing::TempPath(
+      absl::StrCat("stages", stages, "_micro", micro_batches, "_steps", steps,
+                   "_", schedule, "_", split, ".model"));
   LaunchConfig job = PlainSgdJob(kModel, 2, 2 * stages, kBatch, steps, path);
   job.pipeline_stages = stages;
   job.micro_batches = micro_batches;
+  job.pipeline_schedule = schedule;
+  job.stage_split = split;
   const ClusterResult result = ::ps::testing::RunCluster(job);
   EXPECT_TRUE(result.status.ok()) << result.status;
   EXPECT_EQ(result.ExitCode(), 0);
@@ -94,6 +99,27 @@ TEST(PipelineTrainingTest, MicroBatchesTrainWithinTheFloatBoundOfTheExactStep) {
                                learning_rate, ranks, aggregation);
   };
   ::ps::testing::ExpectTwoWorkersTrainLikeOne(check);
+}
+
+// 1F1B runs the micro-batches' backwards in the other order and holds fewer
+// of them; the step's gradient is the same bits (MicroBatchGradients), and
+// so is every weight after a few steps. The compute split cuts elsewhere,
+// which changes no float either.
+TEST(PipelineTrainingTest, OneFOneBAndTheComputeSplitTrainBitForBitLikeGpipe) {
+  const ModelSpec spec =
+      worker::nn::ModelDescription::Parse(kModel)->Spec(SmallJob().seed);
+  const std::vector<std::vector<float>> gpipe = Train(2, 4, 3, spec);
+  const std::vector<std::vector<float>> one_f_one_b =
+      Train(2, 4, 3, spec, "1f1b");
+  const std::vector<std::vector<float>> by_compute =
+      Train(2, 4, 3, spec, "1f1b", "compute");
+  ASSERT_EQ(gpipe.size(), spec.tensors.size());
+  ASSERT_EQ(one_f_one_b.size(), spec.tensors.size());
+  ASSERT_EQ(by_compute.size(), spec.tensors.size());
+  for (size_t t = 0; t < spec.tensors.size(); ++t) {
+    EXPECT_EQ(one_f_one_b[t], gpipe[t]) << spec.tensors[t].name;
+    EXPECT_EQ(by_compute[t], gpipe[t]) << spec.tensors[t].name;
+  }
 }
 
 }  // namespace

@@ -135,8 +135,8 @@ ABSL_FLAG(int64_t, checkpoint_every_steps, 200,
           "With --checkpoint_dir: a checkpoint every this many steps (0: only "
           "at the end)");
 ABSL_FLAG(int, pipeline_stages, 1,
-          "Split --model's layers into this many stages balanced by "
-          "parameter bytes, each a worker: --num_workers is replicas x "
+          "Split --model's layers into this many stages (--stage_split), "
+          "each a worker: --num_workers is replicas x "
           "stages, and rank r runs stage r mod stages of replica r / stages. "
           "Activations and their gradients go between a replica's stages "
           "directly (on one host); each stage's parameters live on a "
@@ -145,7 +145,14 @@ ABSL_FLAG(int, pipeline_stages, 1,
           "<job_id>-stage<s>)");
 ABSL_FLAG(int, micro_batches, 1,
           "With --pipeline_stages: each step's batch is cut into this many "
-          "micro-batches (GPipe), which must divide --batch_size");
+          "micro-batches, which must divide --batch_size");
+ABSL_FLAG(std::string, pipeline_schedule, "gpipe",
+          "With --pipeline_stages: gpipe (every micro-batch forward, then "
+          "every one backward) or 1f1b (stage s of K keeps at most K - s "
+          "micro-batches in flight); both give the same gradients");
+ABSL_FLAG(std::string, stage_split, "compute",
+          "With --pipeline_stages: balance the stages by forward and "
+          "backward FLOPs (compute) or by parameter bytes (bytes)");
 ABSL_FLAG(std::string, worker_memory_budget, "0",
           "Cap on a worker's tensor memory, in bytes with an optional K, M or "
           "G (0: none): a job whose workers would need more is refused "
@@ -257,6 +264,8 @@ WorkerConfig ConfigFromFlags() {
   config.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   config.pipeline_stages = absl::GetFlag(FLAGS_pipeline_stages);
   config.micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  config.pipeline_schedule = absl::GetFlag(FLAGS_pipeline_schedule);
+  config.stage_split = absl::GetFlag(FLAGS_stage_split);
   config.worker_memory_budget = absl::GetFlag(FLAGS_worker_memory_budget);
   return config;
 }

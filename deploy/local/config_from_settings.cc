@@ -99,6 +99,10 @@ absl::StatusOr<LaunchConfig> ConfigFromSettings(
     config.pipeline_stages = settings.Get<int>("pipeline_stages");
     config.micro_batches = settings.Get<int>("micro_batches");
   }
+  if (settings.Has("pipeline_schedule")) {
+    config.pipeline_schedule = settings.Text("pipeline_schedule");
+    config.stage_split = settings.Text("stage_split");
+  }
   if (settings.Has("worker_memory_budget")) {
     config.worker_memory_budget = settings.Text("worker_memory_budget");
   }

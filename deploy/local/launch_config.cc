@@ -210,7 +210,8 @@ std::vector<std::string> ReservedWorkerFlags(bool auth) {
                                     "log_every",     "eval_every",
                                     "max_steps",     "retry_timeout",
                                     "metrics_port",  "pipeline_stages",
-                                    "micro_batches", "worker_memory_budget"};
+                                    "micro_batches", "pipeline_schedule",
+                                    "stage_split",   "worker_memory_budget"};
   if (auth) {
     flags.insert(flags.end(), {"tls_ca", "tls_cert", "tls_key",
                                "tls_server_name", "token_file"});

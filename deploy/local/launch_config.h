@@ -74,6 +74,8 @@ struct LaunchConfig {
   // replicas x pipeline_stages; each step's batch in micro_batches.
   int pipeline_stages = 1;
   int micro_batches = 1;
+  std::string pipeline_schedule = "gpipe";  // Our worker's flags.
+  std::string stage_split = "compute";
   // Our workers' --worker_memory_budget; "0": none (not forwarded).
   std::string worker_memory_budget = "0";
   std::vector<std::string> extra_server_flags;

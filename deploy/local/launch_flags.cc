@@ -29,8 +29,14 @@ ABSL_FLAG(int, pipeline_stages, 1,
           "their own (--num_servers each), in any --mode but allreduce. "
           "Programs after -- get PS_PIPELINE_STAGES (sync, one group).");
 ABSL_FLAG(int, micro_batches, 1,
-          "With --pipeline_stages: micro-batches per step (GPipe); must "
-          "divide --batch_size.");
+          "With --pipeline_stages: micro-batches per step; must divide "
+          "--batch_size.");
+ABSL_FLAG(std::string, pipeline_schedule, "gpipe",
+          "With --pipeline_stages: gpipe or 1f1b (our worker's "
+          "--pipeline_schedule).");
+ABSL_FLAG(std::string, stage_split, "compute",
+          "With --pipeline_stages: compute (FLOPs) or bytes (parameter "
+          "bytes), what our worker's stages balance (its --stage_split).");
 ABSL_FLAG(std::string, worker_memory_budget, "0",
           "Cap on each of our workers' tensor memory, in bytes with an "
           "optional K, M or G (0: none): a job whose workers would need more "

@@ -11,6 +11,7 @@
 #include "worker/nn/stage_split.h"
 #include "worker/pipeline/memory_budget.h"
 #include "worker/pipeline/pipeline_place.h"
+#include "worker/pipeline/schedule_action.h"
 
 namespace ps {
 
@@ -50,12 +51,26 @@ absl::Status CheckPipelineConfig(const LaunchConfig& config) {
     absl::StatusOr<worker::nn::ModelDescription> model =
         worker::nn::ModelDescription::FromFlag(config.model);
     if (model.ok()) {
+      absl::StatusOr<worker::nn::StageSplitKind> split =
+          worker::nn::ParseStageSplit(config.stage_split);
+      if (!split.ok()) return split.status();
       absl::Status fits = worker::pipeline::CheckMemoryBudget(
-          *model, k, config.batch_size, m, *budget);
+          *model, *split, k, config.batch_size, m, *budget);
       if (!fits.ok()) return fits;
     }
   }
   if (k > 1 && config.program.empty()) {
+    if (absl::Status s =
+            worker::pipeline::ParseScheduleKind(config.pipeline_schedule)
+                .status();
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            worker::nn::ParseStageSplit(config.stage_split).status();
+        !s.ok()) {
+      return s;
+    }
     // More stages than layers fails here, before any process starts.
     absl::StatusOr<worker::nn::ModelDescription> model =
         worker::nn::ModelDescription::FromFlag(config.model);
@@ -78,7 +93,9 @@ absl::Status CheckPipelineConfig(const LaunchConfig& config) {
 std::vector<std::string> PipelineWorkerFlags(const LaunchConfig& config) {
   if (config.pipeline_stages == 1) return {};
   return {absl::StrCat("--pipeline_stages=", config.pipeline_stages),
-          absl::StrCat("--micro_batches=", config.micro_batches)};
+          absl::StrCat("--micro_batches=", config.micro_batches),
+          absl::StrCat("--pipeline_schedule=", config.pipeline_schedule),
+          absl::StrCat("--stage_split=", config.stage_split)};
 }
 
 std::vector<std::pair<std::string, std::string>> PipelineEnvironment(

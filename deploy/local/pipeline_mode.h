@@ -27,7 +27,8 @@ namespace ps {
 // InvalidArgument naming the flags: K < 1, --num_workers not a multiple of
 // K, M outside [1, --batch_size] or not dividing it, M > 1 without K > 1;
 // and for our worker binary with K > 1, more stages than --model has
-// layers, or --mode=allreduce (the stages' parameters live on servers).
+// layers, an unknown --pipeline_schedule or --stage_split, or
+// --mode=allreduce (the stages' parameters live on servers).
 // Also --worker_memory_budget (any K): a value that does not parse, a
 // program's (ours only), and a job whose workers would not fit it
 // (worker/pipeline/memory_budget.h, the workers' own check).

@@ -124,9 +124,10 @@ TEST(PipelineModeTest, WorkersAndProgramsAreToldTheStages) {
   EXPECT_TRUE(PipelineWorkerFlags(LaunchConfig()).empty());
   EXPECT_TRUE(PipelineEnvironment(LaunchConfig()).empty());
   const LaunchConfig config = Pipelined(4, 2, 8);
-  EXPECT_EQ(
-      PipelineWorkerFlags(config),
-      (std::vector<std::string>{"--pipeline_stages=2", "--micro_batches=8"}));
+  EXPECT_EQ(PipelineWorkerFlags(config),
+            (std::vector<std::string>{
+                "--pipeline_stages=2", "--micro_batches=8",
+                "--pipeline_schedule=gpipe", "--stage_split=compute"}));
   const std::vector<std::pair<std::string, std::string>> env =
       PipelineEnvironment(config);
   ASSERT_EQ(env.size(), 2u);
@@ -149,6 +150,24 @@ TEST(PipelineModeTest, TheWorkersArgvAndEnvironmentCarryThem) {
       env.end());
   EXPECT_EQ(ValidateLaunchConfig(Pipelined(3, 2, 1)).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PipelineModeTest, ScheduleAndSplitAreCheckedAndPassedOn) {
+  LaunchConfig config = Pipelined(4, 2, 4);
+  config.pipeline_schedule = "1f1b";
+  config.stage_split = "bytes";
+  EXPECT_TRUE(CheckPipelineConfig(config).ok());
+  const std::vector<std::string> flags = PipelineWorkerFlags(config);
+  EXPECT_NE(std::find(flags.begin(), flags.end(), "--pipeline_schedule=1f1b"),
+            flags.end());
+  EXPECT_NE(std::find(flags.begin(), flags.end(), "--stage_split=bytes"),
+            flags.end());
+  config.pipeline_schedule = "zero-bubble";
+  EXPECT_NE(Error(config).find("--pipeline_schedule=zero-bubble"),
+            std::string::npos);
+  config.pipeline_schedule = "gpipe";
+  config.stage_split = "layers";
+  EXPECT_NE(Error(config).find("--stage_split=layers"), std::string::npos);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "worker/nn/layer.h"
@@ -394,17 +395,24 @@ absl::Status SequentialModel::Predict(absl::Span<const float> images,
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> CreateModel(
-    const ModelDescription& description, const ModelOptions& options,
-    kernels::Backend* backend) {
+absl::Status CheckModelArguments(absl::string_view caller,
+                                 const ModelOptions& options,
+                                 const kernels::Backend* backend) {
   if (backend == nullptr) {
-    return absl::InvalidArgumentError("CreateModel: no backend");
+    return absl::InvalidArgumentError(absl::StrCat(caller, ": no backend"));
   }
   if (options.max_batch < 1 || options.max_batch > kMaxBatch) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("CreateModel: max batch %d is not in [1, %d]",
+        absl::StrFormat("%s: max batch %d is not in [1, %d]", caller,
                         options.max_batch, kMaxBatch));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(
+    const ModelDescription& description, const ModelOptions& options,
+    kernels::Backend* backend) {
+  PS_NN_RETURN_IF_ERROR(CheckModelArguments("CreateModel", options, backend));
   auto model = std::make_unique<SequentialModel>(description, options, backend);
   PS_NN_RETURN_IF_ERROR(model->Init(options.seed));
   return model;

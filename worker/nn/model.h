@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/model_spec.h"
 #include "kernels/backend.h"
@@ -112,6 +113,13 @@ struct ModelOptions {
   // every dropout mask.
   uint64_t seed = 1;
 };
+
+// What CreateModel and StageModel::Create check before building anything:
+// InvalidArgument, prefixed by `caller`, for a null backend or a max_batch
+// outside [1, 2^20].
+absl::Status CheckModelArguments(absl::string_view caller,
+                                 const ModelOptions& options,
+                                 const kernels::Backend* backend);
 
 // Builds `description` on `backend`, allocating every buffer now; steps
 // allocate nothing on the backend. InvalidArgument for a null backend or

@@ -17,8 +17,6 @@ namespace {
 using kernels::DeviceBuffer;
 using BufferPtr = std::unique_ptr<DeviceBuffer>;
 
-constexpr int kMaxBatch = 1 << 20;
-
 absl::Status Allocate(kernels::Backend& backend, size_t n, BufferPtr& out) {
   absl::StatusOr<BufferPtr> buffer = backend.Allocate(n);
   if (!buffer.ok()) return buffer.status();
@@ -357,14 +355,7 @@ absl::StatusOr<int64_t> LayerStage::Evaluate(absl::Span<const float> input,
 absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(
     const ModelDescription& description, const StageRange& range,
     const ModelOptions& options, kernels::Backend* backend) {
-  if (backend == nullptr) {
-    return absl::InvalidArgumentError("StageModel: no backend");
-  }
-  if (options.max_batch < 1 || options.max_batch > kMaxBatch) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("StageModel: max batch %d is not in [1, %d]",
-                        options.max_batch, kMaxBatch));
-  }
+  PS_NN_RETURN_IF_ERROR(CheckModelArguments("StageModel", options, backend));
   const int n = static_cast<int>(description.layers().size());
   if (range.first_layer < 0 || range.first_layer >= range.end_layer ||
       range.end_layer > n) {

@@ -198,5 +198,27 @@ TEST(StageModelChecksTest, RefusesAnotherStagesTensorAndBadSizes) {
   EXPECT_FALSE(StageModel::Create(d, bad, options, backend.get()).ok());
 }
 
+TEST(StageModelChecksTest, RefusesWhatCreateModelRefusesNamingItself) {
+  PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<kernels::Backend> backend,
+                          kernels::CreateCpuBackend());
+  const ModelDescription d = Describe("16-12-8-4");
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<StageRange> ranges,
+                          SplitByParameterBytes(d, 2));
+  ModelOptions options;
+  for (int max_batch : {0, (1 << 20) + 1}) {
+    options.max_batch = max_batch;
+    absl::Status s =
+        StageModel::Create(d, ranges[0], options, backend.get()).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << max_batch;
+    EXPECT_EQ(s.message().find("StageModel: max batch"), 0u) << s;
+    EXPECT_EQ(s, CheckModelArguments("StageModel", options, backend.get()));
+  }
+  options.max_batch = 4;
+  absl::Status s = StageModel::Create(d, ranges[0], options, nullptr).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "StageModel: no backend");
+  EXPECT_TRUE(CheckModelArguments("StageModel", options, backend.get()).ok());
+}
+
 }  // namespace
 }  // namespace ps::worker::nn

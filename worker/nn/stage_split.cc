@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace ps::worker::nn {
@@ -14,8 +15,13 @@ namespace {
 
 struct LayerCost {
   int64_t bytes = 0;
+  int64_t flops = 0;
   int tensors = 0;
 };
+
+bool Trainable(const LayerConfig& layer) {
+  return layer.kind == LayerKind::kConv || layer.kind == LayerKind::kDense;
+}
 
 std::vector<LayerCost> CostsOf(const ModelDescription& description) {
   std::vector<LayerCost> costs;
@@ -34,6 +40,7 @@ std::vector<LayerCost> CostsOf(const ModelDescription& description) {
           (in.size() * layer.units + layer.units) * int64_t{sizeof(float)};
       cost.tensors = 2;
     }
+    cost.flops = LayerFlops(description, static_cast<int>(i));
     costs.push_back(cost);
     in = description.output_shapes()[i];
   }
@@ -42,24 +49,17 @@ std::vector<LayerCost> CostsOf(const ModelDescription& description) {
 
 // What a split costs, compared lexicographically.
 struct Cost {
-  int64_t max_bytes = std::numeric_limits<int64_t>::max();
+  int64_t max_load = std::numeric_limits<int64_t>::max();
   int64_t sent = std::numeric_limits<int64_t>::max();
   bool operator<(const Cost& o) const {
-    return std::pair(max_bytes, sent) < std::pair(o.max_bytes, o.sent);
+    return std::pair(max_load, sent) < std::pair(o.max_load, o.sent);
   }
 };
 
-}  // namespace
-
-std::string StageRange::ToString(const ModelDescription& description) const {
-  return absl::StrFormat(
-      "layers %d-%d (%s .. %s), %d bytes of parameters", first_layer,
-      end_layer - 1, description.layers()[first_layer].text,
-      description.layers()[end_layer - 1].text, parameter_bytes);
-}
-
-absl::StatusOr<std::vector<StageRange>> SplitByParameterBytes(
-    const ModelDescription& description, int stages) {
+// The split of `description` into `stages` that minimises the largest
+// stage's sum of `load` over its layers, then the floats sent.
+absl::StatusOr<std::vector<StageRange>> Split(
+    const ModelDescription& description, int stages, bool by_flops) {
   const int n = static_cast<int>(description.layers().size());
   if (stages < 1 || stages > n) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -68,8 +68,12 @@ absl::StatusOr<std::vector<StageRange>> SplitByParameterBytes(
         stages, n, description.ToString()));
   }
   const std::vector<LayerCost> costs = CostsOf(description);
-  std::vector<int64_t> prefix(n + 1, 0);
-  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i].bytes;
+  std::vector<int64_t> bytes(n + 1, 0), flops(n + 1, 0);
+  for (int i = 0; i < n; ++i) {
+    bytes[i + 1] = bytes[i] + costs[i].bytes;
+    flops[i + 1] = flops[i] + costs[i].flops;
+  }
+  const std::vector<int64_t>& prefix = by_flops ? flops : bytes;
   auto output_size = [&](int end_layer) {
     return description.output_shapes()[end_layer - 1].size();
   };
@@ -82,9 +86,9 @@ absl::StatusOr<std::vector<StageRange>> SplitByParameterBytes(
     for (int e = s; e <= n; ++e) {
       for (int b = s - 1; b < e; ++b) {
         const Cost& before = best[s - 1][b];
-        if (before.max_bytes == std::numeric_limits<int64_t>::max()) continue;
+        if (before.max_load == std::numeric_limits<int64_t>::max()) continue;
         Cost c;
-        c.max_bytes = std::max(before.max_bytes, prefix[e] - prefix[b]);
+        c.max_load = std::max(before.max_load, prefix[e] - prefix[b]);
         c.sent = before.sent + (b > 0 ? output_size(b) : 0);
         if (c < best[s][e]) {
           best[s][e] = c;
@@ -107,10 +111,80 @@ absl::StatusOr<std::vector<StageRange>> SplitByParameterBytes(
       tensor += costs[l].tensors;
     }
     r.end_tensor = tensor;
-    r.parameter_bytes = prefix[r.end_layer] - prefix[r.first_layer];
+    r.parameter_bytes = bytes[r.end_layer] - bytes[r.first_layer];
+    r.flops = flops[r.end_layer] - flops[r.first_layer];
     r.output_size = output_size(r.end_layer);
   }
   return ranges;
+}
+
+}  // namespace
+
+std::string StageRange::ToString(const ModelDescription& description) const {
+  return absl::StrFormat(
+      "layers %d-%d (%s .. %s), %d bytes of parameters, %.3g MFLOP per "
+      "example",
+      first_layer, end_layer - 1, description.layers()[first_layer].text,
+      description.layers()[end_layer - 1].text, parameter_bytes, flops / 1e6);
+}
+
+absl::StatusOr<std::vector<StageRange>> SplitByParameterBytes(
+    const ModelDescription& description, int stages) {
+  return Split(description, stages, /*by_flops=*/false);
+}
+
+absl::StatusOr<std::vector<StageRange>> SplitByCompute(
+    const ModelDescription& description, int stages) {
+  return Split(description, stages, /*by_flops=*/true);
+}
+
+absl::StatusOr<std::vector<StageRange>> SplitStages(
+    const ModelDescription& description, int stages, StageSplitKind kind) {
+  return Split(description, stages, kind == StageSplitKind::kCompute);
+}
+
+const char* StageSplitName(StageSplitKind kind) {
+  return kind == StageSplitKind::kBytes ? "bytes" : "compute";
+}
+
+absl::StatusOr<StageSplitKind> ParseStageSplit(absl::string_view name) {
+  for (StageSplitKind kind :
+       {StageSplitKind::kBytes, StageSplitKind::kCompute}) {
+    if (name == StageSplitName(kind)) return kind;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--stage_split=", name, ": must be bytes or compute"));
+}
+
+int64_t LayerFlops(const ModelDescription& description, int layer) {
+  const LayerConfig& config = description.layers()[layer];
+  const ActivationShape in =
+      layer == 0 ? description.input() : description.output_shapes()[layer - 1];
+  const ActivationShape out = description.output_shapes()[layer];
+  bool trainable_below = false;
+  for (int l = 0; l < layer; ++l) {
+    trainable_below = trainable_below || Trainable(description.layers()[l]);
+  }
+  switch (config.kind) {
+    case LayerKind::kConv:
+    case LayerKind::kDense: {
+      const int64_t per_output =
+          config.kind == LayerKind::kConv
+              ? in.channels * config.kernel_height * config.kernel_width
+              : in.size();
+      const int64_t forward = 2 * out.size() * per_output;
+      return forward * (trainable_below ? 3 : 2);
+    }
+    case LayerKind::kMaxPool:
+    case LayerKind::kAvgPool:
+      return 2 * out.size() * config.kernel_height * config.kernel_width;
+    case LayerKind::kRelu:
+    case LayerKind::kDropout:
+      return 2 * out.size();
+    case LayerKind::kFlatten:
+      return 0;
+  }
+  return 0;
 }
 
 }  // namespace ps::worker::nn

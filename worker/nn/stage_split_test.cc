@@ -1,5 +1,6 @@
 #include "worker/nn/stage_split.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,67 @@ TEST(StageSplitTest, RefusesMoreStagesThanLayersNamingTheFlag) {
       << split.status();
   EXPECT_NE(split.status().message().find("--model"), std::string::npos);
   EXPECT_FALSE(SplitByParameterBytes(d, 0).ok());
+}
+
+TEST(LayerFlopsTest, CountsMultiplyAddsTwiceAndSkipsTheFirstInputGradient) {
+  // conv 4 3x3 pad 1 on 2x5x5: 4x5x5 outputs of 2x3x3 multiply-adds each.
+  const ModelDescription d = Describe(
+      "input 2x5x5; conv 4 3x3 pad 1; relu; maxpool 2; flatten; dense 3");
+  const int64_t conv_forward = 2 * (4 * 5 * 5) * (2 * 3 * 3);
+  EXPECT_EQ(LayerFlops(d, 0), 2 * conv_forward) << "no input gradient";
+  EXPECT_EQ(LayerFlops(d, 1), 2 * 4 * 5 * 5);
+  EXPECT_EQ(LayerFlops(d, 2), 2 * (4 * 2 * 2) * (2 * 2));
+  EXPECT_EQ(LayerFlops(d, 3), 0);
+  EXPECT_EQ(LayerFlops(d, 4), 3 * (2 * 16 * 3)) << "with input gradient";
+}
+
+TEST(StageSplitTest, ComputeSplitBalancesFlopsWhereBytesDoNot) {
+  // The cnn preset: dense 128 holds 95% of the parameters, the second
+  // convolution most of the compute.
+  const ModelDescription d = Describe("cnn");
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<StageRange> by_compute,
+                          SplitByCompute(d, 3));
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<StageRange> by_bytes,
+                          SplitByParameterBytes(d, 3));
+  int64_t total = 0;
+  for (int l = 0; l < static_cast<int>(d.layers().size()); ++l) {
+    total += LayerFlops(d, l);
+  }
+  int64_t most_by_compute = 0, most_by_bytes = 0, sum = 0;
+  for (int s = 0; s < 3; ++s) {
+    int64_t flops = 0;
+    for (int l = by_compute[s].first_layer; l < by_compute[s].end_layer; ++l) {
+      flops += LayerFlops(d, l);
+    }
+    EXPECT_EQ(by_compute[s].flops, flops) << by_compute[s].ToString(d);
+    sum += flops;
+    most_by_compute = std::max(most_by_compute, flops);
+    most_by_bytes = std::max(most_by_bytes, by_bytes[s].flops);
+  }
+  EXPECT_EQ(sum, total);
+  EXPECT_LT(most_by_compute, most_by_bytes);
+  // The second convolution alone is a stage.
+  const LayerConfig& conv2 = d.layers()[by_compute[1].first_layer];
+  EXPECT_EQ(conv2.text, "conv 64 3x3 pad 1") << by_compute[1].ToString(d);
+  // Every rank computes the same split.
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<StageRange> again,
+                          SplitStages(d, 3, StageSplitKind::kCompute));
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(again[s].first_layer, by_compute[s].first_layer);
+  }
+}
+
+TEST(StageSplitTest, SplitNamesRoundTripAndOthersAreRefusedNamingTheFlag) {
+  for (StageSplitKind kind :
+       {StageSplitKind::kBytes, StageSplitKind::kCompute}) {
+    PS_ASSERT_OK_AND_ASSIGN(StageSplitKind parsed,
+                            ParseStageSplit(StageSplitName(kind)));
+    EXPECT_EQ(parsed, kind);
+  }
+  absl::StatusOr<StageSplitKind> bad = ParseStageSplit("time");
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--stage_split=time"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -72,10 +72,10 @@ int RowsPerMicroBatch(int stages, int batch_size, int micro_batches) {
 }
 
 absl::StatusOr<int64_t> MostWorkerBytes(const nn::ModelDescription& description,
-                                        int stages, int batch_size,
-                                        int micro_batches) {
+                                        nn::StageSplitKind split, int stages,
+                                        int batch_size, int micro_batches) {
   absl::StatusOr<std::vector<nn::StageRange>> ranges =
-      nn::SplitByParameterBytes(description, stages);
+      nn::SplitStages(description, stages, split);
   if (!ranges.ok()) return ranges.status();
   const int rows = RowsPerMicroBatch(stages, batch_size, micro_batches);
   int64_t most = 0;
@@ -89,11 +89,12 @@ absl::StatusOr<int64_t> MostWorkerBytes(const nn::ModelDescription& description,
 }
 
 absl::Status CheckMemoryBudget(const nn::ModelDescription& description,
-                               int stages, int batch_size, int micro_batches,
+                               nn::StageSplitKind split, int stages,
+                               int batch_size, int micro_batches,
                                int64_t budget) {
   if (budget <= 0) return absl::OkStatus();
   absl::StatusOr<int64_t> needed =
-      MostWorkerBytes(description, stages, batch_size, micro_batches);
+      MostWorkerBytes(description, split, stages, batch_size, micro_batches);
   if (!needed.ok()) return needed.status();
   if (*needed <= budget) return absl::OkStatus();
   std::string fits = "no split into pipeline stages fits it";
@@ -102,7 +103,7 @@ absl::Status CheckMemoryBudget(const nn::ModelDescription& description,
     // The same micro-batches where they divide the batch; else one.
     const int m = batch_size % micro_batches == 0 ? micro_batches : 1;
     absl::StatusOr<int64_t> bytes =
-        MostWorkerBytes(description, k, batch_size, m);
+        MostWorkerBytes(description, split, k, batch_size, m);
     if (!bytes.ok()) return bytes.status();
     if (*bytes <= budget) {
       fits = absl::StrFormat(

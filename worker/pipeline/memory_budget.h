@@ -25,7 +25,7 @@ namespace ps::worker::pipeline {
 // their gradients for one micro-batch's rows, the loss's buffers), the
 // stage's host buffers (StageModel::host_bytes) and the weights it pulls
 // from the servers (one copy of the stage's parameters). Not counted: the
-// schedule's per-step host buffers (worker/pipeline/gpipe_schedule.h), the
+// schedule's per-step host buffers (worker/pipeline/stage_schedule.h), the
 // data set, and a backend's scratch (the CPU backend's im2col rows).
 
 // Parses a byte count: digits with an optional K, M or G suffix (powers of
@@ -56,16 +56,18 @@ absl::StatusOr<WorkerMemory> MeasureStage(
 // batch without (micro-batches need stages).
 int RowsPerMicroBatch(int stages, int batch_size, int micro_batches);
 
-// The most any worker of `stages` stages needs (its largest stage).
+// The most any worker of `stages` stages, split by `split`, needs (its
+// largest stage).
 absl::StatusOr<int64_t> MostWorkerBytes(const nn::ModelDescription& description,
-                                        int stages, int batch_size,
-                                        int micro_batches);
+                                        nn::StageSplitKind split, int stages,
+                                        int batch_size, int micro_batches);
 
 // OK when `budget` is 0 or the workers of `stages` stages fit it; else
 // InvalidArgument naming --worker_memory_budget, the bytes needed and the
 // smallest --pipeline_stages whose workers fit (or that none does).
 absl::Status CheckMemoryBudget(const nn::ModelDescription& description,
-                               int stages, int batch_size, int micro_batches,
+                               nn::StageSplitKind split, int stages,
+                               int batch_size, int micro_batches,
                                int64_t budget);
 
 }  // namespace ps::worker::pipeline

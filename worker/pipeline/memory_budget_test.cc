@@ -18,6 +18,9 @@
 namespace ps::worker::pipeline {
 namespace {
 
+// The figures below are of the split by parameter bytes.
+constexpr nn::StageSplitKind kBytes = nn::StageSplitKind::kBytes;
+
 TEST(ParseByteSizeTest, TakesBytesWithBinarySuffixes) {
   EXPECT_EQ(*ParseByteSize("0"), 0);
   EXPECT_EQ(*ParseByteSize("512"), 512);
@@ -65,24 +68,26 @@ TEST(MemoryBudgetTest, TheMeasureIsWhatARealStageCounts) {
 TEST(MemoryBudgetTest, RefusesUnsplitNamingTheStagesThatFit) {
   const nn::ModelDescription d =
       *nn::ModelDescription::Parse("784-4096-4096-4096-10");
-  PS_ASSERT_OK_AND_ASSIGN(int64_t one, MostWorkerBytes(d, 1, 256, 1));
-  PS_ASSERT_OK_AND_ASSIGN(int64_t two, MostWorkerBytes(d, 2, 256, 1));
-  PS_ASSERT_OK_AND_ASSIGN(int64_t four, MostWorkerBytes(d, 4, 256, 1));
+  PS_ASSERT_OK_AND_ASSIGN(int64_t one, MostWorkerBytes(d, kBytes, 1, 256, 1));
+  PS_ASSERT_OK_AND_ASSIGN(int64_t two, MostWorkerBytes(d, kBytes, 2, 256, 1));
+  PS_ASSERT_OK_AND_ASSIGN(int64_t four, MostWorkerBytes(d, kBytes, 4, 256, 1));
   // The figures bench/README.md quotes.
   std::printf(
       "784-4096-4096-4096-10 at batch 256, bytes per worker: K=1 %lld, "
       "K=2 %lld, K=4 %lld\n",
       static_cast<long long>(one), static_cast<long long>(two),
       static_cast<long long>(four));
-  PS_ASSERT_OK_AND_ASSIGN(int64_t two_m4, MostWorkerBytes(d, 2, 256, 4));
-  PS_ASSERT_OK_AND_ASSIGN(int64_t four_m4, MostWorkerBytes(d, 4, 256, 4));
+  PS_ASSERT_OK_AND_ASSIGN(int64_t two_m4,
+                          MostWorkerBytes(d, kBytes, 2, 256, 4));
+  PS_ASSERT_OK_AND_ASSIGN(int64_t four_m4,
+                          MostWorkerBytes(d, kBytes, 4, 256, 4));
   std::printf("  with 4 micro-batches: K=2 %lld, K=4 %lld\n",
               static_cast<long long>(two_m4), static_cast<long long>(four_m4));
   EXPECT_LT(two_m4, two) << "a micro-batch's activations, not a batch's";
   EXPECT_LT(two, one);
   EXPECT_LT(four, two);
   const int64_t budget = (one + two) / 2;
-  absl::Status unsplit = CheckMemoryBudget(d, 1, 256, 1, budget);
+  absl::Status unsplit = CheckMemoryBudget(d, kBytes, 1, 256, 1, budget);
   ASSERT_EQ(unsplit.code(), absl::StatusCode::kInvalidArgument);
   const std::string message(unsplit.message());
   EXPECT_NE(message.find(absl::StrCat("--worker_memory_budget=", budget)),
@@ -93,9 +98,10 @@ TEST(MemoryBudgetTest, RefusesUnsplitNamingTheStagesThatFit) {
   EXPECT_NE(message.find("smallest --pipeline_stages that fits it is 2"),
             std::string::npos)
       << message;
-  EXPECT_TRUE(CheckMemoryBudget(d, 2, 256, 1, budget).ok());
-  EXPECT_TRUE(CheckMemoryBudget(d, 1, 256, 1, 0).ok()) << "0: no budget";
-  EXPECT_NE(std::string(CheckMemoryBudget(d, 1, 256, 1, 1024).message())
+  EXPECT_TRUE(CheckMemoryBudget(d, kBytes, 2, 256, 1, budget).ok());
+  EXPECT_TRUE(CheckMemoryBudget(d, kBytes, 1, 256, 1, 0).ok())
+      << "0: no budget";
+  EXPECT_NE(std::string(CheckMemoryBudget(d, kBytes, 1, 256, 1, 1024).message())
                 .find("no split into pipeline stages fits it"),
             std::string::npos);
 }

@@ -67,7 +67,8 @@ PipelineTrainer::PipelineTrainer(const PipelineTrainerOptions& options,
                                    sharder_.steps_per_epoch() * options.epochs)
               : sharder_.steps_per_epoch() * options.epochs),
       schedule_(stage, neighbours->previous.get(), neighbours->next.get(),
-                options.micro_batches) {
+                {options.schedule, options.place.stage, options.place.stages,
+                 options.micro_batches}) {
   if (options.evaluate) {
     const size_t rows = stage->max_batch();
     if (!stage->first()) eval_input_.resize(rows * stage->input_size());
@@ -372,11 +373,11 @@ absl::StatusOr<TrainingSummary> PipelineTrainer::Train(
   if (!resume_step.ok()) return resume_step.status();
   uint64_t position = resume.cursor.epoch * steps_per_epoch + *resume_step;
   uint64_t clock = resume.next_step;
-  spdlog::info("pipeline {}: layers {}, {} micro-batches per step",
+  spdlog::info("pipeline {}: layers {}, {} micro-batches per step ({})",
                options_.place.ToString(),
                absl::StrFormat("%d-%d", stage_->range().first_layer,
                                stage_->range().end_layer - 1),
-               options_.micro_batches);
+               options_.micro_batches, ScheduleKindName(options_.schedule));
   spdlog::info(
       "{}", FormatProgressLine(PlanProgress{
                 static_cast<int64_t>(planned_steps_), options_.epochs,

@@ -12,9 +12,10 @@
 #include "worker/idx_reader.h"
 #include "worker/nn/model.h"
 #include "worker/nn/stage_model.h"
-#include "worker/pipeline/gpipe_schedule.h"
 #include "worker/pipeline/link_rendezvous.h"
 #include "worker/pipeline/pipeline_place.h"
+#include "worker/pipeline/schedule_action.h"
+#include "worker/pipeline/stage_schedule.h"
 #include "worker/trainer.h"
 #include "worker/weight_exchange.h"
 
@@ -25,6 +26,7 @@ struct PipelineTrainerOptions {
   // Examples per step of a replica, cut into `micro_batches`.
   int batch_size = 64;
   int micro_batches = 1;
+  ScheduleKind schedule = ScheduleKind::kGpipe;
   int epochs = 10;
   uint64_t seed = 1;
   uint64_t max_steps = 0;
@@ -42,7 +44,7 @@ struct PipelineTrainerOptions {
 // The training loop of one stage of one replica. The stage's server group
 // holds only its stage's tensors (declared as the exchange's model, in the
 // order of the whole model's ids StageRange::first_tensor ...); the stage
-// pulls them, computes their gradient with GpipeSchedule and pushes it, so
+// pulls them, computes their gradient with StageSchedule and pushes it, so
 // the group's mean over its R replicas is the unsplit job's gradient. Each
 // group runs its own mode (sync, ssp or async).
 //
@@ -106,7 +108,7 @@ class PipelineTrainer {
   const LabeledImages* const test_;
   const EpochSharder sharder_;
   const uint64_t planned_steps_;
-  GpipeSchedule schedule_;
+  StageSchedule schedule_;
 
   std::optional<uint64_t> pulled_clock_;
   uint64_t pulled_version_ = 0;

@@ -32,6 +32,14 @@ absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank) {
         "--micro_batches=%d must be in [1, --batch_size=%d] and divide it",
         config.micro_batches, config.batch_size));
   }
+  if (absl::Status s = ParseScheduleKind(config.pipeline_schedule).status();
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = nn::ParseStageSplit(config.stage_split).status();
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s = ParseByteSize(config.worker_memory_budget).status();
       !s.ok()) {
     return s;
@@ -57,7 +65,10 @@ absl::Status CheckWorkerMemory(const WorkerConfig& config,
                                const nn::ModelDescription& description) {
   absl::StatusOr<int64_t> budget = ParseByteSize(config.worker_memory_budget);
   if (!budget.ok()) return budget.status();
-  return CheckMemoryBudget(description, config.pipeline_stages,
+  absl::StatusOr<nn::StageSplitKind> split =
+      nn::ParseStageSplit(config.stage_split);
+  if (!split.ok()) return split.status();
+  return CheckMemoryBudget(description, *split, config.pipeline_stages,
                            config.batch_size, config.micro_batches, *budget);
 }
 
@@ -74,8 +85,11 @@ absl::StatusOr<std::unique_ptr<StageRun>> StageRun::Create(
   absl::StatusOr<PipelinePlace> place =
       PipelinePlace::FromRank(rank, config.num_workers, config.pipeline_stages);
   if (!place.ok()) return place.status();
+  absl::StatusOr<nn::StageSplitKind> split =
+      nn::ParseStageSplit(config.stage_split);
+  if (!split.ok()) return split.status();
   absl::StatusOr<std::vector<nn::StageRange>> ranges =
-      nn::SplitByParameterBytes(description, config.pipeline_stages);
+      nn::SplitStages(description, config.pipeline_stages, *split);
   if (!ranges.ok()) return ranges.status();
   auto run = absl::WrapUnique(new StageRun());
   run->place_ = *place;
@@ -107,7 +121,8 @@ absl::StatusOr<std::unique_ptr<StageRun>> StageRun::Create(
   }
   if (rank == 0) {
     for (size_t s = 0; s < run->ranges_.size(); ++s) {
-      spdlog::info("pipeline stage {}: {}", s,
+      spdlog::info("pipeline stage {} (split by {}): {}", s,
+                   nn::StageSplitName(*split),
                    run->ranges_[s].ToString(description));
     }
   }
@@ -141,6 +156,10 @@ absl::Status StageRun::MakeTrainer(const WorkerConfig& config,
   options.place = place_;
   options.batch_size = config.batch_size;
   options.micro_batches = config.micro_batches;
+  absl::StatusOr<ScheduleKind> schedule =
+      ParseScheduleKind(config.pipeline_schedule);
+  if (!schedule.ok()) return schedule.status();
+  options.schedule = *schedule;
   options.epochs = config.epochs;
   options.seed = config.seed;
   options.max_steps = config.max_steps;

@@ -18,6 +18,7 @@
 #include "worker/pipeline/memory_budget.h"
 #include "worker/pipeline/pipeline_place.h"
 #include "worker/pipeline/pipeline_trainer.h"
+#include "worker/pipeline/schedule_action.h"
 #include "worker/trainer.h"
 #include "worker/weight_exchange.h"
 #include "worker/worker_config.h"
@@ -27,7 +28,8 @@ namespace ps::worker::pipeline {
 // Checks the pipeline flags of `config` for the worker of `rank`, naming
 // the flag at fault (InvalidArgument): --pipeline_stages at least 1 and
 // dividing --num_workers, --micro_batches in [1, --batch_size] and dividing
-// it (every micro-batch of a full batch the same size), and servers to
+// it (every micro-batch of a full batch the same size), a known
+// --pipeline_schedule and --stage_split, and servers to
 // hold the stages' parameters (not --local, not --mode=allreduce).
 absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank);
 

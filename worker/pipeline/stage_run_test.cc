@@ -117,5 +117,18 @@ TEST(StageRunTest, ReplicaZerosStagesEvaluate) {
   }
 }
 
+TEST(CheckPipelineConfigTest, ScheduleAndSplitNamesAreChecked) {
+  WorkerConfig config = Pipelined(2, 4, 8);
+  config.pipeline_schedule = "1f1b";
+  config.stage_split = "bytes";
+  EXPECT_EQ(Error(config), "");
+  config.pipeline_schedule = "pipedream";
+  EXPECT_NE(Error(config).find("--pipeline_schedule=pipedream"),
+            std::string::npos);
+  config.pipeline_schedule = "gpipe";
+  config.stage_split = "time";
+  EXPECT_NE(Error(config).find("--stage_split=time"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ps::worker::pipeline
