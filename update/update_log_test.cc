@@ -322,6 +322,60 @@ TEST_F(UpdateLogTest, ClosingARecycledFileCutsItsEarlierBytes) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/" + SpareLogFileName(3)));
 }
 
+// A preallocating writer's file, read while it is open (as after a kill):
+// the zeros past the records are no record and no damage; closed, the file
+// is cut to its records.
+TEST_F(UpdateLogTest, PreallocatedZerosAreNeitherRecordsNorDamage) {
+  const LogEntry first = MakeLogEntry("first");
+  const LogEntry second = MakeLogEntry(std::string(3000, 's'));
+  std::string path;
+  {
+    absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
+        UpdateLogWriter::Create(dir_, 3, 0, {}, /*fsync=*/false,
+                                /*preallocate_bytes=*/1 << 20);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    path = (*writer)->path();
+    ASSERT_TRUE((*writer)->Append({&first}).ok());
+    ASSERT_TRUE((*writer)->Append({&second}).ok());
+    absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->records,
+              (std::vector<std::string>{"first", std::string(3000, 's')}));
+    EXPECT_EQ(read->torn_bytes, 0u);
+    EXPECT_EQ(read->valid_bytes + read->tail_bytes,
+              std::filesystem::file_size(path));
+  }
+  absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->records.size(), 2u);
+  EXPECT_EQ(std::filesystem::file_size(path), read->valid_bytes);
+}
+
+// Zeros between a damaged record and a whole one after it hide nothing.
+TEST_F(UpdateLogTest, RefusesADamagedRecordBeforeZerosAndARecord) {
+  const LogEntry first = MakeLogEntry("first");
+  const LogEntry zeros = MakeLogEntry(std::string(100000, '\0'));
+  const LogEntry last = MakeLogEntry("last");
+  std::string path;
+  {
+    absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
+        UpdateLogWriter::Create(dir_, 3, 0, {}, false, 1 << 20);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    path = (*writer)->path();
+    ASSERT_TRUE((*writer)->Append({&first, &zeros, &last}).ok());
+  }
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    // The length of the record of zeros.
+    f.seekp(32 + kLogRecordPrefixBytes + 5 + 1);
+    f.put('\x7f');
+  }
+  absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(read.status().message().find("record 2"), std::string::npos)
+      << read.status();
+}
+
 TEST_F(UpdateLogTest, NeverWritesOverAFileWithAnotherName) {
   const std::string old_path = WriteLog(0, {"kept"});
   const std::string link = dir_ + "/kept-copy";
