@@ -48,8 +48,8 @@ void LogPreallocator::WaitUntilAhead() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](LogPreallocator* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-        return p->failed_ ||
-               (!p->writing_ && p->written_ >= p->appended_ + p->ahead_);
+        return p->failed_ || (!p->writing_ && !p->filling_ &&
+                              p->written_ >= p->appended_ + p->ahead_ / 2);
       },
       this));
 }
@@ -58,13 +58,17 @@ void LogPreallocator::Loop() {
   const std::string zeros(chunk_, '\0');
   absl::MutexLock lock(&mu_);
   for (;;) {
+    // Woken once the lead falls to half of `ahead`, then filled up to
+    // `ahead`: one wake-up per ahead / 2 bytes appended, not per append.
     mu_.Await(absl::Condition(
         +[](LogPreallocator* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
           return p->stop_ ||
-                 (!p->failed_ && p->written_ < p->appended_ + p->ahead_);
+                 (!p->failed_ && p->written_ < p->appended_ + p->ahead_ &&
+                  (p->filling_ || p->written_ < p->appended_ + p->ahead_ / 2));
         },
         this));
     if (stop_) return;
+    filling_ = true;
     // Never below what the appender reserved.
     written_ = std::max(written_, appended_);
     const uint64_t from = written_;
@@ -87,6 +91,7 @@ void LogPreallocator::Loop() {
     } else {
       // The appender may have reserved beyond these bytes meanwhile.
       written_ = std::max(written_, from + n);
+      filling_ = written_ < appended_ + ahead_;
     }
   }
 }

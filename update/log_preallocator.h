@@ -29,7 +29,8 @@ class LogPreallocator {
  public:
   // Keeps [appended end, appended end + `ahead`) written, from `written`
   // on (the file's bytes before it exist already), in writes of at most
-  // `chunk` bytes.
+  // `chunk` bytes; it starts writing when fewer than `ahead` / 2 bytes are
+  // left ahead, so that it wakes once per `ahead` / 2 bytes appended.
   LogPreallocator(int fd, uint64_t written, uint64_t ahead,
                   uint64_t chunk = uint64_t{1} << 20);
   ~LogPreallocator();
@@ -44,8 +45,9 @@ class LogPreallocator {
   // The file's end as this class wrote it (what it has written, or the
   // appender reserved).
   uint64_t written() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Waits until the bytes up to the appended end plus `ahead` are written
-  // (or writing failed): for tests.
+  // Waits until the thread has nothing to do: at least `ahead` / 2 bytes
+  // past the appended end written and no fill under way (or writing
+  // failed). For tests.
   void WaitUntilAhead() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -62,6 +64,8 @@ class LogPreallocator {
   // A write of zeros to [writing_from_, written_ + ...) is under way.
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t writing_from_ ABSL_GUARDED_BY(mu_) = 0;
+  // Writing up to appended_ + ahead_, begun when the lead fell to half.
+  bool filling_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

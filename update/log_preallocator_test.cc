@@ -43,20 +43,28 @@ TEST_F(LogPreallocatorTest, WritesZerosAheadOfTheAppender) {
   LogPreallocator ahead(fd_, 0, /*ahead=*/64 << 10, /*chunk=*/4096);
   ahead.WaitUntilAhead();
   EXPECT_EQ(std::filesystem::file_size(path_), 64u << 10);
+  // More than half of `ahead` is left: nothing more is written yet.
   ahead.Reserve(10000);
   Put(0, 10000, 'x');
   ahead.WaitUntilAhead();
+  EXPECT_EQ(ahead.written(), 64u << 10);
+  // Less than half: filled up to `ahead` again.
+  ahead.Reserve(40000);
+  Put(10000, 30000, 'y');
+  ahead.WaitUntilAhead();
+  EXPECT_EQ(ahead.written(), 40000u + (64 << 10));
   const std::string bytes = Contents();
-  ASSERT_EQ(bytes.size(), 10000u + (64 << 10));
+  ASSERT_EQ(bytes.size(), 40000u + (64 << 10));
   EXPECT_EQ(bytes.substr(0, 10000), std::string(10000, 'x'));
-  EXPECT_EQ(bytes.substr(10000), std::string(64 << 10, '\0'));
+  EXPECT_EQ(bytes.substr(10000, 30000), std::string(30000, 'y'));
+  EXPECT_EQ(bytes.substr(40000), std::string(64 << 10, '\0'));
 }
 
 TEST_F(LogPreallocatorTest, KeepsTheBytesItWasToldExist) {
   Put(0, 300, 'y');
   {
     LogPreallocator ahead(fd_, /*written=*/300, /*ahead=*/1000, 128);
-    ahead.Reserve(100);
+    ahead.Reserve(100);  // 200 bytes left ahead: filled up to 1100.
     ahead.WaitUntilAhead();
     EXPECT_EQ(ahead.written(), 1100u);
   }
