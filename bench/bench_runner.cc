@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "bench/bench_flags.h"
 #include "bench/grpc_echo.h"
 
 namespace ps::bench {
@@ -70,18 +71,10 @@ absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text) {
 }
 
 absl::StatusOr<std::vector<int>> ParseServerCounts(absl::string_view text) {
-  std::vector<int> counts;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    int n = 0;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &n) || n < 1 ||
-        n > kMaxServers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("server count \"", part, "\" is not a whole number in ",
-                       "[1, ", kMaxServers, "] (e.g. 1,2)"));
-    }
-    counts.push_back(n);
-  }
-  return counts;
+  absl::StatusOr<std::vector<int64_t>> counts =
+      ParseNumberList(text, "server count", 1, kMaxServers);
+  if (!counts.ok()) return counts.status();
+  return std::vector<int>(counts->begin(), counts->end());
 }
 
 absl::StatusOr<std::vector<bool>> ParseTransports(absl::string_view text) {

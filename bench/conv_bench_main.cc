@@ -12,6 +12,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "bench/bench_flags.h"
 #include "bench/conv_bench.h"
 #include "bench/measure.h"
 #include "common/cpu_affinity.h"
@@ -32,20 +33,14 @@ ABSL_FLAG(int, min_time_ms, 400,
 namespace ps::bench {
 namespace {
 
-absl::Status CheckRange(const char* flag, int value, int lo, int hi) {
-  if (value >= lo && value <= hi) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--", flag, " must be in [", lo, ", ", hi, "], got ", value));
-}
-
 absl::StatusOr<MeasureOptions> OptionsFromFlags() {
   for (absl::Status s :
-       {CheckRange("batch", absl::GetFlag(FLAGS_batch), 1, 1 << 16),
-        CheckRange("rounds", absl::GetFlag(FLAGS_rounds), 1, 1000000),
-        CheckRange("warmup", absl::GetFlag(FLAGS_warmup), 0, 1000),
-        CheckRange("trials", absl::GetFlag(FLAGS_trials), 1, 1000),
-        CheckRange("min_time_ms", absl::GetFlag(FLAGS_min_time_ms), 0,
-                   600000)}) {
+       {CheckFlagRange("batch", absl::GetFlag(FLAGS_batch), 1, 1 << 16),
+        CheckFlagRange("rounds", absl::GetFlag(FLAGS_rounds), 1, 1000000),
+        CheckFlagRange("warmup", absl::GetFlag(FLAGS_warmup), 0, 1000),
+        CheckFlagRange("trials", absl::GetFlag(FLAGS_trials), 1, 1000),
+        CheckFlagRange("min_time_ms", absl::GetFlag(FLAGS_min_time_ms), 0,
+                       600000)}) {
     if (!s.ok()) return s;
   }
   MeasureOptions options;

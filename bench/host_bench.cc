@@ -14,6 +14,16 @@ int HostsFor(ServiceLayout layout, int num_workers) {
   return layout == ServiceLayout::kServersApart ? num_workers + 2 : num_workers;
 }
 
+std::unique_ptr<TestHosts> CreateHosts(int num_hosts, int64_t bits_per_second) {
+  absl::StatusOr<std::unique_ptr<TestHosts>> made =
+      TestHosts::Create(num_hosts, bits_per_second);
+  if (!made.ok()) {
+    std::fprintf(stderr, "hosts: %s\n", made.status().ToString().c_str());
+    return nullptr;
+  }
+  return *std::move(made);
+}
+
 std::string RunfilePath(const std::string& workspace_relative) {
   if (const char* runfiles = std::getenv("RUNFILES_DIR"); runfiles != nullptr) {
     return absl::StrCat(runfiles, "/paramserver/", workspace_relative);
@@ -79,6 +89,19 @@ std::optional<std::vector<std::string>> StartServices(
     addresses.push_back(absl::StrCat(hosts.address(host), ":", *port));
   }
   return addresses;
+}
+
+bool AwaitWorkers(const std::vector<std::unique_ptr<Subprocess>>& workers,
+                  absl::Duration timeout) {
+  for (size_t rank = 0; rank < workers.size(); ++rank) {
+    const std::optional<ExitStatus> exit = workers[rank]->WaitFor(timeout);
+    if (!exit.has_value() || !exit->success()) {
+      std::fprintf(stderr, "worker %zu failed: %s\n", rank,
+                   workers[rank]->LastLines(20).c_str());
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace ps::testing

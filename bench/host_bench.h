@@ -1,6 +1,7 @@
 #ifndef PS_BENCH_HOST_BENCH_H_
 #define PS_BENCH_HOST_BENCH_H_
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +27,10 @@ enum class ServiceLayout { kServersApart, kServersBeside, kRing };
 // servers' own in kServersApart.
 int HostsFor(ServiceLayout layout, int num_workers);
 
+// TestHosts::Create(num_hosts, bits_per_second); null, the error printed,
+// if it fails.
+std::unique_ptr<TestHosts> CreateHosts(int num_hosts, int64_t bits_per_second);
+
 // A binary of this workspace in the bench's runfiles (`bazel run` starts
 // it in their workspace directory).
 std::string RunfilePath(const std::string& workspace_relative);
@@ -45,6 +50,12 @@ std::optional<std::vector<std::string>> StartServices(
     const TestHosts& hosts, ServiceLayout layout, int num_workers,
     const std::vector<std::string>& server_flags, absl::Duration timeout,
     std::vector<std::unique_ptr<Subprocess>>& services);
+
+// Waits for each of `workers` (worker `rank` at index rank) to exit, each
+// within `timeout`: true if every one exited 0; else false, the first that
+// did not named on stderr with its last lines.
+bool AwaitWorkers(const std::vector<std::unique_ptr<Subprocess>>& workers,
+                  absl::Duration timeout);
 
 }  // namespace ps::testing
 

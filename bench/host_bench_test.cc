@@ -3,11 +3,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/subprocess.h"
 #include "gtest/gtest.h"
+#include "tests/hosts/skip_without_hosts.h"
 
 namespace ps::testing {
 namespace {
@@ -18,13 +22,29 @@ TEST(HostBenchTest, ServersApartTakeTwoHostsOfTheirOwn) {
   EXPECT_EQ(HostsFor(ServiceLayout::kRing, 2), 2);
 }
 
+std::unique_ptr<Subprocess> Shell(const std::string& script) {
+  SubprocessOptions options;
+  options.argv = {"/bin/sh", "-c", script};
+  absl::StatusOr<std::unique_ptr<Subprocess>> child =
+      Subprocess::Start(std::move(options));
+  EXPECT_TRUE(child.ok()) << child.status();
+  return child.ok() ? *std::move(child) : nullptr;
+}
+
+TEST(AwaitWorkersTest, TrueOnlyIfEveryWorkerExitsZeroInTime) {
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  workers.push_back(Shell("exit 0"));
+  workers.push_back(Shell("exit 0"));
+  EXPECT_TRUE(AwaitWorkers(workers, absl::Minutes(1)));
+  workers.push_back(Shell("exit 3"));
+  EXPECT_FALSE(AwaitWorkers(workers, absl::Minutes(1)));
+  workers.back() = Shell("sleep 600");
+  EXPECT_FALSE(AwaitWorkers(workers, absl::Milliseconds(100)));
+}
+
 class StartServicesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
-      GTEST_SKIP() << "no test hosts on this machine: " << why;
-    }
-  }
+  void SetUp() override { SKIP_WITHOUT_TEST_HOSTS(); }
 };
 
 TEST_F(StartServicesTest, EachListensOnItsHost) {

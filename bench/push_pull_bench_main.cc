@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "bench/bench_flags.h"
 #include "bench/bench_runner.h"
 #include "bench/push_pull.h"
 #include "common/cpu_affinity.h"
@@ -69,12 +70,6 @@ ABSL_FLAG(std::string, server_binary, "",
 namespace ps::bench {
 namespace {
 
-absl::Status CheckRange(const char* flag, int value, int lo, int hi) {
-  if (value >= lo && value <= hi) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--", flag, " must be in [", lo, ", ", hi, "], got ", value));
-}
-
 absl::StatusOr<BenchConfig> ConfigFromFlags(const char* argv0) {
   BenchConfig config;
   absl::StatusOr<std::vector<uint64_t>> sizes =
@@ -105,12 +100,12 @@ absl::StatusOr<BenchConfig> ConfigFromFlags(const char* argv0) {
   const int chunk_kb = absl::GetFlag(FLAGS_chunk_kb);
   const int echo_chunk_kb = absl::GetFlag(FLAGS_echo_chunk_kb);
   for (absl::Status s :
-       {CheckRange("rounds", rounds, 1, 1000000),
-        CheckRange("warmup", warmup, 0, 1000),
-        CheckRange("trials", trials, 1, 1000),
-        CheckRange("min_time_ms", min_time_ms, 0, 600000),
-        CheckRange("chunk_kb", chunk_kb, 1, 32 << 10),
-        CheckRange("echo_chunk_kb", echo_chunk_kb, 1, 32 << 10)}) {
+       {CheckFlagRange("rounds", rounds, 1, 1000000),
+        CheckFlagRange("warmup", warmup, 0, 1000),
+        CheckFlagRange("trials", trials, 1, 1000),
+        CheckFlagRange("min_time_ms", min_time_ms, 0, 600000),
+        CheckFlagRange("chunk_kb", chunk_kb, 1, 32 << 10),
+        CheckFlagRange("echo_chunk_kb", echo_chunk_kb, 1, 32 << 10)}) {
     if (!s.ok()) return s;
   }
   config.measure.min_rounds = rounds;

@@ -18,12 +18,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "bench/bench_flags.h"
 #include "bench/host_bench.h"
 #include "common/progress_line.h"
 #include "common/subprocess.h"
@@ -76,13 +76,10 @@ struct Result {
 std::optional<Result> RunJob(Layout layout, int num_workers,
                              int64_t bits_per_second) {
   const int num_hosts = HostsFor(layout, num_workers);
-  absl::StatusOr<std::unique_ptr<TestHosts>> made =
-      TestHosts::Create(num_hosts, bits_per_second);
-  if (!made.ok()) {
-    std::fprintf(stderr, "hosts: %s\n", made.status().ToString().c_str());
-    return std::nullopt;
-  }
-  const TestHosts& hosts = **made;
+  const std::unique_ptr<TestHosts> made =
+      CreateHosts(num_hosts, bits_per_second);
+  if (made == nullptr) return std::nullopt;
+  const TestHosts& hosts = *made;
   const std::vector<std::string> update = {
       "--optimizer=adam", "--learning_rate=0.001", "--lr_schedule=constant"};
 
@@ -118,14 +115,7 @@ std::optional<Result> RunJob(Layout layout, int num_workers,
         StartOn(hosts, rank, absl::StrCat("worker ", rank), argv));
     if (workers.back() == nullptr) return std::nullopt;
   }
-  for (int rank = 0; rank < num_workers; ++rank) {
-    const std::optional<ExitStatus> exit = workers[rank]->WaitFor(kTimeout);
-    if (!exit.has_value() || !exit->success()) {
-      std::fprintf(stderr, "worker %d failed: %s\n", rank,
-                   workers[rank]->LastLines(20).c_str());
-      return std::nullopt;
-    }
-  }
+  if (!AwaitWorkers(workers, kTimeout)) return std::nullopt;
 
   Result result;
   const std::vector<std::string> lines = workers[0]->OutputLines();
@@ -160,6 +150,12 @@ std::optional<Result> RunJob(Layout layout, int num_workers,
 }
 
 int Main() {
+  const absl::StatusOr<bench::HostGrid> grid = bench::ParseHostGrid(
+      absl::GetFlag(FLAGS_workers), absl::GetFlag(FLAGS_rates_mbit));
+  if (!grid.ok()) {
+    absl::FPrintF(stderr, "%s\n", grid.status().message());
+    return 2;
+  }
   if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
     std::fprintf(stderr, "no test hosts here: %s\n", why.c_str());
     return 1;
@@ -169,21 +165,14 @@ int Main() {
       "communication ms | sent MB/step | received MB/step | 2(N-1)/N x model, "
       "MB | test accuracy |\n"
       "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-  for (absl::string_view w :
-       absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
-    int num_workers = 0;
-    if (!absl::SimpleAtoi(w, &num_workers)) return 2;
-    for (absl::string_view r :
-         absl::StrSplit(absl::GetFlag(FLAGS_rates_mbit), ',')) {
-      int64_t mbit = 0;
-      if (!absl::SimpleAtoi(r, &mbit)) return 2;
+  for (const int num_workers : grid->workers) {
+    for (const int64_t mbit : grid->rates_mbit) {
       for (Layout layout :
            {Layout::kServersApart, Layout::kServersBeside, Layout::kRing}) {
         if (absl::GetFlag(FLAGS_ring_only) && layout != Layout::kRing) continue;
         const std::optional<Result> result =
             RunJob(layout, num_workers, mbit * 1000 * 1000);
-        const std::string link =
-            mbit == 0 ? "unshaped" : absl::StrCat(mbit / 1000.0, " Gbit/s");
+        const std::string link = bench::LinkRateName(mbit);
         if (!result.has_value()) {
           std::printf("| %d | %s | %s | failed |\n", num_workers, link.c_str(),
                       LayoutName(layout));

@@ -25,12 +25,14 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "bench/bench_flags.h"
 #include "bench/host_bench.h"
 #include "common/subprocess.h"
 #include "tests/hosts/test_hosts.h"
@@ -117,13 +119,10 @@ std::optional<Result> RunJob(const Layout& layout, int num_workers,
                              int64_t bits_per_second) {
   const int num_hosts =
       layout.ddp ? num_workers : HostsFor(layout.services, num_workers);
-  absl::StatusOr<std::unique_ptr<TestHosts>> made =
-      TestHosts::Create(num_hosts, bits_per_second);
-  if (!made.ok()) {
-    std::fprintf(stderr, "hosts: %s\n", made.status().ToString().c_str());
-    return std::nullopt;
-  }
-  const TestHosts& hosts = **made;
+  const std::unique_ptr<TestHosts> made =
+      CreateHosts(num_hosts, bits_per_second);
+  if (made == nullptr) return std::nullopt;
+  const TestHosts& hosts = *made;
   std::vector<std::unique_ptr<Subprocess>> services;
   std::vector<std::string> addresses;
   if (!layout.ddp) {
@@ -174,14 +173,7 @@ std::optional<Result> RunJob(const Layout& layout, int num_workers,
                               std::move(argv), std::move(env)));
     if (workers.back() == nullptr) return std::nullopt;
   }
-  for (int rank = 0; rank < num_workers; ++rank) {
-    const std::optional<ExitStatus> exit = workers[rank]->WaitFor(kTimeout);
-    if (!exit.has_value() || !exit->success()) {
-      std::fprintf(stderr, "worker %d failed: %s\n", rank,
-                   workers[rank]->LastLines(20).c_str());
-      return std::nullopt;
-    }
-  }
+  if (!AwaitWorkers(workers, kTimeout)) return std::nullopt;
   absl::StatusOr<std::string> line =
       workers[0]->WaitForOutputLine("RESULT ", absl::ZeroDuration());
   if (!line.ok()) return std::nullopt;
@@ -220,6 +212,12 @@ std::string LoadAverage() {
 }
 
 int Main() {
+  const absl::StatusOr<bench::HostGrid> grid = bench::ParseHostGrid(
+      absl::GetFlag(FLAGS_workers), absl::GetFlag(FLAGS_rates_mbit));
+  if (!grid.ok()) {
+    absl::FPrintF(stderr, "%s\n", grid.status().message());
+    return 2;
+  }
   if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
     std::fprintf(stderr, "no test hosts here: %s\n", why.c_str());
     return 1;
@@ -229,16 +227,9 @@ int Main() {
       "per step | 2(N-1)/N x model, MB | test accuracy | load average |\n"
       "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   const int repeats = absl::GetFlag(FLAGS_repeats);
-  for (absl::string_view w :
-       absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
-    int num_workers = 0;
-    if (!absl::SimpleAtoi(w, &num_workers)) return 2;
-    for (absl::string_view r :
-         absl::StrSplit(absl::GetFlag(FLAGS_rates_mbit), ',')) {
-      int64_t mbit = 0;
-      if (!absl::SimpleAtoi(r, &mbit)) return 2;
-      const std::string link =
-          mbit == 0 ? "unshaped" : absl::StrCat(mbit / 1000.0, " Gbit/s");
+  for (const int num_workers : grid->workers) {
+    for (const int64_t mbit : grid->rates_mbit) {
+      const std::string link = bench::LinkRateName(mbit);
       std::vector<Layout> layouts;
       for (absl::string_view c :
            absl::StrSplit(absl::GetFlag(FLAGS_compression), ',')) {

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
 #include "tests/hosts/host_launcher.h"
+#include "tests/hosts/skip_without_hosts.h"
 #include "tests/hosts/test_hosts.h"
 
 namespace ps::testing {
@@ -77,11 +78,7 @@ std::vector<std::unique_ptr<Subprocess>> RunOnHosts(
 
 class AllreduceHostsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
-      GTEST_SKIP() << "no test hosts on this machine: " << why;
-    }
-  }
+  void SetUp() override { SKIP_WITHOUT_TEST_HOSTS(); }
 };
 
 TEST_F(AllreduceHostsTest, OurWorkersFormOneRingOverTwoHosts) {

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
 #include "tests/hosts/host_launcher.h"
+#include "tests/hosts/skip_without_hosts.h"
 #include "tests/hosts/test_hosts.h"
 
 namespace ps::testing {
@@ -61,11 +62,7 @@ std::unique_ptr<Subprocess> StartHost(const TestHosts& hosts, int host,
 
 class AuthHostsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
-      GTEST_SKIP() << "no test hosts on this machine: " << why;
-    }
-  }
+  void SetUp() override { SKIP_WITHOUT_TEST_HOSTS(); }
 };
 
 TEST_F(AuthHostsTest, TheMainJobRunsWithMutualTlsAcrossHosts) {

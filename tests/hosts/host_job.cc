@@ -25,6 +25,9 @@ constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
 // Bounds a scrape of a live endpoint; only a hung one takes long.
 constexpr absl::Duration kScrapeTimeout = absl::Seconds(30);
 constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
+// Between scrapes of a job's shards while its workers run: often enough
+// that a short job is read several times.
+constexpr absl::Duration kWatchInterval = absl::Milliseconds(20);
 
 // A directory of its own for each job of a test process.
 std::string NewJobDir() {
@@ -188,6 +191,31 @@ absl::StatusOr<double> HostJob::ServerMetric(
   return *value;
 }
 
+absl::Status HostJob::WatchServersWhileWorkersRun(MetricPeaks* peaks,
+                                                  absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    const Subprocess* running = nullptr;
+    for (const std::unique_ptr<Subprocess>& w : workers_) {
+      if (w != nullptr && !w->TryWait().has_value()) {
+        running = w.get();
+        break;
+      }
+    }
+    if (running == nullptr) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(running->name(), " still runs after ",
+                       absl::FormatDuration(timeout)));
+    }
+    for (int index = 0; index < num_servers(); ++index) {
+      absl::StatusOr<std::string> text = ServerMetrics(index);
+      if (text.ok()) peaks->Add(index, *text);
+    }
+    absl::SleepFor(kWatchInterval);
+  }
+}
+
 absl::StatusOr<update::ShardCheckpoint> HostJob::LastCheckpoint(
     int index) const {
   absl::StatusOr<std::vector<std::string>> paths =
@@ -227,6 +255,25 @@ std::optional<double> MetricValue(
     }
   }
   return std::nullopt;
+}
+
+MetricPeaks::MetricPeaks(std::vector<std::string> names)
+    : names_(std::move(names)) {}
+
+void MetricPeaks::Add(int index, absl::string_view text) {
+  for (const std::string& name : names_) {
+    const std::optional<double> value = MetricValue(text, name);
+    if (!value.has_value()) continue;
+    const auto [it, added] = peaks_.try_emplace({name, index}, *value);
+    if (!added) it->second = std::max(it->second, *value);
+  }
+}
+
+std::optional<double> MetricPeaks::Peak(absl::string_view name,
+                                        int index) const {
+  const auto it = peaks_.find(std::make_pair(std::string(name), index));
+  if (it == peaks_.end()) return std::nullopt;
+  return it->second;
 }
 
 absl::Status AwaitValue(absl::string_view what,

@@ -2,6 +2,7 @@
 #define PS_TESTS_HOSTS_HOST_JOB_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +18,8 @@
 #include "update/checkpoint.h"
 
 namespace ps::testing {
+
+class MetricPeaks;
 
 // A job of the real server binary and of workers (the worker binary, or a
 // program on the client library) placed on test hosts, for tests of what
@@ -80,6 +83,12 @@ class HostJob {
       int index, absl::string_view name,
       const std::vector<std::pair<std::string, std::string>>& labels = {})
       const;
+  // Reads every shard's metrics, over and over, until every worker started
+  // has exited, and folds each text read into `peaks` (a shard not serving,
+  // yet or any more, is passed over). DeadlineExceeded, naming a worker, if
+  // one still runs after `timeout`.
+  absl::Status WatchServersWhileWorkersRun(MetricPeaks* peaks,
+                                           absl::Duration timeout);
   // The newest checkpoint shard `index` wrote (after it exited: its final
   // one).
   absl::StatusOr<update::ShardCheckpoint> LastCheckpoint(int index) const;
@@ -111,6 +120,28 @@ class HostJob {
 std::optional<double> MetricValue(
     absl::string_view text, absl::string_view name,
     const std::vector<std::pair<std::string, std::string>>& labels = {});
+
+// The largest value of each of some metrics (samples without labels) that
+// each shard exported, over the metrics texts folded in: what a job did
+// while it ran, for counters read by scraping (HostJob::
+// WatchServersWhileWorkersRun).
+//
+// Thread-safety: not thread-safe.
+class MetricPeaks {
+ public:
+  explicit MetricPeaks(std::vector<std::string> names);
+
+  // Folds in a metrics text of shard `index`.
+  void Add(int index, absl::string_view text);
+  // The largest value of `name` in a text of shard `index` folded in;
+  // nullopt if none had a sample of it (e.g. the shard was never read) or
+  // `name` is not one followed.
+  std::optional<double> Peak(absl::string_view name, int index) const;
+
+ private:
+  const std::vector<std::string> names_;
+  std::map<std::pair<std::string, int>, double> peaks_;  // By (name, shard).
+};
 
 // Polls `read` (e.g. a metric of a job) until `holds` says yes of what it
 // returned, for at most `timeout`: OK then, else DeadlineExceeded saying

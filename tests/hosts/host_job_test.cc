@@ -1,9 +1,11 @@
 // The parts of a host job that need no hosts: reading a metric out of
-// Prometheus text, comparing shards bit for bit, waiting for a value. The
-// jobs themselves run in the network-fault tests beside this one.
+// Prometheus text, the peaks of metrics over scrapes, comparing shards bit for
+// bit, waiting for a value. The jobs themselves run in the network-fault tests
+// beside this one.
 
 #include "tests/hosts/host_job.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -38,6 +40,27 @@ TEST(MetricValueTest, NothingForAnotherNameOrLabel) {
   EXPECT_EQ(MetricValue(kText, "ps_server_version", {{"shard", "1"}}),
             std::nullopt);
   EXPECT_EQ(MetricValue("", "ps_server_version"), std::nullopt);
+}
+
+TEST(MetricPeaksTest, KeepsTheLargestValueOfEachMetricForEachShard) {
+  MetricPeaks peaks({"ps_server_version", "ps_server_local_calls_total"});
+  peaks.Add(0, "ps_server_version 3\nps_server_local_calls_total 5\n");
+  peaks.Add(0, "ps_server_version 7\nps_server_local_calls_total 2\n");
+  peaks.Add(1, "ps_server_version 1\n");
+  peaks.Add(0, "");  // A scrape of a shard going away.
+  EXPECT_EQ(peaks.Peak("ps_server_version", 0), 7);
+  EXPECT_EQ(peaks.Peak("ps_server_local_calls_total", 0), 5);
+  EXPECT_EQ(peaks.Peak("ps_server_version", 1), 1);
+  // Never exported, never read, or not followed: nothing, not 0.
+  EXPECT_EQ(peaks.Peak("ps_server_local_calls_total", 1), std::nullopt);
+  EXPECT_EQ(peaks.Peak("ps_server_version", 2), std::nullopt);
+  EXPECT_EQ(peaks.Peak("ps_server_rank_dead", 0), std::nullopt);
+}
+
+TEST(MetricPeaksTest, AZeroIsAPeak) {
+  MetricPeaks peaks({"ps_server_local_calls_total"});
+  peaks.Add(0, "ps_server_local_calls_total 0\n");
+  EXPECT_EQ(peaks.Peak("ps_server_local_calls_total", 0), 0);
 }
 
 TEST(CompareWeightsTest, SaysTheFirstDifferenceBitForBit) {

@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
 #include "tests/hosts/host_launcher.h"
+#include "tests/hosts/skip_without_hosts.h"
 #include "tests/hosts/test_hosts.h"
 #include "update/checkpoint.h"
 
@@ -79,11 +80,7 @@ std::vector<std::string> RunJob(const TestHosts& hosts,
 
 class MultiHostLaunchTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
-      GTEST_SKIP() << "no test hosts on this machine: " << why;
-    }
-  }
+  void SetUp() override { SKIP_WITHOUT_TEST_HOSTS(); }
 };
 
 TEST_F(MultiHostLaunchTest, ServersBesideTheWorkersOnTwoHosts) {

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
 #include "tests/hosts/host_job.h"
+#include "tests/hosts/skip_without_hosts.h"
 #include "tests/hosts/test_hosts.h"
 #include "update/checkpoint.h"
 
@@ -37,9 +38,7 @@ constexpr int64_t kElements = 2 * 1000 * 1000;
 constexpr int64_t kPushBytes = 4 * kElements;
 
 TEST(PushDropTest, APushCutInTheMiddleIsAppliedOnce) {
-  if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
-    GTEST_SKIP() << "no test hosts on this machine: " << why;
-  }
+  SKIP_WITHOUT_TEST_HOSTS();
   absl::StatusOr<std::unique_ptr<TestHosts>> made =
       TestHosts::Create(2, 16 * kMbit);
   ASSERT_TRUE(made.ok()) << made.status();
@@ -57,8 +56,8 @@ TEST(PushDropTest, APushCutInTheMiddleIsAppliedOnce) {
                                 absl::StrCat("--elements=", kElements)})
                   .ok());
 
-  // A quarter of the second push: the first whole, and a quarter again (what else
-  // the host sends, acknowledgements of the pulled weights, is small).
+  // A quarter of the second push: the first whole, and a quarter again (what
+  // else the host sends, acknowledgements of the pulled weights, is small).
   ASSERT_TRUE(
       hosts.AwaitSent(kWorkerHost, kPushBytes + kPushBytes / 4, kTimeout).ok());
   ASSERT_TRUE(hosts.SetLinkDown(kWorkerHost).ok());

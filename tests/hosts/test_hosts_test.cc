@@ -25,6 +25,7 @@
 #include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
+#include "tests/hosts/skip_without_hosts.h"
 
 namespace ps::testing {
 namespace {
@@ -35,11 +36,6 @@ constexpr char kPort[] = "5001";
 constexpr absl::Duration kTimeout = absl::Seconds(120);
 
 std::string NetProbe() { return RunfilePath("tests/hosts/net_probe"); }
-
-#define SKIP_WITHOUT_TEST_HOSTS()                                          \
-  if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) { \
-    GTEST_SKIP() << "no test hosts on this machine: " << why;              \
-  }
 
 std::vector<std::string> NamespacesNow() {
   absl::StatusOr<std::string> listed =

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster_runner.h"
 #include "tests/hosts/host_job.h"
+#include "tests/hosts/skip_without_hosts.h"
 #include "tests/hosts/test_hosts.h"
 #include "update/checkpoint.h"
 
@@ -39,9 +40,7 @@ constexpr double kCutAtVersion = 10;
 constexpr double kStepsWithoutIt = 5;
 
 TEST(WorkerCutTest, ElasticSyncGoesOnWithoutItAndItRejoins) {
-  if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
-    GTEST_SKIP() << "no test hosts on this machine: " << why;
-  }
+  SKIP_WITHOUT_TEST_HOSTS();
   absl::StatusOr<std::unique_ptr<TestHosts>> made = TestHosts::Create(4, kGbit);
   ASSERT_TRUE(made.ok()) << made.status();
   const TestHosts& hosts = **made;

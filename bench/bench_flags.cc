@@ -1,0 +1,67 @@
+#include "bench/bench_flags.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace ps::bench {
+namespace {
+
+// Test hosts are at most 200 (tests/hosts/test_hosts.h), one a worker.
+constexpr int kMaxWorkers = 200;
+
+}  // namespace
+
+absl::Status CheckFlagRange(absl::string_view flag, int64_t value, int64_t lo,
+                            int64_t hi) {
+  if (value >= lo && value <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--", flag, " must be in [", lo, ", ", hi, "], got ", value));
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseNumberList(absl::string_view text,
+                                                     absl::string_view what,
+                                                     int64_t min, int64_t max) {
+  std::vector<int64_t> numbers;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &n) || n < min ||
+        n > max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " \"", part, "\" is not a whole number ",
+                       max == std::numeric_limits<int64_t>::max()
+                           ? absl::StrCat("of at least ", min)
+                           : absl::StrCat("in [", min, ", ", max, "]")));
+    }
+    numbers.push_back(n);
+  }
+  return numbers;
+}
+
+absl::StatusOr<HostGrid> ParseHostGrid(absl::string_view workers,
+                                       absl::string_view rates_mbit) {
+  absl::StatusOr<std::vector<int64_t>> counts =
+      ParseNumberList(workers, "worker count", 1, kMaxWorkers);
+  if (!counts.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workers: ", counts.status().message()));
+  }
+  absl::StatusOr<std::vector<int64_t>> rates =
+      ParseNumberList(rates_mbit, "rate", 0);
+  if (!rates.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rates_mbit: ", rates.status().message()));
+  }
+  return HostGrid{std::vector<int>(counts->begin(), counts->end()),
+                  *std::move(rates)};
+}
+
+std::string LinkRateName(int64_t mbit) {
+  return mbit == 0 ? "unshaped" : absl::StrCat(mbit / 1000.0, " Gbit/s");
+}
+
+}  // namespace ps::bench
