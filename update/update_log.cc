@@ -226,6 +226,10 @@ absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Create(
   // after the new records belong to another salt, so no reader takes them.
   std::string tmp = absl::StrCat(dir, "/", SpareLogFileName(server_index));
   int fd = OpenSpare(tmp);
+  // A recycled file is not preallocated: the thread's zeros past its end
+  // would be cut off at its close and written again in the next one
+  // (bench/README.md).
+  if (fd >= 0) preallocate_bytes = 0;
   if (fd < 0) {
     tmp = path + ".tmp";
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

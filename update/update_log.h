@@ -37,11 +37,11 @@ namespace ps::update {
 // place, which is much cheaper than growing a new file (bench/README.md).
 // Its earlier bytes stay after the new records; the salt in each record's
 // prefix tells them apart, so the log ends at the first offset that holds
-// no whole record of the file. A writer given `preallocate_bytes` also
-// keeps that many bytes past its records written with zeros, on a thread
-// of its own (update/log_preallocator.h), so that even a shard's first
-// files are written over rather than grown; the zeros are no record
-// either, and a closed file is cut to its records.
+// no whole record of the file. A new file's writer (not a recycled one's)
+// given `preallocate_bytes` also keeps that many bytes past its records
+// written with zeros, on a thread of its own (update/log_preallocator.h),
+// so that a shard's first files too are written over rather than grown; the
+// zeros are no record either, and a closed file is cut to its records.
 
 // Bytes before each record's payload (its length and checksums).
 inline constexpr uint64_t kLogRecordPrefixBytes = 12;
@@ -115,6 +115,8 @@ class UpdateLogWriter {
   absl::Status Append(absl::Span<const LogEntry* const> entries);
 
   const std::string& path() const { return path_; }
+  // Whether a thread keeps zeros written past the records.
+  bool preallocates() const { return preallocator_ != nullptr; }
 
  private:
   UpdateLogWriter(std::string path, int fd, uint32_t salt_crc, bool fsync,

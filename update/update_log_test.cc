@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/temp_dir_testing.h"
@@ -349,6 +350,32 @@ TEST_F(UpdateLogTest, PreallocatedZerosAreNeitherRecordsNorDamage) {
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->records.size(), 2u);
   EXPECT_EQ(std::filesystem::file_size(path), read->valid_bytes);
+}
+
+// Only new files are preallocated: a recycled one has its blocks.
+TEST_F(UpdateLogTest, PreallocatesNewFilesOnly) {
+  const LogEntry entry = MakeLogEntry("x");
+  {
+    absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
+        UpdateLogWriter::Create(dir_, 3, 0, {}, false, 1 << 20);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE((*writer)->Append({&entry}).ok());
+    EXPECT_TRUE((*writer)->preallocates());
+    // The thread fills the first MiB past the record: 1 MiB at least, soon.
+    while (std::filesystem::file_size((*writer)->path()) < (1u << 20)) {
+      std::this_thread::yield();
+    }
+  }
+  WriteLog(10, {std::string(5000, 'a')});
+  ASSERT_TRUE(PruneUpdateLogs(dir_, 3, 10).ok());  // The first is the spare.
+  const uint64_t spare =
+      std::filesystem::file_size(dir_ + "/" + SpareLogFileName(3));
+  absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
+      UpdateLogWriter::Create(dir_, 3, 20, {}, false, 1 << 20);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  EXPECT_FALSE((*writer)->preallocates());
+  ASSERT_TRUE((*writer)->Append({&entry}).ok());
+  EXPECT_EQ(std::filesystem::file_size((*writer)->path()), spare);
 }
 
 // Zeros between a damaged record and a whole one after it hide nothing.
