@@ -76,6 +76,8 @@ struct WorkerConfig {
   // Pipeline parallelism (worker/pipeline/stage_run.h checks them).
   int pipeline_stages = 1;
   int micro_batches = 1;
+  // Bytes with an optional K, M or G; "0": none (memory_budget.h).
+  std::string worker_memory_budget = "0";
 };
 
 // --mode's value for the all-reduce mode: --servers then names the ring's

@@ -139,10 +139,18 @@ ABSL_FLAG(int, pipeline_stages, 1,
           "parameter bytes, each a worker: --num_workers is replicas x "
           "stages, and rank r runs stage r mod stages of replica r / stages. "
           "Activations and their gradients go between a replica's stages "
-          "directly (on one host); sync mode only");
+          "directly (on one host); each stage's parameters live on a "
+          "server group of their own (--servers lists every group's, in "
+          "stage order; --job_id is the run's, a group's is "
+          "<job_id>-stage<s>)");
 ABSL_FLAG(int, micro_batches, 1,
           "With --pipeline_stages: each step's batch is cut into this many "
           "micro-batches (GPipe), which must divide --batch_size");
+ABSL_FLAG(std::string, worker_memory_budget, "0",
+          "Cap on a worker's tensor memory, in bytes with an optional K, M or "
+          "G (0: none): a job whose workers would need more is refused "
+          "before training, naming the smallest --pipeline_stages that fits "
+          "(worker/pipeline/memory_budget.h)");
 ABSL_FLAG(bool, local, false,
           "Train in this process alone, without servers (one worker): the "
           "weights are initialised and updated by the servers' own code with "
@@ -249,6 +257,7 @@ WorkerConfig ConfigFromFlags() {
   config.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   config.pipeline_stages = absl::GetFlag(FLAGS_pipeline_stages);
   config.micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  config.worker_memory_budget = absl::GetFlag(FLAGS_worker_memory_budget);
   return config;
 }
 

@@ -145,6 +145,9 @@ std::optional<int> WorkerRun::CheckSettings() {
   }
   absl::Status flags = CheckWorkerConfig(config_, rank_);
   if (flags.ok()) flags = pipeline::CheckPipelineConfig(config_, rank_);
+  if (flags.ok() && description.ok()) {
+    flags = pipeline::CheckWorkerMemory(config_, *description);
+  }
   absl::StatusOr<std::vector<int>> cpus = CpusFromFlag("cpus", config_.cpus);
   for (const absl::Status& s :
        {description.status(), servers.status(), flags, cpus.status()}) {
@@ -199,7 +202,7 @@ std::optional<int> WorkerRun::LoadDataAndModel() {
       LoadFashionMnist(config_.data_dir, Split::kTrain);
   if (!train.ok()) return Fail(train.status(), kExitBadConfig);
   train_ = *std::move(train);
-  if (rank_ == 0) {
+  if (pipeline::EvaluatesTestSet(config_, rank_)) {
     absl::StatusOr<LabeledImages> test =
         LoadFashionMnist(config_.data_dir, Split::kTest);
     if (!test.ok()) return Fail(test.status(), kExitBadConfig);
@@ -230,8 +233,7 @@ std::optional<int> WorkerRun::LoadDataAndModel() {
                                                               : kExitFailed);
     }
     stage_run_ = *std::move(stage_run);
-    // Only rank 0 evaluates, on the whole model.
-    if (rank_ != 0) return std::nullopt;
+    return std::nullopt;  // No rank builds the whole model.
   }
   nn::ModelOptions model_options;
   model_options.max_batch = config_.batch_size;
@@ -357,6 +359,11 @@ std::optional<int> WorkerRun::Connect() {
   // Checked with the rest of the config.
   client_options.compression =
       CompressionFromConfig(config_).value_or(Compression());
+  if (stage_run_ != nullptr) {
+    if (absl::Status s = stage_run_->UseStageGroup(&client_options); !s.ok()) {
+      return Fail(s, kExitBadConfig);
+    }
+  }
   // Servers may come up after the workers (pods start in any order).
   client_options.connect_timeout = client_options.retry_timeout;
   absl::StatusOr<std::unique_ptr<ParameterClient>> connected =
@@ -393,9 +400,8 @@ std::optional<int> WorkerRun::Register() {
   if (ring_weights_ != nullptr) weights = ring_weights_.get();
   uint64_t planned_steps = 0;
   if (stage_run_ != nullptr) {
-    absl::Status made =
-        stage_run_->MakeTrainer(config_, weights, model_.get(), &*train_,
-                                rank_ == 0 ? &*test_ : nullptr);
+    absl::Status made = stage_run_->MakeTrainer(
+        config_, weights, &*train_, test_.has_value() ? &*test_ : nullptr);
     if (!made.ok()) return Fail(made, kExitBadConfig);
     planned_steps = stage_run_->planned_steps();
   } else {
@@ -407,12 +413,13 @@ std::optional<int> WorkerRun::Register() {
     planned_steps = trainer_->planned_steps();
   }
 
+  const uint32_t batch = static_cast<uint32_t>(config_.batch_size);
   absl::StatusOr<Registration> info =
       ring_weights_ != nullptr ? ring_weights_->Declare(planned_steps)
-      : config_.local
-          ? local_weights_->Declare(planned_steps)
-          : client_->Declare(model_spec_, planned_steps,
-                             static_cast<uint32_t>(config_.batch_size));
+      : stage_run_ != nullptr
+          ? stage_run_->Declare(client_.get(), planned_steps, batch)
+      : config_.local ? local_weights_->Declare(planned_steps)
+                      : client_->Declare(model_spec_, planned_steps, batch);
   if (!info.ok()) return Fail(info.status(), ServerCallExitCode(info.status()));
   registration_ = *std::move(info);
   const std::string& expected_mode = config_.mode;
@@ -423,15 +430,13 @@ std::optional<int> WorkerRun::Register() {
                     ConsistencyModeName(registration_.mode))),
                 kExitBadConfig);
   }
-  if (stage_run_ != nullptr) {
-    if (absl::Status s = pipeline::StageRun::CheckMode(registration_);
-        !s.ok()) {
-      return Fail(s, kExitBadConfig);
-    }
-  }
-  if (registration_.num_workers != config_.num_workers) {
+  // A stage's group has the replicas for workers.
+  const int workers =
+      stage_run_ != nullptr ? stage_run_->group_workers() : config_.num_workers;
+  if (registration_.num_workers != workers) {
     return Fail(absl::FailedPreconditionError(absl::StrCat(
                     "--num_workers=", config_.num_workers,
+                    stage_run_ != nullptr ? " (replicas x stages)" : "",
                     " but the servers expect ", registration_.num_workers)),
                 kExitBadConfig);
   }

@@ -72,7 +72,8 @@ class WorkerRun {
   std::unique_ptr<WorkerMetrics> metrics_;
   ModelSpec model_spec_;
   std::optional<LabeledImages> train_;
-  std::optional<LabeledImages> test_;  // Rank 0's only.
+  // Rank 0's only (with stages, replica 0's: pipeline::EvaluatesTestSet).
+  std::optional<LabeledImages> test_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<nn::Model> model_;
   std::unique_ptr<ParameterClient> client_;  // Null with --local.
@@ -80,8 +81,7 @@ class WorkerRun {
   std::unique_ptr<WeightExchange> server_weights_;
   std::unique_ptr<AllreduceExchange> ring_weights_;  // --mode=allreduce.
   std::unique_ptr<Trainer> trainer_;
-  // With --pipeline_stages above 1, in place of trainer_ (and model_ is
-  // then rank 0's whole model, for evaluation only).
+  // With --pipeline_stages above 1, in place of trainer_ and model_.
   std::unique_ptr<pipeline::StageRun> stage_run_;
   Registration registration_;
 };

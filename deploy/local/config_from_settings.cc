@@ -99,6 +99,9 @@ absl::StatusOr<LaunchConfig> ConfigFromSettings(
     config.pipeline_stages = settings.Get<int>("pipeline_stages");
     config.micro_batches = settings.Get<int>("micro_batches");
   }
+  if (settings.Has("worker_memory_budget")) {
+    config.worker_memory_budget = settings.Text("worker_memory_budget");
+  }
   config.retry_timeout = settings.Get<absl::Duration>("retry_timeout");
   config.metrics_port_base = settings.Get<int>("metrics_port_base");
   config.base_port = settings.Get<int>("base_port");

@@ -97,7 +97,7 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
     return status;
   }
   if (config.metrics_port_base != 0) {
-    const int last = config.num_servers + config.num_workers - 1;
+    const int last = TotalServers(config) + config.num_workers - 1;
     absl::Status status = CheckRange("metrics_port_base",
                                      config.metrics_port_base, 1, 65535 - last);
     if (!status.ok()) {
@@ -119,7 +119,7 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
   }
   if (config.base_port != 0) {
     absl::Status status = CheckRange("base_port", config.base_port, 1,
-                                     65536 - config.num_servers);
+                                     65536 - TotalServers(config));
     if (!status.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(status.message(),
@@ -171,7 +171,7 @@ int ServerMetricsPort(const LaunchConfig& config, int index) {
 int WorkerMetricsPort(const LaunchConfig& config, int rank) {
   return config.metrics_port_base == 0
              ? 0
-             : config.metrics_port_base + config.num_servers + rank;
+             : config.metrics_port_base + TotalServers(config) + rank;
 }
 
 std::string MetricsPortsLine(const LaunchConfig& config) {
@@ -181,7 +181,7 @@ std::string MetricsPortsLine(const LaunchConfig& config) {
   std::string line =
       absl::StrCat("metrics at http://127.0.0.1:PORT/metrics: servers on ",
                    range(ServerMetricsPort(config, 0),
-                         ServerMetricsPort(config, config.num_servers - 1)));
+                         ServerMetricsPort(config, TotalServers(config) - 1)));
   if (config.program.empty()) {
     absl::StrAppend(&line, ", workers on ",
                     range(WorkerMetricsPort(config, 0),
@@ -205,10 +205,12 @@ std::vector<std::string> ReservedServerFlags(bool auth) {
 }
 
 std::vector<std::string> ReservedWorkerFlags(bool auth) {
-  std::vector<std::string> flags = {
-      "rank",         "num_workers",     "servers",      "job_id",
-      "log_every",    "eval_every",      "max_steps",    "retry_timeout",
-      "metrics_port", "pipeline_stages", "micro_batches"};
+  std::vector<std::string> flags = {"rank",          "num_workers",
+                                    "servers",       "job_id",
+                                    "log_every",     "eval_every",
+                                    "max_steps",     "retry_timeout",
+                                    "metrics_port",  "pipeline_stages",
+                                    "micro_batches", "worker_memory_budget"};
   if (auth) {
     flags.insert(flags.end(), {"tls_ca", "tls_cert", "tls_key",
                                "tls_server_name", "token_file"});
@@ -242,11 +244,13 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
                                     const std::string& port_file, int port) {
   if (IsAllreduce(config)) return CoordinatorArgv(config, port_file, port);
   if (port == 0 && config.base_port != 0) port = config.base_port + index;
+  // Its stage's group with stages; else the job's one.
+  const ServerGroup group = ServerGroupOf(config, index);
   std::vector<std::string> argv = {
       config.server_binary,
-      absl::StrCat("--server_index=", index),
-      absl::StrCat("--num_servers=", config.num_servers),
-      absl::StrCat("--num_workers=", config.num_workers),
+      absl::StrCat("--server_index=", group.shard),
+      absl::StrCat("--num_servers=", group.shards),
+      absl::StrCat("--num_workers=", group.workers),
       absl::StrCat("--port=", port),
       absl::StrCat("--host=", config.server_host),
       absl::StrCat("--port_file=", port_file),
@@ -259,8 +263,8 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
   if (config.learning_rate > 0) {
     argv.push_back(absl::StrCat("--learning_rate=", config.learning_rate));
   }
-  if (!config.job_id.empty()) {
-    argv.push_back(absl::StrCat("--job_id=", config.job_id));
+  if (!group.job_id.empty()) {
+    argv.push_back(absl::StrCat("--job_id=", group.job_id));
   }
   argv.push_back(absl::StrCat("--lr_schedule=", config.lr_schedule));
   if (const int metrics = ServerMetricsPort(config, index); metrics != 0) {
@@ -277,10 +281,10 @@ std::vector<std::string> ServerArgv(const LaunchConfig& config, int index,
       argv.push_back(absl::StrCat("--token_file=", auth.token));
     }
   }
-  if (!config.checkpoint_dir.empty()) {
+  if (!group.checkpoint_dir.empty()) {
     // --restore on every start: a restarted server resumes; a first start
     // with no checkpoint yet starts fresh.
-    argv.push_back(absl::StrCat("--checkpoint_dir=", config.checkpoint_dir));
+    argv.push_back(absl::StrCat("--checkpoint_dir=", group.checkpoint_dir));
     argv.push_back("--restore");
     if (config.extend) argv.push_back("--extend");
   }
@@ -310,7 +314,7 @@ std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
       absl::StrCat("--device=", config.device),
       absl::StrCat("--mode=", config.mode),
   };
-  if (rank == 0 && !config.save_model.empty()) {
+  if (SavesModel(config, rank) && !config.save_model.empty()) {
     argv.push_back(absl::StrCat("--save_model=", config.save_model));
   }
   const LaunchConfig worker_defaults;
@@ -348,6 +352,10 @@ std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
     for (std::string& flag : AllreduceWorkerFlags(config)) {
       argv.push_back(std::move(flag));
     }
+  }
+  if (config.worker_memory_budget != "0") {
+    argv.push_back(
+        absl::StrCat("--worker_memory_budget=", config.worker_memory_budget));
   }
   for (std::string& flag : PipelineWorkerFlags(config)) {
     argv.push_back(std::move(flag));
@@ -399,7 +407,7 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv(
 ClusterSpec MakeClusterSpec(const LaunchConfig& config) {
   ClusterSpec spec;
   spec.num_servers =
-      config.host_servers < 0 ? config.num_servers : config.host_servers;
+      config.host_servers < 0 ? TotalServers(config) : config.host_servers;
   spec.num_workers =
       config.host_workers < 0 ? config.num_workers : config.host_workers;
   spec.first_server = config.first_server;

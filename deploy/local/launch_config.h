@@ -55,7 +55,9 @@ struct LaunchConfig {
   AuthFiles auth;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string device = "auto";
-  std::string save_model;  // Empty: not forwarded. Given to worker 0 only.
+  // Empty: not forwarded. Given to worker 0 only (with server groups,
+  // to replica 0's stages: pipeline_mode.h SavesModel).
+  std::string save_model;
   // Our worker's --log_every, --eval_every, --max_steps, --retry_timeout;
   // forwarded only when they differ from the worker's defaults (these).
   int log_every = 100;
@@ -63,14 +65,17 @@ struct LaunchConfig {
   int64_t max_steps = 0;
   absl::Duration retry_timeout = absl::Seconds(120);
   // 0: no metrics. Else server i serves Prometheus metrics on
-  // metrics_port_base + i, worker j on metrics_port_base + num_servers + j
-  // (their --metrics_port); a program's workers are not given one.
+  // metrics_port_base + i, worker j on metrics_port_base + S + j, S the
+  // servers in all (TotalServers, pipeline_mode.h) (their --metrics_port);
+  // a program's workers are not given one.
   int metrics_port_base = 0;
   // More flags for every server / worker, e.g. "--momentum=0.5".
   // Pipeline parallelism (deploy/local/pipeline_mode.h): workers are
   // replicas x pipeline_stages; each step's batch in micro_batches.
   int pipeline_stages = 1;
   int micro_batches = 1;
+  // Our workers' --worker_memory_budget; "0": none (not forwarded).
+  std::string worker_memory_budget = "0";
   std::vector<std::string> extra_server_flags;
   std::vector<std::string> extra_worker_flags;
 

@@ -8,7 +8,10 @@
 #include "absl/flags/flag.h"
 #include "absl/time/time.h"
 
-ABSL_FLAG(int, num_servers, 2, "Parameter-server shards to start.");
+ABSL_FLAG(int, num_servers, 2,
+          "Parameter-server shards to start; with --pipeline_stages and our "
+          "worker, shards of each stage's server group (stages x this "
+          "servers in all).");
 ABSL_FLAG(int, num_workers, 2, "Workers to start.");
 ABSL_FLAG(std::string, model, "784-256-128-10",
           "The network our worker trains: MLP layer sizes (784-256-128-10), "
@@ -22,10 +25,17 @@ ABSL_FLAG(int, pipeline_stages, 1,
           "Pipeline parallelism: split --model's layers into this many "
           "stages, each a worker; --num_workers is then replicas x stages "
           "(rank = replica x stages + stage) and --batch_size is per "
-          "replica. Sync mode. Programs after -- get PS_PIPELINE_STAGES.");
+          "replica. Our worker: each stage's parameters on a server group of "
+          "their own (--num_servers each), in any --mode but allreduce. "
+          "Programs after -- get PS_PIPELINE_STAGES (sync, one group).");
 ABSL_FLAG(int, micro_batches, 1,
           "With --pipeline_stages: micro-batches per step (GPipe); must "
           "divide --batch_size.");
+ABSL_FLAG(std::string, worker_memory_budget, "0",
+          "Cap on each of our workers' tensor memory, in bytes with an "
+          "optional K, M or G (0: none): a job whose workers would need more "
+          "is refused before anything starts, naming the smallest "
+          "--pipeline_stages that fits (worker/pipeline/memory_budget.h).");
 ABSL_FLAG(std::string, mode, "sync",
           "Consistency: sync|ssp|async, or allreduce: no parameter servers, "
           "the workers average gradients over a Gloo ring (one coordinator "
@@ -95,7 +105,7 @@ ABSL_FLAG(absl::Duration, retry_timeout, absl::Seconds(120),
 ABSL_FLAG(int, metrics_port_base, 0,
           "0: no metrics. Else server i serves Prometheus metrics on "
           "http://127.0.0.1:<base+i>/metrics and our worker j on "
-          "base+num_servers+j.");
+          "base+S+j, S the servers in all.");
 ABSL_FLAG(double, learning_rate, 0,
           "Learning rate; 0 keeps the server's default for the optimizer.");
 ABSL_FLAG(int64_t, seed, 1,

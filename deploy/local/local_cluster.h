@@ -167,6 +167,7 @@ class LocalCluster {
   enum class Phase { kStartup, kTraining, kShutdown };
 
   absl::Status StartChild(size_t slot);
+  // The servers' part, in local_cluster_servers.cc.
   absl::Status StartServers(std::vector<std::string>* addresses);
   absl::Status StartWorkers();
   absl::Status AwaitWorkers();

@@ -67,21 +67,6 @@ TEST(LocalClusterTest, AccuracyFromOtherWorkersIsIgnored) {
   EXPECT_FALSE(result.final_test_accuracy.has_value());
 }
 
-TEST(LocalClusterTest, StopsServersThatOutstayTheShutdownTimeout) {
-  Output output;
-  ClusterSpec spec =
-      ShellCluster(2, {ServerScript("exec sleep 1000")}, 1, {"true"});
-  spec.shutdown_timeout = absl::Milliseconds(200);
-  LocalCluster cluster(std::move(spec), output.writer());
-  const ClusterResult result = cluster.Run();
-  EXPECT_TRUE(result.status.ok()) << result.status;
-  ASSERT_EQ(result.notes.size(), 1u);
-  EXPECT_THAT(result.notes[0], HasSubstr("server 0, server 1 still running"));
-  const ProcessOutcome& server = Find(result, "server 1");
-  EXPECT_TRUE(server.stopped_by_launcher);
-  EXPECT_EQ(server.exit, ExitStatus::Signaled(SIGTERM));
-}
-
 TEST(LocalClusterTest, FailingWorkerStopsTheOthersAndIsNamed) {
   Output output;
   // Worker 1 fails only once worker 2 runs: the launcher starts no worker
@@ -119,46 +104,6 @@ TEST(LocalClusterTest, NamesWorkerKilledBySignal) {
   const ClusterResult result = cluster.Run();
   EXPECT_EQ(result.status.message(),
             "worker 0 killed by signal 9 (SIGKILL) (no output)");
-}
-
-TEST(LocalClusterTest, ServerDyingAtStartupIsNamedAndNoWorkerStarts) {
-  Output output;
-  LocalCluster cluster(ShellCluster(2,
-                                    {ServerScript("exec sleep 1000"),
-                                     "echo 'fatal: cannot bind'; exit 7"},
-                                    2, {"true"}),
-                       output.writer());
-  const ClusterResult result = cluster.Run();
-  EXPECT_EQ(result.status.message(),
-            "server 1 exited with code 7 before the workers started: fatal: "
-            "cannot bind");
-  EXPECT_FALSE(Find(result, "worker 0").exit.has_value());
-  EXPECT_EQ(Find(result, "server 0").exit, ExitStatus::Signaled(SIGTERM));
-}
-
-TEST(LocalClusterTest, FailsWhenServersWriteNoPortFile) {
-  Output output;
-  ClusterSpec spec = ShellCluster(2, {"exec sleep 1000"}, 1, {"true"});
-  spec.startup_timeout = absl::Milliseconds(200);
-  LocalCluster cluster(std::move(spec), output.writer());
-  const ClusterResult result = cluster.Run();
-  EXPECT_TRUE(absl::IsDeadlineExceeded(result.status)) << result.status;
-  EXPECT_THAT(result.status.message(),
-              HasSubstr("server 0, 1 did not write a port file within"));
-}
-
-TEST(LocalClusterTest, RejectsMalformedPortFile) {
-  Output output;
-  LocalCluster cluster(
-      ShellCluster(
-          1,
-          {"echo junk > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"; exec sleep 1000"},
-          1, {"true"}),
-      output.writer());
-  const ClusterResult result = cluster.Run();
-  EXPECT_TRUE(absl::IsInvalidArgument(result.status)) << result.status;
-  EXPECT_THAT(result.status.message(), HasSubstr("server 0: "));
-  EXPECT_THAT(result.status.message(), HasSubstr("junk"));
 }
 
 TEST(LocalClusterTest, NamesTheProcessThatCannotStart) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/cluster_address.h"
+#include "deploy/local/pipeline_mode.h"
 #include "deploy/local/rendezvous_auth.h"
 #include "deploy/local/run_flags.h"
 #include "update/checkpoint.h"
@@ -70,6 +71,12 @@ absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
     return plan.status();
   }
   if (placement->num_hosts == 1) return std::nullopt;
+  if (ServerGroups(config) > 1) {
+    // Their servers' layout and checkpoints are per stage group.
+    return absl::InvalidArgumentError(
+        "--pipeline_stages with our worker runs on one host (--num_hosts=1): "
+        "each stage's server group is laid out on it");
+  }
   for (const char* name : {"host_timeout", "rendezvous_timeout"}) {
     if (settings.Get<absl::Duration>(name) <= absl::ZeroDuration()) {
       return absl::InvalidArgumentError(

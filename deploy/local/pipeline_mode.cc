@@ -6,8 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "deploy/local/allreduce_mode.h"
 #include "worker/nn/model_description.h"
 #include "worker/nn/stage_split.h"
+#include "worker/pipeline/memory_budget.h"
+#include "worker/pipeline/pipeline_place.h"
 
 namespace ps {
 
@@ -34,6 +37,24 @@ absl::Status CheckPipelineConfig(const LaunchConfig& config) {
     return absl::InvalidArgumentError(
         "--micro_batches needs --pipeline_stages above 1");
   }
+  if (config.worker_memory_budget != "0") {
+    absl::StatusOr<int64_t> budget =
+        worker::pipeline::ParseByteSize(config.worker_memory_budget);
+    if (!budget.ok()) return budget.status();
+    if (!config.program.empty()) {
+      return absl::InvalidArgumentError(
+          "--worker_memory_budget is our worker's: a program after -- "
+          "counts its own memory");
+    }
+    // The workers' own check, before any process starts.
+    absl::StatusOr<worker::nn::ModelDescription> model =
+        worker::nn::ModelDescription::FromFlag(config.model);
+    if (model.ok()) {
+      absl::Status fits = worker::pipeline::CheckMemoryBudget(
+          *model, k, config.batch_size, m, *budget);
+      if (!fits.ok()) return fits;
+    }
+  }
   if (k > 1 && config.program.empty()) {
     // More stages than layers fails here, before any process starts.
     absl::StatusOr<worker::nn::ModelDescription> model =
@@ -46,11 +67,10 @@ absl::Status CheckPipelineConfig(const LaunchConfig& config) {
       }
     }
   }
-  if (k > 1 && config.program.empty() && config.mode != "sync") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--pipeline_stages needs --mode=sync, not --mode=", config.mode,
-        ": a stage pushes zeros for the other stages' tensors, which only a "
-        "sync step averages away"));
+  if (k > 1 && config.program.empty() && config.mode == kLaunchAllreduceMode) {
+    return absl::InvalidArgumentError(
+        "--pipeline_stages needs parameter servers to hold the stages' "
+        "parameters, not --mode=allreduce");
   }
   return absl::OkStatus();
 }
@@ -66,6 +86,44 @@ std::vector<std::pair<std::string, std::string>> PipelineEnvironment(
   if (config.pipeline_stages == 1) return {};
   return {{"PS_PIPELINE_STAGES", absl::StrCat(config.pipeline_stages)},
           {"PS_MICRO_BATCHES", absl::StrCat(config.micro_batches)}};
+}
+
+int ServerGroups(const LaunchConfig& config) {
+  return config.pipeline_stages > 1 && config.program.empty()
+             ? config.pipeline_stages
+             : 1;
+}
+
+int TotalServers(const LaunchConfig& config) {
+  return config.num_servers * ServerGroups(config);
+}
+
+bool SavesModel(const LaunchConfig& config, int rank) {
+  return rank == 0 || (ServerGroups(config) > 1 && rank < ServerGroups(config));
+}
+
+ServerGroup ServerGroupOf(const LaunchConfig& config, int index) {
+  ServerGroup group;
+  group.shards = config.num_servers;
+  group.workers = config.num_workers;
+  group.job_id = config.job_id;
+  group.checkpoint_dir = config.checkpoint_dir;
+  group.shard = index;
+  const int groups = ServerGroups(config);
+  if (groups == 1) return group;
+  group.stage = index / config.num_servers;
+  group.shard = index % config.num_servers;
+  group.workers = config.num_workers / groups;
+  group.job_id = worker::pipeline::StageGroupJobId(config.job_id, group.stage);
+  if (!config.checkpoint_dir.empty()) {
+    group.checkpoint_dir =
+        StageCheckpointDir(config.checkpoint_dir, group.stage);
+  }
+  return group;
+}
+
+std::string StageCheckpointDir(const std::string& checkpoint_dir, int stage) {
+  return absl::StrCat(checkpoint_dir, "/stage", stage);
 }
 
 }  // namespace ps

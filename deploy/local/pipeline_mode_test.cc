@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "deploy/local/launch_config.h"
+#include "deploy/local/run_directory.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -48,12 +49,75 @@ TEST(PipelineModeTest, RefusesEachBadValueNamingItsFlags) {
   deep.model = "784-10";
   EXPECT_NE(Error(deep).find("--pipeline_stages=4"), std::string::npos)
       << "one layer, four stages";
-  LaunchConfig async = Pipelined(4, 2, 1);
-  async.mode = "async";
-  EXPECT_NE(Error(async).find("--mode=async"), std::string::npos);
-  async.program = {"python3", "train.py"};
-  EXPECT_TRUE(CheckPipelineConfig(async).ok())
+  LaunchConfig ring = Pipelined(4, 2, 1);
+  ring.mode = "allreduce";
+  EXPECT_NE(Error(ring).find("--mode=allreduce"), std::string::npos);
+  ring.program = {"python3", "train.py"};
+  EXPECT_TRUE(CheckPipelineConfig(ring).ok())
       << "a program makes of the stages what it will";
+}
+
+TEST(PipelineModeTest, EachStagesGroupMayRunAnyServerMode) {
+  for (const char* mode : {"sync", "ssp", "async"}) {
+    LaunchConfig config = Pipelined(4, 2, 1);
+    config.mode = mode;
+    EXPECT_TRUE(CheckPipelineConfig(config).ok()) << mode;
+  }
+}
+
+bool Has(const std::vector<std::string>& argv, const std::string& flag) {
+  return std::find(argv.begin(), argv.end(), flag) != argv.end();
+}
+
+TEST(PipelineModeTest, EachStageHasAServerGroupOfItsOwn) {
+  LaunchConfig config = Pipelined(6, 2, 1);  // 3 replicas.
+  config.num_servers = 2;
+  config.job_id = "run7";
+  config.checkpoint_dir = "/ckpt";
+  config.run_dir = "/runs/r";
+  config.server_binary = "server";
+  EXPECT_EQ(ServerGroups(config), 2);
+  EXPECT_EQ(TotalServers(config), 4);
+  EXPECT_EQ(MakeClusterSpec(config).num_servers, 4);
+  for (int index = 0; index < 4; ++index) {
+    SCOPED_TRACE(index);
+    const ServerGroup group = ServerGroupOf(config, index);
+    EXPECT_EQ(group.stage, index / 2);
+    EXPECT_EQ(group.shard, index % 2);
+    const std::vector<std::string> argv = ServerArgv(config, index, "p");
+    const std::string stage = std::to_string(index / 2);
+    EXPECT_TRUE(Has(argv, "--server_index=" + std::to_string(index % 2)));
+    EXPECT_TRUE(Has(argv, "--num_servers=2"));
+    EXPECT_TRUE(Has(argv, "--num_workers=3")) << "the stage's replicas";
+    EXPECT_TRUE(Has(argv, "--job_id=run7-stage" + stage));
+    EXPECT_TRUE(Has(argv, "--checkpoint_dir=/ckpt/stage" + stage));
+    EXPECT_TRUE(
+        Has(argv, "--report_file=" + ServerReportFile("/runs/r", index)))
+        << "each process a report of its own";
+  }
+  // Replica 0's stages take part in saving; the others not.
+  config.save_model = "/m.bin";
+  for (int rank = 0; rank < 6; ++rank) {
+    EXPECT_EQ(Has(WorkerArgv(config, rank, {"h:1"}), "--save_model=/m.bin"),
+              rank < 2)
+        << rank;
+  }
+  // Worker metrics follow every group's servers.
+  config.metrics_port_base = 9000;
+  EXPECT_EQ(WorkerMetricsPort(config, 0), 9004);
+}
+
+TEST(PipelineModeTest, AProgramsStagesShareOneGroup) {
+  LaunchConfig config = Pipelined(4, 2, 1);
+  config.program = {"python3", "train.py"};
+  config.job_id = "run7";
+  EXPECT_EQ(ServerGroups(config), 1);
+  EXPECT_EQ(TotalServers(config), config.num_servers);
+  const ServerGroup group = ServerGroupOf(config, 1);
+  EXPECT_EQ(group.shard, 1);
+  EXPECT_EQ(group.workers, 4);
+  EXPECT_EQ(group.job_id, "run7");
+  EXPECT_FALSE(SavesModel(config, 1));
 }
 
 TEST(PipelineModeTest, WorkersAndProgramsAreToldTheStages) {

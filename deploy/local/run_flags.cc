@@ -23,13 +23,16 @@ bool IsPathFlag(const std::string& name) {
 }  // namespace
 
 const std::vector<std::string>& RunDefiningFlags() {
+  // clang-format off
   static const auto* const kFlags = new std::vector<std::string>{
       "num_servers",    "num_workers",   "model",         "epochs",
       "batch_size",     "mode",          "staleness",     "optimizer",
       "lr_schedule",    "learning_rate", "seed",          "data_dir",
       "device",         "save_model",    "server_flags",  "worker_flags",
       "log_every",      "eval_every",    "max_steps",     "checkpoints",
-      "checkpoint_dir", "auth",          "micro_batches", "pipeline_stages"};
+      "checkpoint_dir", "auth",          "micro_batches", "pipeline_stages",
+      "worker_memory_budget"};
+  // clang-format on
   return *kFlags;
 }
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "deploy/local/binary_locator.h"
+#include "deploy/local/pipeline_mode.h"
 #include "deploy/local/run_report.h"
 
 namespace ps {
@@ -127,13 +128,21 @@ absl::Status RunSetup::Begin(const LaunchConfig& config, absl::Time now) {
     // Segment 1 is the start, also in a run.txt that kept no segments.
     const std::string kept = absl::StrCat(
         "before-segment-", std::max<size_t>(record_.segments.size(), 1) + 1);
-    kept_dir_ = absl::StrCat(config.checkpoint_dir, "/", kept);
-    absl::StatusOr<int> files = KeepCheckpoints(config.checkpoint_dir, kept);
-    if (absl::IsNotFound(files.status())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          files.status().message(), ": there is nothing to extend"));
+    // Each stage's server group checkpoints in a folder of its own.
+    const int groups = ServerGroups(config);
+    for (int stage = 0; stage < groups; ++stage) {
+      const std::string dir =
+          groups == 1 ? config.checkpoint_dir
+                      : StageCheckpointDir(config.checkpoint_dir, stage);
+      kept_dir_ = absl::StrCat(groups == 1 ? dir : config.checkpoint_dir,
+                               groups == 1 ? "/" : "/stage*/", kept);
+      absl::StatusOr<int> files = KeepCheckpoints(dir, kept);
+      if (absl::IsNotFound(files.status())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            files.status().message(), ": there is nothing to extend"));
+      }
+      if (!files.ok()) return absl::InternalError(files.status().message());
     }
-    if (!files.ok()) return absl::InternalError(files.status().message());
     for (const FlagChange& change : changes_) {
       segment.flags.emplace_back(change.name, change.to);
     }
@@ -173,8 +182,12 @@ std::vector<std::string> RunSetup::OpeningLines(
       kind_ == LaunchKind::kResume   ? "resuming run "
       : kind_ == LaunchKind::kExtend ? "extending run "
                                      : "run ",
-      shown_dir, ": ", config.num_servers, " servers, ", config.num_workers,
-      " workers, ", config.mode,
+      shown_dir, ": ",
+      ServerGroups(config) == 1
+          ? absl::StrCat(config.num_servers, " servers, ")
+          : absl::StrCat(ServerGroups(config), " stages' server groups of ",
+                         config.num_servers, ", "),
+      config.num_workers, " workers, ", config.mode,
       program_.empty()
           ? absl::StrCat(", ", config.epochs,
                          config.epochs == 1 ? " epoch of " : " epochs of ",

@@ -47,6 +47,11 @@ class LayerStage final : public StageModel {
   int64_t input_size() const override { return input_size_; }
   int64_t output_size() const override { return range_.output_size; }
   int max_batch() const override { return max_batch_; }
+  int64_t host_bytes() const override {
+    size_t floats = host_predictions_.capacity();
+    for (const std::vector<float>& g : host_gradients_) floats += g.capacity();
+    return static_cast<int64_t>(floats * sizeof(float));
+  }
 
   absl::Status SetWeights(int tensor_id,
                           absl::Span<const float> values) override;
@@ -57,6 +62,9 @@ class LayerStage final : public StageModel {
   absl::Status Backward(absl::Span<const float> grad_output,
                         const GradientCallback& on_gradient,
                         absl::Span<float> grad_input) override;
+  absl::StatusOr<int64_t> Evaluate(absl::Span<const float> input,
+                                   absl::Span<const float> labels, int rows,
+                                   absl::Span<float> output) override;
 
  private:
   struct Slot {
@@ -83,6 +91,8 @@ class LayerStage final : public StageModel {
   BufferPtr input_;
   BufferPtr grad_output_;
   std::unique_ptr<SoftmaxCrossEntropyLoss> loss_;
+  BufferPtr predictions_;  // The last stage's, for Evaluate.
+  std::vector<float> host_predictions_;
   std::vector<std::vector<float>> host_gradients_;
 
   bool forward_valid_ = false;
@@ -143,6 +153,8 @@ absl::Status LayerStage::Init(const ModelDescription& description,
         SoftmaxCrossEntropyLoss::Create(classes_, max_batch_, backend_);
     if (!loss.ok()) return loss.status();
     loss_ = *std::move(loss);
+    PS_NN_RETURN_IF_ERROR(Allocate(*backend_, batch, predictions_));
+    host_predictions_.resize(batch);
   } else {
     PS_NN_RETURN_IF_ERROR(
         Allocate(*backend_, batch * range_.output_size, grad_output_));
@@ -305,6 +317,39 @@ absl::Status LayerStage::Backward(absl::Span<const float> grad_output,
         backend_->CopyToHost(*grad, 0, grad_input.size(), grad_input.data()));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> LayerStage::Evaluate(absl::Span<const float> input,
+                                             absl::Span<const float> labels,
+                                             int rows,
+                                             absl::Span<float> output) {
+  PS_NN_RETURN_IF_ERROR(CheckForward(input, labels, rows, output));
+  forward_valid_ = false;
+  Pass pass;
+  pass.batch = rows;
+  pass.training = false;
+  PS_NN_RETURN_IF_ERROR(
+      backend_->CopyToDevice(input.data(), input.size(), *input_, 0));
+  const DeviceBuffer* x = input_.get();
+  for (const std::unique_ptr<Layer>& layer : layers_) {
+    absl::StatusOr<const DeviceBuffer*> y = layer->Forward(pass, *x);
+    if (!y.ok()) return y.status();
+    x = *y;
+  }
+  if (!last_) {
+    PS_NN_RETURN_IF_ERROR(
+        backend_->CopyToHost(*x, 0, output.size(), output.data()));
+    return 0;
+  }
+  PS_NN_RETURN_IF_ERROR(
+      backend_->ArgmaxRows(rows, classes_, *x, *predictions_));
+  PS_NN_RETURN_IF_ERROR(
+      backend_->CopyToHost(*predictions_, 0, rows, host_predictions_.data()));
+  int64_t correct = 0;
+  for (int r = 0; r < rows; ++r) {
+    if (host_predictions_[r] == labels[r]) ++correct;
+  }
+  return correct;
 }
 
 }  // namespace

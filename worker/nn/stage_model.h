@@ -51,6 +51,10 @@ class StageModel {
   virtual int64_t input_size() const = 0;
   virtual int64_t output_size() const = 0;
   virtual int max_batch() const = 0;
+  // Bytes of the host buffers the stage keeps (its gradients' host copies,
+  // the last stage's predictions), allocated by Create; its backend's
+  // buffers are the backend's to count.
+  virtual int64_t host_bytes() const = 0;
 
   // Copies `values` into tensor `tensor_id` (whole) of this stage;
   // InvalidArgument for a tensor of another stage, a wrong size or a
@@ -69,6 +73,16 @@ class StageModel {
                                         absl::Span<const float> labels,
                                         int rows, const StepInfo& step,
                                         absl::Span<float> output) = 0;
+
+  // Runs `rows` examples forward in evaluation mode (no dropout), for a
+  // pipelined test: not the last stage, writes the output as Forward does
+  // and returns 0; the last stage returns how many rows' largest logit is
+  // their label (Model::Evaluate's count). Checks its arguments as Forward
+  // does, and discards the last Forward.
+  virtual absl::StatusOr<int64_t> Evaluate(absl::Span<const float> input,
+                                           absl::Span<const float> labels,
+                                           int rows,
+                                           absl::Span<float> output) = 0;
 
   // Backpropagates the last Forward. `grad_output` is d(loss)/d(output),
   // rows * output_size() floats (empty on the last stage). Reports each of

@@ -123,6 +123,46 @@ TEST_P(StageModelTest, ChainedStagesMatchTheUnsplitModelBitForBit) {
   }
 }
 
+// Chained Evaluate calls count what the unsplit Model::Evaluate counts (in
+// evaluation mode: the dropout layer passes its input through).
+TEST_P(StageModelTest, ChainedEvaluationCountsAsTheUnsplitModel) {
+  const ModelDescription d = Describe(GetParam());
+  constexpr int kRows = 40;
+  ModelOptions options;
+  options.max_batch = kRows;
+  PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Model> whole,
+                          CreateModel(d, options, backend_.get()));
+  const ModelSpec spec = d.Spec(options.seed);
+  std::vector<std::vector<float>> weights;
+  for (size_t t = 0; t < spec.tensors.size(); ++t) {
+    weights.push_back(Floats(spec.tensors[t].num_elements(), 20 + t, -.5, .5));
+    PS_ASSERT_OK(whole->SetWeights(t, weights.back()));
+  }
+  const std::vector<float> images = Floats(kRows * d.example_size(), 4, -1, 1);
+  std::vector<float> labels;
+  for (int r = 0; r < kRows; ++r) labels.push_back((r * 7) % d.num_classes());
+  PS_ASSERT_OK_AND_ASSIGN(int64_t want, whole->Evaluate(images, labels, kRows));
+  ASSERT_GT(want, 0) << "a count of 0 would not tell much";
+  ASSERT_LT(want, kRows);
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<StageRange> ranges,
+                          SplitByParameterBytes(d, 2));
+  std::vector<float> x = images;
+  int64_t correct = -1;
+  for (const StageRange& r : ranges) {
+    PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<StageModel> s,
+                            StageModel::Create(d, r, options, backend_.get()));
+    for (int t = r.first_tensor; t < r.end_tensor; ++t) {
+      PS_ASSERT_OK(s->SetWeights(t, weights[t]));
+    }
+    std::vector<float> out(s->last() ? 0 : kRows * s->output_size());
+    PS_ASSERT_OK_AND_ASSIGN(int64_t n,
+                            s->Evaluate(x, labels, kRows, absl::MakeSpan(out)));
+    if (s->last()) correct = n;
+    x = std::move(out);
+  }
+  EXPECT_EQ(correct, want);
+}
+
 INSTANTIATE_TEST_SUITE_P(Networks, StageModelTest,
                          ::testing::Values(std::string(kSmallCnn),
                                            std::string("16-12-8-4")));

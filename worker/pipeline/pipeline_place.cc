@@ -1,8 +1,10 @@
 #include "worker/pipeline/pipeline_place.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace ps::worker::pipeline {
@@ -34,6 +36,25 @@ absl::StatusOr<PipelinePlace> PipelinePlace::FromRank(int rank, int num_workers,
   place.stage = rank % stages;
   place.replica = rank / stages;
   return place;
+}
+
+std::string StageGroupJobId(absl::string_view job_id, int stage) {
+  if (job_id.empty()) return "";
+  return absl::StrCat(job_id, "-stage", stage);
+}
+
+absl::StatusOr<std::vector<std::string>> StageGroupServers(
+    const std::vector<std::string>& servers, int stages, int stage) {
+  if (stages < 1 || stage < 0 || stage >= stages || servers.empty() ||
+      servers.size() % stages != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--servers: %d servers are not %d stages' groups of the same size "
+        "(each stage's servers, in stage order)",
+        servers.size(), stages));
+  }
+  const size_t per_group = servers.size() / stages;
+  return std::vector<std::string>(servers.begin() + stage * per_group,
+                                  servers.begin() + (stage + 1) * per_group);
 }
 
 }  // namespace ps::worker::pipeline

@@ -2,8 +2,10 @@
 #define PS_WORKER_PIPELINE_PIPELINE_PLACE_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace ps::worker::pipeline {
 
@@ -32,6 +34,19 @@ struct PipelinePlace {
   static absl::StatusOr<PipelinePlace> FromRank(int rank, int num_workers,
                                                 int stages);
 };
+
+// Each stage's parameters live on a server group of their own, a job of
+// its own: the R replicas of stage s are its workers (data-parallel rank =
+// replica). The launcher and the worker both name a group this way.
+
+// Stage `stage`'s group's job id: "<job_id>-stage<stage>"; "" stays "".
+std::string StageGroupJobId(absl::string_view job_id, int stage);
+
+// Stage `stage`'s servers among `servers`, every group's in stage order,
+// the same number each. InvalidArgument naming --servers when `stages`
+// does not divide their number.
+absl::StatusOr<std::vector<std::string>> StageGroupServers(
+    const std::vector<std::string>& servers, int stages, int stage);
 
 }  // namespace ps::worker::pipeline
 

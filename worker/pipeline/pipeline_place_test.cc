@@ -1,6 +1,7 @@
 #include "worker/pipeline/pipeline_place.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
@@ -32,6 +33,26 @@ TEST(PipelinePlaceTest, RefusesACountNotDivisibleNamingBothFlags) {
             std::string::npos);
   EXPECT_FALSE(PipelinePlace::FromRank(0, 4, 0).ok());
   EXPECT_FALSE(PipelinePlace::FromRank(4, 4, 2).ok());
+}
+
+TEST(PipelinePlaceTest, EachStageHasAGroupOfItsOwn) {
+  EXPECT_EQ(StageGroupJobId("run-3fa2", 1), "run-3fa2-stage1");
+  EXPECT_EQ(StageGroupJobId("", 1), "");
+  const std::vector<std::string> servers = {"a:1", "a:2", "b:1", "b:2"};
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<std::string> first,
+                          StageGroupServers(servers, 2, 0));
+  PS_ASSERT_OK_AND_ASSIGN(std::vector<std::string> second,
+                          StageGroupServers(servers, 2, 1));
+  EXPECT_EQ(first, (std::vector<std::string>{"a:1", "a:2"}));
+  EXPECT_EQ(second, (std::vector<std::string>{"b:1", "b:2"}));
+}
+
+TEST(PipelinePlaceTest, RefusesServersThatAreNotEqualGroups) {
+  absl::StatusOr<std::vector<std::string>> s =
+      StageGroupServers({"a:1", "a:2", "a:3"}, 2, 0);
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("--servers"), std::string::npos);
+  EXPECT_FALSE(StageGroupServers({"a:1", "a:2"}, 2, 2).ok());
 }
 
 }  // namespace

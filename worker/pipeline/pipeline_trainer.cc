@@ -15,20 +15,22 @@ namespace ps::worker::pipeline {
 
 absl::StatusOr<std::unique_ptr<PipelineTrainer>> PipelineTrainer::Create(
     const PipelineTrainerOptions& options, WeightExchange* weights,
-    nn::StageModel* stage, Neighbours* neighbours, nn::Model* whole,
-    const LabeledImages* train, const LabeledImages* test) {
+    nn::StageModel* stage, Neighbours* neighbours, const LabeledImages* train,
+    const LabeledImages* test) {
   absl::StatusOr<EpochSharder> sharder =
       EpochSharder::Create(train->num_examples, options.place.replicas,
                            options.batch_size, options.seed);
   if (!sharder.ok()) return sharder.status();
-  if (options.evaluate && (test == nullptr || whole == nullptr)) {
-    return absl::InvalidArgumentError(
-        "evaluation needs a test set and the whole model");
+  if (options.evaluate && test == nullptr) {
+    return absl::InvalidArgumentError("evaluation needs a test set");
   }
-  if (stage->max_batch() < options.batch_size) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("the stage takes batches of up to %d examples, not %d",
-                        stage->max_batch(), options.batch_size));
+  // The schedule runs a micro-batch at a time (M divides the batch).
+  const int micro_rows =
+      options.batch_size / std::max(1, options.micro_batches);
+  if (stage->max_batch() < micro_rows) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the stage takes micro-batches of up to %d examples, not %d",
+        stage->max_batch(), micro_rows));
   }
   if (stage->first() && train->example_size() != stage->input_size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -42,21 +44,20 @@ absl::StatusOr<std::unique_ptr<PipelineTrainer>> PipelineTrainer::Create(
     return absl::InvalidArgumentError(
         "the stage's model and links do not fit its place");
   }
-  return absl::WrapUnique(new PipelineTrainer(options, weights, stage,
-                                              neighbours, whole, train, test,
-                                              *std::move(sharder)));
+  return absl::WrapUnique(new PipelineTrainer(
+      options, weights, stage, neighbours, train, test, *std::move(sharder)));
 }
 
 PipelineTrainer::PipelineTrainer(const PipelineTrainerOptions& options,
                                  WeightExchange* weights, nn::StageModel* stage,
-                                 Neighbours* neighbours, nn::Model* whole,
+                                 Neighbours* neighbours,
                                  const LabeledImages* train,
                                  const LabeledImages* test,
                                  EpochSharder sharder)
     : options_(options),
       exchange_(weights),
       stage_(stage),
-      whole_(whole),
+      neighbours_(neighbours),
       train_(train),
       test_(test),
       sharder_(std::move(sharder)),
@@ -66,7 +67,45 @@ PipelineTrainer::PipelineTrainer(const PipelineTrainerOptions& options,
                                    sharder_.steps_per_epoch() * options.epochs)
               : sharder_.steps_per_epoch() * options.epochs),
       schedule_(stage, neighbours->previous.get(), neighbours->next.get(),
-                options.micro_batches) {}
+                options.micro_batches) {
+  if (options.evaluate) {
+    const size_t rows = stage->max_batch();
+    if (!stage->first()) eval_input_.resize(rows * stage->input_size());
+    if (!stage->last()) eval_output_.resize(rows * stage->output_size());
+  }
+}
+
+absl::Status PipelineTrainer::CheckDeclaration() const {
+  const nn::StageRange& range = stage_->range();
+  const ModelSpec& declared = exchange_->model();
+  bool fits =
+      static_cast<int>(declared.tensors.size()) ==
+          range.end_tensor - range.first_tensor &&
+      static_cast<int>(options_.whole_spec.tensors.size()) >= range.end_tensor;
+  for (int t = range.first_tensor; fits && t < range.end_tensor; ++t) {
+    fits = declared.tensors[t - range.first_tensor].name ==
+               options_.whole_spec.tensors[t].name &&
+           declared.tensors[t - range.first_tensor].num_elements() ==
+               options_.whole_spec.tensors[t].num_elements();
+  }
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the declared model is not the stage's tensors %d-%d of the whole "
+        "model",
+        range.first_tensor, range.end_tensor - 1));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineTrainer::SetStageWeights() {
+  const int first = stage_->range().first_tensor;
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    absl::Status s =
+        stage_->SetWeights(first + static_cast<int>(i), weights_[i]);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
 
 absl::Status PipelineTrainer::LoadWeights(uint64_t clock, uint64_t* version) {
   if (pulled_clock_ == clock) {
@@ -77,11 +116,7 @@ absl::Status PipelineTrainer::LoadWeights(uint64_t clock, uint64_t* version) {
     if (!pulled.ok()) return pulled.status();
     *version = *pulled;
   }
-  const nn::StageRange& range = stage_->range();
-  for (int t = range.first_tensor; t < range.end_tensor; ++t) {
-    if (absl::Status s = stage_->SetWeights(t, weights_[t]); !s.ok()) return s;
-  }
-  return absl::OkStatus();
+  return SetStageWeights();
 }
 
 absl::StatusOr<PipelineTrainer::StepResult> PipelineTrainer::Step(
@@ -109,8 +144,6 @@ absl::StatusOr<PipelineTrainer::StepResult> PipelineTrainer::Step(
       plan.sharder().ExamplesBeforeStep(step_in_epoch, replica);
   if (!done_before.ok()) return done_before.status();
 
-  const nn::StageRange& range = stage_->range();
-  for (std::vector<float>& g : push_) std::fill(g.begin(), g.end(), 0.0f);
   if (batch_.size > 0) {
     StepBatch batch;
     batch.step = clock;
@@ -124,12 +157,6 @@ absl::StatusOr<PipelineTrainer::StepResult> PipelineTrainer::Step(
     if (!loss.ok()) return loss.status();
     result.loss = *loss;
     result.waited = schedule_.waited();
-    const float stages = static_cast<float>(options_.place.stages);
-    for (int t = range.first_tensor; t < range.end_tensor; ++t) {
-      absl::Span<const float> g = schedule_.gradient(t);
-      std::transform(g.begin(), g.end(), push_[t].begin(),
-                     [stages](float v) { return stages * v; });
-    }
   }
   lap(result.timing.compute);
 
@@ -139,8 +166,14 @@ absl::StatusOr<PipelineTrainer::StepResult> PipelineTrainer::Step(
   info.num_examples = static_cast<uint32_t>(batch_.size);
   info.cursor = {epoch, *done_before + batch_.size};
   std::unique_ptr<StepPush> push = exchange_->StartStep(info, true);
-  for (size_t t = 0; t < push_.size(); ++t) {
-    if (absl::Status s = push->Send(static_cast<int>(t), push_[t]); !s.ok()) {
+  const int first = stage_->range().first_tensor;
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    const size_t n = weights_[i].size();
+    if (batch_.size == 0 && zeros_.size() < n) zeros_.assign(n, 0.0f);
+    absl::Span<const float> gradient =
+        batch_.size > 0 ? schedule_.gradient(first + static_cast<int>(i))
+                        : absl::MakeConstSpan(zeros_).subspan(0, n);
+    if (absl::Status s = push->Send(static_cast<int>(i), gradient); !s.ok()) {
       return s;
     }
   }
@@ -152,26 +185,187 @@ absl::StatusOr<PipelineTrainer::StepResult> PipelineTrainer::Step(
   return result;
 }
 
-absl::StatusOr<double> PipelineTrainer::TestAccuracy() {
-  for (size_t t = 0; t < weights_.size(); ++t) {
-    if (absl::Status s = whole_->SetWeights(static_cast<int>(t), weights_[t]);
-        !s.ok()) {
-      return s;
+absl::StatusOr<double> PipelineTrainer::TestAccuracy(uint64_t tag_step) {
+  if (absl::Status s = SetStageWeights(); !s.ok()) return s;
+  const int64_t n = test_->num_examples;
+  const int64_t in = stage_->input_size();
+  const int64_t out = stage_->output_size();
+  int64_t correct = 0;
+  // In chunks the layers hold (a micro-batch's rows).
+  const int64_t most = stage_->max_batch();
+  uint32_t chunk = 0;
+  for (int64_t start = 0; start < n; start += most, ++chunk) {
+    const int rows = static_cast<int>(std::min<int64_t>(most, n - start));
+    const Tag tag{tag_step, chunk, Direction::kEvaluation};
+    absl::Span<const float> input;
+    if (stage_->first()) {
+      input = absl::MakeConstSpan(test_->images).subspan(start * in, rows * in);
+    } else {
+      absl::Span<float> received =
+          absl::MakeSpan(eval_input_).subspan(0, rows * in);
+      absl::StatusOr<float> got =
+          neighbours_->previous->Receive(tag, rows, received);
+      if (!got.ok()) return got.status();
+      input = received;
+    }
+    absl::Span<const float> labels;
+    absl::Span<float> output;
+    if (stage_->last()) {
+      labels = absl::MakeConstSpan(test_->labels).subspan(start, rows);
+    } else {
+      output = absl::MakeSpan(eval_output_).subspan(0, rows * out);
+    }
+    absl::StatusOr<int64_t> counted =
+        stage_->Evaluate(input, labels, rows, output);
+    if (!counted.ok()) return counted.status();
+    correct += *counted;
+    if (!stage_->last()) {
+      if (absl::Status s = neighbours_->next->Send(tag, rows, 0, output);
+          !s.ok()) {
+        return s;
+      }
     }
   }
-  absl::StatusOr<int64_t> correct = whole_->Evaluate(
-      test_->images, test_->labels, static_cast<int64_t>(test_->num_examples));
-  if (!correct.ok()) return correct.status();
-  return static_cast<double>(*correct) / test_->num_examples;
+  // The count goes back to rank 0 (a float holds it exactly up to 2^24).
+  const Tag back{tag_step, 0, Direction::kCorrect};
+  float count = static_cast<float>(correct);
+  if (!stage_->last()) {
+    absl::StatusOr<float> got =
+        neighbours_->next->Receive(back, 1, absl::MakeSpan(&count, 1));
+    if (!got.ok()) return got.status();
+  }
+  if (!stage_->first()) {
+    absl::Status s =
+        neighbours_->previous->Send(back, 1, 0, absl::MakeConstSpan(&count, 1));
+    if (!s.ok()) return s;
+  }
+  return static_cast<double>(count) / n;
+}
+
+absl::Status PipelineTrainer::SaveWholeModel(uint64_t tag_step,
+                                             uint64_t version) {
+  // Each stage sends its own tensors back, then relays the later stages',
+  // so that rank 0 receives them in id order.
+  const ModelSpec& whole = options_.whole_spec;
+  const nn::StageRange& range = stage_->range();
+  const int total = static_cast<int>(whole.tensors.size());
+  auto tag = [tag_step](int t) {
+    return Tag{tag_step, static_cast<uint32_t>(t), Direction::kWeights};
+  };
+  if (!stage_->first()) {
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      absl::Status s = neighbours_->previous->Send(
+          tag(range.first_tensor + static_cast<int>(i)), 1, 0, weights_[i]);
+      if (!s.ok()) return s;
+    }
+    std::vector<float> relay;
+    for (int t = range.end_tensor; t < total; ++t) {
+      relay.resize(whole.tensors[t].num_elements());
+      absl::StatusOr<float> got =
+          neighbours_->next->Receive(tag(t), 1, absl::MakeSpan(relay));
+      if (!got.ok()) return got.status();
+      absl::Status s = neighbours_->previous->Send(tag(t), 1, 0, relay);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  // Rank 0 holds the whole model now: after training, outside its budget.
+  TensorValues values(total);
+  for (int t = 0; t < total; ++t) {
+    if (t < range.end_tensor) {
+      values[t] = weights_[t - range.first_tensor];
+      continue;
+    }
+    values[t].resize(whole.tensors[t].num_elements());
+    absl::StatusOr<float> got =
+        neighbours_->next->Receive(tag(t), 1, absl::MakeSpan(values[t]));
+    if (!got.ok()) return got.status();
+  }
+  if (absl::Status s = SaveModel(options_.save_model_path, whole, values);
+      !s.ok()) {
+    return s;
+  }
+  spdlog::info("saved the whole model (version {} of stage 0's group) to {}",
+               version, options_.save_model_path);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// A resume point as floats, each holding 16 bits exactly.
+constexpr int kResumeFloats = 12;
+
+void EncodeResume(const Registration& r, absl::Span<float> out) {
+  const uint64_t fields[3] = {r.next_step, r.cursor.epoch,
+                              r.cursor.examples_done};
+  for (int f = 0; f < 3; ++f) {
+    for (int i = 0; i < 4; ++i) {
+      out[4 * f + i] = static_cast<float>((fields[f] >> (16 * i)) & 0xffff);
+    }
+  }
+}
+
+Registration DecodeResume(absl::Span<const float> in) {
+  uint64_t fields[3] = {};
+  for (int f = 0; f < 3; ++f) {
+    for (int i = 0; i < 4; ++i) {
+      fields[f] |= static_cast<uint64_t>(in[4 * f + i]) << (16 * i);
+    }
+  }
+  Registration r;
+  r.next_step = fields[0];
+  r.cursor = {fields[1], fields[2]};
+  return r;
+}
+
+}  // namespace
+
+absl::Status PipelineTrainer::AgreeOnResume(Registration* resume) {
+  const Tag tag{0, 0, Direction::kResume};
+  float buffer[kResumeFloats];
+  absl::Span<float> floats = absl::MakeSpan(buffer);
+  Registration earliest = *resume;
+  if (!stage_->first()) {
+    absl::StatusOr<float> got = neighbours_->previous->Receive(tag, 1, floats);
+    if (!got.ok()) return got.status();
+    const Registration before = DecodeResume(floats);
+    if (before.next_step < earliest.next_step) earliest = before;
+  }
+  if (!stage_->last()) {
+    EncodeResume(earliest, floats);
+    absl::Status s = neighbours_->next->Send(tag, 1, 0, floats);
+    if (!s.ok()) return s;
+    // The last stage has seen every stage's; its answer comes back.
+    absl::StatusOr<float> got = neighbours_->next->Receive(tag, 1, floats);
+    if (!got.ok()) return got.status();
+    earliest = DecodeResume(floats);
+  }
+  if (!stage_->first()) {
+    EncodeResume(earliest, floats);
+    absl::Status s = neighbours_->previous->Send(tag, 1, 0, floats);
+    if (!s.ok()) return s;
+  }
+  resume->next_step = earliest.next_step;
+  resume->cursor = earliest.cursor;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TrainingSummary> PipelineTrainer::Run(
     const Registration& resume) {
-  const ModelSpec& spec = exchange_->model();
-  push_.resize(spec.tensors.size());
-  for (size_t t = 0; t < spec.tensors.size(); ++t) {
-    push_[t].assign(spec.tensors[t].num_elements(), 0.0f);
+  if (absl::Status s = CheckDeclaration(); !s.ok()) return s;
+  Registration agreed = resume;
+  if (absl::Status s = AgreeOnResume(&agreed); !s.ok()) return s;
+  if (agreed.next_step != resume.next_step) {
+    spdlog::info(
+        "pipeline {}: the group says step {}, a stage of the replica's {}: "
+        "repeating from there",
+        options_.place.ToString(), resume.next_step, agreed.next_step);
   }
+  return Train(agreed);
+}
+
+absl::StatusOr<TrainingSummary> PipelineTrainer::Train(
+    const Registration& resume) {
   const uint64_t steps_per_epoch = sharder_.steps_per_epoch();
   absl::StatusOr<uint64_t> resume_step =
       sharder_.ResumeStep(options_.place.replica, resume.cursor.examples_done);
@@ -240,13 +434,15 @@ absl::StatusOr<TrainingSummary> PipelineTrainer::Run(
     }
     if (options_.evaluate && position % steps_per_epoch == 0 &&
         position < planned_steps_) {
-      // The push brought the next step's whole model back.
-      absl::StatusOr<double> accuracy = TestAccuracy();
+      // The push brought the next step's weights back.
+      absl::StatusOr<double> accuracy = TestAccuracy(clock);
       if (!accuracy.ok()) return accuracy.status();
-      spdlog::info("{}", FormatProgressLine(EvalProgress{
-                             static_cast<int>(epoch + 1), options_.epochs,
-                             static_cast<int64_t>(step + 1), *accuracy,
-                             absl::ToDoubleSeconds(absl::Now() - start)}));
+      if (options_.place.rank() == 0) {
+        spdlog::info("{}", FormatProgressLine(EvalProgress{
+                               static_cast<int>(epoch + 1), options_.epochs,
+                               static_cast<int64_t>(step + 1), *accuracy,
+                               absl::ToDoubleSeconds(absl::Now() - start)}));
+      }
     }
   }
   summary.steps = position - first_position;
@@ -264,17 +460,12 @@ absl::StatusOr<TrainingSummary> PipelineTrainer::Run(
     absl::StatusOr<uint64_t> version = exchange_->PullFinal(clock, weights_);
     if (!version.ok()) return version.status();
     if (options_.evaluate) {
-      absl::StatusOr<double> accuracy = TestAccuracy();
+      absl::StatusOr<double> accuracy = TestAccuracy(clock);
       if (!accuracy.ok()) return accuracy.status();
       summary.test_accuracy = *accuracy;
     }
     if (!options_.save_model_path.empty()) {
-      if (absl::Status s = SaveModel(options_.save_model_path, spec, weights_);
-          !s.ok()) {
-        return s;
-      }
-      spdlog::info("saved the whole model (version {}) to {}", *version,
-                   options_.save_model_path);
+      if (absl::Status s = SaveWholeModel(clock, *version); !s.ok()) return s;
     }
   }
   return summary;

@@ -29,36 +29,38 @@ struct PipelineTrainerOptions {
   uint64_t seed = 1;
   uint64_t max_steps = 0;
   int log_every = 100;
-  // Rank 0's: evaluates the whole model (`whole`) at each epoch's end and
-  // at the end, and writes the final model to save_model_path when set.
+  // Replica 0's stages: evaluate the test set through the pipeline at each
+  // epoch's end and at the end (rank 0 logs the accuracy).
   bool evaluate = false;
+  // Replica 0's stages, all or none: at the end each sends its final
+  // weights back along the links and rank 0 writes the whole model here.
   std::string save_model_path;
+  // The whole model's declaration (names and shapes, for the saved file).
+  ModelSpec whole_spec;
 };
 
-// The training loop of one stage of one replica. Every rank of the job
-// declares the whole model (the tensors of every stage, under the whole
-// model's names) and pulls it, as an unsplit worker does; it computes its
-// stage's gradient with GpipeSchedule and pushes it for its stage's tensors,
-// K times over, and zeros for the others': the servers average a sync
-// step's K x R pushes weighted by examples, so each tensor gets the mean of
-// its own stage's R replicas, the unsplit job's gradient (scaling by a
-// power of two K is exact in float). This needs sync mode: in ssp and async
-// every push is a step of its own, and the zeros would be steps too
-// (Create's caller checks the servers' mode).
+// The training loop of one stage of one replica. The stage's server group
+// holds only its stage's tensors (declared as the exchange's model, in the
+// order of the whole model's ids StageRange::first_tensor ...); the stage
+// pulls them, computes their gradient with GpipeSchedule and pushes it, so
+// the group's mean over its R replicas is the unsplit job's gradient. Each
+// group runs its own mode (sync, ssp or async).
 //
 // Data is sharded by replica: the stages of a replica read the same batch
-// (the first its images, the last its labels).
+// (the first its images, the last its labels). Evaluation runs through the
+// pipeline of replica 0: test examples forward stage to stage, the last
+// stage's count of correct answers back to rank 0.
 //
 // Not thread-safe. Borrows everything it is given.
 class PipelineTrainer {
  public:
-  // `whole` is rank 0's model for evaluation (null elsewhere); `test` is
-  // needed with options.evaluate. InvalidArgument when the options do not
-  // fit the data or model.
+  // `test` is needed with options.evaluate. InvalidArgument when the
+  // options do not fit the data or model (and Run's when the exchange's
+  // declared model is not the stage's tensors).
   static absl::StatusOr<std::unique_ptr<PipelineTrainer>> Create(
       const PipelineTrainerOptions& options, WeightExchange* weights,
-      nn::StageModel* stage, Neighbours* neighbours, nn::Model* whole,
-      const LabeledImages* train, const LabeledImages* test);
+      nn::StageModel* stage, Neighbours* neighbours, const LabeledImages* train,
+      const LabeledImages* test);
 
   uint64_t planned_steps() const { return planned_steps_; }
 
@@ -69,24 +71,37 @@ class PipelineTrainer {
  private:
   PipelineTrainer(const PipelineTrainerOptions& options,
                   WeightExchange* weights, nn::StageModel* stage,
-                  Neighbours* neighbours, nn::Model* whole,
-                  const LabeledImages* train, const LabeledImages* test,
-                  EpochSharder sharder);
+                  Neighbours* neighbours, const LabeledImages* train,
+                  const LabeledImages* test, EpochSharder sharder);
 
   struct StepResult {
     float loss = 0;
     StepTiming timing;
     absl::Duration waited;  // For neighbours, within timing.compute.
   };
+  // Run, from the replica's agreed resume point.
+  absl::StatusOr<TrainingSummary> Train(const Registration& resume);
   absl::StatusOr<StepResult> Step(const EpochPlan& plan, uint64_t epoch,
                                   uint64_t step_in_epoch, uint64_t clock);
+  // InvalidArgument unless the exchange's model is the stage's tensors.
+  absl::Status CheckDeclaration() const;
+  absl::Status SetStageWeights();
   absl::Status LoadWeights(uint64_t clock, uint64_t* version);
-  absl::StatusOr<double> TestAccuracy();
+  // Replica 0's stages together; `tag_step` names the messages.
+  absl::StatusOr<double> TestAccuracy(uint64_t tag_step);
+  absl::Status SaveWholeModel(uint64_t tag_step, uint64_t version);
+  // The stages of a replica resume from the earliest of their groups'
+  // points (the groups' clocks differ when a stage died between its
+  // neighbour's push and its own, or their checkpoints are of different
+  // steps): `*resume` becomes the replica's earliest next_step and its
+  // cursor. A group ahead acknowledges the repeated steps' pushes without
+  // applying them again.
+  absl::Status AgreeOnResume(Registration* resume);
 
   const PipelineTrainerOptions options_;
   WeightExchange* const exchange_;
   nn::StageModel* const stage_;
-  nn::Model* const whole_;
+  Neighbours* const neighbours_;
   const LabeledImages* const train_;
   const LabeledImages* const test_;
   const EpochSharder sharder_;
@@ -95,10 +110,12 @@ class PipelineTrainer {
 
   std::optional<uint64_t> pulled_clock_;
   uint64_t pulled_version_ = 0;
-  TensorValues weights_;
-  // What the push sends: this stage's gradients times K, zeros elsewhere.
-  TensorValues push_;
+  TensorValues weights_;      // The stage's tensors, by id - first_tensor.
+  std::vector<float> zeros_;  // Pushed for a replica's empty batch.
   Batch batch_;
+  // Evaluation's activations in and out, a batch's worth.
+  std::vector<float> eval_input_;
+  std::vector<float> eval_output_;
 };
 
 }  // namespace ps::worker::pipeline

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "client/parameter_client.h"
 #include "common/local_socket.h"
+#include "common/model_file.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_testing.h"
 #include "kernels/cpu_backend.h"
@@ -92,63 +94,99 @@ LabeledImages Data(int n) {
   return d;
 }
 
-// Two stages of replica 1 of 2 push, between them, their replica's
-// unsplit gradient times 2 (the stages), each for its own tensors and
-// zeros for the other's, with the replica's examples and data position.
-TEST(PipelineTrainerTest, StagesPushTheirReplicasGradientKTimesAndZeros) {
-  const nn::ModelDescription d = *nn::ModelDescription::Parse(kNet);
-  const ModelSpec spec = d.Spec(1);
+// The stage of `range`'s part of the whole model's values and declaration.
+ModelSpec StageSpec(const ModelSpec& whole, const nn::StageRange& range) {
+  ModelSpec spec;
+  spec.tensors.assign(whole.tensors.begin() + range.first_tensor,
+                      whole.tensors.begin() + range.end_tensor);
+  return spec;
+}
+
+TensorValues StageValues(const TensorValues& whole,
+                         const nn::StageRange& range) {
+  return TensorValues(whole.begin() + range.first_tensor,
+                      whole.begin() + range.end_tensor);
+}
+
+struct TwoStages {
+  nn::ModelDescription description = *nn::ModelDescription::Parse(kNet);
+  ModelSpec spec = description.Spec(1);
+  std::vector<nn::StageRange> ranges =
+      *nn::SplitByParameterBytes(description, 2);
   TensorValues weights;
-  for (size_t t = 0; t < spec.tensors.size(); ++t) {
-    const std::vector<double> u =
-        ref::Uniform(spec.tensors[t].num_elements(), 30 + t, -.5, .5);
-    weights.emplace_back(u.begin(), u.end());
-  }
-  const LabeledImages train = Data(40);
-  constexpr int kStages = 2;
-  auto ranges = *nn::SplitByParameterBytes(d, kStages);
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-  std::vector<Neighbours> neighbours(kStages);
-  neighbours[0].next = std::make_unique<StageLink>(
-      std::make_unique<LocalSocket>(fds[0]), LinkPeer{1, 3});
-  neighbours[1].previous = std::make_unique<StageLink>(
-      std::make_unique<LocalSocket>(fds[1]), LinkPeer{0, 2});
   std::vector<std::unique_ptr<RecordingExchange>> exchanges;
-  for (int s = 0; s < kStages; ++s) {
-    exchanges.push_back(std::make_unique<RecordingExchange>(spec, weights));
+  std::vector<double> accuracy = {-1, -1};
+  std::vector<uint64_t> trained = {0, 0};
+
+  TwoStages() {
+    for (size_t t = 0; t < spec.tensors.size(); ++t) {
+      const std::vector<double> u =
+          ref::Uniform(spec.tensors[t].num_elements(), 30 + t, -.5, .5);
+      weights.emplace_back(u.begin(), u.end());
+    }
+    for (int s = 0; s < 2; ++s) {
+      exchanges.push_back(std::make_unique<RecordingExchange>(
+          StageSpec(spec, ranges[s]), StageValues(weights, ranges[s])));
+    }
   }
-  std::vector<std::thread> threads;
-  for (int s = 0; s < kStages; ++s) {
-    threads.emplace_back([&, s] {
-      auto backend = *kernels::CreateCpuBackend();
-      auto stage =
-          *nn::StageModel::Create(d, ranges[s], {kBatch, 1}, backend.get());
-      PipelineTrainerOptions options;
-      options.place = *PipelinePlace::FromRank(2 + s, 4, kStages);
-      options.batch_size = kBatch;
-      options.micro_batches = 1;
-      options.epochs = 1;
-      options.max_steps = 2;
-      absl::StatusOr<std::unique_ptr<PipelineTrainer>> trainer =
-          PipelineTrainer::Create(options, exchanges[s].get(), stage.get(),
-                                  &neighbours[s], nullptr, &train, nullptr);
-      ASSERT_TRUE(trainer.ok()) << trainer.status();
-      EXPECT_EQ((*trainer)->planned_steps(), 2u);
-      absl::StatusOr<TrainingSummary> summary = (*trainer)->Run({});
-      ASSERT_TRUE(summary.ok()) << summary.status();
-      EXPECT_EQ(summary->steps, 2u);
-    });
+
+  // Runs both stages of `replica` of 2 for `steps` steps; replica 0
+  // evaluates on `test` and saves to `save` when given.
+  void Run(int replica, int steps, const LabeledImages& train,
+           const LabeledImages* test, const std::string& save,
+           const std::vector<Registration>& resume = {{}, {}}) {
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    std::vector<Neighbours> neighbours(2);
+    neighbours[0].next = std::make_unique<StageLink>(
+        std::make_unique<LocalSocket>(fds[0]), LinkPeer{1, 2 * replica + 1});
+    neighbours[1].previous = std::make_unique<StageLink>(
+        std::make_unique<LocalSocket>(fds[1]), LinkPeer{0, 2 * replica});
+    std::vector<std::thread> threads;
+    for (int s = 0; s < 2; ++s) {
+      threads.emplace_back([&, s] {
+        auto backend = *kernels::CreateCpuBackend();
+        auto stage = *nn::StageModel::Create(description, ranges[s],
+                                             {kBatch, 1}, backend.get());
+        PipelineTrainerOptions options;
+        options.place = *PipelinePlace::FromRank(2 * replica + s, 4, 2);
+        options.batch_size = kBatch;
+        options.epochs = 1;
+        options.max_steps = steps;
+        options.evaluate = test != nullptr;
+        options.save_model_path = save;
+        options.whole_spec = spec;
+        absl::StatusOr<std::unique_ptr<PipelineTrainer>> trainer =
+            PipelineTrainer::Create(options, exchanges[s].get(), stage.get(),
+                                    &neighbours[s], &train, test);
+        ASSERT_TRUE(trainer.ok()) << trainer.status();
+        EXPECT_EQ((*trainer)->planned_steps(), static_cast<uint64_t>(steps));
+        absl::StatusOr<TrainingSummary> summary = (*trainer)->Run(resume[s]);
+        ASSERT_TRUE(summary.ok()) << summary.status();
+        trained[s] = summary->steps;
+        accuracy[s] = summary->test_accuracy;
+      });
+    }
+    for (std::thread& t : threads) t.join();
   }
-  for (std::thread& t : threads) t.join();
+};
+
+// Two stages of replica 1 of 2 push, each to its own group, their
+// replica's unsplit gradient for their own tensors only (ids of the stage's
+// declaration), with the replica's examples and data position.
+TEST(PipelineTrainerTest, EachStagePushesOnlyItsTensorsUnsplitGradient) {
+  TwoStages job;
+  const LabeledImages train = Data(40);
+  job.Run(/*replica=*/1, /*steps=*/2, train, nullptr, "");
+  EXPECT_EQ(job.trained, (std::vector<uint64_t>{2, 2}));
 
   // Replica 1's batches, as an unsplit rank 1 of 2 would take them.
   auto sharder = *EpochSharder::Create(40, 2, kBatch, 1);
   const EpochPlan plan = sharder.PlanEpoch(0);
   auto backend = *kernels::CreateCpuBackend();
-  auto whole = *nn::CreateModel(d, {kBatch, 1}, backend.get());
-  for (size_t t = 0; t < weights.size(); ++t) {
-    ASSERT_TRUE(whole->SetWeights(t, weights[t]).ok());
+  auto whole = *nn::CreateModel(job.description, {kBatch, 1}, backend.get());
+  for (size_t t = 0; t < job.weights.size(); ++t) {
+    ASSERT_TRUE(whole->SetWeights(t, job.weights[t]).ok());
   }
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE(step);
@@ -161,26 +199,71 @@ TEST(PipelineTrainerTest, StagesPushTheirReplicasGradientKTimesAndZeros) {
     std::map<int, std::vector<float>> want;
     ASSERT_TRUE(whole
                     ->Backward([&](int id, absl::Span<const float> g) {
-                      for (float v : g) want[id].push_back(2 * v);
+                      want[id].assign(g.begin(), g.end());
                       return absl::OkStatus();
                     })
                     .ok());
-    for (int s = 0; s < kStages; ++s) {
-      const RecordingExchange::Push& push = exchanges[s]->pushes[step];
+    for (int s = 0; s < 2; ++s) {
+      const RecordingExchange::Push& push = job.exchanges[s]->pushes[step];
+      const nn::StageRange& range = job.ranges[s];
       EXPECT_EQ(push.info.step, static_cast<uint64_t>(step));
       EXPECT_EQ(push.info.num_examples, static_cast<uint32_t>(kBatch));
       EXPECT_EQ(push.info.cursor.examples_done,
                 static_cast<uint64_t>((step + 1) * kBatch));
-      ASSERT_EQ(push.gradients.size(), spec.tensors.size());
+      ASSERT_EQ(push.gradients.size(),
+                static_cast<size_t>(range.end_tensor - range.first_tensor));
       for (const auto& [id, g] : push.gradients) {
-        if (id >= ranges[s].first_tensor && id < ranges[s].end_tensor) {
-          EXPECT_EQ(g, want[id]) << spec.tensors[id].name;
-        } else {
-          EXPECT_EQ(g, std::vector<float>(g.size(), 0.0f))
-              << spec.tensors[id].name << " is stage " << 1 - s << "'s";
-        }
+        const int whole_id = range.first_tensor + id;
+        EXPECT_EQ(g, want[whole_id]) << job.spec.tensors[whole_id].name;
       }
     }
+  }
+}
+
+// Replica 0's stages test through the pipeline, counting what the unsplit
+// model counts, and send their weights back for rank 0 to save as the
+// whole model.
+TEST(PipelineTrainerTest, ReplicaZeroEvaluatesAndSavesTheWholeModel) {
+  TwoStages job;
+  const LabeledImages train = Data(40);
+  const LabeledImages test = Data(23);  // Chunks of 6, the last of 5.
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/pipeline_trainer_test.model");
+  job.Run(/*replica=*/0, /*steps=*/1, train, &test, path);
+
+  auto backend = *kernels::CreateCpuBackend();
+  auto whole = *nn::CreateModel(job.description, {kBatch, 1}, backend.get());
+  for (size_t t = 0; t < job.weights.size(); ++t) {
+    ASSERT_TRUE(whole->SetWeights(t, job.weights[t]).ok());
+  }
+  PS_ASSERT_OK_AND_ASSIGN(int64_t correct,
+                          whole->Evaluate(test.images, test.labels, 23));
+  EXPECT_EQ(job.accuracy[0], static_cast<double>(correct) / 23);
+  EXPECT_EQ(job.accuracy[1], job.accuracy[0]);
+  // The exchange's weights did not change, so the file holds them.
+  PS_ASSERT_OK_AND_ASSIGN(TensorValues saved, LoadModel(path, job.spec));
+  EXPECT_EQ(saved, job.weights);
+}
+
+// Stage 0's group is a step ahead of stage 1's (stage 1 died between its
+// neighbour's push and its own): the replica resumes from stage 1's point,
+// and both stages train the same steps.
+TEST(PipelineTrainerTest, AReplicasStagesResumeFromTheEarliestGroup) {
+  TwoStages job;
+  const LabeledImages train = Data(40);
+  Registration ahead, behind;
+  ahead.next_step = 3;
+  ahead.cursor.examples_done = 3 * kBatch;
+  behind.next_step = 2;
+  behind.cursor.examples_done = 2 * kBatch;
+  job.Run(/*replica=*/0, /*steps=*/4, train, nullptr, "", {ahead, behind});
+  EXPECT_EQ(job.trained, (std::vector<uint64_t>{2, 2}));
+  for (int s = 0; s < 2; ++s) {
+    ASSERT_EQ(job.exchanges[s]->pushes.size(), 2u) << s;
+    EXPECT_EQ(job.exchanges[s]->pushes[0].info.step, 2u) << s;
+    EXPECT_EQ(job.exchanges[s]->pushes[0].info.cursor.examples_done,
+              3u * kBatch)
+        << s;
   }
 }
 

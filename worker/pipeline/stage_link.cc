@@ -29,7 +29,21 @@ struct Header {
 static_assert(sizeof(Header) == 40);
 
 std::string DirectionName(Direction d) {
-  return d == Direction::kActivations ? "activations" : "gradients";
+  switch (d) {
+    case Direction::kActivations:
+      return "activations";
+    case Direction::kGradients:
+      return "gradients";
+    case Direction::kEvaluation:
+      return "evaluation activations";
+    case Direction::kCorrect:
+      return "evaluation count";
+    case Direction::kWeights:
+      return "final weights";
+    case Direction::kResume:
+      return "resume point";
+  }
+  return absl::StrCat("direction ", static_cast<int>(d));
 }
 
 }  // namespace

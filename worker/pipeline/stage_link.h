@@ -17,6 +17,15 @@ namespace ps::worker::pipeline {
 enum class Direction : uint8_t {
   kActivations = 1,  // Stage s's output, to stage s + 1.
   kGradients = 2,    // d(loss)/d(that output), back to stage s.
+  // Replica 0's evaluation: test examples' activations forward, the last
+  // stage's count of correct answers back, and at the end each stage's
+  // final weights back to rank 0, which saves the whole model.
+  kEvaluation = 3,
+  kCorrect = 4,
+  kWeights = 5,
+  // Where each stage's group says to resume, forward then the replica's
+  // agreement back (PipelineTrainer).
+  kResume = 6,
 };
 
 // Which tensor a message is: every message names its step, micro-batch and

@@ -7,15 +7,16 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/consistency_mode.h"
+#include "common/initializer.h"
 #include "spdlog/spdlog.h"
+#include "worker/pipeline/memory_budget.h"
 
 namespace ps::worker::pipeline {
 namespace {
 
 // How long a stage waits for a neighbour that neither sends nor closes the
-// link: a neighbour that dies closes it at once, but rank 0 evaluating the
-// whole model at an epoch's end keeps the others of its replica waiting.
+// link: a neighbour that dies closes it at once, but replica 0 evaluating
+// at an epoch's end keeps the other replicas' stages waiting.
 constexpr absl::Duration kLinkIdleTimeout = absl::Minutes(30);
 
 }  // namespace
@@ -31,6 +32,10 @@ absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank) {
         "--micro_batches=%d must be in [1, --batch_size=%d] and divide it",
         config.micro_batches, config.batch_size));
   }
+  if (absl::Status s = ParseByteSize(config.worker_memory_budget).status();
+      !s.ok()) {
+    return s;
+  }
   if (config.pipeline_stages == 1) {
     if (config.micro_batches != 1) {
       return absl::InvalidArgumentError(
@@ -43,15 +48,24 @@ absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank) {
         absl::StrCat("--pipeline_stages needs parameter servers, not ",
                      config.local ? "--local" : "--mode=allreduce"));
   }
-  if (!config.mode.empty() && config.mode != "sync") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--pipeline_stages needs --mode=sync, not --mode=", config.mode,
-        ": each stage pushes zeros for the other stages' tensors, which a "
-        "sync step averages away and an ssp or async push would apply"));
-  }
   return PipelinePlace::FromRank(rank, config.num_workers,
                                  config.pipeline_stages)
       .status();
+}
+
+absl::Status CheckWorkerMemory(const WorkerConfig& config,
+                               const nn::ModelDescription& description) {
+  absl::StatusOr<int64_t> budget = ParseByteSize(config.worker_memory_budget);
+  if (!budget.ok()) return budget.status();
+  return CheckMemoryBudget(description, config.pipeline_stages,
+                           config.batch_size, config.micro_batches, *budget);
+}
+
+bool EvaluatesTestSet(const WorkerConfig& config, int rank) {
+  if (config.pipeline_stages <= 1) return rank == 0;
+  absl::StatusOr<PipelinePlace> place =
+      PipelinePlace::FromRank(rank, config.num_workers, config.pipeline_stages);
+  return place.ok() && place->replica == 0;
 }
 
 absl::StatusOr<std::unique_ptr<StageRun>> StageRun::Create(
@@ -67,13 +81,30 @@ absl::StatusOr<std::unique_ptr<StageRun>> StageRun::Create(
   run->place_ = *place;
   run->ranges_ = *std::move(ranges);
   nn::ModelOptions options;
-  options.max_batch = config.batch_size;
+  // The schedule runs a micro-batch at a time: the layers hold its rows.
+  options.max_batch = RowsPerMicroBatch(
+      config.pipeline_stages, config.batch_size, config.micro_batches);
   options.seed = config.seed;
   const nn::StageRange& mine = run->ranges_[place->stage];
+  run->counted_ = std::make_unique<CountingBackend>(backend);
   absl::StatusOr<std::unique_ptr<nn::StageModel>> stage =
-      nn::StageModel::Create(description, mine, options, backend);
+      nn::StageModel::Create(description, mine, options, run->counted_.get());
   if (!stage.ok()) return stage.status();
   run->stage_ = *std::move(stage);
+  run->memory_ = CountedMemory(*run->stage_, *run->counted_);
+  spdlog::info(
+      "pipeline {}: tensor memory {} ({} on the backend, {} host copies, {} "
+      "pulled weights)",
+      place->ToString(), FormatBytes(run->memory_.total()),
+      run->memory_.backend_bytes, run->memory_.host_bytes,
+      run->memory_.pulled_bytes);
+  run->whole_spec_ = description.Spec(config.seed);
+  run->stage_spec_.seed = config.seed;
+  for (int t = mine.first_tensor; t < mine.end_tensor; ++t) {
+    TensorSpec tensor = run->whole_spec_.tensors[t];
+    tensor.initializer = InitializerSpec::FromRank0();
+    run->stage_spec_.tensors.push_back(std::move(tensor));
+  }
   if (rank == 0) {
     for (size_t s = 0; s < run->ranges_.size(); ++s) {
       spdlog::info("pipeline stage {}: {}", s,
@@ -92,8 +123,18 @@ absl::Status StageRun::ConnectNeighbours(const WorkerConfig& config) {
   return absl::OkStatus();
 }
 
+absl::Status StageRun::UseStageGroup(ClientOptions* options) const {
+  absl::StatusOr<std::vector<std::string>> servers =
+      StageGroupServers(options->servers, place_.stages, place_.stage);
+  if (!servers.ok()) return servers.status();
+  options->servers = *std::move(servers);
+  options->job_id = StageGroupJobId(options->job_id, place_.stage);
+  options->rank = place_.replica;
+  return absl::OkStatus();
+}
+
 absl::Status StageRun::MakeTrainer(const WorkerConfig& config,
-                                   WeightExchange* weights, nn::Model* whole,
+                                   WeightExchange* weights,
                                    const LabeledImages* train,
                                    const LabeledImages* test) {
   PipelineTrainerOptions options;
@@ -104,23 +145,36 @@ absl::Status StageRun::MakeTrainer(const WorkerConfig& config,
   options.seed = config.seed;
   options.max_steps = config.max_steps;
   options.log_every = config.log_every;
-  options.evaluate = place_.rank() == 0;
-  options.save_model_path = place_.rank() == 0 ? config.save_model : "";
+  options.evaluate = place_.replica == 0;
+  options.save_model_path = place_.replica == 0 ? config.save_model : "";
+  options.whole_spec = whole_spec_;
   absl::StatusOr<std::unique_ptr<PipelineTrainer>> trainer =
       PipelineTrainer::Create(options, weights, stage_.get(), &neighbours_,
-                              whole, train, test);
+                              train, test);
   if (!trainer.ok()) return trainer.status();
   trainer_ = *std::move(trainer);
   return absl::OkStatus();
 }
 
-absl::Status StageRun::CheckMode(const Registration& registration) {
-  if (registration.mode != ConsistencyMode::kSync) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--pipeline_stages needs the servers in sync mode; they run ",
-        ConsistencyModeName(registration.mode)));
+absl::StatusOr<Registration> StageRun::Declare(ParameterClient* client,
+                                               uint64_t planned_steps,
+                                               uint32_t batch_size) {
+  absl::StatusOr<Registration> registration =
+      client->Declare(stage_spec_, planned_steps, batch_size);
+  if (!registration.ok() || registration->next_step != 0) return registration;
+  // A new job (a restarted rank or a restored group goes on from the
+  // servers' weights). Broadcast is collective over the group's replicas.
+  TensorValues values(stage_spec_.tensors.size());
+  if (place_.replica == 0) {
+    const int first = ranges_[place_.stage].first_tensor;
+    for (size_t i = 0; i < values.size(); ++i) {
+      values[i].resize(stage_spec_.tensors[i].num_elements());
+      InitializeSlice(whole_spec_, first + static_cast<uint32_t>(i), 0,
+                      absl::MakeSpan(values[i]));
+    }
   }
-  return absl::OkStatus();
+  if (absl::Status s = client->Broadcast(values); !s.ok()) return s;
+  return registration;
 }
 
 }  // namespace ps::worker::pipeline

@@ -13,7 +13,9 @@
 #include "worker/nn/model_description.h"
 #include "worker/nn/stage_model.h"
 #include "worker/nn/stage_split.h"
+#include "worker/pipeline/counting_backend.h"
 #include "worker/pipeline/link_rendezvous.h"
+#include "worker/pipeline/memory_budget.h"
 #include "worker/pipeline/pipeline_place.h"
 #include "worker/pipeline/pipeline_trainer.h"
 #include "worker/trainer.h"
@@ -26,13 +28,23 @@ namespace ps::worker::pipeline {
 // the flag at fault (InvalidArgument): --pipeline_stages at least 1 and
 // dividing --num_workers, --micro_batches in [1, --batch_size] and dividing
 // it (every micro-batch of a full batch the same size), and servers to
-// hold the stages' parameters (not --local, not --mode=allreduce, and not
-// --mode=ssp or async: see PipelineTrainer).
+// hold the stages' parameters (not --local, not --mode=allreduce).
 absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank);
 
+// Refuses (InvalidArgument, memory_budget.h) a job whose workers would
+// need more tensor memory than --worker_memory_budget, before anything is
+// built; OK without a budget.
+absl::Status CheckWorkerMemory(const WorkerConfig& config,
+                               const nn::ModelDescription& description);
+
+// Whether the worker of `rank` evaluates the test set: rank 0, and with
+// --pipeline_stages every stage of replica 0 (the test goes through them).
+bool EvaluatesTestSet(const WorkerConfig& config, int rank);
+
 // The pipeline's part of a worker's run (WorkerRun calls it when
-// --pipeline_stages > 1): this worker's place, its stage of the model, its
-// links to its neighbours and its training loop. Not thread-safe; owns
+// --pipeline_stages > 1): this worker's place, its stage of the model and
+// of the declaration, its server group, its links to its neighbours and
+// its training loop. No rank builds the whole model. Not thread-safe; owns
 // what it makes, borrows what it is given.
 class StageRun {
  public:
@@ -43,19 +55,36 @@ class StageRun {
       const nn::ModelDescription& description, kernels::Backend* backend);
 
   const PipelinePlace& place() const { return place_; }
+  // What this worker's tensors took, counted as its stage was built.
+  const WorkerMemory& memory() const { return memory_; }
+  // The stage's tensors, under the whole model's names.
+  const ModelSpec& stage_spec() const { return stage_spec_; }
+
+  // Points `options` (made for --servers, --rank and --job_id) at this
+  // stage's server group: its servers (StageGroupServers), its job id
+  // (StageGroupJobId) and this worker's rank there, its replica.
+  // InvalidArgument when the servers do not split into the stages' groups.
+  absl::Status UseStageGroup(ClientOptions* options) const;
+  // Workers of the stage's group: the replicas.
+  int group_workers() const { return place_.replicas; }
 
   // Connects to the neighbouring stages (link_rendezvous.h).
   absl::Status ConnectNeighbours(const WorkerConfig& config);
 
-  // Makes the training loop; `whole` and `test` are rank 0's, for
-  // evaluation.
+  // Makes the training loop; `test` is replica 0's, for evaluation.
   absl::Status MakeTrainer(const WorkerConfig& config, WeightExchange* weights,
-                           nn::Model* whole, const LabeledImages* train,
+                           const LabeledImages* train,
                            const LabeledImages* test);
   uint64_t planned_steps() const { return trainer_->planned_steps(); }
 
-  // FailedPrecondition unless the servers run sync mode.
-  static absl::Status CheckMode(const Registration& registration);
+  // Declares the stage's tensors to its group (replica 0 declares, the
+  // others must declare the same). The tensors are declared FromRank0: in a
+  // new job replica 0 uploads the initial values the unsplit job's servers
+  // would compute (common/initializer.h: a function of the whole model's
+  // tensor id), so a pipelined job starts from the unsplit job's weights.
+  absl::StatusOr<Registration> Declare(ParameterClient* client,
+                                       uint64_t planned_steps,
+                                       uint32_t batch_size);
 
   absl::StatusOr<TrainingSummary> Train(const Registration& registration) {
     return trainer_->Run(registration);
@@ -66,7 +95,12 @@ class StageRun {
 
   PipelinePlace place_;
   std::vector<nn::StageRange> ranges_;
+  ModelSpec whole_spec_;  // Names, shapes and initializers only.
+  ModelSpec stage_spec_;
+  // The backend's count of the stage's buffers, forwarding to the worker's.
+  std::unique_ptr<CountingBackend> counted_;
   std::unique_ptr<nn::StageModel> stage_;
+  WorkerMemory memory_;
   Neighbours neighbours_;
   std::unique_ptr<PipelineTrainer> trainer_;
 };

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
@@ -52,9 +53,14 @@ TEST(CheckPipelineConfigTest, EachBadValueNamesItsFlag) {
   WorkerConfig local = Pipelined(2, 2, 1);
   local.local = true;
   EXPECT_NE(Error(local).find("--local"), std::string::npos);
-  WorkerConfig async = Pipelined(2, 2, 1);
-  async.mode = "async";
-  EXPECT_NE(Error(async).find("--mode=async"), std::string::npos);
+}
+
+TEST(CheckPipelineConfigTest, EachStagesGroupMayRunAnyServerMode) {
+  for (const char* mode : {"sync", "ssp", "async"}) {
+    WorkerConfig config = Pipelined(2, 2, 1);
+    config.mode = mode;
+    EXPECT_EQ(Error(config), "") << mode;
+  }
 }
 
 TEST(StageRunTest, MoreStagesThanLayersIsRefusedNamingTheFlag) {
@@ -77,11 +83,38 @@ TEST(StageRunTest, BuildsTheStageOfItsRank) {
       StageRun::Create(Pipelined(2, 4, 2), 3, d, backend.get()));
   EXPECT_EQ(run->place().stage, 1);
   EXPECT_EQ(run->place().replica, 1);
-  Registration async;
-  async.mode = ConsistencyMode::kAsync;
-  EXPECT_EQ(StageRun::CheckMode(async).code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(StageRun::CheckMode(Registration()).ok());
+  EXPECT_EQ(run->group_workers(), 2);
+  // Only its stage's tensors, under the whole model's names, their initial
+  // values uploaded by replica 0.
+  const ModelSpec whole = d.Spec(1);
+  const ModelSpec& mine = run->stage_spec();
+  ASSERT_FALSE(mine.tensors.empty());
+  ASSERT_LT(mine.tensors.size(), whole.tensors.size());
+  const size_t first = whole.tensors.size() - mine.tensors.size();
+  for (size_t i = 0; i < mine.tensors.size(); ++i) {
+    EXPECT_EQ(mine.tensors[i].name, whole.tensors[first + i].name);
+    EXPECT_EQ(mine.tensors[i].shape, whole.tensors[first + i].shape);
+    EXPECT_EQ(mine.tensors[i].initializer.kind,
+              InitializerSpec::Kind::kFromRank0);
+  }
+  ClientOptions options;
+  options.servers = {"a:1", "a:2", "b:1", "b:2"};
+  options.job_id = "run";
+  options.rank = 3;
+  PS_ASSERT_OK(run->UseStageGroup(&options));
+  EXPECT_EQ(options.servers, (std::vector<std::string>{"b:1", "b:2"}));
+  EXPECT_EQ(options.job_id, "run-stage1");
+  EXPECT_EQ(options.rank, 1);
+  options.servers = {"a:1", "a:2", "b:1"};
+  EXPECT_EQ(run->UseStageGroup(&options).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StageRunTest, ReplicaZerosStagesEvaluate) {
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(EvaluatesTestSet(Pipelined(2, 4, 1), rank), rank < 2) << rank;
+    EXPECT_EQ(EvaluatesTestSet(Pipelined(1, 4, 1), rank), rank == 0) << rank;
+  }
 }
 
 }  // namespace
