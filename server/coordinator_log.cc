@@ -157,9 +157,9 @@ absl::Status UpdateCoordinator::RotateLogLocked() {
   std::vector<const update::LogEntry*> restated;
   for (const auto& [step, entry] : unapplied_) restated.push_back(entry.get());
   absl::StatusOr<std::unique_ptr<update::UpdateLogWriter>> writer =
-      update::UpdateLogWriter::Create(options_.update_log_dir,
-                                      store_->server_index(), version_,
-                                      restated, options_.update_log_fsync);
+      update::UpdateLogWriter::Create(
+          options_.update_log_dir, store_->server_index(), version_, restated,
+          options_.update_log_fsync, options_.update_log_preallocate_bytes);
   if (!writer.ok()) return writer.status();
   log_ = *std::move(writer);
   return absl::OkStatus();
@@ -245,7 +245,8 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ReplayLog() {
   if (state.at_once.has_value()) last.valid_bytes -= state.at_once_bytes;
   absl::StatusOr<std::unique_ptr<update::UpdateLogWriter>> writer =
       update::UpdateLogWriter::Reopen(files->back().second, last.valid_bytes,
-                                      options_.update_log_fsync);
+                                      options_.update_log_fsync,
+                                      options_.update_log_preallocate_bytes);
   if (!writer.ok()) return writer.status();
   absl::MutexLock lock(&mu_);
   for (std::optional<StagedPush>& push : state.pending) {

@@ -1,6 +1,7 @@
 #ifndef PS_SERVER_COORDINATOR_OPTIONS_H_
 #define PS_SERVER_COORDINATOR_OPTIONS_H_
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -50,6 +51,9 @@ struct CoordinatorOptions {
   // Each log append is made durable (fdatasync) before its update is
   // acknowledged: survives power loss, not only a killed process.
   bool update_log_fsync = false;
+  // Bytes kept written past the log's last record, so that appends write
+  // over blocks the file has (update/log_preallocator.h); 0: none.
+  uint64_t update_log_preallocate_bytes = uint64_t{64} << 20;
   // Called, without locks held, after a rank registered as a new process
   // replacing another (a restarted or extended run's worker), so that a
   // checkpoint records it: a shard restored from one that does not would

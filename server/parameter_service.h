@@ -135,8 +135,16 @@ class ParameterService final
   grpc::Status Stats(proto::StatsResponse* response);
 
   grpc::Status PullBytes(ByteStream& stream);
+  // The push path (server/parameter_service_push.cc).
   grpc::Status PushBytes(ByteStream& stream);
   grpc::Status PushPullBytes(ByteStream& stream);
+
+  // OK if `header` comes from the process its rank registered here;
+  // checked before a call takes one of the rank's slots.
+  static absl::Status CheckCaller(const UpdateCoordinator& coordinator,
+                                  const proto::RequestHeader& header);
+  // `s` with "`what`: " before its message.
+  static absl::Status Prefixed(absl::string_view what, const absl::Status& s);
 
   // Validates `header` against the declared shard (FailedPrecondition
   // before the model is declared) and returns the shard.

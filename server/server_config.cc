@@ -21,6 +21,7 @@ constexpr int kMaxServers = 4096;
 constexpr int kMaxWorkers = 65536;
 constexpr absl::Duration kMaxDurationFlag = absl::Hours(24);
 constexpr int64_t kMaxCheckpointSeconds = int64_t{86400} * 365;
+constexpr int64_t kMaxPreallocateMb = int64_t{1} << 20;  // 1 TiB.
 
 absl::Status OutOfRange(absl::string_view flag, int64_t value, int64_t lo,
                         int64_t hi) {
@@ -153,6 +154,11 @@ absl::Status FaultFlags(const ServerFlags& f, ServerConfig& c) {
     return OutOfRange("checkpoint_every_seconds", seconds, 0,
                       kMaxCheckpointSeconds);
   }
+  if (f.update_log_preallocate_mb < 0 ||
+      f.update_log_preallocate_mb > kMaxPreallocateMb) {
+    return OutOfRange("update_log_preallocate_mb", f.update_log_preallocate_mb,
+                      0, kMaxPreallocateMb);
+  }
   if (f.restore && f.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(
         "--restore needs --checkpoint_dir (where to restore from)");
@@ -174,6 +180,8 @@ absl::Status FaultFlags(const ServerFlags& f, ServerConfig& c) {
     if (f.update_log) {
       o.update_log_dir = f.checkpoint_dir;
       o.update_log_fsync = f.update_log_fsync;
+      o.update_log_preallocate_bytes =
+          static_cast<uint64_t>(f.update_log_preallocate_mb) << 20;
     }
   }
   // Only a restarted sync shard can be behind the workers' clock.

@@ -60,6 +60,7 @@ struct ServerFlags {
   int64_t checkpoint_every_seconds = 60;
   bool update_log = true;
   bool update_log_fsync = false;
+  int64_t update_log_preallocate_mb = 64;
   int testonly_kill_in_checkpoint = 0;
   std::string cpus;
   int signal_exit_code = 0;

@@ -124,6 +124,8 @@ TEST(ServerConfigTest, EveryBadValueIsRefusedNamingItsFlag) {
        [](ServerFlags& f) { f.checkpoint_every_seconds = -1; }},
       {"--checkpoint_every_seconds",
        [](ServerFlags& f) { f.checkpoint_every_seconds = 86400 * 366; }},
+      {"--update_log_preallocate_mb",
+       [](ServerFlags& f) { f.update_log_preallocate_mb = -1; }},
       {"--checkpoint_dir", [](ServerFlags& f) { f.restore = true; }},
       {"--restore",
        [](ServerFlags& f) {
@@ -357,6 +359,12 @@ TEST(ServerConfigTest, KeepsTheUpdateLogBesideTheCheckpoints) {
   c = Make(f);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->coordinator.update_log_fsync);
+  EXPECT_EQ(c->coordinator.update_log_preallocate_bytes, uint64_t{64} << 20);
+
+  f.update_log_preallocate_mb = 3;
+  c = Make(f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->coordinator.update_log_preallocate_bytes, uint64_t{3} << 20);
 
   f.update_log = false;
   c = Make(f);

@@ -107,6 +107,12 @@ ABSL_FLAG(bool, update_log, Default().update_log,
 ABSL_FLAG(bool, update_log_fsync, Default().update_log_fsync,
           "fdatasync each update log append before acknowledging the update: "
           "the log then survives a power loss, not only a killed process.");
+ABSL_FLAG(int64_t, update_log_preallocate_mb,
+          Default().update_log_preallocate_mb,
+          "MiB of an update log file kept written past its last record, on a "
+          "thread of the shard, so that appends write over the file's blocks "
+          "instead of growing it (a file is cut to its records when closed); "
+          "0: none.");
 ABSL_FLAG(int, testonly_kill_in_checkpoint,
           Default().testonly_kill_in_checkpoint,
           "Tests only: SIGKILL this process halfway through writing its Nth "
@@ -232,6 +238,7 @@ ServerFlags ServerFlagValues() {
   f.checkpoint_every_seconds = absl::GetFlag(FLAGS_checkpoint_every_seconds);
   f.update_log = absl::GetFlag(FLAGS_update_log);
   f.update_log_fsync = absl::GetFlag(FLAGS_update_log_fsync);
+  f.update_log_preallocate_mb = absl::GetFlag(FLAGS_update_log_preallocate_mb);
   f.testonly_kill_in_checkpoint =
       absl::GetFlag(FLAGS_testonly_kill_in_checkpoint);
   f.cpus = absl::GetFlag(FLAGS_cpus);

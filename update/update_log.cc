@@ -209,7 +209,8 @@ int OpenSpare(const std::string& spare) {
 
 absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Create(
     const std::string& dir, int server_index, uint64_t start_version,
-    absl::Span<const LogEntry* const> initial, bool fsync) {
+    absl::Span<const LogEntry* const> initial, bool fsync,
+    uint64_t preallocate_bytes) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
@@ -225,6 +226,10 @@ absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Create(
   // after the new records belong to another salt, so no reader takes them.
   std::string tmp = absl::StrCat(dir, "/", SpareLogFileName(server_index));
   int fd = OpenSpare(tmp);
+  // A recycled file is not preallocated: the thread's zeros past its end
+  // would be cut off at its close and written again in the next one
+  // (bench/README.md).
+  if (fd >= 0) preallocate_bytes = 0;
   if (fd < 0) {
     tmp = path + ".tmp";
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -250,11 +255,12 @@ absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Create(
   }
   // The descriptor now names `path`; appends go on through it.
   return std::unique_ptr<UpdateLogWriter>(
-      new UpdateLogWriter(path, fd, SaltCrc(salt), fsync));
+      new UpdateLogWriter(path, fd, SaltCrc(salt), fsync, preallocate_bytes));
 }
 
 absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Reopen(
-    const std::string& path, uint64_t valid_bytes, bool fsync) {
+    const std::string& path, uint64_t valid_bytes, bool fsync,
+    uint64_t preallocate_bytes) {
   std::string bytes;
   {
     std::ifstream in(path, std::ios::binary);
@@ -294,10 +300,27 @@ absl::StatusOr<std::unique_ptr<UpdateLogWriter>> UpdateLogWriter::Reopen(
     return s;
   }
   return std::unique_ptr<UpdateLogWriter>(
-      new UpdateLogWriter(path, fd, SaltCrc(salt), fsync));
+      new UpdateLogWriter(path, fd, SaltCrc(salt), fsync, preallocate_bytes));
+}
+
+UpdateLogWriter::UpdateLogWriter(std::string path, int fd, uint32_t salt_crc,
+                                 bool fsync, uint64_t preallocate_bytes)
+    : path_(std::move(path)), fd_(fd), salt_crc_(salt_crc), fsync_(fsync) {
+  const off_t at = ::lseek(fd_, 0, SEEK_CUR);
+  end_ = at > 0 ? static_cast<uint64_t>(at) : 0;
+  if (preallocate_bytes > 0) {
+    // A recycled file has blocks past its records already.
+    struct stat st;
+    const uint64_t size =
+        ::fstat(fd_, &st) == 0 ? std::max<uint64_t>(end_, st.st_size) : end_;
+    preallocator_ =
+        std::make_unique<LogPreallocator>(fd_, size, preallocate_bytes);
+    preallocator_->Reserve(end_);
+  }
 }
 
 UpdateLogWriter::~UpdateLogWriter() {
+  preallocator_.reset();
   // A recycled file's earlier bytes after the records are cut off, so that
   // the file kept holds no more than its own (disk use as without
   // recycling).
@@ -309,10 +332,16 @@ UpdateLogWriter::~UpdateLogWriter() {
 absl::Status UpdateLogWriter::Append(
     absl::Span<const LogEntry* const> entries) {
   if (!failed_.ok()) return failed_;
+  uint64_t bytes = 0;
+  for (const LogEntry* entry : entries) {
+    bytes += kLogRecordPrefixBytes + entry->size();
+  }
+  if (preallocator_ != nullptr) preallocator_->Reserve(end_ + bytes);
   absl::Status s = WriteEntries(fd_, entries, salt_crc_, path_);
   if (s.ok() && fsync_ && ::fdatasync(fd_) != 0) {
     s = ErrnoError("cannot fsync", path_);
   }
+  end_ += bytes;
   failed_ = s;
   return s;
 }
@@ -378,7 +407,17 @@ absl::StatusOr<UpdateLogContents> ReadUpdateLog(const std::string& path,
   // Whatever else follows is a recycled file's earlier bytes (another
   // salt); a whole record of this file after it means the one here was
   // damaged, not cut off: the records after it would be skipped.
+  // A prefix of 12 zero bytes is no record's (unless this salt makes it
+  // one): runs of zeros (a preallocated file's) are skipped, not scanned.
+  const bool zeros_are_records = PrefixCheck(salt_crc, 0, 0) == 0;
   for (size_t at = 1; at + kLogRecordPrefixBytes <= in.size(); ++at) {
+    if (!zeros_are_records && in[at] == '\0') {
+      const size_t nonzero = in.find_first_not_of('\0', at);
+      if (nonzero == absl::string_view::npos) break;
+      if (nonzero >= at + kLogRecordPrefixBytes) {
+        at = nonzero - kLogRecordPrefixBytes + 1;
+      }
+    }
     if (WholeRecord(in.substr(at), salt_crc).has_value()) {
       return corrupt(absl::StrCat(
           "record ", contents.records.size() + 1, " at byte ",

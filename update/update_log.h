@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "update/log_preallocator.h"
 
 namespace ps::update {
 
@@ -36,7 +37,11 @@ namespace ps::update {
 // place, which is much cheaper than growing a new file (bench/README.md).
 // Its earlier bytes stay after the new records; the salt in each record's
 // prefix tells them apart, so the log ends at the first offset that holds
-// no whole record of the file.
+// no whole record of the file. A new file's writer (not a recycled one's)
+// given `preallocate_bytes` also keeps that many bytes past its records
+// written with zeros, on a thread of its own (update/log_preallocator.h),
+// so that a shard's first files too are written over rather than grown; the
+// zeros are no record either, and a closed file is cut to its records.
 
 // Bytes before each record's payload (its length and checksums).
 inline constexpr uint64_t kLogRecordPrefixBytes = 12;
@@ -87,13 +92,15 @@ class UpdateLogWriter {
   // crash leaves the old file or the complete new one.
   static absl::StatusOr<std::unique_ptr<UpdateLogWriter>> Create(
       const std::string& dir, int server_index, uint64_t start_version,
-      absl::Span<const LogEntry* const> initial, bool fsync);
+      absl::Span<const LogEntry* const> initial, bool fsync,
+      uint64_t preallocate_bytes = 0);
   // Goes on with an existing log file after its first `valid_bytes` bytes
   // (what ReadUpdateLog found whole: a torn record is cut off). Those bytes
   // are written to a new file renamed over `path`, so that other names of
   // the old file (hard links) keep what they held.
   static absl::StatusOr<std::unique_ptr<UpdateLogWriter>> Reopen(
-      const std::string& path, uint64_t valid_bytes, bool fsync);
+      const std::string& path, uint64_t valid_bytes, bool fsync,
+      uint64_t preallocate_bytes = 0);
   ~UpdateLogWriter();
 
   // Closes the file, cutting off a recycled file's earlier bytes after the
@@ -108,16 +115,22 @@ class UpdateLogWriter {
   absl::Status Append(absl::Span<const LogEntry* const> entries);
 
   const std::string& path() const { return path_; }
+  // Whether a thread keeps zeros written past the records.
+  bool preallocates() const { return preallocator_ != nullptr; }
 
  private:
-  UpdateLogWriter(std::string path, int fd, uint32_t salt_crc, bool fsync)
-      : path_(std::move(path)), fd_(fd), salt_crc_(salt_crc), fsync_(fsync) {}
+  UpdateLogWriter(std::string path, int fd, uint32_t salt_crc, bool fsync,
+                  uint64_t preallocate_bytes);
 
   const std::string path_;
   const int fd_;
   const uint32_t salt_crc_;  // crc32c of the file's salt.
   const bool fsync_;
   absl::Status failed_;
+  // Where the next record goes.
+  uint64_t end_ = 0;
+  // Null without preallocation; stopped before the file is cut and closed.
+  std::unique_ptr<LogPreallocator> preallocator_;
 };
 
 // One log file as read back.

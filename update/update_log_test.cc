@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/temp_dir_testing.h"
@@ -320,6 +321,86 @@ TEST_F(UpdateLogTest, ClosingARecycledFileCutsItsEarlierBytes) {
   ASSERT_TRUE(std::filesystem::exists(dir_ + "/" + SpareLogFileName(3)));
   RemoveSpareLog(dir_, 3);
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/" + SpareLogFileName(3)));
+}
+
+// A preallocating writer's file, read while it is open (as after a kill):
+// the zeros past the records are no record and no damage; closed, the file
+// is cut to its records.
+TEST_F(UpdateLogTest, PreallocatedZerosAreNeitherRecordsNorDamage) {
+  const LogEntry first = MakeLogEntry("first");
+  const LogEntry second = MakeLogEntry(std::string(3000, 's'));
+  std::string path;
+  {
+    absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
+        UpdateLogWriter::Create(dir_, 3, 0, {}, /*fsync=*/false,
+                                /*preallocate_bytes=*/1 << 20);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    path = (*writer)->path();
+    ASSERT_TRUE((*writer)->Append({&first}).ok());
+    ASSERT_TRUE((*writer)->Append({&second}).ok());
+    absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->records,
+              (std::vector<std::string>{"first", std::string(3000, 's')}));
+    EXPECT_EQ(read->torn_bytes, 0u);
+    EXPECT_EQ(read->valid_bytes + read->tail_bytes,
+              std::filesystem::file_size(path));
+  }
+  absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->records.size(), 2u);
+  EXPECT_EQ(std::filesystem::file_size(path), read->valid_bytes);
+}
+
+// Only new files are preallocated: a recycled one has its blocks.
+TEST_F(UpdateLogTest, PreallocatesNewFilesOnly) {
+  const LogEntry entry = MakeLogEntry("x");
+  {
+    absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
+        UpdateLogWriter::Create(dir_, 3, 0, {}, false, 1 << 20);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE((*writer)->Append({&entry}).ok());
+    EXPECT_TRUE((*writer)->preallocates());
+    // The thread fills the first MiB past the record: 1 MiB at least, soon.
+    while (std::filesystem::file_size((*writer)->path()) < (1u << 20)) {
+      std::this_thread::yield();
+    }
+  }
+  WriteLog(10, {std::string(5000, 'a')});
+  ASSERT_TRUE(PruneUpdateLogs(dir_, 3, 10).ok());  // The first is the spare.
+  const uint64_t spare =
+      std::filesystem::file_size(dir_ + "/" + SpareLogFileName(3));
+  absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
+      UpdateLogWriter::Create(dir_, 3, 20, {}, false, 1 << 20);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  EXPECT_FALSE((*writer)->preallocates());
+  ASSERT_TRUE((*writer)->Append({&entry}).ok());
+  EXPECT_EQ(std::filesystem::file_size((*writer)->path()), spare);
+}
+
+// Zeros between a damaged record and a whole one after it hide nothing.
+TEST_F(UpdateLogTest, RefusesADamagedRecordBeforeZerosAndARecord) {
+  const LogEntry first = MakeLogEntry("first");
+  const LogEntry zeros = MakeLogEntry(std::string(100000, '\0'));
+  const LogEntry last = MakeLogEntry("last");
+  std::string path;
+  {
+    absl::StatusOr<std::unique_ptr<UpdateLogWriter>> writer =
+        UpdateLogWriter::Create(dir_, 3, 0, {}, false, 1 << 20);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    path = (*writer)->path();
+    ASSERT_TRUE((*writer)->Append({&first, &zeros, &last}).ok());
+  }
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    // The length of the record of zeros.
+    f.seekp(32 + kLogRecordPrefixBytes + 5 + 1);
+    f.put('\x7f');
+  }
+  absl::StatusOr<UpdateLogContents> read = ReadUpdateLog(path, 3);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(read.status().message().find("record 2"), std::string::npos)
+      << read.status();
 }
 
 TEST_F(UpdateLogTest, NeverWritesOverAFileWithAnotherName) {
