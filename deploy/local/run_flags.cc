@@ -31,7 +31,7 @@ const std::vector<std::string>& RunDefiningFlags() {
       "device",         "save_model",    "server_flags",  "worker_flags",
       "log_every",      "eval_every",    "max_steps",     "checkpoints",
       "checkpoint_dir", "auth",          "micro_batches", "pipeline_stages",
-      "worker_memory_budget"};
+      "pipeline_schedule", "stage_split", "worker_memory_budget"};
   // clang-format on
   return *kFlags;
 }
@@ -105,6 +105,8 @@ const char* WhyFixedOnExtend(absl::string_view name) {
       {"pipeline_stages",
        "the data is split among the run's replicas, and the checkpoints "
        "record where each worker is in it"},
+      {"stage_split",
+       "each stage's server group holds the tensors of the run's split"},
       {"mode", "the checkpoints are of the run's consistency mode"},
       {"staleness", "the checkpoints are of the run's consistency mode"},
       {"optimizer",

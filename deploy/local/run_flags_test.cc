@@ -72,15 +72,31 @@ TEST(RunFlagsTest, AnExtensionKeepsTheFlagsThatDefineTheState) {
   EXPECT_THAT(refused.message(),
               HasSubstr("--model=cnn: an extended run keeps its --model=mlp, "
                         "since the checkpoints hold the run's model"));
-  for (const char* fixed : {"num_servers", "num_workers", "model", "batch_size",
-                            "mode", "staleness", "optimizer", "seed",
-                            "data_dir", "checkpoints", "checkpoint_dir"}) {
+  for (const char* fixed :
+       {"num_servers", "num_workers", "model", "batch_size", "mode",
+        "staleness", "optimizer", "seed", "data_dir", "checkpoints",
+        "checkpoint_dir", "stage_split"}) {
     EXPECT_NE(WhyFixedOnExtend(fixed), nullptr) << fixed;
   }
   for (const char* free : {"epochs", "max_steps", "learning_rate",
                            "lr_schedule", "server_flags", "save_model"}) {
     EXPECT_EQ(WhyFixedOnExtend(free), nullptr) << free;
   }
+}
+
+TEST(RunFlagsTest, TheScheduleAndTheSplitOfStagesDefineTheRun) {
+  // A resume that fell back to the default split would give each stage's
+  // server group tensors it does not hold.
+  RunSettings settings;
+  settings.Define("pipeline_schedule", RunSettings::Type::kString, "gpipe");
+  settings.Define("stage_split", RunSettings::Type::kString, "compute");
+  RunRecord record = Record("stopped");
+  record.flags = {{"pipeline_schedule", "1f1b"}, {"stage_split", "bytes"}};
+  ASSERT_TRUE(ApplyRecordedFlags(record, {}, &settings).ok());
+  EXPECT_EQ(settings.Text("pipeline_schedule"), "1f1b");
+  EXPECT_EQ(settings.Text("stage_split"), "bytes");
+  EXPECT_EQ(CurrentRunFlags(settings, "/cwd"),
+            (Flags{{"pipeline_schedule", "1f1b"}, {"stage_split", "bytes"}}));
 }
 
 TEST(RunFlagsTest, AResumeNamesTheWayToChangeAFlag) {
