@@ -7,13 +7,13 @@
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "bench/bench_flags.h"
 #include "bench/grpc_echo.h"
+#include "common/byte_size.h"
 
 namespace ps::bench {
 namespace {
@@ -35,30 +35,14 @@ double Ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text) {
   std::vector<uint64_t> sizes;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
-    absl::string_view number = absl::StripAsciiWhitespace(part);
-    uint64_t unit = 1;
-    if (!number.empty()) {
-      switch (absl::ascii_toupper(number.back())) {
-        case 'K':
-          unit = uint64_t{1} << 10;
-          break;
-        case 'M':
-          unit = uint64_t{1} << 20;
-          break;
-        case 'G':
-          unit = uint64_t{1} << 30;
-          break;
-      }
-      if (unit != 1) number.remove_suffix(1);
-    }
-    uint64_t value = 0;
-    if (!absl::SimpleAtoi(number, &value) || value == 0 ||
-        value > kMaxSize / unit) {
+    absl::StatusOr<uint64_t> parsed =
+        ParseByteSize(absl::StripAsciiWhitespace(part), kMaxSize);
+    if (!parsed.ok() || *parsed == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "size \"", part, "\" is not a whole number of bytes in [8, 1G] ",
           "with an optional K, M or G suffix (e.g. 4K,1M,16M,64M)"));
     }
-    const uint64_t bytes = value * unit;
+    const uint64_t bytes = *parsed;
     if (bytes < 8 || bytes % 4 != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("size \"", part, "\" (", bytes,

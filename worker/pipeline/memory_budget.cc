@@ -6,39 +6,20 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/byte_size.h"
 
 namespace ps::worker::pipeline {
 
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
-  absl::string_view digits = text;
-  int shift = 0;
-  if (!digits.empty()) {
-    switch (absl::ascii_toupper(digits.back())) {
-      case 'K':
-        shift = 10;
-        break;
-      case 'M':
-        shift = 20;
-        break;
-      case 'G':
-        shift = 30;
-        break;
-    }
-    if (shift != 0) digits.remove_suffix(1);
-  }
-  uint64_t value = 0;
-  if (digits.empty() || !absl::ascii_isdigit(digits.front()) ||
-      !absl::SimpleAtoi(digits, &value) ||
-      value > (uint64_t{1} << 62) >> shift) {
+  absl::StatusOr<uint64_t> bytes = ps::ParseByteSize(text, uint64_t{1} << 62);
+  if (!bytes.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--worker_memory_budget=", text,
         ": not a byte count (digits with an optional K, M or G; 0: none)"));
   }
-  return static_cast<int64_t>(value << shift);
+  return static_cast<int64_t>(*bytes);
 }
 
 std::string FormatBytes(int64_t bytes) {
