@@ -85,6 +85,9 @@ def optimizer_state(out_dir, placement):
     found["round_trip"] = all(
         torch.equal(saved["state"][k][s], again["state"][k][s])
         for k in saved["state"] for s in saved["state"][k])
+    # Placement 'server': every rank has read it back before rank 0
+    # overwrites it below.
+    ps.barrier()
     # A plain torch Adam's state, with moments, as a checkpoint holds it.
     plain = torch.optim.Adam(nn.Linear(4, 2).parameters())
     plain.zero_grad()
