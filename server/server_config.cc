@@ -10,6 +10,7 @@
 #include "common/cluster_address.h"
 #include "common/consistency_mode.h"
 #include "common/cpu_affinity.h"
+#include "common/flag_range.h"
 #include "common/metrics_http.h"
 #include "server/failure_policy.h"
 #include "update/lr_schedule.h"
@@ -23,12 +24,6 @@ constexpr absl::Duration kMaxDurationFlag = absl::Hours(24);
 constexpr int64_t kMaxCheckpointSeconds = int64_t{86400} * 365;
 constexpr int64_t kMaxPreallocateMb = int64_t{1} << 20;  // 1 TiB.
 
-absl::Status OutOfRange(absl::string_view flag, int64_t value, int64_t lo,
-                        int64_t hi) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--", flag, " must be in [", lo, ", ", hi, "], got ", value));
-}
-
 absl::Status CheckDuration(absl::string_view flag, absl::Duration value) {
   if (value > absl::ZeroDuration() && value <= kMaxDurationFlag) {
     return absl::OkStatus();
@@ -41,8 +36,10 @@ absl::Status CheckDuration(absl::string_view flag, absl::Duration value) {
 absl::Status LayoutFlags(const ServerFlags& f, const MachineFacts& machine,
                          ServerConfig& c) {
   c.num_servers = f.num_servers;
-  if (c.num_servers < 1 || c.num_servers > kMaxServers) {
-    return OutOfRange("num_servers", c.num_servers, 1, kMaxServers);
+  if (absl::Status s =
+          CheckFlagRange("num_servers", c.num_servers, 1, kMaxServers);
+      !s.ok()) {
+    return s;
   }
   c.server_index = f.server_index;
   if (c.server_index == kServerIndexUnset) {
@@ -55,23 +52,31 @@ absl::Status LayoutFlags(const ServerFlags& f, const MachineFacts& machine,
     if (!from_hostname.ok()) return from_hostname.status();
     c.server_index = *from_hostname;
   }
-  if (c.server_index < 0 || c.server_index >= c.num_servers) {
-    return OutOfRange("server_index", c.server_index, 0, c.num_servers - 1);
+  if (absl::Status s =
+          CheckFlagRange("server_index", c.server_index, 0, c.num_servers - 1);
+      !s.ok()) {
+    return s;
   }
-  if (f.num_workers < 1 || f.num_workers > kMaxWorkers) {
-    return OutOfRange("num_workers", f.num_workers, 1, kMaxWorkers);
+  if (absl::Status s =
+          CheckFlagRange("num_workers", f.num_workers, 1, kMaxWorkers);
+      !s.ok()) {
+    return s;
   }
   c.coordinator.num_workers = f.num_workers;
-  if (f.max_model_bytes < 0) {
-    return OutOfRange("max_model_bytes", f.max_model_bytes, 0, INT64_MAX);
+  if (absl::Status s =
+          CheckFlagRange("max_model_bytes", f.max_model_bytes, 0, INT64_MAX);
+      !s.ok()) {
+    return s;
   }
   c.limits.max_model_bytes =
       f.max_model_bytes > 0
           ? static_cast<uint64_t>(f.max_model_bytes)
           : static_cast<uint64_t>(c.num_servers) * machine.memory_bytes / 8;
   c.limits.max_tensors = f.max_tensors;
-  if (c.limits.max_tensors < 1 || c.limits.max_tensors > 10000000) {
-    return OutOfRange("max_tensors", c.limits.max_tensors, 1, 10000000);
+  if (absl::Status s =
+          CheckFlagRange("max_tensors", c.limits.max_tensors, 1, 10000000);
+      !s.ok()) {
+    return s;
   }
   return absl::OkStatus();
 }
@@ -79,7 +84,9 @@ absl::Status LayoutFlags(const ServerFlags& f, const MachineFacts& machine,
 // --host, --port, --port_file, --mode and --staleness.
 absl::Status ServingFlags(const ServerFlags& f, ServerConfig& c) {
   if (f.host.empty()) return absl::InvalidArgumentError("--host is empty");
-  if (f.port < 0 || f.port > 65535) return OutOfRange("port", f.port, 0, 65535);
+  if (absl::Status s = CheckFlagRange("port", f.port, 0, 65535); !s.ok()) {
+    return s;
+  }
   // An IPv6 literal needs brackets before the port.
   c.address = f.host.find(':') != std::string::npos
                   ? absl::StrCat("[", f.host, "]:", f.port)
@@ -147,17 +154,21 @@ absl::Status FaultFlags(const ServerFlags& f, ServerConfig& c) {
 
   const int64_t steps = f.checkpoint_every_steps;
   const int64_t seconds = f.checkpoint_every_seconds;
-  if (steps < 0) {
-    return OutOfRange("checkpoint_every_steps", steps, 0, INT64_MAX);
+  if (absl::Status s =
+          CheckFlagRange("checkpoint_every_steps", steps, 0, INT64_MAX);
+      !s.ok()) {
+    return s;
   }
-  if (seconds < 0 || seconds > kMaxCheckpointSeconds) {
-    return OutOfRange("checkpoint_every_seconds", seconds, 0,
-                      kMaxCheckpointSeconds);
+  if (absl::Status s = CheckFlagRange("checkpoint_every_seconds", seconds, 0,
+                                      kMaxCheckpointSeconds);
+      !s.ok()) {
+    return s;
   }
-  if (f.update_log_preallocate_mb < 0 ||
-      f.update_log_preallocate_mb > kMaxPreallocateMb) {
-    return OutOfRange("update_log_preallocate_mb", f.update_log_preallocate_mb,
-                      0, kMaxPreallocateMb);
+  if (absl::Status s =
+          CheckFlagRange("update_log_preallocate_mb",
+                         f.update_log_preallocate_mb, 0, kMaxPreallocateMb);
+      !s.ok()) {
+    return s;
   }
   if (f.restore && f.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(
@@ -202,20 +213,25 @@ absl::Status ResourceFlags(const ServerFlags& f, ServerConfig& c) {
   }
   c.refuse_non_finite = f.non_finite_gradients == "refuse";
   c.max_threads = f.max_threads;
-  if (c.max_threads < 0 || c.max_threads > 100000) {
-    return OutOfRange("max_threads", c.max_threads, 0, 100000);
+  if (absl::Status s = CheckFlagRange("max_threads", c.max_threads, 0, 100000);
+      !s.ok()) {
+    return s;
   }
   // A worker holds a push-and-pull stream, a heartbeat and at times a pull.
   if (c.max_threads == 0) c.max_threads = 64 + 4 * c.coordinator.num_workers;
   c.max_calls_per_rank = f.max_calls_per_rank;
-  if (c.max_calls_per_rank < 0 || c.max_calls_per_rank > 10000) {
-    return OutOfRange("max_calls_per_rank", c.max_calls_per_rank, 0, 10000);
+  if (absl::Status s =
+          CheckFlagRange("max_calls_per_rank", c.max_calls_per_rank, 0, 10000);
+      !s.ok()) {
+    return s;
   }
   c.stream_idle_timeout = f.stream_idle_timeout;
   c.local_transport = f.local_transport;
   c.tcp_data_port = f.tcp_data_port;
-  if (c.tcp_data_port < -1 || c.tcp_data_port > 65535) {
-    return OutOfRange("tcp_data_port", c.tcp_data_port, -1, 65535);
+  if (absl::Status s =
+          CheckFlagRange("tcp_data_port", c.tcp_data_port, -1, 65535);
+      !s.ok()) {
+    return s;
   }
   return CheckDuration("stream_idle_timeout", c.stream_idle_timeout);
 }
@@ -227,16 +243,19 @@ absl::Status AccessFlags(const ServerFlags& f, ServerConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
   }
   c.signal_exit_code = f.signal_exit_code;
-  if (c.signal_exit_code < 0 || c.signal_exit_code > 255) {
-    return OutOfRange("signal_exit_code", c.signal_exit_code, 0, 255);
+  if (absl::Status s =
+          CheckFlagRange("signal_exit_code", c.signal_exit_code, 0, 255);
+      !s.ok()) {
+    return s;
   }
   absl::StatusOr<ServerAuth> auth =
       LoadServerAuth({f.tls_cert, f.tls_key, f.tls_client_ca, f.token_file});
   if (!auth.ok()) return auth.status();
   c.auth = *std::move(auth);
   c.health_port = f.health_port;
-  if (c.health_port < -1 || c.health_port > 65535) {
-    return OutOfRange("health_port", c.health_port, -1, 65535);
+  if (absl::Status s = CheckFlagRange("health_port", c.health_port, -1, 65535);
+      !s.ok()) {
+    return s;
   }
   if (c.health_port > 0 && c.health_port == f.port) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -278,7 +297,9 @@ absl::StatusOr<ServerConfig> MakeServerConfig(const ServerFlags& flags,
   if (absl::Status s = ServingFlags(flags, c); !s.ok()) return s;
   if (absl::Status s = OptimizerFlags(flags, c); !s.ok()) return s;
   const int mb = flags.max_message_mb;
-  if (mb < 1 || mb > 2047) return OutOfRange("max_message_mb", mb, 1, 2047);
+  if (absl::Status s = CheckFlagRange("max_message_mb", mb, 1, 2047); !s.ok()) {
+    return s;
+  }
   c.max_message_bytes = mb << 20;
   if (absl::Status s = FaultFlags(flags, c); !s.ok()) return s;
   if (absl::Status s = ResourceFlags(flags, c); !s.ok()) return s;

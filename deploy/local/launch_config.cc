@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cluster_address.h"
 #include "common/consistency_mode.h"
+#include "common/flag_range.h"
 #include "common/model_spec.h"
 #include "common/worker_environment.h"
 #include "deploy/local/allreduce_mode.h"
@@ -23,15 +24,6 @@ namespace {
 
 // Large enough for any machine this runs on, small enough to catch typos.
 constexpr int kMaxProcesses = 256;
-
-absl::Status CheckRange(absl::string_view flag, int64_t value, int64_t low,
-                        int64_t high) {
-  if (value < low || value > high) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, " must be in [", low, ", ", high, "], got ", value));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status CheckOneOf(absl::string_view flag, const std::string& value,
                         std::initializer_list<absl::string_view> allowed) {
@@ -55,23 +47,23 @@ absl::Status CheckPositive(absl::string_view flag, absl::Duration value) {
 
 absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
   for (absl::Status status : {
-           CheckRange("num_servers", config.num_servers, 1, kMaxProcesses),
-           CheckRange("num_workers", config.num_workers, 1, kMaxProcesses),
-           CheckRange("epochs", config.epochs, 1, 100000),
-           CheckRange("batch_size", config.batch_size, 1, 1 << 20),
+           CheckFlagRange("num_servers", config.num_servers, 1, kMaxProcesses),
+           CheckFlagRange("num_workers", config.num_workers, 1, kMaxProcesses),
+           CheckFlagRange("epochs", config.epochs, 1, 100000),
+           CheckFlagRange("batch_size", config.batch_size, 1, 1 << 20),
            CheckOneOf("mode", config.mode,
                       {"sync", "ssp", "async", kLaunchAllreduceMode}),
            CheckOneOf("optimizer", config.optimizer, {"", "adam", "sgd"}),
-           CheckRange("seed", config.seed, 0, INT64_MAX),
+           CheckFlagRange("seed", config.seed, 0, INT64_MAX),
            CheckOneOf("device", config.device, {"auto", "cpu", "cuda"}),
            CheckPositive("startup_timeout", config.startup_timeout),
            CheckPositive("shutdown_timeout", config.shutdown_timeout),
            CheckPositive("kill_grace", config.kill_grace),
-           CheckRange("log_every", config.log_every, 1, 1 << 30),
-           CheckRange("eval_every", config.eval_every, 0, 1 << 30),
-           CheckRange("max_steps", config.max_steps, 0, INT64_MAX),
+           CheckFlagRange("log_every", config.log_every, 1, 1 << 30),
+           CheckFlagRange("eval_every", config.eval_every, 0, 1 << 30),
+           CheckFlagRange("max_steps", config.max_steps, 0, INT64_MAX),
            CheckPositive("retry_timeout", config.retry_timeout),
-           CheckRange("max_restarts", config.max_restarts, 0, 1000),
+           CheckFlagRange("max_restarts", config.max_restarts, 0, 1000),
            CheckPositive("restart_backoff", config.restart_backoff),
        }) {
     if (!status.ok()) return status;
@@ -98,8 +90,8 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
   }
   if (config.metrics_port_base != 0) {
     const int last = TotalServers(config) + config.num_workers - 1;
-    absl::Status status = CheckRange("metrics_port_base",
-                                     config.metrics_port_base, 1, 65535 - last);
+    absl::Status status = CheckFlagRange(
+        "metrics_port_base", config.metrics_port_base, 1, 65535 - last);
     if (!status.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(status.message(), " (0: no metrics; it needs ", last + 1,
@@ -118,8 +110,8 @@ absl::Status ValidateLaunchConfig(const LaunchConfig& config) {
         config.learning_rate));
   }
   if (config.base_port != 0) {
-    absl::Status status = CheckRange("base_port", config.base_port, 1,
-                                     65536 - TotalServers(config));
+    absl::Status status = CheckFlagRange("base_port", config.base_port, 1,
+                                         65536 - TotalServers(config));
     if (!status.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(status.message(),
