@@ -42,34 +42,59 @@ class StageModelTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     PS_ASSERT_OK_AND_ASSIGN(backend_, kernels::CreateCpuBackend());
   }
+
+  // The unsplit model of GetParam() with weights drawn from `weight_seed`
+  // on, and a batch of `rows` images (from `image_seed`) whose row r has the
+  // label (r * label_stride) % classes.
+  void MakeWhole(int rows, uint64_t weight_seed, uint64_t image_seed,
+                 int label_stride) {
+    options_.max_batch = rows;
+    PS_ASSERT_OK_AND_ASSIGN(whole_, CreateModel(d_, options_, backend_.get()));
+    const ModelSpec spec = d_.Spec(options_.seed);
+    for (size_t t = 0; t < spec.tensors.size(); ++t) {
+      weights_.push_back(
+          Floats(spec.tensors[t].num_elements(), weight_seed + t, -.5, .5));
+      PS_ASSERT_OK(whole_->SetWeights(t, weights_.back()));
+    }
+    images_ = Floats(rows * d_.example_size(), image_seed, -1, 1);
+    for (int r = 0; r < rows; ++r) {
+      labels_.push_back((r * label_stride) % d_.num_classes());
+    }
+  }
+
+  // Stage `range` of the model, holding the whole model's weights of its
+  // tensors.
+  void MakeStage(const StageRange& range, std::unique_ptr<StageModel>* out) {
+    PS_ASSERT_OK_AND_ASSIGN(
+        *out, StageModel::Create(d_, range, options_, backend_.get()));
+    for (int t = range.first_tensor; t < range.end_tensor; ++t) {
+      PS_ASSERT_OK((*out)->SetWeights(t, weights_[t]));
+    }
+  }
+
   std::unique_ptr<kernels::Backend> backend_;
+  const ModelDescription d_ = Describe(GetParam());
+  ModelOptions options_;
+  std::unique_ptr<Model> whole_;
+  std::vector<std::vector<float>> weights_;
+  std::vector<float> images_;
+  std::vector<float> labels_;
 };
 
 // The stages chained through host memory compute the unsplit model's loss
 // and gradients bit for bit: the same layers run on the same inputs, and
 // dropout draws its masks from the layer's index in the whole network.
 TEST_P(StageModelTest, ChainedStagesMatchTheUnsplitModelBitForBit) {
-  const ModelDescription d = Describe(GetParam());
   constexpr int kRows = 6;
-  ModelOptions options;
-  options.max_batch = kRows;
-  options.seed = 7;
-  PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Model> whole,
-                          CreateModel(d, options, backend_.get()));
-  const ModelSpec spec = d.Spec(options.seed);
-  std::vector<std::vector<float>> weights;
-  for (size_t t = 0; t < spec.tensors.size(); ++t) {
-    weights.push_back(Floats(spec.tensors[t].num_elements(), 10 + t, -.5, .5));
-    PS_ASSERT_OK(whole->SetWeights(t, weights.back()));
-  }
-  const std::vector<float> images = Floats(kRows * d.example_size(), 3, -1, 1);
-  std::vector<float> labels;
-  for (int r = 0; r < kRows; ++r) labels.push_back(r % d.num_classes());
+  options_.seed = 7;
+  ASSERT_NO_FATAL_FAILURE(MakeWhole(kRows, /*weight_seed=*/10,
+                                    /*image_seed=*/3, /*label_stride=*/1));
+  const ModelSpec spec = d_.Spec(options_.seed);
   StepInfo step{/*step=*/5, /*first_example=*/12};
   PS_ASSERT_OK_AND_ASSIGN(float whole_loss,
-                          whole->Forward(images, labels, kRows, step));
+                          whole_->Forward(images_, labels_, kRows, step));
   std::map<int, std::vector<float>> whole_grads;
-  PS_ASSERT_OK(whole->Backward([&](int id, absl::Span<const float> g) {
+  PS_ASSERT_OK(whole_->Backward([&](int id, absl::Span<const float> g) {
     whole_grads[id].assign(g.begin(), g.end());
     return absl::OkStatus();
   }));
@@ -77,23 +102,17 @@ TEST_P(StageModelTest, ChainedStagesMatchTheUnsplitModelBitForBit) {
   for (int k = 2; k <= 3; ++k) {
     SCOPED_TRACE(k);
     PS_ASSERT_OK_AND_ASSIGN(std::vector<StageRange> ranges,
-                            SplitByParameterBytes(d, k));
-    std::vector<std::unique_ptr<StageModel>> stages;
-    for (const StageRange& r : ranges) {
-      PS_ASSERT_OK_AND_ASSIGN(
-          std::unique_ptr<StageModel> s,
-          StageModel::Create(d, r, options, backend_.get()));
-      for (int t = r.first_tensor; t < r.end_tensor; ++t) {
-        PS_ASSERT_OK(s->SetWeights(t, weights[t]));
-      }
-      stages.push_back(std::move(s));
+                            SplitByParameterBytes(d_, k));
+    std::vector<std::unique_ptr<StageModel>> stages(ranges.size());
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      ASSERT_NO_FATAL_FAILURE(MakeStage(ranges[i], &stages[i]));
     }
     // Forward, stage by stage.
-    std::vector<std::vector<float>> inputs = {images};
+    std::vector<std::vector<float>> inputs = {images_};
     float loss = -1;
     for (auto& s : stages) {
       std::vector<float> out(s->last() ? 0 : kRows * s->output_size());
-      PS_ASSERT_OK_AND_ASSIGN(float l, s->Forward(inputs.back(), labels, kRows,
+      PS_ASSERT_OK_AND_ASSIGN(float l, s->Forward(inputs.back(), labels_, kRows,
                                                   step, absl::MakeSpan(out)));
       if (s->last()) loss = l;
       inputs.push_back(std::move(out));
@@ -126,37 +145,23 @@ TEST_P(StageModelTest, ChainedStagesMatchTheUnsplitModelBitForBit) {
 // Chained Evaluate calls count what the unsplit Model::Evaluate counts (in
 // evaluation mode: the dropout layer passes its input through).
 TEST_P(StageModelTest, ChainedEvaluationCountsAsTheUnsplitModel) {
-  const ModelDescription d = Describe(GetParam());
   constexpr int kRows = 40;
-  ModelOptions options;
-  options.max_batch = kRows;
-  PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Model> whole,
-                          CreateModel(d, options, backend_.get()));
-  const ModelSpec spec = d.Spec(options.seed);
-  std::vector<std::vector<float>> weights;
-  for (size_t t = 0; t < spec.tensors.size(); ++t) {
-    weights.push_back(Floats(spec.tensors[t].num_elements(), 20 + t, -.5, .5));
-    PS_ASSERT_OK(whole->SetWeights(t, weights.back()));
-  }
-  const std::vector<float> images = Floats(kRows * d.example_size(), 4, -1, 1);
-  std::vector<float> labels;
-  for (int r = 0; r < kRows; ++r) labels.push_back((r * 7) % d.num_classes());
-  PS_ASSERT_OK_AND_ASSIGN(int64_t want, whole->Evaluate(images, labels, kRows));
+  ASSERT_NO_FATAL_FAILURE(MakeWhole(kRows, /*weight_seed=*/20,
+                                    /*image_seed=*/4, /*label_stride=*/7));
+  PS_ASSERT_OK_AND_ASSIGN(int64_t want,
+                          whole_->Evaluate(images_, labels_, kRows));
   ASSERT_GT(want, 0) << "a count of 0 would not tell much";
   ASSERT_LT(want, kRows);
   PS_ASSERT_OK_AND_ASSIGN(std::vector<StageRange> ranges,
-                          SplitByParameterBytes(d, 2));
-  std::vector<float> x = images;
+                          SplitByParameterBytes(d_, 2));
+  std::vector<float> x = images_;
   int64_t correct = -1;
   for (const StageRange& r : ranges) {
-    PS_ASSERT_OK_AND_ASSIGN(std::unique_ptr<StageModel> s,
-                            StageModel::Create(d, r, options, backend_.get()));
-    for (int t = r.first_tensor; t < r.end_tensor; ++t) {
-      PS_ASSERT_OK(s->SetWeights(t, weights[t]));
-    }
+    std::unique_ptr<StageModel> s;
+    ASSERT_NO_FATAL_FAILURE(MakeStage(r, &s));
     std::vector<float> out(s->last() ? 0 : kRows * s->output_size());
-    PS_ASSERT_OK_AND_ASSIGN(int64_t n,
-                            s->Evaluate(x, labels, kRows, absl::MakeSpan(out)));
+    PS_ASSERT_OK_AND_ASSIGN(
+        int64_t n, s->Evaluate(x, labels_, kRows, absl::MakeSpan(out)));
     if (s->last()) correct = n;
     x = std::move(out);
   }
