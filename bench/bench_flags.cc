@@ -7,21 +7,16 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/byte_size.h"
 
 namespace ps::bench {
 namespace {
 
 // Test hosts are at most 200 (tests/hosts/test_hosts.h), one a worker.
 constexpr int kMaxWorkers = 200;
+constexpr uint64_t kMaxSize = uint64_t{1} << 30;
 
 }  // namespace
-
-absl::Status CheckFlagRange(absl::string_view flag, int64_t value, int64_t lo,
-                            int64_t hi) {
-  if (value >= lo && value <= hi) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--", flag, " must be in [", lo, ", ", hi, "], got ", value));
-}
 
 absl::StatusOr<std::vector<int64_t>> ParseNumberList(absl::string_view text,
                                                      absl::string_view what,
@@ -40,6 +35,28 @@ absl::StatusOr<std::vector<int64_t>> ParseNumberList(absl::string_view text,
     numbers.push_back(n);
   }
   return numbers;
+}
+
+absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text) {
+  std::vector<uint64_t> sizes;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    absl::StatusOr<uint64_t> parsed =
+        ParseByteSize(absl::StripAsciiWhitespace(part), kMaxSize);
+    if (!parsed.ok() || *parsed == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "size \"", part, "\" is not a whole number of bytes in [8, 1G] ",
+          "with an optional K, M or G suffix (e.g. 4K,1M,16M,64M)"));
+    }
+    const uint64_t bytes = *parsed;
+    if (bytes < 8 || bytes % 4 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("size \"", part, "\" (", bytes,
+                       " bytes) is not a multiple of 4 bytes (float32) of at "
+                       "least 8"));
+    }
+    sizes.push_back(bytes);
+  }
+  return sizes;
 }
 
 absl::StatusOr<HostGrid> ParseHostGrid(absl::string_view workers,

@@ -9,17 +9,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/flag_range.h"
 
 namespace ps::bench {
 
 // Checks of the flags the benches take on their command lines, before
-// anything runs: lists (--workers=2,4, --rates_mbit=0,1000, --servers=1,2)
-// and ranges.
-
-// OK if `value`, that of --`flag`, is in [lo, hi]; else InvalidArgument
-// "--FLAG must be in [LO, HI], got VALUE".
-absl::Status CheckFlagRange(absl::string_view flag, int64_t value, int64_t lo,
-                            int64_t hi);
+// anything runs: lists (--workers=2,4, --rates_mbit=0,1000, --sizes=4K,1M);
+// single numbers go through CheckFlagRange (common/flag_range.h).
 
 // Parses `text`, whole numbers separated by commas (spaces around each
 // allowed), each in [min, max]. InvalidArgument names `what` (e.g. "worker
@@ -27,6 +23,11 @@ absl::Status CheckFlagRange(absl::string_view flag, int64_t value, int64_t lo,
 absl::StatusOr<std::vector<int64_t>> ParseNumberList(
     absl::string_view text, absl::string_view what, int64_t min,
     int64_t max = std::numeric_limits<int64_t>::max());
+
+// Parses a comma-separated list of tensor sizes such as "4K,1M,16M,64M": a
+// whole number with an optional binary suffix K, M or G (KiB, MiB, GiB).
+// Each must be a multiple of 4 bytes (float32) in [8 B, 1 GiB].
+absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text);
 
 // What a bench of jobs on test hosts runs (ring_vs_servers_bench,
 // torch_ring_vs_ddp_bench): each worker count at each link rate.

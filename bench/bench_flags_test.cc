@@ -11,12 +11,14 @@
 namespace ps::bench {
 namespace {
 
-TEST(CheckFlagRangeTest, AcceptsTheBoundsAndNamesTheFlagOutside) {
-  EXPECT_TRUE(CheckFlagRange("trials", 1, 1, 1000).ok());
-  EXPECT_TRUE(CheckFlagRange("trials", 1000, 1, 1000).ok());
-  EXPECT_EQ(CheckFlagRange("trials", 0, 1, 1000),
-            absl::InvalidArgumentError("--trials must be in [1, 1000], got 0"));
-  EXPECT_FALSE(CheckFlagRange("trials", 1001, 1, 1000).ok());
+TEST(ParseSizesTest, ParsesSizeLists) {
+  absl::StatusOr<std::vector<uint64_t>> sizes = ParseSizes("4K,1M, 16m,8");
+  ASSERT_TRUE(sizes.ok()) << sizes.status();
+  EXPECT_EQ(*sizes, (std::vector<uint64_t>{4096, 1 << 20, 16 << 20, 8}));
+  for (const char* bad :
+       {"", "4K,", "0", "3", "6", "abc", "4X", "2G", "-4K", "1.5M"}) {
+    EXPECT_FALSE(ParseSizes(bad).ok()) << bad;
+  }
 }
 
 TEST(ParseNumberListTest, ParsesWholeNumbersInRange) {

@@ -13,12 +13,10 @@
 #include "absl/strings/strip.h"
 #include "bench/bench_flags.h"
 #include "bench/grpc_echo.h"
-#include "common/byte_size.h"
 
 namespace ps::bench {
 namespace {
 
-constexpr uint64_t kMaxSize = uint64_t{1} << 30;
 constexpr int kMaxServers = 16;
 constexpr char kWorkspace[] = "paramserver";
 
@@ -31,28 +29,6 @@ bool IsExecutableFile(const std::string& path) {
 double Ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 }  // namespace
-
-absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text) {
-  std::vector<uint64_t> sizes;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    absl::StatusOr<uint64_t> parsed =
-        ParseByteSize(absl::StripAsciiWhitespace(part), kMaxSize);
-    if (!parsed.ok() || *parsed == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "size \"", part, "\" is not a whole number of bytes in [8, 1G] ",
-          "with an optional K, M or G suffix (e.g. 4K,1M,16M,64M)"));
-    }
-    const uint64_t bytes = *parsed;
-    if (bytes < 8 || bytes % 4 != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("size \"", part, "\" (", bytes,
-                       " bytes) is not a multiple of 4 bytes (float32) of at "
-                       "least 8"));
-    }
-    sizes.push_back(bytes);
-  }
-  return sizes;
-}
 
 absl::StatusOr<std::vector<int>> ParseServerCounts(absl::string_view text) {
   absl::StatusOr<std::vector<int64_t>> counts =

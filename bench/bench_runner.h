@@ -66,11 +66,6 @@ struct BenchRow {
   std::vector<server::ShardReport> shard_reports;
 };
 
-// Parses a comma-separated list of sizes such as "4K,1M,16M,64M": a whole
-// number with an optional binary suffix K, M or G (KiB, MiB, GiB). Each
-// must be a multiple of 4 bytes in [8 B, 1 GiB].
-absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text);
-
 // Parses a comma-separated list of server counts, each in [1, 16].
 absl::StatusOr<std::vector<int>> ParseServerCounts(absl::string_view text);
 

@@ -19,15 +19,18 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_flags.h"
 #include "bench/measure.h"
 #include "client/tensor_compression.h"
 #include "common/wire_encoding.h"
 
 ABSL_FLAG(std::string, sizes, "1M,16M",
-          "Tensor sizes in float32 bytes (K, M suffixes), comma-separated");
+          "Tensor sizes in float32 bytes (K, M, G suffixes), comma-separated");
 ABSL_FLAG(std::string, topk_ratios, "0.01,0.1",
           "Top-k ratios, comma-separated");
 ABSL_FLAG(int, min_time_ms, 400, "Minimum time of each trial");
@@ -64,15 +67,6 @@ std::vector<float> NthElementTopK(absl::Span<const float> gradient,
   return sent;
 }
 
-bool ParseSize(absl::string_view text, uint64_t* bytes) {
-  uint64_t scale = 1;
-  if (absl::ConsumeSuffix(&text, "K")) scale = 1024;
-  if (absl::ConsumeSuffix(&text, "M")) scale = 1024 * 1024;
-  if (!absl::SimpleAtoi(text, bytes)) return false;
-  *bytes *= scale;
-  return true;
-}
-
 void Print(const char* size, const std::string& what,
            const absl::StatusOr<Measurement>& m, double memcpy_ms) {
   if (!m.ok()) {
@@ -87,23 +81,39 @@ void Print(const char* size, const std::string& what,
 }
 
 int Main() {
+  const std::string size_list = absl::GetFlag(FLAGS_sizes);
+  const absl::StatusOr<std::vector<uint64_t>> sizes = ParseSizes(size_list);
+  if (!sizes.ok()) {
+    std::fprintf(stderr, "--sizes: %s\n", sizes.status().ToString().c_str());
+    return 2;
+  }
+  if (absl::Status s = CheckFlagRange(
+          "min_time_ms", absl::GetFlag(FLAGS_min_time_ms), 0, 600000);
+      !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 2;
+  }
   MeasureOptions options;
   options.min_time = absl::Milliseconds(absl::GetFlag(FLAGS_min_time_ms));
   std::vector<double> ratios;
   for (absl::string_view r :
        absl::StrSplit(absl::GetFlag(FLAGS_topk_ratios), ',')) {
     double ratio = 0;
-    if (!absl::SimpleAtod(r, &ratio) || !(ratio > 0 && ratio <= 1)) return 2;
+    if (!absl::SimpleAtod(r, &ratio) || !(ratio > 0 && ratio <= 1)) {
+      std::fprintf(stderr, "--topk_ratios: \"%s\" is not a ratio in (0, 1]\n",
+                   std::string(r).c_str());
+      return 2;
+    }
     ratios.push_back(ratio);
   }
+  // Rows are labelled as the sizes were written ("1M").
+  const std::vector<std::string> labels = absl::StrSplit(size_list, ',');
   std::printf(
       "| size | pass | ms | GB/s of float32 | x memcpy |\n"
       "| --- | --- | --- | --- | --- |\n");
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',')) {
-    uint64_t bytes = 0;
-    if (!ParseSize(s, &bytes) || bytes < 4) return 2;
-    const std::string size(s);
-    const size_t n = bytes / 4;
+  for (size_t i = 0; i < sizes->size(); ++i) {
+    const std::string size(absl::StripAsciiWhitespace(labels[i]));
+    const size_t n = (*sizes)[i] / 4;
     // A gradient's shape: normal, most elements small.
     std::mt19937 random(1);
     std::normal_distribution<float> normal(0.0f, 1e-3f);

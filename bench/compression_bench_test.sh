@@ -11,3 +11,11 @@ for pass in "memcpy" "bfloat16 encode" "bfloat16 decode" "float16 encode" \
   fi
 done
 if grep -q "failed" <<< "$out"; then echo "$out"; exit 1; fi
+# A bad size or ratio is refused before anything runs, naming the flag.
+for bad in "--sizes=4X" "--sizes=6" "--topk_ratios=2" "--min_time_ms=-1"; do
+  rc=0; err=$("$1" "$bad" 2>&1 >/dev/null) || rc=$?
+  flag=${bad%%=*}
+  if [[ $rc -ne 2 || "$err" != *"${flag#--}"* ]]; then
+    echo "$bad: exit $rc, stderr: $err"; exit 1
+  fi
+done

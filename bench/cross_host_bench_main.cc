@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "bench/bench_flags.h"
 #include "bench/bench_runner.h"
 #include "bench/measure.h"
 #include "bench/push_pull.h"

@@ -163,16 +163,6 @@ TEST(PushPullBenchTest, RejectsSizesThatAreNotWholeFloats) {
   EXPECT_FALSE(MlpLayersForBytes(4098).ok());
 }
 
-TEST(PushPullBenchTest, ParsesSizeLists) {
-  absl::StatusOr<std::vector<uint64_t>> sizes = ParseSizes("4K,1M, 16m,8");
-  ASSERT_TRUE(sizes.ok()) << sizes.status();
-  EXPECT_EQ(*sizes, (std::vector<uint64_t>{4096, 1 << 20, 16 << 20, 8}));
-  for (const char* bad :
-       {"", "4K,", "0", "3", "6", "abc", "4X", "2G", "-4K", "1.5M"}) {
-    EXPECT_FALSE(ParseSizes(bad).ok()) << bad;
-  }
-}
-
 TEST(PushPullBenchTest, ParsesServerCounts) {
   absl::StatusOr<std::vector<int>> counts = ParseServerCounts("1,2");
   ASSERT_TRUE(counts.ok());
