@@ -7,6 +7,7 @@
 #include "common/auth_files.h"
 #include "common/cluster_address.h"
 #include "common/consistency_mode.h"
+#include "common/flag_range.h"
 #include "common/launch_environment.h"
 #include "common/metrics_http.h"
 
@@ -135,8 +136,10 @@ absl::Status CheckWorkerConfig(const WorkerConfig& config, int rank) {
     return absl::InvalidArgumentError(
         absl::StrCat("--rank must be in [0, ", num_workers, "), got ", rank));
   }
-  if (config.batch_size < 1 || config.batch_size > 65536) {
-    return absl::InvalidArgumentError("--batch_size must be in [1, 65536]");
+  if (absl::Status s =
+          CheckFlagRange("batch_size", config.batch_size, 1, 65536);
+      !s.ok()) {
+    return s;
   }
   if (config.epochs < 1) {
     return absl::InvalidArgumentError("--epochs must be at least 1");
@@ -150,9 +153,10 @@ absl::Status CheckWorkerConfig(const WorkerConfig& config, int rank) {
   if (config.slowdown_ms < 0) {
     return absl::InvalidArgumentError("--slowdown_ms must not be negative");
   }
-  const int chunk_kb = config.chunk_kb;
-  if (chunk_kb < 1 || chunk_kb > 32 * 1024) {
-    return absl::InvalidArgumentError("--chunk_kb must be in [1, 32768]");
+  if (absl::Status s =
+          CheckFlagRange("chunk_kb", config.chunk_kb, 1, 32 * 1024);
+      !s.ok()) {
+    return s;
   }
   if (config.retry_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--retry_timeout must not be negative");
@@ -173,10 +177,10 @@ absl::Status CheckWorkerConfig(const WorkerConfig& config, int rank) {
       return absl::InvalidArgumentError(
           "--checkpoint_every_steps must not be negative");
     }
-    if (config.allreduce_bucket_kb < 1 ||
-        config.allreduce_bucket_kb > 1024 * 1024) {
-      return absl::InvalidArgumentError(
-          "--allreduce_bucket_kb must be in [1, 1048576]");
+    if (absl::Status s = CheckFlagRange(
+            "allreduce_bucket_kb", config.allreduce_bucket_kb, 1, 1024 * 1024);
+        !s.ok()) {
+      return s;
     }
     if (config.allreduce_backend != "auto" &&
         config.allreduce_backend != "gloo" &&
