@@ -2,7 +2,6 @@
 // update, how the log file follows each checkpoint, and the replay after a
 // restore (update/update_log.h, update/update_log_record.h).
 
-#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "server/update_coordinator.h"
 #include "spdlog/spdlog.h"
 
@@ -51,67 +49,9 @@ absl::Status Gap(absl::string_view what) {
   return absl::DataLossError(absl::StrCat("update log gap: ", what));
 }
 
-// A sync push or step record replayed (or recognised as restated), kept
-// while a later file may restate it.
-struct RecentRecord {
-  uint64_t step = 0;
-  bool takes_step = false;  // A LoggedStep, not a push.
-  std::string payload;
-};
-
-// Forgets the records of steps before `step`.
-void DropBefore(uint64_t step, std::vector<RecentRecord>& recent) {
-  recent.erase(
-      std::remove_if(recent.begin(), recent.end(),
-                     [step](const RecentRecord& r) { return r.step < step; }),
-      recent.end());
-}
-
-// How many of `next`'s first records restate records already replayed,
-// which its replay skips. A file starts at the version of a checkpoint's
-// snapshot and restates the sync records logged for that step so far, which
-// the file before it holds too; if the snapshot came between the step being
-// taken and applied, the step's record as well, so that the file before it
-// reaches one version further. Those records must be the same bytes, in the
-// same order: anything else is a gap (`next` starts after `at`, or more
-// than one step before it) or two files that disagree, and nothing is
-// skipped on a guess. The records after them must go on from `at` (the
-// replay checks each record's version).
-absl::StatusOr<size_t> RestatedRecords(absl::Span<const RecentRecord> recent,
-                                       uint64_t at,
-                                       const update::UpdateLogContents& next,
-                                       const std::string& previous,
-                                       const std::string& path) {
-  const uint64_t start = next.start_version;
-  if (start > at || start + 1 < at) {
-    return Gap(absl::StrCat("replay reached version ", at, " at the end of ",
-                            previous, " but ", path, " starts at version ",
-                            start));
-  }
-  size_t n = 0;
-  for (const RecentRecord& r : recent) {
-    if (r.step < start) continue;
-    if (n >= next.records.size() || next.records[n] != r.payload) {
-      return absl::DataLossError(absl::StrCat(
-          "update log: ", path, " starts at version ", start,
-          " but its record ", n + 1, " is not the ",
-          r.takes_step ? "step" : "push", " record of step ", r.step, " that ",
-          previous, " holds: the files disagree about the same updates"));
-    }
-    ++n;
-  }
-  return n;
-}
-
 }  // namespace
 
 struct UpdateCoordinator::ReplayState {
-  // sync: the pushes logged for step version_, by rank.
-  std::vector<std::optional<StagedPush>> pending;
-  // sync: the push and step records for steps from version_ - 1 on, in the
-  // order of the files: what the next file may restate (RestatedRecords),
-  // and at the end the pushes of step version_ to restate in later files.
-  std::vector<RecentRecord> recent;
   // ssp, async: a push whose LoggedApply has not come yet.
   std::optional<StagedPush> at_once;
   // The size of its record in the file, prefix included.
@@ -140,10 +80,13 @@ absl::Status UpdateCoordinator::AppendLocked(
   if (log_ == nullptr) return absl::OkStatus();
   absl::Status s = log_->Append(entries);
   if (!s.ok()) {
-    spdlog::error("the update log failed; updates are refused: {}",
-                  s.ToString());
+    log_failure_ = absl::InternalError(absl::StrCat(
+        "the update log failed at version ", version_, ": ", s.message(),
+        "; this shard applies and acknowledges no more updates (restart it "
+        "with --restore)"));
+    spdlog::error("{}", std::string(log_failure_.message()));
   }
-  return s;
+  return log_failure_.ok() ? s : log_failure_;
 }
 
 void UpdateCoordinator::AppendOrWarnLocked(const update::LogRecord& record) {
@@ -154,11 +97,9 @@ void UpdateCoordinator::AppendOrWarnLocked(const update::LogRecord& record) {
 }
 
 absl::Status UpdateCoordinator::RotateLogLocked() {
-  std::vector<const update::LogEntry*> restated;
-  for (const auto& [step, entry] : unapplied_) restated.push_back(entry.get());
   absl::StatusOr<std::unique_ptr<update::UpdateLogWriter>> writer =
       update::UpdateLogWriter::Create(
-          options_.update_log_dir, store_->server_index(), version_, restated,
+          options_.update_log_dir, store_->server_index(), version_, {},
           options_.update_log_fsync, options_.update_log_preallocate_bytes);
   if (!writer.ok()) return writer.status();
   log_ = *std::move(writer);
@@ -197,36 +138,48 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ReplayLog() {
     return 0;
   }
   ReplayState state;
-  state.pending.resize(options_.num_workers);
   update::UpdateLogContents last;
   for (size_t f = first; f < files->size(); ++f) {
     const std::string& path = (*files)[f].second;
     absl::StatusOr<update::UpdateLogContents> contents =
         update::ReadUpdateLog(path, index);
     if (!contents.ok()) return contents.status();
-    size_t restated = 0;
-    if (f > first) {
-      absl::StatusOr<size_t> n = RestatedRecords(
-          state.recent, version(), *contents, (*files)[f - 1].second, path);
-      if (!n.ok()) return n.status();
-      restated = *n;
-      // The records restated are this file's from now on.
-      DropBefore(contents->start_version, state.recent);
+    if (contents->format < update::kUpdateLogFormat &&
+        policy_->CollectsSteps()) {
+      // Format 2 logged a sync step's pushes one by one and restated them
+      // across files; replaying it would take a second replay of its own.
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " is an update log of format ", contents->format,
+          ", which logs every sync push; this server logs a sync step's mean "
+          "(format ",
+          update::kUpdateLogFormat,
+          ") and does not replay it: restore with the server that wrote it, "
+          "or move the shard's .wal files away to restore the checkpoint of "
+          "version ",
+          restored, " alone (losing the updates after it)"));
+    }
+    // A checkpoint starts a file between two updates: the file goes on
+    // where the one before it ended.
+    if (f > first && contents->start_version != version()) {
+      return Gap(absl::StrCat("replay reached version ", version(),
+                              " at the end of ", (*files)[f - 1].second,
+                              " but ", path, " starts at version ",
+                              contents->start_version));
     }
     if (contents->torn_bytes > 0 && f + 1 < files->size()) {
       return Gap(absl::StrCat(path, " ends in ", contents->torn_bytes,
                               " bytes of a torn record, and ",
                               (*files)[f + 1].second, " follows it"));
     }
-    for (size_t i = restated; i < contents->records.size(); ++i) {
-      std::string& payload = contents->records[i];
+    for (size_t i = 0; i < contents->records.size(); ++i) {
+      const std::string& payload = contents->records[i];
       absl::StatusOr<update::LogRecord> record =
           update::DecodeLogRecord(payload);
       if (!record.ok()) {
         return absl::DataLossError(
             absl::StrCat(path, ": ", record.status().message()));
       }
-      if (absl::Status s = ReplayRecord(*record, std::move(payload), state);
+      if (absl::Status s = ReplayRecord(*record, payload.size(), state);
           !s.ok()) {
         return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
       }
@@ -249,35 +202,18 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ReplayLog() {
                                       options_.update_log_preallocate_bytes);
   if (!writer.ok()) return writer.status();
   absl::MutexLock lock(&mu_);
-  for (std::optional<StagedPush>& push : state.pending) {
-    if (!push.has_value()) continue;
-    members_.ranks().RecordAccepted(push->rank, push->step,
-                                    {push->epoch, push->examples_done});
-    parts_.Add(*std::move(push));
-  }
-  // The pushes of the step being collected, in the order of the file, as
-  // the next file restates them.
-  for (RecentRecord& r : state.recent) {
-    if (r.step != version_) continue;
-    unapplied_.emplace_back(r.step,
-                            std::make_shared<const update::LogEntry>(
-                                update::MakeLogEntry(std::move(r.payload))));
-  }
   log_ = *std::move(writer);
   // The log holds every update acknowledged: nothing to fast-forward over.
   recovering_ = false;
   restored_without_log_.reset();
   replayed_updates_ = state.updates;
-  spdlog::info("replayed {} updates from the update log: version {} to {}{}",
-               state.updates, restored, version_,
-               parts_.any_part() ? absl::StrCat(", with step ", version_,
-                                                "'s pushes taken so far")
-                                 : std::string());
+  spdlog::info("replayed {} updates from the update log: version {} to {}",
+               state.updates, restored, version_);
   return state.updates;
 }
 
 absl::Status UpdateCoordinator::ReplayRecord(const update::LogRecord& record,
-                                             std::string payload,
+                                             uint64_t payload_bytes,
                                              ReplayState& state) {
   const uint64_t at = version();
   if (const auto* p = std::get_if<update::LoggedPush>(&record)) {
@@ -290,21 +226,13 @@ absl::Status UpdateCoordinator::ReplayRecord(const update::LogRecord& record,
                               "'s push of step ", state.at_once->step,
                               " has no record of its application"));
     }
-    if (!policy_->CollectsSteps()) {
-      state.at_once = FromLogged(*p);
-      state.at_once_bytes = update::kLogRecordPrefixBytes + payload.size();
-      return absl::OkStatus();
+    if (policy_->CollectsSteps()) {
+      return absl::DataLossError(absl::StrCat(
+          "a push record of worker ", p->rank, " for step ", p->step,
+          " in a sync shard's log, which holds steps' means"));
     }
-    if (p->step != at) {
-      return Gap(absl::StrCat("a push for step ", p->step,
-                              " where the shard is at version ", at));
-    }
-    if (state.pending[p->rank].has_value()) {
-      return absl::DataLossError(absl::StrCat("two pushes of worker ", p->rank,
-                                              " for step ", p->step));
-    }
-    state.pending[p->rank].emplace(FromLogged(*p));
-    state.recent.push_back({p->step, false, std::move(payload)});
+    state.at_once = FromLogged(*p);
+    state.at_once_bytes = update::kLogRecordPrefixBytes + payload_bytes;
     return absl::OkStatus();
   }
   if (const auto* a = std::get_if<update::LoggedApply>(&record)) {
@@ -325,35 +253,29 @@ absl::Status UpdateCoordinator::ReplayRecord(const update::LogRecord& record,
     if (push.num_examples > 0) ++state.updates;
     return absl::OkStatus();
   }
-  if (const auto* s = std::get_if<update::LoggedStep>(&record)) {
+  if (const auto* s = std::get_if<update::LoggedStepMean>(&record)) {
+    if (!policy_->CollectsSteps()) {
+      return absl::DataLossError(absl::StrCat(
+          "a sync step's record (step ", s->step, ") in the log of a ",
+          ConsistencyModeName(options_.mode), " shard"));
+    }
     if (s->step != at) {
       return Gap(absl::StrCat("step ", s->step,
                               " where the shard is at version ", at));
     }
-    ReadyStep ready;
-    ready.step = s->step;
-    ready.learning_rate = s->learning_rate;
-    for (int r : s->ranks) {
-      if (r < 0 || r >= options_.num_workers || !state.pending[r].has_value()) {
-        return Gap(absl::StrCat("step ", s->step, " sums worker ", r,
-                                "'s push, which is not in the log"));
+    int previous = -1;
+    for (const update::LoggedStepPart& p : s->parts) {
+      if (p.rank <= previous || p.rank >= options_.num_workers) {
+        return absl::DataLossError(
+            absl::StrCat("step ", s->step, " has a part of worker ", p.rank,
+                         ": not one of the job's in rank order"));
       }
-      ready.pushes.push_back(*std::move(state.pending[r]));
-      state.pending[r].reset();
+      previous = p.rank;
     }
-    {
-      absl::MutexLock lock(&mu_);
-      for (const StagedPush& p : ready.pushes) {
-        members_.ranks().RecordAccepted(p.rank, p.step,
-                                        {p.epoch, p.examples_done});
-      }
-    }
-    absl::StatusOr<uint64_t> applied = ApplyStep(std::move(ready));
+    absl::MutexLock apply_lock(&apply_mu_);
+    absl::StatusOr<uint64_t> applied = ApplyLoggedStep(*s);
     if (!applied.ok()) return applied.status();
     ++state.updates;
-    // Only this step's records and the next one's may be restated later.
-    DropBefore(s->step, state.recent);
-    state.recent.push_back({s->step, true, std::move(payload)});
     return absl::OkStatus();
   }
   const int rank = std::holds_alternative<update::LoggedRegister>(record)

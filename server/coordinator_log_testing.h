@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <utility>
 #include <variant>
 #include <vector>
 
@@ -33,6 +32,7 @@ class CoordinatorLogTest : public ::testing::Test {
     CoordinatorOptions o = FastOptions(mode, num_workers);
     o.update_log_dir = dir_;
     o.update_log_fsync = fsync_;
+    if (!preallocate_) o.update_log_preallocate_bytes = 0;
     o.fast_forward_after_restart = true;  // As --restore sets it.
     return o;
   }
@@ -90,29 +90,24 @@ class CoordinatorLogTest : public ::testing::Test {
   }
 
   std::string dir_;
-  bool fsync_ = false;  // --update_log_fsync
+  bool fsync_ = false;       // --update_log_fsync
+  bool preallocate_ = true;  // false: --update_log_preallocate_mb=0
 };
 
-// Where the records of sync step `step` begin (its first push) and end
-// (just after its step record) in `records`.
-inline std::pair<size_t, size_t> StepRecords(
-    const std::vector<std::string>& records, uint64_t step) {
-  size_t begin = records.size();
+// The index in `records` of sync step `step`'s record (its mean).
+inline size_t StepRecord(const std::vector<std::string>& records,
+                         uint64_t step) {
   for (size_t i = 0; i < records.size(); ++i) {
     absl::StatusOr<update::LogRecord> r = update::DecodeLogRecord(records[i]);
     EXPECT_TRUE(r.ok());
     if (!r.ok()) break;
-    if (const auto* p = std::get_if<update::LoggedPush>(&*r);
-        p != nullptr && p->step == step && begin == records.size()) {
-      begin = i;
-    }
-    if (const auto* s = std::get_if<update::LoggedStep>(&*r);
+    if (const auto* s = std::get_if<update::LoggedStepMean>(&*r);
         s != nullptr && s->step == step) {
-      return {begin, i + 1};
+      return i;
     }
   }
   ADD_FAILURE() << "no record of step " << step;
-  return {records.size(), records.size()};
+  return records.size();
 }
 
 inline std::vector<std::string> Slice(const std::vector<std::string>& records,

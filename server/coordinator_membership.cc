@@ -115,7 +115,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::WaitAsRank(
   const absl::Time start = absl::Now();
   absl::Time next_log = start + options_.slow_wait_log;
   auto is_ready = [this, ready]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return !members_.Running().ok() || ready();
+    return !members_.Running().ok() || !log_failure_.ok() || ready();
   };
   for (;;) {
     bool log_due = false;
@@ -126,6 +126,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::WaitAsRank(
       if (mu_.AwaitWithTimeout(absl::Condition(&is_ready),
                                options_.poll_interval)) {
         if (absl::Status s = members_.Running(); !s.ok()) return s;
+        if (!log_failure_.ok()) return log_failure_;
         return version_;
       }
       // A replaced process stops waiting; a waiting one is alive.

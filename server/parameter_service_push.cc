@@ -139,10 +139,18 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
                               [&stream] { return stream.IsCancelled(); });
     if (!clock_reached.ok()) return clock_reached.status();
   }
+  const int rank = staged->rank;
+  const uint64_t incarnation = staged->incarnation;
+  const uint64_t step = staged->step;
   const absl::Time received = absl::Now();
   absl::StatusOr<uint64_t> version = coordinator.Commit(*std::move(staged));
   *commit = absl::Now() - received;
-  return version;
+  if (!version.ok()) return version;
+  // A sync push is logged only as its step's mean: it is acknowledged once
+  // the step is applied and logged, so that no acknowledged push is lost
+  // with a killed shard (a PushPull's pull would wait for that anyway).
+  return coordinator.AwaitStepApplied(
+      rank, incarnation, step, [&stream] { return stream.IsCancelled(); });
 }
 
 grpc::Status ParameterService::PushBytes(ByteStream& stream) {

@@ -2,12 +2,17 @@
 // 0's initial values.
 #include <limits>
 #include <string>
+#include <thread>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/temp_dir_testing.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "server/parameter_service_testing.h"
+#include "update/update_log.h"
+#include "update/update_log_record.h"
 
 namespace ps::server::testing {
 namespace {
@@ -33,6 +38,40 @@ TEST_F(ParameterServiceTest, SyncPushesFromAllRanksUpdateTheWeights) {
   Weights expected = InitialWeights();
   ASSERT_EQ(weights.size(), expected.size());
   for (auto& [key, w] : expected) {
+    EXPECT_FLOAT_EQ(weights[key], w - 2.0f);  // lr 1 * mean(1, 3)
+  }
+}
+
+// With an update log a sync push is in no log until its step is, as the
+// step's mean: its Push answers once the step was applied and logged (with
+// the version after it), so that an acknowledged push outlives a kill.
+TEST_F(ParameterServiceTest, SyncPushWithALogIsAcknowledgedWithItsStep) {
+  update_log_dir_ = ps::testing::FreshTestDir("service_sync_log");
+  Start(ConsistencyMode::kSync);
+  ASSERT_TRUE(coordinator_->StartFreshLog().ok());
+  ASSERT_TRUE(coordinator_->SnapshotForCheckpoint().ok());
+  uint64_t first_version = 0;
+  grpc::Status first;
+  std::thread rank0(
+      [&] { first = Push(ValidPush(0, 0, 1.0f), &first_version); });
+  uint64_t version = 0;
+  ASSERT_TRUE(Push(ValidPush(1, 0, 3.0f), &version).ok());
+  rank0.join();
+  ASSERT_TRUE(first.ok()) << first.error_message();
+  EXPECT_EQ(first_version, 1u);  // Not 0: the step was applied first.
+  EXPECT_EQ(version, 1u);
+  absl::StatusOr<update::UpdateLogContents> log = update::ReadUpdateLog(
+      update_log_dir_ + "/" + update::UpdateLogFileName(kServer, 0), kServer);
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_EQ(log->records.size(), 1u);  // The step's mean, no push.
+  absl::StatusOr<update::LogRecord> step =
+      update::DecodeLogRecord(log->records[0]);
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_TRUE(std::holds_alternative<update::LoggedStepMean>(*step));
+  EXPECT_EQ(std::get<update::LoggedStepMean>(*step).parts.size(), 2u);
+  Weights weights;
+  ASSERT_TRUE(Pull(1, 0, &weights, &version).ok());
+  for (const auto& [key, w] : InitialWeights()) {
     EXPECT_FLOAT_EQ(weights[key], w - 2.0f);  // lr 1 * mean(1, 3)
   }
 }

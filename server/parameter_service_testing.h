@@ -94,6 +94,7 @@ class ParameterServiceTest : public ::testing::Test {
     options.mode = mode;
     options.num_workers = kWorkers;
     options.worker_timeout = worker_timeout;
+    options.update_log_dir = update_log_dir_;
     options.on_finished = [this](const absl::Status& outcome) {
       EXPECT_TRUE(outcome.ok()) << outcome;
       all_done_.Notify();  // Twice would crash: it is called once.
@@ -299,6 +300,8 @@ class ParameterServiceTest : public ::testing::Test {
   std::string job_id_;
   int max_threads_ = 0;
   int max_calls_per_rank_ = 8;
+  // Where the shard keeps its update log; none if empty.
+  std::string update_log_dir_;
   // Before the coordinator, whose callback notifies it.
   absl::Notification all_done_;
   ModelSpec model_ = MlpModelSpec({20, 30, 5}, kSeed);

@@ -1,8 +1,11 @@
 #include "server/step_parts.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
 #include "server/rank_registry.h"
 #include "spdlog/spdlog.h"
@@ -65,33 +68,79 @@ void StepParts::Clear() {
   for (std::optional<StagedPush>& pending : pending_) pending.reset();
 }
 
-absl::Status ApplyReadyStep(update::ShardStore& store, const ReadyStep& step) {
+update::LoggedStepMean StepMean(const update::ShardStore& store,
+                                const ReadyStep& step) {
+  update::LoggedStepMean mean;
+  mean.step = step.step;
+  mean.learning_rate = step.learning_rate;
   double total_examples = 0;
-  for (const StagedPush& p : step.pushes) total_examples += p.num_examples;
+  for (const StagedPush& p : step.pushes) {
+    mean.parts.push_back(
+        {p.rank, p.base_version, p.num_examples, p.epoch, p.examples_done});
+    total_examples += p.num_examples;
+  }
   // Only weight-0 pushes: nothing was learned, so nothing changes.
-  if (total_examples == 0) return absl::OkStatus();
-  return update::ForEachSlice(store, [&](int slice) {
-    // g = sum_r (n_r * g_r) / sum_r n_r, always in rank order, so the sum
-    // is the same bits whatever order the pushes arrived in. Computed a
-    // block at a time as the update reads it, from the pushes where they
-    // lie: elementwise, so the blocks change no bit.
-    auto aggregate = [&](uint64_t begin, absl::Span<char> scratch) {
-      const size_t n = scratch.size() / sizeof(float);
+  if (total_examples == 0) return mean;
+  mean.mean.resize(store.num_slices());
+  // Elementwise: how the elements are split into ranges and blocks changes
+  // no bit.
+  auto aggregate = [&](int slice, size_t begin, size_t end) {
+    float* out = mean.mean[slice].data();
+    char scratch[update::Optimizer::kGradientBlock * sizeof(float)];
+    for (size_t at = begin; at < end;) {
+      const size_t n = std::min(end - at, update::Optimizer::kGradientBlock);
       double sum[update::Optimizer::kGradientBlock] = {};
       for (const StagedPush& p : step.pushes) {
         if (p.num_examples == 0) continue;
         for (size_t done = 0; done < n;) {
-          const EncodedFloats g =
-              p.gradients[slice].View(begin + done, n - done, scratch);
+          const EncodedFloats g = p.gradients[slice].View(
+              at + done, n - done, absl::MakeSpan(scratch));
           update::AddWeighted(g, p.num_examples, sum + done);
           done += g.size();
         }
       }
-      float mean[update::Optimizer::kGradientBlock];
-      update::DivideToFloats(sum, n, total_examples, mean);
-      return EncodeInto(absl::MakeConstSpan(mean, n), scratch);
+      update::DivideToFloats(sum, n, total_examples, out + at);
+      at += n;
+    }
+  };
+  (void)update::ForEachSlice(store, [&](int slice) {
+    const size_t n = store.slices()[slice].num_elements;
+    mean.mean[slice].resize(n);
+    if (store.pool() == nullptr) {
+      aggregate(slice, 0, n);
+    } else {
+      store.pool()->ForEachRange(
+          n, [&](size_t begin, size_t end) { aggregate(slice, begin, end); });
+    }
+    return absl::OkStatus();
+  });
+  return mean;
+}
+
+absl::Status ApplyStepMean(update::ShardStore& store,
+                           const update::LoggedStepMean& step) {
+  if (step.mean.empty()) return absl::OkStatus();
+  if (step.mean.size() != static_cast<size_t>(store.num_slices())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the mean of step ", step.step, " has ", step.mean.size(),
+                     " slices; this shard has ", store.num_slices()));
+  }
+  for (int s = 0; s < store.num_slices(); ++s) {
+    if (step.mean[s].size() != store.slices()[s].num_elements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the mean of step ", step.step, " has ",
+                       step.mean[s].size(), " elements in slice ", s,
+                       "; this shard's has ", store.slices()[s].num_elements));
+    }
+  }
+  return update::ForEachSlice(store, [&](int slice) {
+    const std::vector<float>& mean = step.mean[slice];
+    auto read = [&mean](uint64_t begin, absl::Span<char> scratch) {
+      const size_t n = std::min(scratch.size() / sizeof(float),
+                                static_cast<size_t>(mean.size() - begin));
+      return EncodedView(absl::MakeConstSpan(mean.data() + begin, n), scratch);
     };
-    return store.ApplyGradient(slice, aggregate, step.learning_rate);
+    return store.ApplyGradient(slice, read, step.learning_rate);
   });
 }
 

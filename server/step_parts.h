@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "server/push_stager.h"
 #include "update/shard_store.h"
+#include "update/update_log_record.h"
 
 namespace ps::server {
 
@@ -65,12 +66,23 @@ class StepParts {
   std::vector<int> last_missing_;
 };
 
-// Applies `step`'s pushes to `store` as one update: the mean of their
-// gradients weighted by num_examples, summed in rank order, so that the
-// result is the same bits whatever order the pushes arrived in. Changes
-// nothing when no push carries examples. The caller holds no lock that a
-// slice update takes (see UpdateCoordinator's lock order).
-absl::Status ApplyReadyStep(update::ShardStore& store, const ReadyStep& step);
+// A sync step's update, as it is logged and applied (one home for both the
+// live path and the replay of the update log, so they cannot diverge):
+// the parts of the ranks that pushed, in rank order, and the mean of their
+// gradients weighted by num_examples, g = sum_r (n_r * g_r) / sum_r n_r,
+// summed in double in rank order, so that the result is the same bits
+// whatever order the pushes arrived in. No mean when no push carries
+// examples (nothing was learned). Reads the pushes where they lie.
+update::LoggedStepMean StepMean(const update::ShardStore& store,
+                                const ReadyStep& step);
+
+// Applies `step`'s mean to `store` as one update at its learning rate;
+// changes nothing without a mean. InvalidArgument, with nothing changed,
+// if the mean does not cover the store's slices (a log of another shard
+// layout). The caller holds no lock that a slice update takes (see
+// UpdateCoordinator's lock order).
+absl::Status ApplyStepMean(update::ShardStore& store,
+                           const update::LoggedStepMean& step);
 
 }  // namespace ps::server
 

@@ -105,11 +105,10 @@ absl::StatusOr<PushVerdict> UpdateCoordinator::AdmitPushLocked(
 absl::StatusOr<uint64_t> UpdateCoordinator::CommitToStep(StagedPush push) {
   const int r = push.rank;
   const uint64_t step = push.step;
-  // Encoded before any lock: only the write of its bytes is under mu_.
-  const std::shared_ptr<const update::LogEntry> entry =
-      LogsUpdates() ? PushEntry(push) : nullptr;
-  // The push that completes the step applies it, on this thread.
+  // The push that completes the step applies it, on this thread. Nothing is
+  // logged here: the step's mean is, once (ApplyStep).
   return ApplyIfReadyAfter([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!log_failure_.ok()) return log_failure_;
     absl::StatusOr<PushVerdict> verdict = AdmitPushLocked(push);
     if (!verdict.ok()) return verdict.status();
     if (*verdict == PushVerdict::kReplay) {
@@ -118,11 +117,6 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitToStep(StagedPush push) {
         parts_.AddWithoutPush(r);
       }
       return absl::OkStatus();
-    }
-    // Logged before it is acknowledged; in the order of the step's record.
-    if (entry != nullptr) {
-      if (absl::Status s = AppendLocked({entry.get()}); !s.ok()) return s;
-      unapplied_.emplace_back(step, entry);
     }
     members_.ranks().RecordAccepted(r, step, {push.epoch, push.examples_done});
     parts_.Add(std::move(push));
@@ -145,51 +139,78 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ApplyIfReadyAfter(
 std::optional<ReadyStep> UpdateCoordinator::TakeReadyStepLocked() {
   std::optional<std::vector<int>> missing = policy_->StepReady(ViewLocked());
   if (!missing.has_value()) return std::nullopt;
-  ReadyStep ready =
-      parts_.Take(version_, LearningRateLocked(version_), *std::move(missing));
-  if (LogsUpdates()) {
-    update::LoggedStep logged{ready.step, ready.learning_rate, {}};
-    for (const StagedPush& p : ready.pushes) logged.ranks.push_back(p.rank);
-    auto entry = std::make_shared<const update::LogEntry>(
-        update::MakeLogEntry(update::EncodeLogRecord(logged)));
-    // The step is taken: a failure to log it can only be reported.
-    if (absl::Status s = AppendLocked({entry.get()}); !s.ok()) {
-      spdlog::error("step {} is applied but not in the update log: {}",
-                    ready.step, s.ToString());
-    }
-    unapplied_.emplace_back(ready.step, std::move(entry));
-  }
-  return ready;
+  return parts_.Take(version_, LearningRateLocked(version_),
+                     *std::move(missing));
 }
 
 absl::StatusOr<uint64_t> UpdateCoordinator::ApplyStep(ReadyStep ready) {
+  // Under apply_mu_ from the log's append to the version's change, so that
+  // a checkpoint's snapshot has the step in both or in neither.
   absl::MutexLock apply_lock(&apply_mu_);
-  absl::Status applied = ApplyReadyStep(*store_, ready);
-  WarnOfIncompleteUpdate(absl::StrCat("step ", ready.step));
+  // Computed, encoded and checksummed without mu_: only the write is under
+  // it.
+  const update::LoggedStepMean step = StepMean(*store_, ready);
+  if (LogsUpdates()) {
+    const update::LogEntry entry = update::MakeStepMeanEntry(step);
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = AppendLocked({&entry}); !s.ok()) {
+      // Logged before it is applied: nothing of it took effect, and its
+      // pushes, waiting for it, are refused with the failure.
+      parts_.Applied();
+      return log_failure_;
+    }
+  }
+  return ApplyLoggedStep(step);
+}
+
+absl::StatusOr<uint64_t> UpdateCoordinator::ApplyLoggedStep(
+    const update::LoggedStepMean& step) {
+  absl::Status applied = ApplyStepMean(*store_, step);
+  WarnOfIncompleteUpdate(absl::StrCat("step ", step.step));
   absl::MutexLock lock(&mu_);
-  for (const StagedPush& p : ready.pushes) {
+  for (const update::LoggedStepPart& p : step.parts) {
     if (applied.ok() && p.num_examples > 0) {
       staleness_.Add(version_ >= p.base_version ? version_ - p.base_version
                                                 : 0);
     }
-    members_.ranks().RecordApplied(p.rank, ready.step,
-                                   {p.epoch, p.examples_done},
+    const update::DataProgress progress{p.epoch, p.examples_done};
+    // Done by Commit already, but not in a replay.
+    members_.ranks().RecordAccepted(p.rank, step.step, progress);
+    members_.ranks().RecordApplied(p.rank, step.step, progress,
                                    applied.ok() ? p.num_examples : 0);
   }
   parts_.Applied();
-  version_ = ready.step + 1;
+  version_ = step.step + 1;
   recovering_ = false;
-  unapplied_.erase(
-      std::remove_if(unapplied_.begin(), unapplied_.end(),
-                     [&](const auto& e) { return e.first <= ready.step; }),
-      unapplied_.end());
   if (!applied.ok()) {
-    spdlog::error("update for step {} failed: {}", ready.step,
+    spdlog::error("update for step {} failed: {}", step.step,
                   applied.ToString());
-    return absl::InternalError(absl::StrCat("applying step ", ready.step,
+    return absl::InternalError(absl::StrCat("applying step ", step.step,
                                             " failed: ", applied.message()));
   }
   return version_;
+}
+
+absl::StatusOr<uint64_t> UpdateCoordinator::AwaitStepApplied(
+    int rank, uint64_t incarnation, uint64_t step,
+    absl::FunctionRef<bool()> cancelled) {
+  // Without a log nothing is kept past a kill anyway: a push is
+  // acknowledged once taken, as before.
+  if (!policy_->CollectsSteps() || !LogsUpdates()) return version();
+  return WaitAsRank(
+      rank, incarnation,
+      [this, step]()
+          ABSL_SHARED_LOCKS_REQUIRED(mu_) { return version_ > step; },
+      [this, step]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return policy_->RanksBlocking(ViewLocked(), step + 1);
+      },
+      [&](const std::string& waiting_on, double waited, uint64_t version) {
+        spdlog::warn(
+            "worker {}'s push of step {} has waited {:.0f} s to be applied "
+            "(version {}), for workers [{}]",
+            rank, step, waited, version, waiting_on);
+      },
+      cancelled, absl::StrCat("push of step ", step));
 }
 
 void UpdateCoordinator::WarnOfIncompleteUpdate(absl::string_view what) {
@@ -214,6 +235,7 @@ absl::StatusOr<uint64_t> UpdateCoordinator::CommitAtOnce(StagedPush push) {
   std::optional<float> learning_rate;
   {
     absl::MutexLock lock(&mu_);
+    if (!log_failure_.ok()) return log_failure_;
     absl::StatusOr<PushVerdict> verdict = AdmitPushLocked(push);
     if (!verdict.ok()) return verdict.status();
     if (*verdict == PushVerdict::kReplay) {
@@ -344,7 +366,8 @@ absl::StatusOr<update::ShardCheckpoint> UpdateCoordinator::TakeSnapshot(
   c.ranks = members_.ranks().Records();
   c.examples = members_.ranks().examples();
   // At this version, under both locks: every record before the new file's
-  // start is in the snapshot or restated in the file.
+  // start is in the snapshot (an update is logged and applied under
+  // apply_mu_).
   if (rotate_log) {
     if (absl::Status s = RotateLogLocked(); !s.ok()) return s;
   }
@@ -389,7 +412,6 @@ absl::Status UpdateCoordinator::Restore(
   version_ = checkpoint.version;
   members_.Restore(std::move(ranks), checkpoint.planned_steps);
   parts_.Clear();
-  unapplied_.clear();
   // Until ReplayLog finds the log.
   restored_without_log_ = checkpoint.version;
   return absl::OkStatus();

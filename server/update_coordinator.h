@@ -59,7 +59,8 @@ struct RankProgress {
 // Its parts, one idea each: Membership (server/membership.h) keeps the
 // workers as members of the job (registration, leases, the plan, barriers,
 // the end of the job); StepParts (server/step_parts.h) collects the sync
-// step and ApplyReadyStep applies it; AdmitPush (server/push_admission.h) is
+// step, StepMean computes its update and ApplyStepMean applies it (live and
+// in the log's replay); AdmitPush (server/push_admission.h) is
 // the one admission check of both commit paths. This class holds them under
 // one lock, applies updates and runs the waits.
 //
@@ -99,8 +100,19 @@ class UpdateCoordinator {
   UpdateCoordinator& operator=(const UpdateCoordinator&) = delete;
 
   // Takes a complete, validated push. Returns the version after it was
-  // taken (sync: the update of its step may still be pending).
+  // taken. sync: the update of its step may still be pending, and with an
+  // update log the push is in no log until its step is (as the step's
+  // mean): it may be acknowledged only after AwaitStepApplied.
   absl::StatusOr<uint64_t> Commit(StagedPush push);
+  // sync with an update log: blocks, as `rank`, until step `step` was
+  // applied and logged, and returns the version then (at once if it was).
+  // Errors as AwaitPull's, and the log's failure. Otherwise returns the
+  // version at once: without a log a kill keeps nothing since the last
+  // checkpoint anyway, and in ssp and async Commit logged and applied the
+  // push.
+  absl::StatusOr<uint64_t> AwaitStepApplied(
+      int rank, uint64_t incarnation, uint64_t step,
+      absl::FunctionRef<bool()> cancelled);
 
   // Blocks until `rank`'s pull for step `step` may be answered and returns
   // the version then. Cancelled once `cancelled()` (polled, called without any
@@ -171,10 +183,10 @@ class UpdateCoordinator {
   // copied.
   update::ShardCheckpoint Snapshot();
   // Snapshot for a checkpoint: with an update log, also starts the log file
-  // of the snapshot's version (restating the sync pushes still to be
-  // applied), so that the checkpoint and its file together hold every
-  // update acknowledged. The error of creating that file; the old file
-  // then goes on.
+  // of the snapshot's version, so that the checkpoint and its file together
+  // hold every update acknowledged (updates are logged as they are applied,
+  // under the lock the snapshot takes). The error of creating that file;
+  // the old file then goes on.
   absl::StatusOr<update::ShardCheckpoint> SnapshotForCheckpoint();
   // Runs `fn` with the version while no update is being applied, and lets
   // none start until it returns (pulls and pushes go on): a consistent
@@ -196,12 +208,14 @@ class UpdateCoordinator {
   // the shard died, then appends to the log again. Returns the updates
   // replayed. A record cut short at the end (an interrupted append, never
   // acknowledged) is dropped; DataLoss naming the versions for a gap (a file
-  // or record missing, a log that does not start at the restored version),
-  // a record that cannot be read, or a file whose restated records (those
-  // of the step being collected, or being applied, when it began, which
-  // the file before it holds too) are not byte for byte the ones before.
-  // Without log files for the restored version (the log was off), replays
-  // nothing and the report says the updates after it are lost.
+  // or record missing, a log that does not start at the restored version,
+  // a file that does not start where the one before it ended) or a record
+  // that cannot be read. sync: FailedPrecondition naming the file for a
+  // format-2 log (it holds pushes, not step means; restore with the server
+  // that wrote it). The step being collected when the shard died starts
+  // again: its pushes were not acknowledged, and the workers push them
+  // again. Without log files for the restored version (the log was off),
+  // replays nothing and the report says the updates after it are lost.
   absl::StatusOr<uint64_t> ReplayLog();
   // A fresh shard's log (no checkpoint restored): removes every earlier log
   // file of the shard. Logging starts with the first SnapshotForCheckpoint.
@@ -237,26 +251,25 @@ class UpdateCoordinator {
 
   // The update log (server/coordinator_log.cc).
   bool LogsUpdates() const { return !options_.update_log_dir.empty(); }
-  // `push` as a log record, encoded without any lock held.
+  // An ssp or async `push` as a log record, encoded without any lock held.
   std::shared_ptr<const update::LogEntry> PushEntry(
       const StagedPush& push) const;
   // Appends `entries` with one write; OK without a log (or before its first
   // file). Internal when the write fails: the update must not be
-  // acknowledged.
+  // acknowledged, and log_failure_ refuses every later update and wait.
   absl::Status AppendLocked(absl::Span<const update::LogEntry* const> entries)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends `record`, logging (not returning) a failure: for events that
   // have already taken effect.
   void AppendOrWarnLocked(const update::LogRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts the log file of version_, restating unapplied_.
+  // Starts the log file of version_.
   absl::Status RotateLogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Replays one decoded record (ReplayLog); `pending` holds the sync
-  // pushes logged since the last step, `recent` the sync records a later
-  // file may restate, `at_once` an ssp/async push awaiting its LoggedApply.
+  // Replays one decoded record (ReplayLog); `state.at_once` holds an
+  // ssp/async push awaiting its LoggedApply.
   struct ReplayState;
   absl::Status ReplayRecord(const update::LogRecord& record,
-                            std::string payload, ReplayState& state);
+                            uint64_t payload_bytes, ReplayState& state);
   // The admission check both commit paths share (AdmitPush), with this
   // coordinator's state; counts the replays.
   absl::StatusOr<PushVerdict> AdmitPushLocked(const StagedPush& push)
@@ -269,9 +282,16 @@ class UpdateCoordinator {
   // error (Internal) returned.
   absl::StatusOr<uint64_t> ApplyIfReadyAfter(
       absl::FunctionRef<absl::Status()> event) ABSL_LOCKS_EXCLUDED(mu_);
-  // Applies a step taken by TakeReadyStepLocked; returns the new version.
+  // Applies a step taken by TakeReadyStepLocked: its mean, logged first;
+  // returns the new version. If the log append fails the step is not
+  // applied, and its pushes (waiting in AwaitStepApplied) and every later
+  // call get log_failure_.
   absl::StatusOr<uint64_t> ApplyStep(ReadyStep step)
       ABSL_LOCKS_EXCLUDED(mu_, apply_mu_);
+  // Applies sync step `step`'s mean and records its parts: the ranks'
+  // progress, the staleness, the version. Shared by ApplyStep and ReplayLog.
+  absl::StatusOr<uint64_t> ApplyLoggedStep(const update::LoggedStepMean& step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_) ABSL_LOCKS_EXCLUDED(mu_);
   // Warns when the update just applied for `what` kept elements as they were
   // because their result would not have been finite.
   void WarnOfIncompleteUpdate(absl::string_view what)
@@ -333,10 +353,9 @@ class UpdateCoordinator {
   // The log file being appended to; null without a log, or before its
   // first file.
   std::unique_ptr<update::UpdateLogWriter> log_ ABSL_GUARDED_BY(mu_);
-  // sync: the records logged for steps not yet applied (pushes, and a
-  // step's record once taken), by step, restated in each new log file.
-  std::vector<std::pair<uint64_t, std::shared_ptr<const update::LogEntry>>>
-      unapplied_ ABSL_GUARDED_BY(mu_);
+  // Not OK once an append to the log failed: nothing more is applied or
+  // acknowledged, and every later update and wait gets this error.
+  absl::Status log_failure_ ABSL_GUARDED_BY(mu_);
   // Restored from a checkpoint of this version with no log to replay: the
   // updates after it are lost, how many is not known here.
   std::optional<uint64_t> restored_without_log_ ABSL_GUARDED_BY(mu_);

@@ -24,7 +24,10 @@ namespace ps::update {
 namespace {
 
 constexpr absl::string_view kMagic = "PSUL";
-constexpr uint32_t kFormatVersion = 2;
+// Format 2 is still read: its ssp and async records are format 3's (a sync
+// shard refuses it: UpdateCoordinator::ReplayLog).
+constexpr uint32_t kFormatVersion = kUpdateLogFormat;
+constexpr uint32_t kOldestFormatRead = 2;
 constexpr size_t kHeaderBytes = 4 + 4 + 4 + 8 + 8 + 4;
 constexpr size_t kSaltOffset = 4 + 4 + 4 + 8;
 
@@ -375,10 +378,11 @@ absl::StatusOr<UpdateLogContents> ReadUpdateLog(const std::string& path,
   GetFixed64(&in, &salt);
   GetFixed32(&in, &crc);
   if (crc != header_crc) return corrupt("header checksum mismatch");
-  if (format != kFormatVersion) {
-    return corrupt(
-        absl::StrCat("format version ", format, ", expected ", kFormatVersion));
+  if (format < kOldestFormatRead || format > kFormatVersion) {
+    return corrupt(absl::StrCat("format version ", format, ", expected ",
+                                kOldestFormatRead, " to ", kFormatVersion));
   }
+  contents.format = format;
   if (index != static_cast<uint32_t>(server_index)) {
     return corrupt(
         absl::StrCat("written by shard ", index, ", not ", server_index));

@@ -23,7 +23,7 @@ namespace ps::update {
 // One file per checkpoint: "shard-<index>-<version>.wal" holds what came
 // after that shard's checkpoint of version <version>, in its directory.
 // Layout, all integers little-endian:
-//   header:  magic "PSUL" | u32 format version (2) | u32 server index
+//   header:  magic "PSUL" | u32 format version (3) | u32 server index
 //            | u64 start version | u64 salt (random, per file written)
 //            | u32 crc32c of the header so far
 //   records: u32 length | u32 crc32c of the payload
@@ -42,6 +42,11 @@ namespace ps::update {
 // written with zeros, on a thread of its own (update/log_preallocator.h),
 // so that a shard's first files too are written over rather than grown; the
 // zeros are no record either, and a closed file is cut to its records.
+
+// The format version this code writes. 3: a sync step is one record, its
+// mean (update/update_log_record.h); 2 logged every sync push, and is read
+// for ssp and async only.
+inline constexpr uint32_t kUpdateLogFormat = 3;
 
 // Bytes before each record's payload (its length and checksums).
 inline constexpr uint64_t kLogRecordPrefixBytes = 12;
@@ -86,8 +91,8 @@ std::string SpareLogFileName(int server_index);
 class UpdateLogWriter {
  public:
   // Creates `dir`/shard-<index>-<start_version>.wal holding `initial`
-  // (records that are still to take effect, restated from the previous
-  // file) atomically: written to the shard's spare file (if it has no other
+  // records (a shard starts its files empty; tests write logs whole)
+  // atomically: written to the shard's spare file (if it has no other
   // name) or a temporary file, renamed over any file of that name, so a
   // crash leaves the old file or the complete new one.
   static absl::StatusOr<std::unique_ptr<UpdateLogWriter>> Create(
@@ -135,6 +140,7 @@ class UpdateLogWriter {
 
 // One log file as read back.
 struct UpdateLogContents {
+  uint32_t format = 0;  // The header's format version.
   uint64_t start_version = 0;
   std::vector<std::string> records;  // Payloads, in order.
   // Bytes up to the end of the last whole record.

@@ -18,9 +18,10 @@ namespace {
 enum class Type : uint32_t {
   kPush = 1,
   kApply = 2,
-  kStep = 3,
+  // 3 was format 2's sync step (the ranks whose logged pushes it summed).
   kRegister = 4,
   kDone = 5,
+  kStepMean = 6,
 };
 
 void PutRate(std::string* out, const std::optional<float>& rate) {
@@ -58,6 +59,43 @@ std::string PushHeader(const LoggedPush& p) {
 absl::Status Malformed(absl::string_view what) {
   return absl::DataLossError(
       absl::StrCat("update log record is malformed: ", what));
+}
+
+// A u32 slice count, then per slice a u64 element count and the float32
+// values.
+bool GetSlices(absl::string_view* in, std::vector<std::vector<float>>* slices) {
+  uint32_t count = 0;
+  if (!GetFixed32(in, &count)) return false;
+  for (uint32_t s = 0; s < count; ++s) {
+    uint64_t n = 0;
+    if (!GetFixed64(in, &n) || n > in->size() / sizeof(float)) return false;
+    std::vector<float>& values = slices->emplace_back(n);
+    std::memcpy(values.data(), in->data(), n * sizeof(float));
+    in->remove_prefix(n * sizeof(float));
+  }
+  return true;
+}
+
+absl::StatusOr<LogRecord> DecodeStepMean(absl::string_view in) {
+  LoggedStepMean s;
+  uint32_t parts = 0;
+  if (!GetFixed64(&in, &s.step) || !GetRate(&in, &s.learning_rate) ||
+      !GetFixed32(&in, &parts)) {
+    return Malformed("step mean header cut short");
+  }
+  for (uint32_t i = 0; i < parts; ++i) {
+    LoggedStepPart& p = s.parts.emplace_back();
+    uint32_t rank = 0;
+    if (!GetFixed32(&in, &rank) || !GetFixed64(&in, &p.base_version) ||
+        !GetFixed32(&in, &p.num_examples) || !GetFixed64(&in, &p.epoch) ||
+        !GetFixed64(&in, &p.examples_done)) {
+      return Malformed(absl::StrCat("step mean part ", i, " cut short"));
+    }
+    p.rank = static_cast<int>(rank);
+  }
+  if (!GetSlices(&in, &s.mean)) return Malformed("step mean cut short");
+  if (!in.empty()) return Malformed("bytes after a step's mean");
+  return s;
 }
 
 absl::StatusOr<LogRecord> DecodePush(absl::string_view in) {
@@ -109,6 +147,34 @@ LogEntry MakePushEntry(
   return entry;
 }
 
+LogEntry MakeStepMeanEntry(const LoggedStepMean& step) {
+  LogEntry entry;
+  std::string head;
+  PutFixed32(&head, static_cast<uint32_t>(Type::kStepMean));
+  PutFixed64(&head, step.step);
+  PutRate(&head, step.learning_rate);
+  PutFixed32(&head, static_cast<uint32_t>(step.parts.size()));
+  for (const LoggedStepPart& p : step.parts) {
+    PutFixed32(&head, static_cast<uint32_t>(p.rank));
+    PutFixed64(&head, p.base_version);
+    PutFixed32(&head, p.num_examples);
+    PutFixed64(&head, p.epoch);
+    PutFixed64(&head, p.examples_done);
+  }
+  PutFixed32(&head, static_cast<uint32_t>(step.mean.size()));
+  for (const std::vector<float>& slice : step.mean) {
+    PutFixed64(&head, slice.size());
+    entry.AddOwned(std::move(head));
+    head.clear();
+    entry.pieces.push_back(
+        absl::string_view(reinterpret_cast<const char*>(slice.data()),
+                          slice.size() * sizeof(float)));
+  }
+  if (!head.empty()) entry.AddOwned(std::move(head));
+  SealLogEntry(entry);
+  return entry;
+}
+
 std::string EncodeLogRecord(const LogRecord& record) {
   std::string out;
   if (const auto* p = std::get_if<LoggedPush>(&record)) {
@@ -127,12 +193,8 @@ std::string EncodeLogRecord(const LogRecord& record) {
     PutFixed32(&out, static_cast<uint32_t>(Type::kApply));
     PutFixed64(&out, a->version);
     PutRate(&out, a->learning_rate);
-  } else if (const auto* s = std::get_if<LoggedStep>(&record)) {
-    PutFixed32(&out, static_cast<uint32_t>(Type::kStep));
-    PutFixed64(&out, s->step);
-    PutRate(&out, s->learning_rate);
-    PutFixed32(&out, static_cast<uint32_t>(s->ranks.size()));
-    for (int r : s->ranks) PutFixed32(&out, static_cast<uint32_t>(r));
+  } else if (const auto* s = std::get_if<LoggedStepMean>(&record)) {
+    return MakeStepMeanEntry(*s).Payload();
   } else if (const auto* r = std::get_if<LoggedRegister>(&record)) {
     PutFixed32(&out, static_cast<uint32_t>(Type::kRegister));
     PutFixed32(&out, static_cast<uint32_t>(r->rank));
@@ -160,20 +222,8 @@ absl::StatusOr<LogRecord> DecodeLogRecord(absl::string_view in) {
       }
       return a;
     }
-    case Type::kStep: {
-      LoggedStep s;
-      uint32_t count = 0;
-      if (!GetFixed64(&in, &s.step) || !GetRate(&in, &s.learning_rate) ||
-          !GetFixed32(&in, &count) || in.size() != count * uint64_t{4}) {
-        return Malformed("step record");
-      }
-      for (uint32_t i = 0; i < count; ++i) {
-        uint32_t rank = 0;
-        GetFixed32(&in, &rank);
-        s.ranks.push_back(static_cast<int>(rank));
-      }
-      return s;
-    }
+    case Type::kStepMean:
+      return DecodeStepMean(in);
     case Type::kRegister: {
       LoggedRegister r;
       uint32_t rank = 0;

@@ -22,8 +22,9 @@ namespace ps::update {
 // the same bits, and the exactly-once state (each rank's data progress)
 // with them.
 
-// A push the shard took: into the sync step `step` being collected, or,
-// followed by a LoggedApply, applied at once (ssp, async).
+// A push the shard applied at once (ssp, async), followed by its
+// LoggedApply. (Format 2 logged sync pushes too, one by one; a sync shard
+// logs a step's mean instead: LoggedStepMean.)
 struct LoggedPush {
   int rank = 0;
   uint64_t incarnation = 0;
@@ -45,12 +46,26 @@ struct LoggedApply {
   std::optional<float> learning_rate;
 };
 
-// Sync step `step` was taken: the pushes logged for it by `ranks` (in rank
-// order) are applied as one update at `learning_rate`.
-struct LoggedStep {
+// One rank's part in a sync step (LoggedStepMean): what its push changed
+// besides the weights (its rank record, the staleness).
+struct LoggedStepPart {
+  int rank = 0;
+  uint64_t base_version = 0;
+  uint32_t num_examples = 0;
+  uint64_t epoch = 0;
+  uint64_t examples_done = 0;
+};
+
+// Sync step `step` applied as one update at `learning_rate` (format 3):
+// the ranks' parts that had a push, in rank order, and the mean gradient the
+// optimizer consumed, one vector per slice in ShardStore order (none when no
+// part carries examples: the step changes no weight). Replay feeds the same
+// floats to the same optimizer, so it gives the same bits.
+struct LoggedStepMean {
   uint64_t step = 0;
   std::optional<float> learning_rate;
-  std::vector<int> ranks;
+  std::vector<LoggedStepPart> parts;
+  std::vector<std::vector<float>> mean;
 };
 
 // A process registered as `rank`.
@@ -66,7 +81,7 @@ struct LoggedDone {
   int rank = 0;
 };
 
-using LogRecord = std::variant<LoggedPush, LoggedApply, LoggedStep,
+using LogRecord = std::variant<LoggedPush, LoggedApply, LoggedStepMean,
                                LoggedRegister, LoggedDone>;
 
 // A record's payload: a u32 type, then its fields, little-endian; a push's
@@ -84,6 +99,9 @@ LogEntry MakePushEntry(
                            absl::FunctionRef<void(absl::string_view)> emit)>
         bytes,
     std::shared_ptr<const void> keep);
+// A sync step's record as a log entry, its checksum computed, whose mean is
+// written where it lies: `step` must outlive the entry.
+LogEntry MakeStepMeanEntry(const LoggedStepMean& step);
 // DataLoss naming what is malformed.
 absl::StatusOr<LogRecord> DecodeLogRecord(absl::string_view payload);
 
