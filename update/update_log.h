@@ -72,7 +72,7 @@ struct LogEntry {
   // Appends a piece the entry owns.
   void AddOwned(std::string bytes);
   uint64_t size() const;
-  // The payload as one string (tests, restating).
+  // The payload as one string (tests, encoding a record whole).
   std::string Payload() const;
 };
 // An entry of one owned payload, its checksum computed.
