@@ -101,9 +101,10 @@ ABSL_FLAG(int64_t, checkpoint_every_seconds, Default().checkpoint_every_seconds,
           "by time. One is also written on SIGTERM/SIGINT and at the end.");
 ABSL_FLAG(bool, update_log, Default().update_log,
           "With --checkpoint_dir: log every update before acknowledging it "
-          "(shard-<index>-<version>.wal beside the checkpoints), so that a "
-          "shard killed and restarted with --restore replays the updates "
-          "since its checkpoint and loses none.");
+          "(shard-<index>-<version>.wal beside the checkpoints; in sync a "
+          "step's mean, once, and a push is acknowledged with its step), so "
+          "that a shard killed and restarted with --restore replays the "
+          "updates since its checkpoint and loses none.");
 ABSL_FLAG(bool, update_log_fsync, Default().update_log_fsync,
           "fdatasync each update log append before acknowledging the update: "
           "the log then survives a power loss, not only a killed process.");
