@@ -11,21 +11,19 @@
 namespace ps::client_internal {
 namespace {
 
-// How long a new connection may take to be welcomed: a shard that does not
-// answer its hello by then is not served this way.
-constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
 constexpr size_t kMaxControlBytes = 1024;
 
 }  // namespace
 
 LocalChannel::LocalChannel(std::string socket_name, std::string secret,
                            size_t max_message_bytes, std::string tcp_host,
-                           int tcp_port)
+                           int tcp_port, FrameTimeouts timeouts)
     : socket_name_(std::move(socket_name)),
       secret_(std::move(secret)),
       max_message_bytes_(max_message_bytes),
       tcp_host_(std::move(tcp_host)),
-      tcp_port_(tcp_host_.empty() ? 0 : tcp_port) {}
+      tcp_port_(tcp_host_.empty() ? 0 : tcp_port),
+      timeouts_(timeouts) {}
 
 std::string LocalChannel::RouteName(bool tcp) const {
   return tcp ? absl::StrCat("TCP ", tcp_host_, ":", tcp_port_)
@@ -47,6 +45,7 @@ absl::StatusOr<std::unique_ptr<LocalSocket>> LocalChannel::Connect() {
                          *peer, ", not to this process's user ", geteuid()));
       }
       if (absl::Status s = Handshake(**socket); !s.ok()) return s;
+      worked_.store(true);
       return socket;
     }
     // Not on this host (or not in this network namespace).
@@ -56,14 +55,15 @@ absl::StatusOr<std::unique_ptr<LocalSocket>> LocalChannel::Connect() {
     unix_unreachable_.store(true);
   }
   absl::StatusOr<std::unique_ptr<LocalSocket>> socket =
-      ConnectTcpFrames(tcp_host_, tcp_port_, kHandshakeTimeout);
+      ConnectTcpFrames(tcp_host_, tcp_port_, timeouts_.connect);
   if (!socket.ok()) return socket.status();
   if (absl::Status s = Handshake(**socket); !s.ok()) return s;
+  worked_.store(true);
   return socket;
 }
 
 absl::Status LocalChannel::Handshake(LocalSocket& socket) const {
-  if (absl::Status s = socket.SetIdleTimeout(kHandshakeTimeout); !s.ok()) {
+  if (absl::Status s = socket.SetIdleTimeout(timeouts_.handshake); !s.ok()) {
     return s;
   }
   socket.Queue(FrameType::kHello, secret_);

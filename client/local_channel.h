@@ -11,12 +11,22 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/client_stream.h"
 #include "common/local_socket.h"
 
 namespace ps::client_internal {
 
 class LocalCall;
+
+// How long a new frame connection may take, so that a port that drops
+// packets (a firewall) costs a bounded wait before gRPC, never the job.
+struct FrameTimeouts {
+  // To connect over TCP (the Unix socket answers at once or not at all).
+  absl::Duration connect = absl::Seconds(5);
+  // For the shard's welcome once connected.
+  absl::Duration handshake = absl::Seconds(10);
+};
 
 // The frame route to one shard (common/local_socket.h): connections to its
 // abstract socket, each checked to lead to a process of this user, or, where
@@ -34,7 +44,7 @@ class LocalChannel : public std::enable_shared_from_this<LocalChannel> {
   // it does not).
   LocalChannel(std::string socket_name, std::string secret,
                size_t max_message_bytes, std::string tcp_host = "",
-               int tcp_port = 0);
+               int tcp_port = 0, FrameTimeouts timeouts = {});
 
   const std::string& socket_name() const { return socket_name_; }
   const std::string& secret() const { return secret_; }
@@ -42,6 +52,8 @@ class LocalChannel : public std::enable_shared_from_this<LocalChannel> {
   // Whether new connections go over TCP: the Unix socket could not be
   // reached and the shard serves TCP.
   bool uses_tcp() const { return unix_unreachable_.load() && tcp_port_ > 0; }
+  // Whether a connection was ever welcomed: the route worked once.
+  bool has_worked() const { return worked_.load(); }
 
   // A call of `method` ("/package.Service/Method") on a kept connection or
   // a new one. UNAVAILABLE if no connection can be made; the shard's
@@ -66,7 +78,9 @@ class LocalChannel : public std::enable_shared_from_this<LocalChannel> {
   const size_t max_message_bytes_;
   const std::string tcp_host_;
   const int tcp_port_;
+  const FrameTimeouts timeouts_;
   std::atomic<bool> unix_unreachable_{false};
+  std::atomic<bool> worked_{false};
   absl::Mutex mu_;
   std::vector<std::unique_ptr<LocalSocket>> idle_ ABSL_GUARDED_BY(mu_);
 };

@@ -13,7 +13,8 @@ namespace ps::client_internal {
 ShardChannel::ShardChannel(int index, std::string address,
                            const std::shared_ptr<grpc::Channel>& channel,
                            uint64_t partition_fingerprint,
-                           const ClientOptions& options)
+                           const ClientOptions& options,
+                           FrameTimeouts frame_timeouts)
     : index_(index),
       address_(std::move(address)),
       name_(absl::StrCat("server ", index_, " (", address_, ")")),
@@ -23,6 +24,7 @@ ShardChannel::ShardChannel(int index, std::string address,
       local_transport_(options.local_transport),
       tcp_frames_(options.local_transport && options.tls_ca_file.empty()),
       retry_(RetryPolicy::FromOptions(options)),
+      frame_timeouts_(frame_timeouts),
       stub_(proto::ParameterServer::NewStub(channel)),
       byte_stub_(std::make_unique<grpc::GenericStub>(channel)) {}
 
@@ -72,7 +74,8 @@ void ShardChannel::LearnLocalEndpoint(const proto::LocalEndpoint& endpoint) {
   }
   local_channel_ = std::make_shared<LocalChannel>(
       endpoint.socket_name(), endpoint.secret(), kMaxMessageBytes,
-      HostOfTarget(address_), tcp_port);
+      HostOfTarget(address_), tcp_port, frame_timeouts_);
+  local_failed_once_ = false;
   spdlog::debug("{} announced a frame endpoint (TCP port {})", name_, tcp_port);
 }
 
@@ -87,18 +90,42 @@ std::unique_ptr<ClientStream> ShardChannel::OpenStream(
   }
   if (channel != nullptr) {
     absl::StatusOr<std::unique_ptr<LocalCall>> call = channel->StartCall(path);
-    if (call.ok()) return *std::move(call);
+    bool retry_frames = false;
     {
       absl::MutexLock lock(&mu_);
       if (local_channel_ == channel) {
-        local_channel_ = nullptr;
-        unreachable_local_ = channel->socket_name();
+        if (call.ok()) {
+          local_failed_once_ = false;
+        } else if (channel->has_worked() && !local_failed_once_) {
+          // A route that worked is worth one more try (a shard restarting,
+          // a link back soon) before the job leaves it for good.
+          local_failed_once_ = true;
+          retry_frames = true;
+        } else {
+          local_channel_ = nullptr;
+          unreachable_local_ = channel->socket_name();
+        }
       }
     }
-    // A shard on another host without a reachable TCP port, under another
-    // user, or gone: gRPC reaches it all the same.
-    spdlog::info("{}: not over its frame endpoint ({}); through gRPC", name_,
-                 call.status().ToString());
+    if (call.ok()) return *std::move(call);
+    if (retry_frames) {
+      spdlog::warn(
+          "{}: its frame endpoint failed ({}); trying it once more "
+          "before gRPC",
+          name_, call.status().ToString());
+      return std::make_unique<FailedClientStream>(grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("frame endpoint failed: ", call.status().ToString())));
+    }
+    // A shard on another host whose TCP port cannot be reached (or drops
+    // packets), under another user, or gone: gRPC reaches it all the same.
+    // A warning where frames over TCP were announced and should have
+    // worked; without them (TLS, --tcp_data_port=-1) gRPC is the route
+    // meant for another host.
+    spdlog::log(
+        channel->tcp_port() > 0 ? spdlog::level::warn : spdlog::level::info,
+        "{}: not over its frame endpoint ({}); through gRPC", name_,
+        call.status().ToString());
   }
   return std::make_unique<ByteStreamCall>(byte_stub_.get(), path);
 }

@@ -47,8 +47,12 @@ class ShardCalls {
 // that speaks TLS to the shard never sends frames over TCP, which are not
 // encrypted.
 //
-// A frame endpoint that cannot be reached is said once and not tried
-// again; the shard is then reached through gRPC until it announces another.
+// A frame endpoint that cannot be reached (within FrameTimeouts: a port
+// that drops packets costs a bounded wait) is warned about once and not
+// tried again; the shard is then reached through gRPC until it announces
+// another. An endpoint that worked before is kept through one failed
+// attempt to connect (its call fails UNAVAILABLE, which the caller retries
+// over frames again) and given up at the second in a row.
 //
 // Thread-safe. Shares the gRPC channel.
 class ShardChannel final : public ShardCalls {
@@ -58,7 +62,8 @@ class ShardChannel final : public ShardCalls {
   // `options`.
   ShardChannel(int index, std::string address,
                const std::shared_ptr<grpc::Channel>& channel,
-               uint64_t partition_fingerprint, const ClientOptions& options);
+               uint64_t partition_fingerprint, const ClientOptions& options,
+               FrameTimeouts frame_timeouts = {});
 
   int index() const { return index_; }
   const std::string& address() const { return address_; }
@@ -107,12 +112,16 @@ class ShardChannel final : public ShardCalls {
   // Whether the shard's TCP frame port may be used: not with TLS.
   const bool tcp_frames_;
   const RetryPolicy retry_;
+  const FrameTimeouts frame_timeouts_;
   const std::unique_ptr<proto::ParameterServer::Stub> stub_;
   const std::unique_ptr<grpc::GenericStub> byte_stub_;
   std::atomic<uint64_t> incarnation_{0};
 
   mutable absl::Mutex mu_;
   std::shared_ptr<LocalChannel> local_channel_ ABSL_GUARDED_BY(mu_);
+  // Whether the last attempt to start a call on local_channel_, which had
+  // worked before, failed: the next failure gives it up.
+  bool local_failed_once_ ABSL_GUARDED_BY(mu_) = false;
   // The socket name of the last endpoint that could not be reached.
   std::string unreachable_local_ ABSL_GUARDED_BY(mu_);
 };

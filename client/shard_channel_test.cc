@@ -1,10 +1,15 @@
 #include "client/shard_channel.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <memory>
 #include <string>
 #include <thread>
 
+#include "common/byte_stream_call.h"
 #include "common/tcp_frames.h"
+#include "common/unique_fd.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -149,6 +154,130 @@ TEST(ShardChannelTest, AnUnreachableTcpPortFallsBackToGrpc) {
   EXPECT_EQ(dynamic_cast<LocalCall*>(stream.get()), nullptr);
   EXPECT_FALSE(shard.HasLocalChannel());
   EXPECT_FALSE(shard.UsesTcpFrames());
+}
+
+// Short, so that the tests below do not wait the real bounds.
+constexpr FrameTimeouts kShortTimeouts = {absl::Milliseconds(200),
+                                          absl::Milliseconds(200)};
+
+// As Unused, with kShortTimeouts.
+ShardChannel WithShortTimeouts() {
+  return ShardChannel(
+      1, "127.0.0.1:1",
+      grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()),
+      /*partition_fingerprint=*/0xf00d, Options(), kShortTimeouts);
+}
+
+bool IsFrames(const std::unique_ptr<ClientStream>& stream) {
+  return dynamic_cast<LocalCall*>(stream.get()) != nullptr;
+}
+bool IsGrpc(const std::unique_ptr<ClientStream>& stream) {
+  return dynamic_cast<ByteStreamCall*>(stream.get()) != nullptr;
+}
+
+// A TCP port whose listener takes no more connections: its accept queue
+// (backlog 0) holds one connection never accepted, and the kernel drops
+// the SYNs of any other, as a firewall that drops packets does.
+struct DroppingPort {
+  UniqueFd listener;
+  UniqueFd queued;
+  int port = 0;
+};
+
+DroppingPort ListenAndDrop() {
+  DroppingPort out;
+  out.listener = UniqueFd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  EXPECT_GE(out.listener.get(), 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof(address);
+  EXPECT_EQ(
+      bind(out.listener.get(), reinterpret_cast<sockaddr*>(&address), size), 0);
+  EXPECT_EQ(listen(out.listener.get(), 0), 0);
+  EXPECT_EQ(getsockname(out.listener.get(),
+                        reinterpret_cast<sockaddr*>(&address), &size),
+            0);
+  out.port = ntohs(address.sin_port);
+  out.queued = UniqueFd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  EXPECT_EQ(
+      connect(out.queued.get(), reinterpret_cast<sockaddr*>(&address), size),
+      0);
+  return out;
+}
+
+TEST(ShardChannelTest, APortThatDropsPacketsCostsTheConnectTimeoutThenGrpc) {
+  DroppingPort dropping = ListenAndDrop();
+  ShardChannel shard = WithShortTimeouts();
+  shard.LearnLocalEndpoint(ElsewhereEndpoint(dropping.port));
+  ASSERT_TRUE(shard.HasLocalChannel());
+  // Connecting times out (not refused: no answer at all); gRPC then.
+  EXPECT_TRUE(IsGrpc(shard.OpenStream("Pull")));
+  EXPECT_FALSE(shard.HasLocalChannel());
+  EXPECT_TRUE(IsGrpc(shard.OpenStream("Pull"))) << "tried again";
+}
+
+TEST(ShardChannelTest, AShardThatNeverWelcomesCostsTheHandshakeTimeout) {
+  // Connections complete in the kernel, but no one reads the hello.
+  absl::StatusOr<TcpFrameListener> silent = ListenTcpFrames("127.0.0.1", 0);
+  ASSERT_TRUE(silent.ok()) << silent.status();
+  ShardChannel shard = WithShortTimeouts();
+  shard.LearnLocalEndpoint(ElsewhereEndpoint(silent->port));
+  EXPECT_TRUE(IsGrpc(shard.OpenStream("Pull")));
+  EXPECT_FALSE(shard.HasLocalChannel());
+}
+
+// Welcomes the next connection to `listener` that presents the secret.
+void WelcomeOne(LocalListener& listener) {
+  absl::StatusOr<std::unique_ptr<LocalSocket>> socket = listener.Accept();
+  ASSERT_TRUE(socket.ok()) << socket.status();
+  Frame hello;
+  ASSERT_TRUE((*socket)->ReadFrame(1024, &hello).ok());
+  ASSERT_EQ(hello.type, FrameType::kHello);
+  (*socket)->Queue(FrameType::kWelcome, "");
+  ASSERT_TRUE((*socket)->Flush().ok());
+}
+
+// Opens a call on `shard` while its TCP port at `port` welcomes it: the
+// route works. The port is free again afterwards (nothing listens).
+void WorkingCall(ShardChannel& shard, int port) {
+  absl::StatusOr<TcpFrameListener> listening =
+      ListenTcpFrames("127.0.0.1", port);
+  ASSERT_TRUE(listening.ok()) << listening.status();
+  std::thread shard_side([&] { WelcomeOne(*listening->listener); });
+  std::unique_ptr<ClientStream> stream = shard.OpenStream("Pull");
+  shard_side.join();
+  EXPECT_TRUE(IsFrames(stream));
+  // Unfinished, the call closes its connection: none is kept.
+}
+
+TEST(ShardChannelTest, ARouteThatWorkedIsKeptThroughOneFailedReconnect) {
+  int port = 0;
+  {
+    absl::StatusOr<TcpFrameListener> probe = ListenTcpFrames("127.0.0.1", 0);
+    ASSERT_TRUE(probe.ok()) << probe.status();
+    port = probe->port;
+  }
+  ShardChannel shard = WithShortTimeouts();
+  shard.LearnLocalEndpoint(ElsewhereEndpoint(port));
+  ASSERT_NO_FATAL_FAILURE(WorkingCall(shard, port));
+  // Nothing listens now: the call fails UNAVAILABLE, for the caller to
+  // retry, and frames stay the route.
+  std::unique_ptr<ClientStream> failed = shard.OpenStream("Pull");
+  EXPECT_FALSE(IsFrames(failed));
+  EXPECT_FALSE(IsGrpc(failed));
+  EXPECT_FALSE(failed->WritesDone());
+  EXPECT_EQ(failed->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(shard.HasLocalChannel());
+  EXPECT_TRUE(shard.UsesTcpFrames());
+  // Back: the retry goes over frames, and the one failure is forgiven.
+  ASSERT_NO_FATAL_FAILURE(WorkingCall(shard, port));
+  EXPECT_EQ(shard.OpenStream("Pull")->Finish().error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(shard.HasLocalChannel());
+  // Two failures in a row: gRPC from now on.
+  EXPECT_TRUE(IsGrpc(shard.OpenStream("Pull")));
+  EXPECT_FALSE(shard.HasLocalChannel());
 }
 
 TEST(ShardChannelTest, AClientSpeakingTlsNeverSendsFramesOverTcp) {

@@ -1,6 +1,8 @@
 #ifndef PS_COMMON_CLIENT_STREAM_H_
 #define PS_COMMON_CLIENT_STREAM_H_
 
+#include <utility>
+
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/status.h"
 
@@ -27,6 +29,23 @@ class ClientStream {
 
   // The call's status; call once, after reading what was wanted.
   virtual grpc::Status Finish() = 0;
+};
+
+// A call that could not start: every operation fails, and Finish returns
+// `status` (e.g. UNAVAILABLE, which the caller's retry loop retries).
+class FailedClientStream final : public ClientStream {
+ public:
+  explicit FailedClientStream(grpc::Status status)
+      : status_(std::move(status)) {}
+
+  bool Write(const grpc::ByteBuffer&) override { return false; }
+  bool WriteLast(const grpc::ByteBuffer&) override { return false; }
+  bool WritesDone() override { return false; }
+  bool Read(grpc::ByteBuffer*) override { return false; }
+  grpc::Status Finish() override { return status_; }
+
+ private:
+  const grpc::Status status_;
 };
 
 }  // namespace ps

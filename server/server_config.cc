@@ -227,11 +227,12 @@ absl::Status ResourceFlags(const ServerFlags& f, ServerConfig& c) {
   }
   c.stream_idle_timeout = f.stream_idle_timeout;
   c.local_transport = f.local_transport;
-  c.tcp_data_port = f.tcp_data_port;
-  if (absl::Status s =
-          CheckFlagRange("tcp_data_port", c.tcp_data_port, -1, 65535);
-      !s.ok()) {
-    return s;
+  if (f.tcp_data_port.has_value()) {
+    if (absl::Status s =
+            CheckFlagRange("tcp_data_port", *f.tcp_data_port, -1, 65535);
+        !s.ok()) {
+      return s;
+    }
   }
   return CheckDuration("stream_idle_timeout", c.stream_idle_timeout);
 }
@@ -277,6 +278,43 @@ absl::Status AccessFlags(const ServerFlags& f, ServerConfig& c) {
   return absl::OkStatus();
 }
 
+// Frames over TCP by default (bench/README.md, "Frames over TCP": on idle
+// cores they beat gRPC in every row at about half its CPU per byte), but
+// never in clear beside a TLS port, and only as the same-host transport's
+// frames. Its range was checked (ResourceFlags); needs the TLS flags read
+// (AccessFlags).
+absl::Status TcpDataPortFlag(const ServerFlags& f, ServerConfig& c) {
+  if (!f.tcp_data_port.has_value()) {
+    c.tcp_data_port = c.local_transport && !c.auth.tls() ? 0 : -1;
+    return absl::OkStatus();
+  }
+  c.tcp_data_port = *f.tcp_data_port;
+  if (c.tcp_data_port < 0) return absl::OkStatus();
+  if (c.auth.tls()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tcp_data_port=", c.tcp_data_port,
+        " would carry tensors in clear beside the TLS port (--tls_cert); with "
+        "TLS they cross hosts over gRPC only: leave --tcp_data_port out or "
+        "set it to -1"));
+  }
+  if (!c.local_transport) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tcp_data_port=", c.tcp_data_port,
+        " serves the same-host transport's frames over TCP, which "
+        "--nolocal_transport turns off: leave --tcp_data_port out or set it "
+        "to -1"));
+  }
+  if (c.tcp_data_port > 0 &&
+      (c.tcp_data_port == f.port || c.tcp_data_port == c.health_port ||
+       c.tcp_data_port == c.metrics_port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tcp_data_port must differ from --port, --health_port "
+                     "and --metrics_port (",
+                     c.tcp_data_port, ")"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 MachineFacts MachineFacts::OfThisMachine() {
@@ -304,6 +342,7 @@ absl::StatusOr<ServerConfig> MakeServerConfig(const ServerFlags& flags,
   if (absl::Status s = FaultFlags(flags, c); !s.ok()) return s;
   if (absl::Status s = ResourceFlags(flags, c); !s.ok()) return s;
   if (absl::Status s = AccessFlags(flags, c); !s.ok()) return s;
+  if (absl::Status s = TcpDataPortFlag(flags, c); !s.ok()) return s;
   return c;
 }
 

@@ -69,7 +69,8 @@ struct ServerFlags {
   int max_calls_per_rank = 8;
   absl::Duration stream_idle_timeout = absl::Seconds(120);
   bool local_transport = true;
-  int tcp_data_port = -1;
+  // Unset: 0 (a free port) without TLS, -1 (none) with it.
+  std::optional<int> tcp_data_port;
   std::string job_id;
   std::string tls_cert;
   std::string tls_key;
@@ -118,9 +119,9 @@ struct ServerConfig {
   int max_calls_per_rank = 8;
   absl::Duration stream_idle_timeout;
   bool local_transport = true;
-  // With local_transport and without TLS: the frames over TCP to workers on
-  // other hosts, at this port (0: a free one); -1: none.
-  int tcp_data_port = -1;
+  // The frames over TCP to workers on other hosts, at this port (0: a free
+  // one); -1: none. Never >= 0 with TLS or without local_transport.
+  int tcp_data_port = 0;
   int signal_exit_code = 0;
   ServerAuth auth;
   int health_port = -1;  // -1: none.

@@ -1,6 +1,7 @@
 #include "server/server_config.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <utility>
@@ -52,7 +53,8 @@ TEST(ServerConfigTest, TheDefaultsWithAShardIndexMakeAConfiguration) {
   EXPECT_EQ(c->restore, RestoreMode::kNone);
   EXPECT_TRUE(c->refuse_non_finite);
   EXPECT_TRUE(c->local_transport);
-  EXPECT_EQ(c->tcp_data_port, -1);
+  // Frames over TCP on a free port: no TLS.
+  EXPECT_EQ(c->tcp_data_port, 0);
   EXPECT_TRUE(c->cpus.empty());
   EXPECT_FALSE(c->auth.tls());
   EXPECT_EQ(c->health_port, -1);
@@ -159,6 +161,21 @@ TEST(ServerConfigTest, EveryBadValueIsRefusedNamingItsFlag) {
       {"--token_file", [](ServerFlags& f) { f.token_file = "/no/token"; }},
       {"--tcp_data_port", [](ServerFlags& f) { f.tcp_data_port = -2; }},
       {"--tcp_data_port", [](ServerFlags& f) { f.tcp_data_port = 65536; }},
+      {"--tcp_data_port",
+       [](ServerFlags& f) {
+         f.local_transport = false;
+         f.tcp_data_port = 0;
+       }},
+      {"--tcp_data_port",
+       [](ServerFlags& f) {
+         f.port = 7000;
+         f.tcp_data_port = 7000;
+       }},
+      {"--tcp_data_port",
+       [](ServerFlags& f) {
+         f.metrics_port = 9100;
+         f.tcp_data_port = 9100;
+       }},
       {"--health_port", [](ServerFlags& f) { f.health_port = -2; }},
       {"--health_port", [](ServerFlags& f) { f.health_port = 65536; }},
       {"--health_port",
@@ -378,6 +395,45 @@ TEST(ServerConfigTest, KeepsTheUpdateLogBesideTheCheckpoints) {
   EXPECT_EQ(c->report_file, "/tmp/server0.report");
 }
 
+// A PEM file of `kind` under the test's temporary directory: what
+// LoadServerAuth reads (it checks the markers, not the contents).
+std::string WritePem(const std::string& name, const std::string& kind) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+  std::ofstream(path) << "-----BEGIN " << kind << "-----\nAA\n-----END " << kind
+                      << "-----\n";
+  return path;
+}
+
+TEST(ServerConfigTest, FramesOverTcpByDefaultButNeverBesideTls) {
+  ServerFlags f = Valid();
+  f.local_transport = false;
+  absl::StatusOr<ServerConfig> c = Make(f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tcp_data_port, -1) << "no frames without the local transport";
+
+  f = Valid();
+  f.tls_cert = WritePem("cert.pem", "CERTIFICATE");
+  f.tls_key = WritePem("key.pem", "PRIVATE KEY");
+  c = Make(f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tcp_data_port, -1) << "tensors in clear beside TLS";
+  f.tcp_data_port = -1;
+  c = Make(f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tcp_data_port, -1);
+  // Asked for, a port beside TLS is refused, not quietly left out.
+  for (int port : {0, 7002}) {
+    f.tcp_data_port = port;
+    c = Make(f);
+    ASSERT_FALSE(c.ok()) << port;
+    ps::testing::ExpectInvalid(c.status(), "--tcp_data_port");
+    EXPECT_NE(c.status().message().find("TLS"), absl::string_view::npos)
+        << c.status();
+  }
+}
+
 TEST(ServerConfigTest, SetsTheResourceBounds) {
   ServerFlags f = Valid();
   f.num_workers = 10;
@@ -391,7 +447,6 @@ TEST(ServerConfigTest, SetsTheResourceBounds) {
   f.max_message_mb = 3;
   f.stream_idle_timeout = absl::Seconds(9);
   f.non_finite_gradients = "skip";
-  f.local_transport = false;
   f.tcp_data_port = 7000;
   f.cpus = "0";
   f.job_id = "run-1.a_b";
@@ -406,7 +461,7 @@ TEST(ServerConfigTest, SetsTheResourceBounds) {
   EXPECT_EQ(c->max_message_bytes, 3 << 20);
   EXPECT_EQ(c->stream_idle_timeout, absl::Seconds(9));
   EXPECT_FALSE(c->refuse_non_finite);
-  EXPECT_FALSE(c->local_transport);
+  EXPECT_TRUE(c->local_transport);
   EXPECT_EQ(c->tcp_data_port, 7000);
   EXPECT_EQ(c->cpus, std::vector<int>{0});
   EXPECT_EQ(c->job_id, "run-1.a_b");

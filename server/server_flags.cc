@@ -155,13 +155,14 @@ ABSL_FLAG(bool, local_transport, Default().local_transport,
           "server's user with a secret the gRPC port hands out): fewer copies "
           "and thread hand-offs than gRPC over TCP. Workers elsewhere, or "
           "with --nolocal_transport, use gRPC.");
-ABSL_FLAG(int, tcp_data_port, Default().tcp_data_port,
-          "With --local_transport and without --tls_cert: also serve pulls "
-          "and pushes of workers on other hosts as the same frames over TCP "
-          "at this port of --host (0: a free one, announced to registered "
-          "workers), admitted with the secret the gRPC port hands out; not "
-          "encrypted. -1 (the default): none, workers elsewhere use gRPC "
-          "(bench/README.md, \"Frames over TCP\", says why).");
+ABSL_FLAG(std::optional<int>, tcp_data_port, Default().tcp_data_port,
+          "Serve the pulls and pushes of workers on other hosts as the "
+          "same-host transport's frames over TCP at this port of --host (0: a "
+          "free one, announced to registered workers), admitted with the "
+          "secret the gRPC port hands out; not encrypted. -1: none, workers "
+          "elsewhere use gRPC. Unset: 0 without --tls_cert, -1 with it "
+          "(bench/README.md, \"Frames over TCP\", says why); a port with "
+          "--tls_cert or --nolocal_transport is refused.");
 ABSL_FLAG(std::string, job_id, Default().job_id,
           "The job this server belongs to: requests of another job are "
           "refused, so two jobs whose addresses overlap cannot mix their "

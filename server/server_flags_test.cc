@@ -18,6 +18,9 @@ std::string Show(const std::optional<std::string>& v) {
 std::string Show(const std::optional<float>& v) {
   return v.has_value() ? absl::StrCat(*v) : "unset";
 }
+std::string Show(const std::optional<int>& v) {
+  return v.has_value() ? absl::StrCat(*v) : "unset";
+}
 
 // Every field, named, so that a mismatch says which.
 std::vector<std::string> Fields(const ServerFlags& f) {
@@ -58,7 +61,7 @@ std::vector<std::string> Fields(const ServerFlags& f) {
       absl::StrCat("stream_idle_timeout=",
                    absl::FormatDuration(f.stream_idle_timeout)),
       absl::StrCat("local_transport=", f.local_transport),
-      absl::StrCat("tcp_data_port=", f.tcp_data_port),
+      absl::StrCat("tcp_data_port=", Show(f.tcp_data_port)),
       absl::StrCat("job_id=", f.job_id),
       absl::StrCat("tls_cert=", f.tls_cert),
       absl::StrCat("tls_key=", f.tls_key),

@@ -20,8 +20,8 @@ namespace ps::server {
 // collectives', server/collective_service.h), served over gRPC
 // (TCP, authenticated as the flags say) and, with --local_transport, to
 // workers on this host over the same-host transport (a Unix socket whose
-// name and secret the gRPC port hands to registered workers) and, with
-// --tcp_data_port and without TLS, to workers on other hosts as the same
+// name and secret the gRPC port hands to registered workers) and, without
+// TLS and unless --tcp_data_port=-1, to workers on other hosts as the same
 // frames over TCP (admitted with that secret).
 //
 // Thread-compatible: one thread (main) starts and stops it. Destroying it

@@ -92,14 +92,24 @@ TEST_F(ServerTransportsTest, ServesFramesOverTcpAtTheGivenPort) {
   EXPECT_TRUE(ConnectTcpFrames("127.0.0.1", free_port, absl::Seconds(30)).ok());
 }
 
-TEST_F(ServerTransportsTest, NoFramesOverTcpByDefaultOrWithTls) {
-  EXPECT_EQ(config_.tcp_data_port, -1);
+TEST_F(ServerTransportsTest, FramesOverTcpByDefault) {
+  EXPECT_EQ(config_.tcp_data_port, 0);
+  ServerTransports transports(config_, &host_, nullptr);
+  ASSERT_GT(transports.tcp_port(), 0);
+  EXPECT_TRUE(
+      ConnectTcpFrames("127.0.0.1", transports.tcp_port(), absl::Seconds(30))
+          .ok());
+}
+
+TEST_F(ServerTransportsTest, NoFramesOverTcpWhenToldOrWithTls) {
+  config_.tcp_data_port = -1;
   {
     ServerTransports transports(config_, &host_, nullptr);
     EXPECT_TRUE(transports.serves_local());
     EXPECT_EQ(transports.tcp_port(), 0);
   }
-  // With TLS tensors do not travel in clear: gRPC only across hosts.
+  // With TLS tensors do not travel in clear: gRPC only across hosts (the
+  // configuration refuses a port with TLS; this holds even so).
   config_.tcp_data_port = 0;
   config_.auth.cert_pem = "a certificate";
   ServerTransports transports(config_, &host_, nullptr);

@@ -6,8 +6,11 @@
 // push (--stream_idle_timeout), then plugged back in. The push is all or
 // nothing (the server refuses the part it got), the worker sends it again,
 // and it is applied once: the version is the number of steps and every
-// weight is exact. Skips (saying why) where network namespaces cannot be
-// made.
+// weight is exact. In sync mode the push travels as frames over TCP (the
+// server's default), in async mode over gRPC (--tcp_data_port=-1); each
+// checks its route on the server's metrics
+// (ps_server_tcp_frame_calls_total). Skips (saying why) where network
+// namespaces cannot be made.
 
 #include <cstdint>
 #include <memory>
@@ -37,17 +40,21 @@ constexpr int kSteps = 3;
 constexpr int64_t kElements = 2 * 1000 * 1000;
 constexpr int64_t kPushBytes = 4 * kElements;
 
-TEST(PushDropTest, APushCutInTheMiddleIsAppliedOnce) {
-  SKIP_WITHOUT_TEST_HOSTS();
+// What carries the push: the server's default (frames over TCP), or gRPC.
+enum class Route { kFrames, kGrpc };
+
+void CutAPushInTheMiddle(const std::string& mode, Route route) {
   absl::StatusOr<std::unique_ptr<TestHosts>> made =
       TestHosts::Create(2, 16 * kMbit);
   ASSERT_TRUE(made.ok()) << made.status();
   const TestHosts& hosts = **made;
+  std::vector<std::string> server_flags = {
+      absl::StrCat("--mode=", mode), "--stream_idle_timeout=1s",
+      "--worker_timeout=5s", "--checkpoint_every_steps=0",
+      "--checkpoint_every_seconds=0"};
+  if (route == Route::kGrpc) server_flags.push_back("--tcp_data_port=-1");
   absl::StatusOr<std::unique_ptr<HostJob>> started = HostJob::Start(
-      &hosts, {kServerHost}, 1,
-      {"--mode=sync", "--stream_idle_timeout=1s", "--worker_timeout=5s",
-       "--checkpoint_every_steps=0", "--checkpoint_every_seconds=0"},
-      kTimeout);
+      &hosts, {kServerHost}, 1, std::move(server_flags), kTimeout);
   ASSERT_TRUE(started.ok()) << started.status();
   HostJob& job = **started;
   ASSERT_TRUE(job.StartProgram(0, kWorkerHost,
@@ -60,6 +67,15 @@ TEST(PushDropTest, APushCutInTheMiddleIsAppliedOnce) {
   // else the host sends, acknowledgements of the pulled weights, is small).
   ASSERT_TRUE(
       hosts.AwaitSent(kWorkerHost, kPushBytes + kPushBytes / 4, kTimeout).ok());
+  // The first step went the route asked for.
+  absl::StatusOr<double> frame_calls =
+      job.ServerMetric(0, "ps_server_tcp_frame_calls_total");
+  ASSERT_TRUE(frame_calls.ok()) << frame_calls.status();
+  if (route == Route::kFrames) {
+    EXPECT_GT(*frame_calls, 0) << "the push did not travel as TCP frames";
+  } else {
+    EXPECT_EQ(*frame_calls, 0) << "TCP frames served though off";
+  }
   ASSERT_TRUE(hosts.SetLinkDown(kWorkerHost).ok());
   // The shard drops the stalled push and refuses the part it got.
   absl::Status dropped = AwaitValue(
@@ -91,6 +107,16 @@ TEST(PushDropTest, APushCutInTheMiddleIsAppliedOnce) {
   EXPECT_EQ(exact, kElements) << "weights that are not " << expected;
   ASSERT_EQ(last->examples.size(), 1u);
   EXPECT_EQ(last->examples.at(0), std::vector<uint64_t>{kSteps});
+}
+
+TEST(PushDropTest, APushCutInTheMiddleIsAppliedOnce) {
+  SKIP_WITHOUT_TEST_HOSTS();
+  CutAPushInTheMiddle("sync", Route::kFrames);
+}
+
+TEST(PushDropTest, AnAsyncPushCutInTheMiddleOverGrpcIsAppliedOnce) {
+  SKIP_WITHOUT_TEST_HOSTS();
+  CutAPushInTheMiddle("async", Route::kGrpc);
 }
 
 }  // namespace

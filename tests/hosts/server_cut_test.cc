@@ -5,6 +5,9 @@
 // shard, hearing from no worker at all, declares none of them dead (it is
 // the one cut off); and nothing is lost: a sync job ends bit for bit as the
 // same job undisturbed, and an async one as accurate as it usually is.
+// The sync job's tensors cross hosts as frames over TCP (the servers'
+// default), the async job's over gRPC (--tcp_data_port=-1); each checks its
+// route on the cut shard's metrics (ps_server_tcp_frame_calls_total).
 // Skips (saying why) where network namespaces cannot be made.
 
 #include <cstdint>
@@ -55,21 +58,35 @@ constexpr double kCutAtVersion = 10;
 struct Outcome {
   std::vector<update::ShardCheckpoint> shards;  // Each one's final checkpoint.
   double accuracy = 0;
+  // The calls shard kCutShard served as frames over TCP, read while the
+  // job ran (nullopt: never read).
+  std::optional<double> tcp_frame_calls;
 };
 
 // What a job whose server `kCutShard`'s link is cut does to it.
 enum class Fault { kNone, kCutServer };
+// What carries the tensors between hosts: the servers' default (frames
+// over TCP), or gRPC (--tcp_data_port=-1).
+enum class Route { kFrames, kGrpc };
+
+constexpr char kTcpFrameCalls[] = "ps_server_tcp_frame_calls_total";
 
 // Cuts shard kCutShard's host off once its version reached kCutAtVersion,
 // until the shard has gone a lease without hearing any worker and then two
-// more; checks meanwhile that it declared no worker dead.
-void CutServer(const TestHosts& hosts, HostJob& job) {
+// more; checks meanwhile that it declared no worker dead. Reads the calls
+// the shard served as TCP frames before the cut into `tcp_frame_calls`.
+void CutServer(const TestHosts& hosts, HostJob& job,
+               std::optional<double>* tcp_frame_calls) {
   ASSERT_TRUE(
       AwaitValue(
           "the shard's version",
           [&] { return job.ServerMetric(kCutShard, "ps_server_version"); },
           [](double v) { return v >= kCutAtVersion; }, kTimeout)
           .ok());
+  absl::StatusOr<double> frame_calls =
+      job.ServerMetric(kCutShard, kTcpFrameCalls);
+  ASSERT_TRUE(frame_calls.ok()) << frame_calls.status();
+  *tcp_frame_calls = *frame_calls;
   const int host = job.server_host(kCutShard);
   ASSERT_TRUE(hosts.SetLinkDown(host).ok());
   absl::StatusOr<double> at_cut =
@@ -95,15 +112,20 @@ void CutServer(const TestHosts& hosts, HostJob& job) {
   ASSERT_TRUE(hosts.SetLinkUp(host).ok());
 }
 
-void RunJob(const TestHosts& hosts, const std::string& mode, Fault fault,
-            Outcome* outcome) {
-  absl::StatusOr<std::unique_ptr<HostJob>> job = HostJob::Start(
-      &hosts, {kServerHost[0], kServerHost[1]}, 2,
-      {absl::StrCat("--mode=", mode), "--optimizer=sgd", "--learning_rate=0.05",
-       absl::StrCat("--worker_timeout=", absl::FormatDuration(kWorkerTimeout)),
-       "--slow_wait_log=2s", "--checkpoint_every_steps=0",
-       "--checkpoint_every_seconds=0"},
-      kTimeout);
+void RunJob(const TestHosts& hosts, const std::string& mode, Route route,
+            Fault fault, Outcome* outcome) {
+  std::vector<std::string> server_flags = {
+      absl::StrCat("--mode=", mode),
+      "--optimizer=sgd",
+      "--learning_rate=0.05",
+      absl::StrCat("--worker_timeout=", absl::FormatDuration(kWorkerTimeout)),
+      "--slow_wait_log=2s",
+      "--checkpoint_every_steps=0",
+      "--checkpoint_every_seconds=0"};
+  if (route == Route::kGrpc) server_flags.push_back("--tcp_data_port=-1");
+  absl::StatusOr<std::unique_ptr<HostJob>> job =
+      HostJob::Start(&hosts, {kServerHost[0], kServerHost[1]}, 2,
+                     std::move(server_flags), kTimeout);
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string model_file =
       TempPath(absl::StrCat("server_cut_", mode, "_", fault, ".model"));
@@ -118,7 +140,13 @@ void RunJob(const TestHosts& hosts, const std::string& mode, Fault fault,
     ASSERT_TRUE((*job)->StartWorker(rank, kWorkerHost[rank], flags).ok());
   }
   if (fault == Fault::kCutServer) {
-    ASSERT_NO_FATAL_FAILURE(CutServer(hosts, **job));
+    ASSERT_NO_FATAL_FAILURE(CutServer(hosts, **job, &outcome->tcp_frame_calls));
+  } else {
+    MetricPeaks peaks({kTcpFrameCalls});
+    const absl::Status watched =
+        (*job)->WatchServersWhileWorkersRun(&peaks, kTimeout);
+    ASSERT_TRUE(watched.ok()) << watched;
+    outcome->tcp_frame_calls = peaks.Peak(kTcpFrameCalls, kCutShard);
   }
   absl::Status ended = (*job)->Wait(kTimeout);
   ASSERT_TRUE(ended.ok()) << ended;
@@ -166,10 +194,19 @@ class ServerCutTest : public ::testing::Test {
   std::unique_ptr<TestHosts> hosts_;
 };
 
+// Over frames: a cut link breaks no call for good; a frames connection
+// that cannot be made during the cut costs at most a fallback to gRPC.
 TEST_F(ServerCutTest, SyncEndsBitIdenticalToTheJobUndisturbed) {
   Outcome undisturbed, cut;
-  ASSERT_NO_FATAL_FAILURE(RunJob(*hosts_, "sync", Fault::kNone, &undisturbed));
-  ASSERT_NO_FATAL_FAILURE(RunJob(*hosts_, "sync", Fault::kCutServer, &cut));
+  ASSERT_NO_FATAL_FAILURE(
+      RunJob(*hosts_, "sync", Route::kFrames, Fault::kNone, &undisturbed));
+  ASSERT_NO_FATAL_FAILURE(
+      RunJob(*hosts_, "sync", Route::kFrames, Fault::kCutServer, &cut));
+  for (const Outcome* outcome : {&undisturbed, &cut}) {
+    EXPECT_GT(outcome->tcp_frame_calls, 0)
+        << "the workers did not reach the shard over TCP frames (nullopt: "
+           "never read)";
+  }
   for (int index : {0, 1}) {
     SCOPED_TRACE(::testing::Message() << "shard " << index);
     EXPECT_EQ(cut.shards[index].version, uint64_t{kSteps});
@@ -181,10 +218,17 @@ TEST_F(ServerCutTest, SyncEndsBitIdenticalToTheJobUndisturbed) {
   EXPECT_EQ(cut.accuracy, undisturbed.accuracy);
 }
 
+// Over gRPC, the route without frames.
 TEST_F(ServerCutTest, AsyncEndsAsAccurateAsUsual) {
   Outcome undisturbed, cut;
-  ASSERT_NO_FATAL_FAILURE(RunJob(*hosts_, "async", Fault::kNone, &undisturbed));
-  ASSERT_NO_FATAL_FAILURE(RunJob(*hosts_, "async", Fault::kCutServer, &cut));
+  ASSERT_NO_FATAL_FAILURE(
+      RunJob(*hosts_, "async", Route::kGrpc, Fault::kNone, &undisturbed));
+  ASSERT_NO_FATAL_FAILURE(
+      RunJob(*hosts_, "async", Route::kGrpc, Fault::kCutServer, &cut));
+  for (const Outcome* outcome : {&undisturbed, &cut}) {
+    EXPECT_EQ(outcome->tcp_frame_calls, 0)
+        << "TCP frames served though off (nullopt: never read)";
+  }
   // Every push applied once: one update per push of each rank.
   for (int index : {0, 1}) {
     EXPECT_EQ(cut.shards[index].version, 2u * kSteps) << "shard " << index;

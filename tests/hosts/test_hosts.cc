@@ -310,6 +310,42 @@ absl::Status TestHosts::SetLinkUp(int host) const {
              hosts_.at(host).switch_port, "up"});
 }
 
+absl::Status TestHosts::DropTcpTo(int host, int port) const {
+  if (port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("test hosts: no TCP port ", port, " to drop"));
+  }
+  const std::string& ns = hosts_.at(host).namespace_name;
+  // The first call makes an IFB device never set up (what is redirected
+  // there is dropped) and the ingress qdisc.
+  if (!Ip({"-n", ns, "link", "show", "drop0"}).ok()) {
+    if (absl::Status s = Ip({"-n", ns, "link", "add", "drop0", "type", "ifb"});
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            Tc({"-n", ns, "qdisc", "add", "dev", "eth0", "ingress"});
+        !s.ok()) {
+      return s;
+    }
+  }
+  return Tc({"-n",       ns,
+             "filter",   "add",
+             "dev",      "eth0",
+             "parent",   "ffff:",
+             "protocol", "ip",
+             "prio",     "1",
+             "u32",      "match",
+             "ip",       "protocol",
+             "6",        "0xff",
+             "match",    "ip",
+             "dport",    absl::StrCat(port),
+             "0xffff",   "action",
+             "mirred",   "egress",
+             "redirect", "dev",
+             "drop0"});
+}
+
 absl::Status TestHosts::SetRate(int host, int64_t bits_per_second) const {
   if (bits_per_second < 0) {
     return absl::InvalidArgumentError(

@@ -97,6 +97,13 @@ class TestHosts {
   absl::Status SetLinkDown(int host) const;
   absl::Status SetLinkUp(int host) const;
 
+  // Drops every TCP packet that reaches host `host` for its port `port`
+  // (IPv4), from now on: a firewall that drops, so that connecting there
+  // times out rather than being refused. `tc`: an ingress u32 filter on
+  // the host's eth0 redirecting them to a device left down (this kernel has
+  // no gact `drop` action; a redirect to a down device drops).
+  absl::Status DropTcpTo(int host, int port) const;
+
   // Shapes host `host`'s link anew, both directions (0: unshaped).
   absl::Status SetRate(int host, int64_t bits_per_second) const;
 

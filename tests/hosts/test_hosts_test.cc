@@ -246,6 +246,23 @@ TEST(TestHostsTest, ADownedLinkCarriesNothingUntilItIsUpAgain) {
   EXPECT_TRUE(sent.ok()) << sent;
 }
 
+TEST(TestHostsTest, DropTcpToMakesConnectingToThatPortTimeOut) {
+  SKIP_WITHOUT_TEST_HOSTS();
+  absl::StatusOr<std::unique_ptr<TestHosts>> hosts = TestHosts::Create(2, 0);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  const TestHosts& h = **hosts;
+  std::unique_ptr<Subprocess> server = Serve(h, 0);
+  ASSERT_NE(server, nullptr);
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(kPort, &port));
+  EXPECT_FALSE(h.DropTcpTo(0, 0).ok());
+  // Another port: nothing else of the host is dropped.
+  ASSERT_TRUE(h.DropTcpTo(0, port + 1).ok());
+  ASSERT_TRUE(Send(h, 1, 0, 1000, kTimeout).ok());
+  ASSERT_TRUE(h.DropTcpTo(0, port).ok());
+  EXPECT_FALSE(Send(h, 1, 0, 1000, absl::Seconds(2)).ok());
+}
+
 TEST(TestHostsTest, SetRateReshapesAndUnshapesTheLink) {
   SKIP_WITHOUT_TEST_HOSTS();
   absl::StatusOr<std::unique_ptr<TestHosts>> hosts = TestHosts::Create(1, 0);

@@ -328,6 +328,7 @@ func checkServerFlags(set serverSet, c *corev1.Container, f *flags, m *manifests
 			}
 		}
 	}
+	checkFramesPort(at, cf, c, f, port, p)
 	if f.has("tls_cert") && probePort == port {
 		p.add(at, "flag --tls_cert: the kubelet's gRPC probes speak plaintext and fail on the TLS port --port=%d; add --health_port and probe that port (components/auth does)", port)
 	}
@@ -374,6 +375,55 @@ func checkServerFlags(set serverSet, c *corev1.Container, f *flags, m *manifests
 }
 
 const minProbeTimeoutSeconds = 3
+
+// checkFramesPort checks the server's frames over TCP (--tcp_data_port):
+// never beside TLS, which the server refuses (the frames are not
+// encrypted); a fixed port differs from the server's other ports and is a
+// containerPort; a containerPort named frames has a server listening there.
+// Unset is a free port without TLS (nothing to declare) and none with it.
+func checkFramesPort(at, cf string, c *corev1.Container, f *flags, port int, p *problems) {
+	frames := -1
+	if !f.has("tcp_data_port") {
+		if !f.has("tls_cert") {
+			frames = 0
+		}
+	} else if n, ok := f.getInt("tcp_data_port"); ok {
+		frames = n
+	} else {
+		return
+	}
+	switch {
+	case frames < -1 || frames > 65535:
+		p.add(at, "flag --tcp_data_port=%d: must be in [-1, 65535]", frames)
+		return
+	case frames >= 0 && f.has("tls_cert"):
+		p.add(at, "flag --tcp_data_port=%d with --tls_cert: frames over TCP are not encrypted and the server refuses them beside TLS; set it to -1 (components/auth sets PS_FRAMES_PORT=-1)", frames)
+		return
+	}
+	if frames > 0 {
+		others := map[string]int{"port": port}
+		for _, flag := range []string{"health_port", "metrics_port"} {
+			if n, ok := f.known(flag); ok {
+				if v, err := strconv.Atoi(n); err == nil {
+					others[flag] = v
+				}
+			}
+		}
+		for _, flag := range []string{"port", "health_port", "metrics_port"} {
+			if v, ok := others[flag]; ok && v == frames {
+				p.add(at, "flag --tcp_data_port=%d is the server's --%s: the server would not start", frames, flag)
+			}
+		}
+		if !hasContainerPort(c, frames) {
+			p.add(at, "%s.ports: no containerPort %d, the server's --tcp_data_port", cf, frames)
+		}
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == "frames" && int(cp.ContainerPort) != frames {
+			p.add(at, "%s.ports: containerPort %d named frames, but the server's --tcp_data_port is %d", cf, cp.ContainerPort, frames)
+		}
+	}
+}
 
 func hasContainerPort(c *corev1.Container, port int) bool {
 	for _, cp := range c.Ports {
