@@ -1,11 +1,13 @@
 #include "bench/bench_flags.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/byte_size.h"
 
@@ -57,6 +59,26 @@ absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text) {
     sizes.push_back(bytes);
   }
   return sizes;
+}
+
+absl::StatusOr<std::vector<std::string>> ParseChoiceList(
+    absl::string_view flag, absl::string_view text,
+    const std::vector<std::string>& allowed) {
+  std::vector<std::string> names;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    const std::string name(absl::StripAsciiWhitespace(part));
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": \"", name, "\" is not one of ",
+                       absl::StrJoin(allowed, ", ")));
+    }
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": \"", name, "\" is listed twice"));
+    }
+    names.push_back(name);
+  }
+  return names;
 }
 
 absl::StatusOr<HostGrid> ParseHostGrid(absl::string_view workers,

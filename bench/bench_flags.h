@@ -29,6 +29,14 @@ absl::StatusOr<std::vector<int64_t>> ParseNumberList(
 // Each must be a multiple of 4 bytes (float32) in [8 B, 1 GiB].
 absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text);
 
+// Parses the flag --`flag`=`text`, names separated by commas (spaces
+// around each allowed), each one of `allowed` and none twice, e.g.
+// --transports=grpc,frames. InvalidArgument names the flag, the entry and
+// what is allowed.
+absl::StatusOr<std::vector<std::string>> ParseChoiceList(
+    absl::string_view flag, absl::string_view text,
+    const std::vector<std::string>& allowed);
+
 // What a bench of jobs on test hosts runs (ring_vs_servers_bench,
 // torch_ring_vs_ddp_bench): each worker count at each link rate.
 struct HostGrid {

@@ -65,6 +65,23 @@ TEST(ParseHostGridTest, ParsesWorkerCountsAndRatesNamingTheFlagThatIsOff) {
           "--rates_mbit: rate \"1G\" is not a whole number of at least 0"));
 }
 
+TEST(ParseChoiceListTest, ParsesNamesOfTheAllowedOnesOnceEach) {
+  const std::vector<std::string> allowed = {"grpc", "frames"};
+  absl::StatusOr<std::vector<std::string>> names =
+      ParseChoiceList("transports", "frames, grpc", allowed);
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_EQ(*names, (std::vector<std::string>{"frames", "grpc"}));
+  EXPECT_EQ(ParseChoiceList("transports", "grpc,tcp", allowed).status(),
+            absl::InvalidArgumentError(
+                "--transports: \"tcp\" is not one of grpc, frames"));
+  EXPECT_EQ(
+      ParseChoiceList("transports", "grpc,grpc", allowed).status(),
+      absl::InvalidArgumentError("--transports: \"grpc\" is listed twice"));
+  for (const char* bad : {"", "grpc,", ",frames", "GRPC"}) {
+    EXPECT_FALSE(ParseChoiceList("transports", bad, allowed).ok()) << bad;
+  }
+}
+
 TEST(LinkRateNameTest, NamesRatesInGbitAndZeroUnshaped) {
   EXPECT_EQ(LinkRateName(0), "unshaped");
   EXPECT_EQ(LinkRateName(1000), "1 Gbit/s");

@@ -7,11 +7,16 @@
 // against 2 (N - 1) / N times the model, and rank 0's test accuracy. The
 // workers are bench/pytorch_ddp_bench.py's roles "ours" and "ddp". Needs
 // root; prints one Markdown row per layout with the median of --repeats
-// runs.
+// runs. Sync-PS runs once per --transports entry (gRPC, or the same-host
+// transport's frames over TCP) and --compression entry; with --alternate,
+// run r of every row comes before run r + 1 of any, so that load drift on a
+// shared machine hits every row alike.
 //
 //   bazel build //python:paramserver
 //   bazel run -c opt //bench:torch_ring_vs_ddp_bench -- --workers=2,4
 //       --rates_mbit=1000,10000 --repeats=3   (one command line)
+//   bazel run -c opt //bench:torch_ring_vs_ddp_bench -- --workers=2
+//       --rates_mbit=1000 --transports=grpc,frames --ring=false --alternate
 
 #include <algorithm>
 #include <cstdio>
@@ -30,10 +35,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "bench/bench_flags.h"
 #include "bench/host_bench.h"
+#include "common/flag_range.h"
 #include "common/subprocess.h"
 #include "tests/hosts/test_hosts.h"
 
@@ -49,6 +54,15 @@ ABSL_FLAG(std::string, python, "/usr/bin/python3", "Debian's interpreter");
 ABSL_FLAG(std::string, compression, "none",
           "Ours' paramserver.torch Compression (none, fp16, bf16), "
           "comma-separated: the sync-PS rows once for each");
+ABSL_FLAG(std::string, transports, "grpc",
+          "Ours' sync-PS transport, comma-separated: the sync-PS rows once "
+          "for each. grpc: gRPC over TCP to every server, even one beside "
+          "the worker (servers' --tcp_data_port=-1); frames: the same-host "
+          "transport's frames over TCP to servers on other hosts and its "
+          "Unix socket to one beside the worker (--tcp_data_port=0)");
+ABSL_FLAG(bool, alternate, false,
+          "Interleave the rows run by run (run 1 of every row, then run 2, "
+          "...) instead of running each row's --repeats back to back");
 ABSL_FLAG(bool, ring, true, "Measure ours in --mode=allreduce too");
 ABSL_FLAG(std::string, python_site, "",
           "The built package's folder (empty: the workspace's "
@@ -64,6 +78,7 @@ struct Layout {
   bool ddp = false;
   ServiceLayout services = ServiceLayout::kRing;
   std::string compression = "none";  // Sync-PS only.
+  bool frames = false;               // Sync-PS only: else gRPC.
 };
 
 std::string BaseLayoutName(const Layout& layout) {
@@ -80,8 +95,13 @@ std::string BaseLayoutName(const Layout& layout) {
 }
 
 std::string LayoutName(const Layout& layout) {
-  if (layout.compression == "none") return BaseLayoutName(layout);
-  return absl::StrCat(BaseLayoutName(layout), ", ", layout.compression);
+  std::string name = BaseLayoutName(layout);
+  if (layout.ddp || layout.services == ServiceLayout::kRing) return name;
+  absl::StrAppend(&name, layout.frames ? ", frames" : ", gRPC");
+  if (layout.compression != "none") {
+    absl::StrAppend(&name, ", ", layout.compression);
+  }
+  return name;
 }
 
 struct Result {
@@ -128,7 +148,8 @@ std::optional<Result> RunJob(const Layout& layout, int num_workers,
   if (!layout.ddp) {
     std::optional<std::vector<std::string>> started = StartServices(
         hosts, layout.services, num_workers,
-        {"--optimizer=adam", "--learning_rate=0.001", "--lr_schedule=constant"},
+        {"--optimizer=adam", "--learning_rate=0.001", "--lr_schedule=constant",
+         absl::StrCat("--tcp_data_port=", layout.frames ? 0 : -1)},
         kTimeout, services);
     if (!started.has_value()) return std::nullopt;
     addresses = *std::move(started);
@@ -143,8 +164,9 @@ std::optional<Result> RunJob(const Layout& layout, int num_workers,
         absl::StrCat("--steps=", steps), absl::StrCat("--warmup=", warmup),
         absl::StrCat("--batch_size=", absl::GetFlag(FLAGS_batch_size)),
         absl::StrCat("--eval_examples=", absl::GetFlag(FLAGS_eval_examples)),
-        // gRPC over TCP, as from another machine, even beside a server.
-        "--local_transport=0",
+        // grpc: gRPC over TCP, as from another machine, even beside a
+        // server. frames: the servers' frame endpoints.
+        absl::StrCat("--local_transport=", layout.frames ? 1 : 0),
         absl::StrCat("--compression=", layout.compression)};
     std::vector<std::pair<std::string, std::string>> env = {
         {"PYTHONPATH", absl::GetFlag(FLAGS_python_site).empty()
@@ -211,6 +233,68 @@ std::string LoadAverage() {
   return one;
 }
 
+// A row's runs so far, and the load average as each began.
+struct Row {
+  Layout layout;
+  std::vector<Result> results;
+  std::vector<std::string> loads;
+};
+
+void PrintRow(const Row& row, int num_workers, const std::string& link) {
+  const std::string name = LayoutName(row.layout);
+  if (row.results.empty()) {
+    std::printf("| %d | %s | %s | failed |\n", num_workers, link.c_str(),
+                name.c_str());
+    return;
+  }
+  std::vector<double> ms, bytes, accuracy;
+  std::vector<std::string> each;
+  for (const Result& result : row.results) {
+    ms.push_back(result.ms_per_step);
+    bytes.push_back(result.bytes_per_step);
+    accuracy.push_back(result.accuracy);
+    each.push_back(absl::StrFormat("%.1f", result.ms_per_step));
+  }
+  const double model = row.results.back().model_bytes;
+  std::printf("| %d | %s | %s | %.1f; %s | %.3f | %.3f | %.4f | %s |\n",
+              num_workers, link.c_str(), name.c_str(), Median(ms),
+              absl::StrJoin(each, ", ").c_str(), Median(bytes) / 1e6,
+              2.0 * (num_workers - 1) / num_workers * model / 1e6,
+              Median(accuracy), absl::StrJoin(row.loads, ", ").c_str());
+  std::fflush(stdout);
+}
+
+// The flags besides the host grid; false, the reason printed, if one is off.
+bool CheckFlags(std::vector<std::string>& compressions,
+                std::vector<std::string>& transports) {
+  for (const absl::Status& status :
+       {CheckFlagRange("repeats", absl::GetFlag(FLAGS_repeats), 1, 1000),
+        CheckFlagRange("steps", absl::GetFlag(FLAGS_steps), 1, 1000000),
+        CheckFlagRange("warmup", absl::GetFlag(FLAGS_warmup), 0, 1000000),
+        CheckFlagRange("batch_size", absl::GetFlag(FLAGS_batch_size), 1, 60000),
+        CheckFlagRange("eval_examples", absl::GetFlag(FLAGS_eval_examples), 0,
+                       10000)}) {
+    if (!status.ok()) {
+      absl::FPrintF(stderr, "%s\n", status.message());
+      return false;
+    }
+  }
+  absl::StatusOr<std::vector<std::string>> c =
+      bench::ParseChoiceList("compression", absl::GetFlag(FLAGS_compression),
+                             {"none", "fp16", "bf16"});
+  absl::StatusOr<std::vector<std::string>> t = bench::ParseChoiceList(
+      "transports", absl::GetFlag(FLAGS_transports), {"grpc", "frames"});
+  for (const absl::Status& status : {c.status(), t.status()}) {
+    if (!status.ok()) {
+      absl::FPrintF(stderr, "%s\n", status.message());
+      return false;
+    }
+  }
+  compressions = *std::move(c);
+  transports = *std::move(t);
+  return true;
+}
+
 int Main() {
   const absl::StatusOr<bench::HostGrid> grid = bench::ParseHostGrid(
       absl::GetFlag(FLAGS_workers), absl::GetFlag(FLAGS_rates_mbit));
@@ -218,6 +302,8 @@ int Main() {
     absl::FPrintF(stderr, "%s\n", grid.status().message());
     return 2;
   }
+  std::vector<std::string> compressions, transports;
+  if (!CheckFlags(compressions, transports)) return 2;
   if (const std::string why = TestHosts::WhyUnavailable(); !why.empty()) {
     std::fprintf(stderr, "no test hosts here: %s\n", why.c_str());
     return 1;
@@ -227,49 +313,40 @@ int Main() {
       "per step | 2(N-1)/N x model, MB | test accuracy | load average |\n"
       "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   const int repeats = absl::GetFlag(FLAGS_repeats);
+  const bool alternate = absl::GetFlag(FLAGS_alternate);
   for (const int num_workers : grid->workers) {
     for (const int64_t mbit : grid->rates_mbit) {
       const std::string link = bench::LinkRateName(mbit);
-      std::vector<Layout> layouts;
-      for (absl::string_view c :
-           absl::StrSplit(absl::GetFlag(FLAGS_compression), ',')) {
-        for (ServiceLayout services :
-             {ServiceLayout::kServersApart, ServiceLayout::kServersBeside}) {
-          layouts.push_back(Layout{false, services, std::string(c)});
+      std::vector<Row> rows;
+      for (const std::string& transport : transports) {
+        for (const std::string& compression : compressions) {
+          for (ServiceLayout services :
+               {ServiceLayout::kServersApart, ServiceLayout::kServersBeside}) {
+            rows.push_back(Row{
+                Layout{false, services, compression, transport == "frames"}});
+          }
         }
       }
       if (absl::GetFlag(FLAGS_ring)) {
-        layouts.push_back(Layout{false, ServiceLayout::kRing});
+        rows.push_back(Row{Layout{false, ServiceLayout::kRing}});
       }
-      layouts.push_back(Layout{true});
-      for (const Layout& layout : layouts) {
-        std::vector<double> ms, bytes, accuracy;
-        std::vector<std::string> loads;
-        double model = 0;
+      rows.push_back(Row{Layout{true}});
+      auto run_once = [&](Row& row) {
+        row.loads.push_back(LoadAverage());
+        std::optional<Result> result =
+            RunJob(row.layout, num_workers, mbit * 1000 * 1000);
+        if (result.has_value()) row.results.push_back(*std::move(result));
+      };
+      if (alternate) {
         for (int run = 0; run < repeats; ++run) {
-          loads.push_back(LoadAverage());
-          const std::optional<Result> result =
-              RunJob(layout, num_workers, mbit * 1000 * 1000);
-          if (!result.has_value()) continue;
-          ms.push_back(result->ms_per_step);
-          bytes.push_back(result->bytes_per_step);
-          accuracy.push_back(result->accuracy);
-          model = result->model_bytes;
+          for (Row& row : rows) run_once(row);
         }
-        if (ms.empty()) {
-          std::printf("| %d | %s | %s | failed |\n", num_workers, link.c_str(),
-                      LayoutName(layout).c_str());
-          continue;
+        for (const Row& row : rows) PrintRow(row, num_workers, link);
+      } else {
+        for (Row& row : rows) {
+          for (int run = 0; run < repeats; ++run) run_once(row);
+          PrintRow(row, num_workers, link);
         }
-        std::vector<std::string> each;
-        for (double m : ms) each.push_back(absl::StrFormat("%.1f", m));
-        std::printf("| %d | %s | %s | %.1f; %s | %.3f | %.3f | %.4f | %s |\n",
-                    num_workers, link.c_str(), LayoutName(layout).c_str(),
-                    Median(ms), absl::StrJoin(each, ", ").c_str(),
-                    Median(bytes) / 1e6,
-                    2.0 * (num_workers - 1) / num_workers * model / 1e6,
-                    Median(accuracy), absl::StrJoin(loads, ", ").c_str());
-        std::fflush(stdout);
       }
     }
   }
