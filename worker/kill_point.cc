@@ -22,7 +22,7 @@ namespace {
 absl::Status Bad(absl::string_view text, absl::string_view why) {
   return absl::InvalidArgumentError(
       absl::StrCat("--test_kill_self=", text, ": ", why,
-                   " (want rank=R,at=step:N|upload|done[,once=PATH])"));
+                   " (want rank=R,at=step:N|push:N|upload|done[,once=PATH])"));
 }
 
 // Digits only: SimpleAtoi would also take a sign and spaces.
@@ -65,8 +65,9 @@ absl::StatusOr<KillPoint> KillPoint::Parse(absl::string_view text) {
         point.moment_ = KillMoment::kUpload;
       } else if (value == "done") {
         point.moment_ = KillMoment::kDone;
-      } else if (absl::ConsumePrefix(&step, "step:")) {
-        point.moment_ = KillMoment::kStep;
+      } else if (absl::ConsumePrefix(&step, "step:") ||
+                 absl::ConsumePrefix(&step, "push:")) {
+        point.moment_ = value[0] == 's' ? KillMoment::kStep : KillMoment::kPush;
         if (!ParseCount(step, &point.step_)) {
           return Bad(text,
                      absl::StrCat("step '", step, "' is not a number >= 0"));
@@ -91,7 +92,8 @@ absl::StatusOr<KillPoint> KillPoint::Parse(absl::string_view text) {
 
 bool KillPoint::Matches(int rank, KillMoment moment, uint64_t step) const {
   return armed_ && rank == rank_ && moment == moment_ &&
-         (moment != KillMoment::kStep || step == step_);
+         ((moment != KillMoment::kStep && moment != KillMoment::kPush) ||
+          step == step_);
 }
 
 std::string KillPoint::ToString() const {
@@ -100,6 +102,9 @@ std::string KillPoint::ToString() const {
   switch (moment_) {
     case KillMoment::kStep:
       at = absl::StrCat("step ", step_);
+      break;
+    case KillMoment::kPush:
+      at = absl::StrCat("push of step ", step_);
       break;
     case KillMoment::kUpload:
       at = "upload";

@@ -12,9 +12,12 @@ namespace ps::worker {
 // --test_kill_self=rank=R,at=MOMENT[,once=PATH]: the worker of rank R kills
 // itself with SIGKILL at MOMENT, so that a fault test dies exactly where it
 // means to rather than wherever a signal from outside lands. MOMENT is
-//   step:N  in step N (the servers' clock, from 0) of a pipeline stage,
-//           after its forward and backward (its neighbours have had its
-//           messages), before its push;
+//   step:N  a pipeline stage at the start of step N (the servers' clock,
+//           from 0), before its pull: no stage of its replica has pushed
+//           step N;
+//   push:N  a pipeline stage in step N after its forward and backward
+//           (its neighbours have had its messages and may push), before
+//           its own push;
 //   upload  a pipeline stage after its last step (and replica 0's final
 //           evaluation), before its final weights go up the links to rank
 //           0's saved model (rank 0: before it receives and writes them);
@@ -22,7 +25,7 @@ namespace ps::worker {
 //           once the servers acknowledged its Done).
 // With once=PATH it fires only if PATH does not exist yet, creating it
 // first: the restarted worker, given the same flags, goes on.
-enum class KillMoment { kStep, kUpload, kDone };
+enum class KillMoment { kStep, kPush, kUpload, kDone };
 
 class KillPoint {
  public:
@@ -35,7 +38,8 @@ class KillPoint {
   // unknown moment, an empty once path.
   static absl::StatusOr<KillPoint> Parse(absl::string_view text);
 
-  // Whether the worker of `rank` dies at `moment` (and `step`, for kStep),
+  // Whether the worker of `rank` dies at `moment` (and `step`, for kStep
+  // and kPush),
   // once= aside.
   bool Matches(int rank, KillMoment moment, uint64_t step = 0) const;
 

@@ -34,6 +34,12 @@ TEST(KillPointTest, ParsesEachMoment) {
   EXPECT_FALSE(step->Matches(1, KillMoment::kUpload));
   EXPECT_EQ(step->ToString(), "rank 1 at step 20");
 
+  absl::StatusOr<KillPoint> push = KillPoint::Parse("rank=1,at=push:20");
+  ASSERT_TRUE(push.ok()) << push.status();
+  EXPECT_TRUE(push->Matches(1, KillMoment::kPush, 20));
+  EXPECT_FALSE(push->Matches(1, KillMoment::kStep, 20));
+  EXPECT_EQ(push->ToString(), "rank 1 at push of step 20");
+
   absl::StatusOr<KillPoint> zero = KillPoint::Parse("at=step:0,rank=3");
   ASSERT_TRUE(zero.ok()) << zero.status();
   EXPECT_TRUE(zero->Matches(3, KillMoment::kStep, 0));
@@ -65,6 +71,7 @@ TEST(KillPointTest, RefusesMalformedValuesNamingTheFlag) {
       {"rank=1,at=step:", "step '' is not a number >= 0"},
       {"rank=1,at=step:-3", "step '-3' is not a number >= 0"},
       {"rank=1,at=step: 3", "step ' 3' is not a number >= 0"},
+      {"rank=1,at=push:x", "step 'x' is not a number >= 0"},
       {"rank=1,at=later", "unknown moment 'later'"},
       {"rank=1,at=done,once=", "once needs a file path"},
       {"rank=1,at=done,once=a,once=b", "once given twice"},

@@ -153,10 +153,11 @@ std::optional<int> WorkerRun::CheckSettings() {
       KillPoint::Parse(config_.test_kill_self);
   if (flags.ok() && kill_point.ok() && config_.pipeline_stages <= 1 &&
       kill_point->armed() && kill_point->moment() != KillMoment::kDone) {
-    flags = absl::InvalidArgumentError(absl::StrCat(
-        "--test_kill_self=", config_.test_kill_self,
-        ": step and upload are a pipeline stage's moments (--pipeline_stages "
-        "above 1); done is any worker's"));
+    flags = absl::InvalidArgumentError(
+        absl::StrCat("--test_kill_self=", config_.test_kill_self,
+                     ": step, push and upload are a pipeline stage's moments "
+                     "(--pipeline_stages "
+                     "above 1); done is any worker's"));
   }
   for (const absl::Status& s : {description.status(), servers.status(), flags,
                                 cpus.status(), kill_point.status()}) {
