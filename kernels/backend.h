@@ -52,6 +52,17 @@ struct Conv2dShape {
   uint64_t output_size() const {
     return uint64_t{1} * batch * out_channels * out_height() * out_width();
   }
+  // Floats of one image's im2col matrix (in_channels x kernel area rows,
+  // output area columns); 0 for a 1x1 kernel at stride 1 without padding,
+  // whose image is its own matrix.
+  uint64_t im2col_size() const {
+    if (kernel_height == 1 && kernel_width == 1 && stride_height == 1 &&
+        stride_width == 1 && pad_height == 0 && pad_width == 0) {
+      return 0;
+    }
+    return uint64_t{1} * in_channels * kernel_height * kernel_width *
+           out_height() * out_width();
+  }
 };
 
 // Max or average pooling over a batch of NCHW images, without padding:
@@ -246,6 +257,14 @@ class Backend {
 
   // Waits for every operation issued so far.
   virtual absl::Status Synchronize() = 0;
+
+  // Scratch memory the convolutions keep, for a worker's memory budget:
+  // the bytes this backend holds once it has run a convolution of `shape`
+  // (kept after, grown to the largest shape run), and the bytes it holds
+  // now. 0 for a backend that keeps none or does not say (CUDA's is
+  // chunked device memory: not counted).
+  virtual int64_t ConvScratchBytes(const Conv2dShape& shape) const { return 0; }
+  virtual int64_t conv_scratch_bytes() const { return 0; }
 };
 
 }  // namespace ps::kernels

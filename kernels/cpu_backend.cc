@@ -405,6 +405,13 @@ class CpuBackend final : public Backend {
 
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
+  int64_t ConvScratchBytes(const Conv2dShape& shape) const override {
+    return static_cast<int64_t>(shape.im2col_size() * sizeof(float));
+  }
+  int64_t conv_scratch_bytes() const override {
+    return static_cast<int64_t>(columns_.capacity() * sizeof(float));
+  }
+
  private:
   static absl::Status CheckRange(absl::string_view op, const float* host,
                                  size_t num_elements,

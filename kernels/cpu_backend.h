@@ -29,8 +29,9 @@ struct CpuBackendOptions {
 // writing.
 //
 // Memory: the convolutions keep one image's im2col matrix (in_channels x
-// kernel area x output area floats) as scratch owned by the backend, grown to
-// the largest layer seen and kept until the backend is destroyed.
+// kernel area x output area floats, Conv2dShape::im2col_size) as scratch
+// owned by the backend, grown to exactly the largest layer seen and kept
+// until the backend is destroyed (ConvScratchBytes, conv_scratch_bytes).
 //
 // Thread safety: one thread at a time, as for any Backend. The OpenBLAS thread
 // count is process-wide state of the library: the last backend created sets it.

@@ -113,6 +113,15 @@ void Col2imAdd(const Conv2dShape& s, const float* columns, float* image) {
       [](int, size_t, int) {});
 }
 
+// Grows `columns` to `s`'s im2col matrix, to exactly its size: its capacity
+// is what CpuBackend reports as its scratch (Backend::conv_scratch_bytes).
+void GrowColumns(const Conv2dShape& s, std::vector<float>& columns) {
+  const size_t n = s.im2col_size();
+  if (columns.size() >= n) return;
+  columns.reserve(n);
+  columns.resize(n);
+}
+
 }  // namespace
 
 void Conv2dForward(const Conv2dShape& s, const float* x, const float* w,
@@ -121,8 +130,7 @@ void Conv2dForward(const Conv2dShape& s, const float* x, const float* w,
   const int area = s.out_height() * s.out_width();
   const size_t image_size = Area(s.in_height, s.in_width) * s.in_channels;
   const bool direct = ImageIsItsColumns(s);
-  if (!direct)
-    columns.resize(std::max(columns.size(), size_t{1} * rows * area));
+  GrowColumns(s, columns);
   for (int n = 0; n < s.batch; ++n) {
     const float* image = x + n * image_size;
     if (!direct) Im2col(s, image, columns.data());
@@ -139,8 +147,7 @@ void Conv2dBackwardData(const Conv2dShape& s, const float* grad_y,
   const int area = s.out_height() * s.out_width();
   const size_t image_size = Area(s.in_height, s.in_width) * s.in_channels;
   const bool direct = ImageIsItsColumns(s);
-  if (!direct)
-    columns.resize(std::max(columns.size(), size_t{1} * rows * area));
+  GrowColumns(s, columns);
   for (int n = 0; n < s.batch; ++n) {
     float* image = grad_x + n * image_size;
     // columns = W^T [rows x out_channels] * grad_y[n] [out_channels x area].
@@ -165,8 +172,7 @@ void Conv2dBackwardFilter(const Conv2dShape& s, const float* x,
     std::fill_n(grad_w, s.weight_size(), 0.0f);
     return;
   }
-  if (!direct)
-    columns.resize(std::max(columns.size(), size_t{1} * rows * area));
+  GrowColumns(s, columns);
   for (int n = 0; n < s.batch; ++n) {
     const float* image = x + n * image_size;
     if (!direct) Im2col(s, image, columns.data());

@@ -41,13 +41,20 @@ LaunchConfig WideJob(int stages, int64_t budget) {
   return job;
 }
 
+worker::pipeline::MemoryFlags Flags(int stages) {
+  worker::pipeline::MemoryFlags flags;
+  flags.stages = stages;
+  flags.batch_size = kBatch;
+  return flags;
+}
+
 TEST(PipelineBudgetTest, UnsplitIsRefusedAndTwoStagesTrain) {
   const worker::nn::ModelDescription d =
       *worker::nn::ModelDescription::Parse(kWide);
   absl::StatusOr<int64_t> one =
-      MostWorkerBytes(d, worker::nn::StageSplitKind::kBytes, 1, kBatch, 1);
+      MostWorkerBytes(d, worker::nn::StageSplitKind::kBytes, Flags(1));
   absl::StatusOr<int64_t> two =
-      MostWorkerBytes(d, worker::nn::StageSplitKind::kBytes, 2, kBatch, 1);
+      MostWorkerBytes(d, worker::nn::StageSplitKind::kBytes, Flags(2));
   ASSERT_TRUE(one.ok() && two.ok());
   ASSERT_LT(*two, *one);
   const int64_t budget = (*one + *two) / 2;
@@ -82,7 +89,7 @@ TEST(PipelineBudgetTest, UnsplitIsRefusedAndTwoStagesTrain) {
       *worker::nn::SplitByParameterBytes(d, 2);
   for (int s = 0; s < 2; ++s) {
     absl::StatusOr<worker::pipeline::WorkerMemory> measured =
-        MeasureStage(d, ranges[s], kBatch);
+        MeasureStage(d, ranges, s, Flags(2));
     ASSERT_TRUE(measured.ok()) << measured.status();
     EXPECT_LE(measured->total(), budget);
     EXPECT_NE(

@@ -80,6 +80,8 @@ struct WorkerConfig {
   std::string stage_split = "compute";      // compute | bytes.
   // Bytes with an optional K, M or G; "0": none (memory_budget.h).
   std::string worker_memory_budget = "0";
+  // Fault tests only: rank=R,at=...,once=PATH (worker/kill_point.h).
+  std::string test_kill_self;
 };
 
 // --mode's value for the all-reduce mode: --servers then names the ring's

@@ -158,6 +158,12 @@ ABSL_FLAG(std::string, worker_memory_budget, "0",
           "G (0: none): a job whose workers would need more is refused "
           "before training, naming the smallest --pipeline_stages that fits "
           "(worker/pipeline/memory_budget.h)");
+ABSL_FLAG(
+    std::string, test_kill_self, "",
+    "For fault tests: rank=R,at=step:N|push:N|upload|done[,once=PATH] makes "
+    "the worker of rank R kill itself with SIGKILL at that moment "
+    "(once: only if PATH does not exist, which it creates); see "
+    "worker/kill_point.h. Empty: never");
 ABSL_FLAG(bool, local, false,
           "Train in this process alone, without servers (one worker): the "
           "weights are initialised and updated by the servers' own code with "
@@ -267,6 +273,7 @@ WorkerConfig ConfigFromFlags() {
   config.pipeline_schedule = absl::GetFlag(FLAGS_pipeline_schedule);
   config.stage_split = absl::GetFlag(FLAGS_stage_split);
   config.worker_memory_budget = absl::GetFlag(FLAGS_worker_memory_budget);
+  config.test_kill_self = absl::GetFlag(FLAGS_test_kill_self);
   return config;
 }
 

@@ -149,8 +149,18 @@ std::optional<int> WorkerRun::CheckSettings() {
     flags = pipeline::CheckWorkerMemory(config_, *description);
   }
   absl::StatusOr<std::vector<int>> cpus = CpusFromFlag("cpus", config_.cpus);
-  for (const absl::Status& s :
-       {description.status(), servers.status(), flags, cpus.status()}) {
+  absl::StatusOr<KillPoint> kill_point =
+      KillPoint::Parse(config_.test_kill_self);
+  if (flags.ok() && kill_point.ok() && config_.pipeline_stages <= 1 &&
+      kill_point->armed() && kill_point->moment() != KillMoment::kDone) {
+    flags = absl::InvalidArgumentError(
+        absl::StrCat("--test_kill_self=", config_.test_kill_self,
+                     ": step, push and upload are a pipeline stage's moments "
+                     "(--pipeline_stages "
+                     "above 1); done is any worker's"));
+  }
+  for (const absl::Status& s : {description.status(), servers.status(), flags,
+                                cpus.status(), kill_point.status()}) {
     if (!s.ok()) {
       spdlog::error("bad flags: {}", s.message());
       return kExitBadConfig;
@@ -158,6 +168,7 @@ std::optional<int> WorkerRun::CheckSettings() {
   }
   description_ = *std::move(description);
   servers_ = *std::move(servers);
+  kill_point_ = *std::move(kill_point);
   if (!cpus->empty()) {
     if (absl::Status s = RestrictProcessToCpus(*cpus); !s.ok()) {
       spdlog::error("bad flags: --cpus: {}", s.message());
@@ -491,6 +502,7 @@ int WorkerRun::Train() {
     spdlog::info("{}",
                  FormatProgressLine(FinalAccuracy{summary->test_accuracy}));
   }
+  kill_point_.FireIf(rank_, KillMoment::kDone);
   return kExitOk;
 }
 

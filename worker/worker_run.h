@@ -13,6 +13,7 @@
 #include "kernels/device.h"
 #include "worker/allreduce_exchange.h"
 #include "worker/idx_reader.h"
+#include "worker/kill_point.h"
 #include "worker/local_exchange.h"
 #include "worker/nn/model.h"
 #include "worker/nn/model_description.h"
@@ -83,6 +84,7 @@ class WorkerRun {
   std::unique_ptr<Trainer> trainer_;
   // With --pipeline_stages above 1, in place of trainer_ and model_.
   std::unique_ptr<pipeline::StageRun> stage_run_;
+  KillPoint kill_point_;  // --test_kill_self.
   Registration registration_;
 };
 

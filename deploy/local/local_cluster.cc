@@ -59,6 +59,12 @@ class TempDir {
 // it whole.
 constexpr size_t kMaxQuotedLine = 200;
 
+// Whether a worker's output holds its done line (common/progress_line.h's
+// TrainedSummary), which it prints once the servers acknowledged its Done.
+bool PrintedDoneLine(const Subprocess& process) {
+  return LastProgressOf<TrainedSummary>(process.OutputLines()).has_value();
+}
+
 std::string Seconds(absl::Duration d) {
   return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
 }
@@ -162,6 +168,7 @@ absl::Status LocalCluster::StartChild(size_t slot) {
   out_->ProcessStarted(who, (*process)->pid(), argv);
   child.process = *std::move(process);
   child.exited = false;
+  child.finished_before_exit = false;
   child.restart_at.reset();
   return absl::OkStatus();
 }
@@ -186,6 +193,19 @@ absl::Status LocalCluster::HandleExits(Phase phase) {
     // Done, while the last one is still exiting: only startup forbids it.
     const bool failed =
         !status.success() || (child.id.is_server && phase == Phase::kStartup);
+    if (failed && failure_.ok() && !child.id.is_server &&
+        phase == Phase::kTraining && PrintedDoneLine(*child.process)) {
+      // Its servers acknowledged its Done before it printed the line: its
+      // part of the job is complete, and a restart could only fail to find
+      // servers that have since exited.
+      child.exited = true;
+      child.finished_before_exit = true;
+      Log(LaunchLevel::kWarning,
+          absl::StrCat(child.id.Name(), " ", status.ToString(),
+                       " after its done line (\"trained N steps\"): "
+                       "counted as finished, not restarted"));
+      continue;
+    }
     if (!failed || !failure_.ok()) {
       child.exited = true;
       continue;
@@ -425,6 +445,7 @@ ClusterResult LocalCluster::Run() {
             child.process != nullptr) {
           outcome.exit = child.process->Wait();
           outcome.stopped_by_launcher = child.stopped_by_launcher;
+          outcome.finished_before_exit = child.finished_before_exit;
         }
       }
       result.processes.push_back(std::move(outcome));

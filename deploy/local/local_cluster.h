@@ -96,6 +96,9 @@ struct ProcessOutcome {
   std::optional<ExitStatus> exit;  // nullopt: never started.
   // The launcher stopped it (it was still running when the run ended).
   bool stopped_by_launcher = false;
+  // A worker that failed (killed, say) after its done line: counted as
+  // finished, not as a failure.
+  bool finished_before_exit = false;
 };
 
 struct ClusterResult {
@@ -126,7 +129,9 @@ struct ClusterResult {
 // Runs one training job as local processes: starts the servers, waits for
 // their port files, starts the workers with the server list, hands every
 // line of every child to `out`, restarts processes that fail while the
-// workers run (ClusterSpec::max_restarts), and stops everything when the
+// workers run (ClusterSpec::max_restarts) except a worker that fails after
+// its done line ("trained N steps", printed once the servers acknowledged
+// its Done), which counts as finished, and stops everything when the
 // workers are done, when a failure is final, or on RequestStop.
 //
 // Thread-safety: Run() is called once, from one thread; RequestStop() may be
@@ -162,6 +167,8 @@ class LocalCluster {
     std::string restart_reason;            // How it failed, for the due one.
     int port = 0;                          // Servers, once known.
     bool stopped_by_launcher = false;
+    // A worker whose process failed after its done line.
+    bool finished_before_exit = false;
   };
   // Decides which exits are failures.
   enum class Phase { kStartup, kTraining, kShutdown };

@@ -54,8 +54,18 @@ absl::Status CheckPipelineConfig(const LaunchConfig& config) {
       absl::StatusOr<worker::nn::StageSplitKind> split =
           worker::nn::ParseStageSplit(config.stage_split);
       if (!split.ok()) return split.status();
-      absl::Status fits = worker::pipeline::CheckMemoryBudget(
-          *model, *split, k, config.batch_size, m, *budget);
+      absl::StatusOr<worker::pipeline::ScheduleKind> schedule =
+          worker::pipeline::ParseScheduleKind(config.pipeline_schedule);
+      if (!schedule.ok()) return schedule.status();
+      worker::pipeline::MemoryFlags flags;
+      flags.stages = k;
+      flags.batch_size = config.batch_size;
+      flags.micro_batches = m;
+      flags.schedule = *schedule;
+      // --compression comes in --worker_flags: a top-k worker's residuals
+      // are the worker's own check to count.
+      absl::Status fits =
+          worker::pipeline::CheckMemoryBudget(*model, *split, flags, *budget);
       if (!fits.ok()) return fits;
     }
   }

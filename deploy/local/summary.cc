@@ -31,6 +31,9 @@ std::vector<std::string> SummaryLines(const ClusterResult& result) {
       if (process.stopped_by_launcher) {
         absl::StrAppend(&how, " (stopped by the launcher)");
       }
+      if (process.finished_before_exit) {
+        absl::StrAppend(&how, " (after its done line: finished)");
+      }
     }
     lines.push_back(absl::StrCat(process.name, ": ", how));
   }

@@ -199,4 +199,17 @@ absl::Status CountingBackend::Synchronize() {
   return inner_ != nullptr ? inner_->Synchronize() : absl::OkStatus();
 }
 
+int64_t CountingBackend::ConvScratchBytes(
+    const kernels::Conv2dShape& shape) const {
+  // Without a backend, the CPU backend's im2col matrix (kernels/
+  // cpu_backend.h): the worker a budget is checked for before it starts.
+  return inner_ != nullptr
+             ? inner_->ConvScratchBytes(shape)
+             : static_cast<int64_t>(shape.im2col_size() * sizeof(float));
+}
+
+int64_t CountingBackend::conv_scratch_bytes() const {
+  return inner_ != nullptr ? inner_->conv_scratch_bytes() : 0;
+}
+
 }  // namespace ps::worker::pipeline

@@ -97,6 +97,9 @@ class CountingBackend final : public kernels::Backend {
                                const kernels::DeviceBuffer& grad_y,
                                kernels::DeviceBuffer& grad_x) override;
   absl::Status Synchronize() override;
+  // The inner backend's; without one, the CPU backend's.
+  int64_t ConvScratchBytes(const kernels::Conv2dShape& shape) const override;
+  int64_t conv_scratch_bytes() const override;
 
  private:
   kernels::Backend* const inner_;

@@ -91,6 +91,15 @@ absl::Status MicroBatchGradients::Add(int micro_batch, int tensor,
   return absl::OkStatus();
 }
 
+int64_t MicroBatchGradients::held_bytes() const {
+  size_t doubles = 0;
+  for (const Tensor& t : tensors_) {
+    for (const std::vector<double>& sum : t.sums) doubles += sum.capacity();
+    for (const std::vector<double>& sum : t.spare) doubles += sum.capacity();
+  }
+  return static_cast<int64_t>(doubles * sizeof(double));
+}
+
 absl::Status MicroBatchGradients::Sum(int tensor,
                                       std::vector<float>& out) const {
   if (tensor < 0 || tensor >= static_cast<int>(tensors_.size()) ||

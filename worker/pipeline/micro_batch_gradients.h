@@ -1,6 +1,7 @@
 #ifndef PS_WORKER_PIPELINE_MICRO_BATCH_GRADIENTS_H_
 #define PS_WORKER_PIPELINE_MICRO_BATCH_GRADIENTS_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,6 +35,10 @@ class MicroBatchGradients {
   // The weighted sum of tensor `tensor`'s gradients, in float, into `out`;
   // FailedPrecondition unless every micro-batch was added for it.
   absl::Status Sum(int tensor, std::vector<float>& out) const;
+
+  // Bytes of the double buffers it holds (partial sums and spares, kept
+  // for the next step), for a worker's memory budget.
+  int64_t held_bytes() const;
 
  private:
   struct Node {

@@ -123,6 +123,7 @@ absl::Status PipelineTrainer::LoadWeights(uint64_t clock, uint64_t* version) {
 absl::StatusOr<PipelineTrainer::StepResult> PipelineTrainer::Step(
     const EpochPlan& plan, uint64_t epoch, uint64_t step_in_epoch,
     uint64_t clock) {
+  options_.kill_point.FireIf(options_.place.rank(), KillMoment::kStep, clock);
   StepResult result;
   absl::Time mark = absl::Now();
   auto lap = [&mark](absl::Duration& phase) {
@@ -160,6 +161,7 @@ absl::StatusOr<PipelineTrainer::StepResult> PipelineTrainer::Step(
     result.waited = schedule_.waited();
   }
   lap(result.timing.compute);
+  options_.kill_point.FireIf(options_.place.rank(), KillMoment::kPush, clock);
 
   StepInfo info;
   info.step = clock;
@@ -457,19 +459,41 @@ absl::StatusOr<TrainingSummary> PipelineTrainer::Train(
         100 * absl::ToDoubleSeconds(waited) /
             std::max(1e-9, absl::ToDoubleSeconds(summary.step_time.compute)));
   }
+  uint64_t version = 0;
   if (options_.evaluate || !options_.save_model_path.empty()) {
-    absl::StatusOr<uint64_t> version = exchange_->PullFinal(clock, weights_);
-    if (!version.ok()) return version.status();
+    absl::StatusOr<uint64_t> pulled = exchange_->PullFinal(clock, weights_);
+    if (!pulled.ok()) return pulled.status();
+    version = *pulled;
     if (options_.evaluate) {
       absl::StatusOr<double> accuracy = TestAccuracy(clock);
       if (!accuracy.ok()) return accuracy.status();
       summary.test_accuracy = *accuracy;
     }
-    if (!options_.save_model_path.empty()) {
-      if (absl::Status s = SaveWholeModel(clock, *version); !s.ok()) return s;
-    }
+  }
+  options_.kill_point.FireIf(options_.place.rank(), KillMoment::kUpload);
+  if (!options_.save_model_path.empty()) {
+    if (absl::Status s = SaveWholeModel(clock, version); !s.ok()) return s;
+  }
+  if (absl::Status s = EndTogether(clock); !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrFormat("%s, at the end of training: %s",
+                                  options_.place.ToString(), s.message()));
   }
   return summary;
+}
+
+absl::Status PipelineTrainer::EndTogether(uint64_t tag_step) {
+  const Tag tag{tag_step, 0, Direction::kEnd};
+  float end = 0;
+  if (!stage_->first()) {
+    absl::StatusOr<float> got =
+        neighbours_->previous->Receive(tag, 1, absl::MakeSpan(&end, 1));
+    if (!got.ok()) return got.status();
+  }
+  if (!stage_->last()) {
+    return neighbours_->next->Send(tag, 1, 0, absl::MakeConstSpan(&end, 1));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ps::worker::pipeline

@@ -10,6 +10,7 @@
 #include "client/parameter_client.h"
 #include "worker/dataset.h"
 #include "worker/idx_reader.h"
+#include "worker/kill_point.h"
 #include "worker/nn/model.h"
 #include "worker/nn/stage_model.h"
 #include "worker/pipeline/link_rendezvous.h"
@@ -39,6 +40,8 @@ struct PipelineTrainerOptions {
   std::string save_model_path;
   // The whole model's declaration (names and shapes, for the saved file).
   ModelSpec whole_spec;
+  // --test_kill_self: its step and upload moments fire in Train.
+  KillPoint kill_point;
 };
 
 // The training loop of one stage of one replica. The stage's server group
@@ -52,6 +55,14 @@ struct PipelineTrainerOptions {
 // (the first its images, the last its labels). Evaluation runs through the
 // pipeline of replica 0: test examples forward stage to stage, the last
 // stage's count of correct answers back to rank 0.
+//
+// A replica's stages end together: stage 0, once its part is through (its
+// last push, replica 0's evaluation and saved model), tells the next stage,
+// which passes it on once its own part is through; each says Done only
+// then. So a stage killed at any moment before that finds its neighbours
+// still there, failing on the closed link, and the restarted stages redo
+// what was lost; only a stage killed after the message and before its done
+// line restarts without them.
 //
 // Not thread-safe. Borrows everything it is given.
 class PipelineTrainer {
@@ -99,6 +110,9 @@ class PipelineTrainer {
   // cursor. A group ahead acknowledges the repeated steps' pushes without
   // applying them again.
   absl::Status AgreeOnResume(Registration* resume);
+  // Stage 0 sends the replica's end forward; each later stage waits for it
+  // and passes it on (Direction::kEnd, `tag_step` the end's clock).
+  absl::Status EndTogether(uint64_t tag_step);
 
   const PipelineTrainerOptions options_;
   WeightExchange* const exchange_;

@@ -42,6 +42,8 @@ std::string DirectionName(Direction d) {
       return "final weights";
     case Direction::kResume:
       return "resume point";
+    case Direction::kEnd:
+      return "end of training";
   }
   return absl::StrCat("direction ", static_cast<int>(d));
 }

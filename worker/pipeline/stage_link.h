@@ -26,6 +26,9 @@ enum class Direction : uint8_t {
   // Where each stage's group says to resume, forward then the replica's
   // agreement back (PipelineTrainer).
   kResume = 6,
+  // The replica's end is through (rank 0 saved and evaluated), forward from
+  // stage 0: no stage says Done before it (PipelineTrainer).
+  kEnd = 7,
 };
 
 // Which tensor a message is: every message names its step, micro-batch and

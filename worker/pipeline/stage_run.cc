@@ -19,6 +19,20 @@ namespace {
 // at an epoch's end keeps the other replicas' stages waiting.
 constexpr absl::Duration kLinkIdleTimeout = absl::Minutes(30);
 
+// What sizes a worker's memory besides its model (memory_budget.h).
+absl::StatusOr<MemoryFlags> MemoryFlagsOf(const WorkerConfig& config) {
+  absl::StatusOr<ScheduleKind> schedule =
+      ParseScheduleKind(config.pipeline_schedule);
+  if (!schedule.ok()) return schedule.status();
+  MemoryFlags flags;
+  flags.stages = config.pipeline_stages;
+  flags.batch_size = config.batch_size;
+  flags.micro_batches = config.micro_batches;
+  flags.schedule = *schedule;
+  flags.topk = config.compression == "topk";
+  return flags;
+}
+
 }  // namespace
 
 absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank) {
@@ -68,8 +82,9 @@ absl::Status CheckWorkerMemory(const WorkerConfig& config,
   absl::StatusOr<nn::StageSplitKind> split =
       nn::ParseStageSplit(config.stage_split);
   if (!split.ok()) return split.status();
-  return CheckMemoryBudget(description, *split, config.pipeline_stages,
-                           config.batch_size, config.micro_batches, *budget);
+  absl::StatusOr<MemoryFlags> flags = MemoryFlagsOf(config);
+  if (!flags.ok()) return flags.status();
+  return CheckMemoryBudget(description, *split, *flags, *budget);
 }
 
 bool EvaluatesTestSet(const WorkerConfig& config, int rank) {
@@ -91,6 +106,8 @@ absl::StatusOr<std::unique_ptr<StageRun>> StageRun::Create(
   absl::StatusOr<std::vector<nn::StageRange>> ranges =
       nn::SplitStages(description, config.pipeline_stages, *split);
   if (!ranges.ok()) return ranges.status();
+  absl::StatusOr<MemoryFlags> flags = MemoryFlagsOf(config);
+  if (!flags.ok()) return flags.status();
   auto run = absl::WrapUnique(new StageRun());
   run->place_ = *place;
   run->ranges_ = *std::move(ranges);
@@ -105,13 +122,15 @@ absl::StatusOr<std::unique_ptr<StageRun>> StageRun::Create(
       nn::StageModel::Create(description, mine, options, run->counted_.get());
   if (!stage.ok()) return stage.status();
   run->stage_ = *std::move(stage);
-  run->memory_ = CountedMemory(*run->stage_, *run->counted_);
+  run->memory_ = CountedMemory(description, *run->stage_, place->stage, *flags,
+                               *run->counted_);
+  const WorkerMemory& m = run->memory_;
   spdlog::info(
       "pipeline {}: tensor memory {} ({} on the backend, {} host copies, {} "
-      "pulled weights)",
-      place->ToString(), FormatBytes(run->memory_.total()),
-      run->memory_.backend_bytes, run->memory_.host_bytes,
-      run->memory_.pulled_bytes);
+      "pulled weights, {} schedule buffers, {} convolution scratch, {} "
+      "top-k residuals)",
+      place->ToString(), FormatBytes(m.total()), m.backend_bytes, m.host_bytes,
+      m.pulled_bytes, m.schedule_bytes, m.scratch_bytes, m.compression_bytes);
   run->whole_spec_ = description.Spec(config.seed);
   run->stage_spec_.seed = config.seed;
   for (int t = mine.first_tensor; t < mine.end_tensor; ++t) {
@@ -167,6 +186,10 @@ absl::Status StageRun::MakeTrainer(const WorkerConfig& config,
   options.evaluate = place_.replica == 0;
   options.save_model_path = place_.replica == 0 ? config.save_model : "";
   options.whole_spec = whole_spec_;
+  absl::StatusOr<KillPoint> kill_point =
+      KillPoint::Parse(config.test_kill_self);
+  if (!kill_point.ok()) return kill_point.status();
+  options.kill_point = *kill_point;
   absl::StatusOr<std::unique_ptr<PipelineTrainer>> trainer =
       PipelineTrainer::Create(options, weights, stage_.get(), &neighbours_,
                               train, test);

@@ -87,9 +87,14 @@ absl::Status StageSchedule::Backward(const StepBatch& batch, int i) {
   }
   grad_input_.resize(previous_ == nullptr ? 0 : rows * stage_->input_size());
   const int first_tensor = stage_->range().first_tensor;
+  const bool alone = rows_.size() == 1;
   absl::Status s = stage_->Backward(
       grad_output_,
       [&](int id, absl::Span<const float> g) {
+        if (alone) {
+          gradients_[id - first_tensor].assign(g.begin(), g.end());
+          return absl::OkStatus();
+        }
         return sums_.Add(i, id - first_tensor, g);
       },
       absl::MakeSpan(grad_input_));
@@ -167,7 +172,7 @@ absl::StatusOr<float> StageSchedule::Step(const StepBatch& batch) {
   }
   const nn::StageRange& range = stage_->range();
   const int tensors = range.end_tensor - range.first_tensor;
-  sums_.Start(weights, tensors);
+  if (m > 1) sums_.Start(weights, tensors);
   gradients_.resize(tensors);
   inputs_.resize(m);
   forwarded_ = output_of_ = grad_output_of_ = grad_input_of_ = -1;
@@ -178,10 +183,19 @@ absl::StatusOr<float> StageSchedule::Step(const StepBatch& batch) {
   }
   double loss = 0;
   for (int i = 0; i < m; ++i) loss += weights[i] * losses_[i];
-  for (int t = 0; t < tensors; ++t) {
+  for (int t = 0; m > 1 && t < tensors; ++t) {
     if (absl::Status s = sums_.Sum(t, gradients_[t]); !s.ok()) return s;
   }
   return static_cast<float>(loss);
+}
+
+int64_t StageSchedule::host_bytes() const {
+  size_t floats = output_.capacity() + recomputed_.capacity() +
+                  grad_output_.capacity() + grad_input_.capacity();
+  for (const std::vector<float>& v : inputs_) floats += v.capacity();
+  for (const std::vector<float>& v : spare_) floats += v.capacity();
+  for (const std::vector<float>& v : gradients_) floats += v.capacity();
+  return static_cast<int64_t>(floats * sizeof(float)) + sums_.held_bytes();
 }
 
 }  // namespace ps::worker::pipeline

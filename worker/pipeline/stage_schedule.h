@@ -57,7 +57,9 @@ std::vector<ScheduleAction> StageActions(const ScheduleOptions& options,
 // share of the batch's rows (MicroBatchGradients: the same bits under
 // either schedule), so they are the gradient of the batch's mean loss, as
 // one Model::Backward on the whole batch gives it (up to the order of
-// float additions inside each layer's sums).
+// float additions inside each layer's sums). A step of one micro-batch
+// keeps its gradients as they come, in float, without the double sums:
+// weighted by exactly 1, they are the same bits.
 //
 // Not thread-safe. Borrows the stage and links, which must outlive it.
 class StageSchedule {
@@ -85,6 +87,11 @@ class StageSchedule {
 
   // The most micro-batches whose inputs the last Step held at once.
   int most_in_flight() const { return most_in_flight_; }
+
+  // Bytes of the host buffers it keeps between steps (the micro-batches'
+  // inputs, outputs and gradients, the summed gradients):
+  // ScheduleHostBytes (schedule_memory.h) once it ran a full step.
+  int64_t host_bytes() const;
 
  private:
   absl::Status Run(const StepBatch& batch, const ScheduleAction& action);

@@ -20,6 +20,7 @@
 #include "worker/nn/reference_net.h"
 #include "worker/nn/stage_model.h"
 #include "worker/nn/stage_split.h"
+#include "worker/pipeline/schedule_memory.h"
 
 namespace ps::worker::pipeline {
 namespace {
@@ -94,6 +95,7 @@ struct PipelineRun {
   std::vector<float> losses;
   std::vector<std::vector<std::vector<float>>> grads;  // [stage][tensor].
   std::vector<int> most_in_flight;
+  std::vector<int64_t> host_bytes;
 };
 
 // K stages in threads joined by socket pairs, as K workers are.
@@ -113,6 +115,7 @@ PipelineRun RunPipeline(StageScheduleTest& t, ScheduleKind kind, int stages,
   run.losses.resize(stages);
   run.grads.resize(stages);
   run.most_in_flight.resize(stages);
+  run.host_bytes.resize(stages);
   std::vector<std::thread> threads;
   for (int s = 0; s < stages; ++s) {
     threads.emplace_back([&, s] {
@@ -136,6 +139,7 @@ PipelineRun RunPipeline(StageScheduleTest& t, ScheduleKind kind, int stages,
         run.losses[s] = *loss;
       }
       run.most_in_flight[s] = schedule.most_in_flight();
+      run.host_bytes[s] = schedule.host_bytes();
       for (int id = ranges[s].first_tensor; id < ranges[s].end_tensor; ++id) {
         absl::Span<const float> g = schedule.gradient(id);
         run.grads[s].emplace_back(g.begin(), g.end());
@@ -167,6 +171,18 @@ TEST_P(StagesComputeTheWholeBatchTest,
     EXPECT_EQ(run.most_in_flight[s],
               kind == ScheduleKind::kGpipe ? m : std::min(kStages - s, m))
         << "stage " << s;
+    // What the memory budget counts is what the schedule holds, where every
+    // micro-batch has the same rows (as --micro_batches dividing the batch
+    // makes them).
+    if (kRows % m == 0) {
+      const int64_t input =
+          s == 0 ? description_.example_size() : ranges[s - 1].output_size;
+      EXPECT_EQ(run.host_bytes[s],
+                ScheduleHostBytes({kind, s, kStages, m}, kRows / m, input,
+                                  ranges[s].output_size,
+                                  ranges[s].parameter_bytes / 4))
+          << "stage " << s;
+    }
     for (int t = ranges[s].first_tensor; t < ranges[s].end_tensor; ++t) {
       const std::vector<float>& want = whole.gradients[t];
       const std::vector<float>& got = run.grads[s][t - ranges[s].first_tensor];
