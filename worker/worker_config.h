@@ -80,6 +80,11 @@ struct WorkerConfig {
   std::string stage_split = "compute";      // compute | bytes.
   // Bytes with an optional K, M or G; "0": none (memory_budget.h).
   std::string worker_memory_budget = "0";
+  // A neighbouring stage on another host (worker/pipeline/link_routes.h);
+  // the secret comes from $PS_STAGE_LINK_SECRET, never from a flag.
+  std::string stage_link_listen;
+  std::string stage_link_previous;
+  std::string stage_link_secret;
 };
 
 // --mode's value for the all-reduce mode: --servers then names the ring's
