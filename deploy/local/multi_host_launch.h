@@ -24,6 +24,7 @@
 #include "deploy/local/rendezvous_state.h"
 #include "deploy/local/run_settings.h"
 #include "deploy/local/run_setup.h"
+#include "deploy/local/stage_links.h"
 
 namespace ps {
 
@@ -103,6 +104,8 @@ class HostSession {
   std::unique_ptr<RendezvousServer> server_;
   RendezvousClient client_;
   JobPlan plan_;
+  // This host's workers' links to stages on other hosts.
+  StageLinkPlan stage_links_;
   std::thread heartbeats_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -147,6 +150,12 @@ absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
 absl::Status CheckResumedShards(const std::string& checkpoint_dir,
                                 int num_servers, int first_server,
                                 int host_servers);
+
+// CheckResumedShards for this host's part of `config` (after
+// HostSession::Apply): with a pipelined job of our worker, for each stage's
+// server group in its own checkpoint folder, with the shards of that group
+// the host runs.
+absl::Status CheckResumedHostShards(const LaunchConfig& config);
 
 GeneratedAuthOptions LaunchAuthOptions(
     const std::optional<HostSessionOptions>& host, const std::string& job_ca);
