@@ -16,6 +16,7 @@
 
 #include <signal.h>
 
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -128,6 +129,40 @@ TEST_F(PipelineHostsTest, StagesOnTwoHostsTrainTheOneHostJobsWeights) {
     EXPECT_TRUE(got == want)
         << "the weights differ from the same job's on one host";
   }
+}
+
+TEST_F(PipelineHostsTest, AnExtensionGoesOnFromEachHostsStageGroup) {
+  absl::StatusOr<std::unique_ptr<TestHosts>> made = TestHosts::Create(2, kGbit);
+  ASSERT_TRUE(made.ok()) << made.status();
+  const TestHosts& hosts = **made;
+  std::vector<std::unique_ptr<Subprocess>> launchers =
+      StartOnHosts(hosts, 2, 20, "extended");
+  ASSERT_EQ(launchers.size(), 2u);
+  ExpectLaunchersSucceed(launchers, kTimeout);
+  // Host h ran stage h and its group's server: its run directory holds
+  // only that group's checkpoints, which the extension keeps and goes on
+  // from.
+  for (int host : {1, 0}) {
+    launchers[host] = ContinueHostLauncher(
+        hosts, host, host, 0, "extend",
+        TempPath(absl::StrCat("extended-host", host)), {"--max_steps=30"});
+    ASSERT_NE(launchers[host], nullptr);
+  }
+  ExpectLaunchersSucceed(launchers, kTimeout);
+  for (int host : {0, 1}) {
+    const std::string checkpoints =
+        TempPath(absl::StrCat("extended-host", host, "/checkpoints"));
+    EXPECT_TRUE(std::filesystem::exists(
+        absl::StrCat(checkpoints, "/stage", host, "/before-segment-2")))
+        << host;
+    EXPECT_FALSE(
+        std::filesystem::exists(absl::StrCat(checkpoints, "/stage", 1 - host)))
+        << host;
+  }
+  // And trained the steps it added, from where the run had stopped.
+  const std::vector<std::string> lines = launchers[0]->OutputLines();
+  EXPECT_FALSE(LineWith(lines, "[worker 0] info: epoch 1/1 step 30/").empty());
+  EXPECT_TRUE(LineWith(lines, "[worker 0] info: epoch 1/1 step 20/").empty());
 }
 
 TEST_F(PipelineHostsTest, AFirstStageKilledOnItsHostIsRestartedAndTheJobEnds) {
