@@ -63,6 +63,9 @@ struct HostSessionOptions {
 // cluster's thread.
 class HostSession {
  public:
+  // A pipelined job of our worker whose stages' links cross hosts: first
+  // reserves this host's stage link port (stage_links.h) to announce in the
+  // join; host 0 makes the job's link secret, which the plan carries.
   // Errors: InvalidArgument for the job's configuration (flags that differ
   // across hosts, a rendezvous that never answered: check --rendezvous),
   // others when the job failed before it started.
@@ -74,7 +77,8 @@ class HostSession {
 
   bool is_host_zero() const { return options_.placement.host_index == 0; }
 
-  // This host's share, servers' address and the job's id, into `config`.
+  // This host's share, servers' address, the job's id and its workers'
+  // stage links, into `config`.
   void Apply(LaunchConfig* config) const;
   // Sets `spec` to exchange server lists through the rendezvous, and its
   // servers to wait for the job's workers (on every host) to finish.
