@@ -82,6 +82,11 @@ struct WorkerConfig {
   std::string worker_memory_budget = "0";
   // Fault tests only: rank=R,at=...,once=PATH (worker/kill_point.h).
   std::string test_kill_self;
+  // A neighbouring stage on another host (worker/pipeline/link_routes.h);
+  // the secret comes from $PS_STAGE_LINK_SECRET, never from a flag.
+  std::string stage_link_listen;
+  std::string stage_link_previous;
+  std::string stage_link_secret;
 };
 
 // --mode's value for the all-reduce mode: --servers then names the ring's

@@ -22,6 +22,7 @@
 #include "common/stop_signals.h"
 #include "spdlog/spdlog.h"
 #include "update/optimizer.h"
+#include "worker/pipeline/link_routes.h"
 #include "worker/worker_config.h"
 #include "worker/worker_run.h"
 
@@ -139,7 +140,8 @@ ABSL_FLAG(int, pipeline_stages, 1,
           "each a worker: --num_workers is replicas x "
           "stages, and rank r runs stage r mod stages of replica r / stages. "
           "Activations and their gradients go between a replica's stages "
-          "directly (on one host); each stage's parameters live on a "
+          "directly (this host's socket, or TCP to another host: "
+          "--stage_link_listen); each stage's parameters live on a "
           "server group of their own (--servers lists every group's, in "
           "stage order; --job_id is the run's, a group's is "
           "<job_id>-stage<s>)");
@@ -153,6 +155,15 @@ ABSL_FLAG(std::string, pipeline_schedule, "gpipe",
 ABSL_FLAG(std::string, stage_split, "compute",
           "With --pipeline_stages: balance the stages by forward and "
           "backward FLOPs (compute) or by parameter bytes (bytes)");
+ABSL_FLAG(std::string, stage_link_listen, "",
+          "With --pipeline_stages, when the next stage runs on another host: "
+          "HOST:PORT to listen at for it (frames over TCP, admitted by the "
+          "job's secret in $PS_STAGE_LINK_SECRET; not with TLS); empty: "
+          "this host's socket");
+ABSL_FLAG(std::string, stage_link_previous, "",
+          "With --pipeline_stages, when the previous stage runs on another "
+          "host: HOST:PORT at which it listens (its --stage_link_listen); "
+          "empty: this host's socket");
 ABSL_FLAG(std::string, worker_memory_budget, "0",
           "Cap on a worker's tensor memory, in bytes with an optional K, M or "
           "G (0: none): a job whose workers would need more is refused "
@@ -274,6 +285,12 @@ WorkerConfig ConfigFromFlags() {
   config.stage_split = absl::GetFlag(FLAGS_stage_split);
   config.worker_memory_budget = absl::GetFlag(FLAGS_worker_memory_budget);
   config.test_kill_self = absl::GetFlag(FLAGS_test_kill_self);
+  config.stage_link_listen = absl::GetFlag(FLAGS_stage_link_listen);
+  config.stage_link_previous = absl::GetFlag(FLAGS_stage_link_previous);
+  if (const char* secret =
+          std::getenv(ps::worker::pipeline::kStageLinkSecretVariable)) {
+    config.stage_link_secret = secret;
+  }
   return config;
 }
 

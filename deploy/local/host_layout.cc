@@ -18,7 +18,9 @@ int BlockStart(int count, int parts, int i) {
 bool HostShare::operator==(const HostShare& other) const {
   return address == other.address && first_rank == other.first_rank &&
          num_workers == other.num_workers &&
-         first_server == other.first_server && num_servers == other.num_servers;
+         first_server == other.first_server &&
+         num_servers == other.num_servers &&
+         stage_link_port == other.stage_link_port;
 }
 
 absl::StatusOr<std::vector<HostShare>> PlanHosts(int num_hosts, int num_workers,

@@ -18,6 +18,10 @@ struct HostShare {
   int num_workers = 0;
   int first_server = 0;
   int num_servers = 0;
+  // A pipelined job: the TCP port on `address` at which this host's last
+  // stage listens for its next stage on the next host; 0: none
+  // (stage_links.h).
+  int stage_link_port = 0;
 
   bool operator==(const HostShare& other) const;
 };

@@ -18,6 +18,7 @@
 #include "deploy/local/pipeline_mode.h"
 #include "deploy/local/run_directory.h"
 #include "worker/nn/model_description.h"
+#include "worker/pipeline/link_routes.h"
 
 namespace ps {
 namespace {
@@ -197,13 +198,22 @@ std::vector<std::string> ReservedServerFlags(bool auth) {
 }
 
 std::vector<std::string> ReservedWorkerFlags(bool auth) {
-  std::vector<std::string> flags = {"rank",          "num_workers",
-                                    "servers",       "job_id",
-                                    "log_every",     "eval_every",
-                                    "max_steps",     "retry_timeout",
-                                    "metrics_port",  "pipeline_stages",
-                                    "micro_batches", "pipeline_schedule",
-                                    "stage_split",   "worker_memory_budget"};
+  std::vector<std::string> flags = {"rank",
+                                    "num_workers",
+                                    "servers",
+                                    "job_id",
+                                    "log_every",
+                                    "eval_every",
+                                    "max_steps",
+                                    "retry_timeout",
+                                    "metrics_port",
+                                    "pipeline_stages",
+                                    "micro_batches",
+                                    "pipeline_schedule",
+                                    "stage_split",
+                                    "worker_memory_budget",
+                                    "stage_link_listen",
+                                    "stage_link_previous"};
   if (auth) {
     flags.insert(flags.end(), {"tls_ca", "tls_cert", "tls_key",
                                "tls_server_name", "token_file"});
@@ -353,6 +363,14 @@ std::vector<std::string> WorkerArgv(const LaunchConfig& config, int rank,
   for (std::string& flag : PipelineWorkerFlags(config)) {
     argv.push_back(std::move(flag));
   }
+  if (auto it = config.stage_links.listen.find(rank);
+      it != config.stage_links.listen.end()) {
+    argv.push_back(absl::StrCat("--stage_link_listen=", it->second));
+  }
+  if (auto it = config.stage_links.previous.find(rank);
+      it != config.stage_links.previous.end()) {
+    argv.push_back(absl::StrCat("--stage_link_previous=", it->second));
+  }
   argv.insert(argv.end(), config.extra_worker_flags.begin(),
               config.extra_worker_flags.end());
   return argv;
@@ -419,6 +437,13 @@ ClusterSpec MakeClusterSpec(const LaunchConfig& config) {
           return WorkerEnv(config, rank, servers);
         };
     spec.stop_servers_after_workers = true;
+  } else if (!config.stage_links.empty()) {
+    // In the environment, not on the command line, where `ps` shows it.
+    spec.worker_environment = [secret = config.stage_links.secret](
+                                  int, const std::vector<std::string>&) {
+      return std::vector<std::pair<std::string, std::string>>{
+          {worker::pipeline::kStageLinkSecretVariable, secret}};
+    };
   }
   spec.host = config.server_host;
   spec.startup_timeout = config.startup_timeout;

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "deploy/local/generated_auth.h"
 #include "deploy/local/local_cluster.h"
+#include "deploy/local/stage_links.h"
 
 namespace ps {
 
@@ -102,6 +103,10 @@ struct LaunchConfig {
   int first_rank = 0;
   int host_workers = -1;
   std::string server_host = "127.0.0.1";
+  // A pipelined job of our worker whose stages' links cross hosts: this
+  // host's workers' --stage_link_listen and --stage_link_previous, and the
+  // job's link secret, given in $PS_STAGE_LINK_SECRET (stage_links.h).
+  StageLinkPlan stage_links;
   // 0: each server picks a free port; else server i listens on base_port + i.
   int base_port = 0;
   absl::Duration startup_timeout = absl::Seconds(60);

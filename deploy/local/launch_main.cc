@@ -149,10 +149,7 @@ int JoinHosts(const RunSettings& settings, const std::set<std::string>& given,
   *session = *std::move(joined);
   (*session)->Apply(config);
   if (setup.kind() != LaunchKind::kStart && !config->checkpoint_dir.empty()) {
-    if (absl::Status s =
-            CheckResumedShards(config->checkpoint_dir, config->num_servers,
-                               config->first_server, config->host_servers);
-        !s.ok()) {
+    if (absl::Status s = CheckResumedHostShards(*config); !s.ok()) {
       // Told through the rendezvous, so that every host ends now naming
       // this one, rather than wait for it until --rendezvous_timeout.
       ClusterResult refused;

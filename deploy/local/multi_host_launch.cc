@@ -10,9 +10,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/cluster_address.h"
+#include "common/local_socket.h"
 #include "deploy/local/pipeline_mode.h"
 #include "deploy/local/rendezvous_auth.h"
 #include "deploy/local/run_flags.h"
+#include "deploy/local/stage_links.h"
 #include "update/checkpoint.h"
 
 namespace ps {
@@ -26,6 +28,19 @@ constexpr absl::Duration kStatusInterval = absl::Milliseconds(200);
 // Paths are each host's own.
 bool IsPerHostFlag(const std::string& name) {
   return name == "data_dir" || name == "save_model" || name == "checkpoint_dir";
+}
+
+// "; stage links over TCP: rank 1 listens at A, rank 2 reaches B".
+std::string StageLinksText(const StageLinkPlan& links) {
+  std::vector<std::string> parts;
+  for (const auto& [rank, address] : links.listen) {
+    parts.push_back(absl::StrCat("rank ", rank, " listens at ", address));
+  }
+  for (const auto& [rank, address] : links.previous) {
+    parts.push_back(absl::StrCat("rank ", rank, " reaches ", address));
+  }
+  if (parts.empty()) return "";
+  return absl::StrCat("; stage links over TCP: ", absl::StrJoin(parts, ", "));
 }
 
 std::string Range(absl::string_view what, int first, int count) {
@@ -64,18 +79,20 @@ absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
                            settings.Text("rendezvous"), lookup);
   if (!placement.ok()) return placement.status();
   const int server_hosts = settings.Get<int>("server_hosts");
-  if (absl::StatusOr<std::vector<HostShare>> plan =
-          PlanHosts(placement->num_hosts, config.num_workers,
-                    config.num_servers, server_hosts);
-      !plan.ok()) {
-    return plan.status();
-  }
+  absl::StatusOr<std::vector<HostShare>> plan =
+      PlanHosts(placement->num_hosts, config.num_workers, TotalServers(config),
+                server_hosts);
+  if (!plan.ok()) return plan.status();
   if (placement->num_hosts == 1) return std::nullopt;
-  if (ServerGroups(config) > 1) {
-    // Their servers' layout and checkpoints are per stage group.
-    return absl::InvalidArgumentError(
-        "--pipeline_stages with our worker runs on one host (--num_hosts=1): "
-        "each stage's server group is laid out on it");
+  if (ServerGroups(config) > 1 && settings.Text("auth") != "none" &&
+      AnyCrossHostLink(*plan, config.num_workers, config.pipeline_stages)) {
+    // The links carry frames in clear (common/tcp_frames.h).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--auth with --pipeline_stages=", config.pipeline_stages,
+        " on --num_hosts=", placement->num_hosts,
+        ": a replica's stages would span hosts, and the links between them "
+        "are not encrypted; give each host whole replicas (--num_workers a "
+        "multiple of --num_hosts x --pipeline_stages) or run without --auth"));
   }
   for (const char* name : {"host_timeout", "rendezvous_timeout"}) {
     if (settings.Get<absl::Duration>(name) <= absl::ZeroDuration()) {
@@ -114,6 +131,12 @@ absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
   }
   shared["num_hosts"] = absl::StrCat(placement->num_hosts);
   shared["program"] = absl::StrJoin(program, " ");
+  if (ServerGroups(config) > 1) {
+    // Replica 0's stages send their weights to rank 0 to save, wherever
+    // they run: all of them or none must be given a path (each its own).
+    shared["save_model"] =
+        settings.Text("save_model").empty() ? "" : "(a path on each host)";
+  }
   // Every host goes on with its part of one run, or none does: the run's
   // job id (its checkpoints carry it) must be the same on every host.
   if (kind != LaunchKind::kStart) {
@@ -154,6 +177,30 @@ absl::Status CheckResumedShards(const std::string& checkpoint_dir,
       "--num_hosts, --host_index and --server_hosts the run started with"));
 }
 
+absl::Status CheckResumedHostShards(const LaunchConfig& config) {
+  const int groups = ServerGroups(config);
+  if (groups == 1) {
+    return CheckResumedShards(config.checkpoint_dir, config.num_servers,
+                              config.first_server, config.host_servers);
+  }
+  // Server s x num_servers + shard is shard `shard` of stage s's group,
+  // which checkpoints in a folder of its own.
+  const int n = config.num_servers;
+  const int first = config.first_server;
+  const int end = first + config.host_servers;
+  for (int stage = 0; stage < groups; ++stage) {
+    const int own_first = std::clamp(first - stage * n, 0, n);
+    const int own_end = std::clamp(end - stage * n, 0, n);
+    if (absl::Status s =
+            CheckResumedShards(StageCheckpointDir(config.checkpoint_dir, stage),
+                               n, own_first, own_end - own_first);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 GeneratedAuthOptions LaunchAuthOptions(
     const std::optional<HostSessionOptions>& host, const std::string& job_ca) {
   GeneratedAuthOptions auth;
@@ -191,9 +238,19 @@ absl::StatusOr<std::unique_ptr<HostSession>> HostSession::Join(
     HostSessionOptions options, const LaunchConfig& config) {
   const HostPlacement& placement = options.placement;
   absl::StatusOr<std::vector<HostShare>> plan =
-      PlanHosts(placement.num_hosts, config.num_workers, config.num_servers,
+      PlanHosts(placement.num_hosts, config.num_workers, TotalServers(config),
                 options.server_hosts);
   if (!plan.ok()) return plan.status();
+  const int stages = ServerGroups(config);
+  const bool stage_links =
+      stages > 1 && AnyCrossHostLink(*plan, config.num_workers, stages);
+  int stage_link_port = 0;
+  if (stage_links && CrossHostListener((*plan)[placement.host_index],
+                                       config.num_workers, stages) >= 0) {
+    absl::StatusOr<int> port = ReserveStageLinkPort(options.advertise_address);
+    if (!port.ok()) return port.status();
+    stage_link_port = *port;
+  }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       RendezvousChannelCredentials(options.auth);
   if (!credentials.ok()) return credentials.status();
@@ -211,6 +268,11 @@ absl::StatusOr<std::unique_ptr<HostSession>> HostSession::Join(
     rendezvous.settings = options.settings;
     rendezvous.plan = *plan;
     rendezvous.host_timeout = options.host_timeout;
+    if (stage_links) {
+      absl::StatusOr<std::string> secret = NewLocalSecret();
+      if (!secret.ok()) return secret.status();
+      rendezvous.stage_link_secret = *std::move(secret);
+    }
     state =
         std::make_unique<RendezvousState>(std::move(rendezvous), absl::Now());
     absl::StatusOr<std::unique_ptr<RendezvousServer>> started =
@@ -231,6 +293,7 @@ absl::StatusOr<std::unique_ptr<HostSession>> HostSession::Join(
   join.num_hosts = placement.num_hosts;
   join.address = session->options_.advertise_address;
   join.settings = session->options_.settings;
+  join.stage_link_port = stage_link_port;
   absl::StatusOr<JobPlan> joined = session->client_.Join(
       join, absl::Now() + session->options_.rendezvous_timeout);
   if (!joined.ok()) {
@@ -243,6 +306,13 @@ absl::StatusOr<std::unique_ptr<HostSession>> HostSession::Join(
     return joined.status();
   }
   session->plan_ = *std::move(joined);
+  if (stage_links) {
+    absl::StatusOr<StageLinkPlan> links = PlanStageLinks(
+        session->plan_.hosts, placement.host_index, config.num_workers, stages,
+        session->plan_.stage_link_secret);
+    if (!links.ok()) return links.status();
+    session->stage_links_ = *std::move(links);
+  }
   return session;
 }
 
@@ -258,6 +328,7 @@ void HostSession::Apply(LaunchConfig* config) const {
   config->first_server = share.first_server;
   config->host_servers = share.num_servers;
   config->server_host = options_.advertise_address;
+  config->stage_links = stage_links_;
 }
 
 void HostSession::Configure(ClusterSpec* spec, absl::Duration startup_timeout) {
@@ -282,7 +353,8 @@ std::string HostSession::Line() const {
       "): ", Range("worker", share.first_rank, share.num_workers), ", ",
       Range("server", share.first_server, share.num_servers),
       "; rendezvous at ", options_.placement.rendezvous,
-      host == 0 ? " (served here)" : "", "; job ", plan_.job_id);
+      host == 0 ? " (served here)" : "", "; job ", plan_.job_id,
+      StageLinksText(stage_links_));
 }
 
 void HostSession::StartHeartbeats(std::function<void(std::string)> on_failure) {

@@ -24,6 +24,7 @@
 #include "deploy/local/rendezvous_state.h"
 #include "deploy/local/run_settings.h"
 #include "deploy/local/run_setup.h"
+#include "deploy/local/stage_links.h"
 
 namespace ps {
 
@@ -62,6 +63,9 @@ struct HostSessionOptions {
 // cluster's thread.
 class HostSession {
  public:
+  // A pipelined job of our worker whose stages' links cross hosts: first
+  // reserves this host's stage link port (stage_links.h) to announce in the
+  // join; host 0 makes the job's link secret, which the plan carries.
   // Errors: InvalidArgument for the job's configuration (flags that differ
   // across hosts, a rendezvous that never answered: check --rendezvous),
   // others when the job failed before it started.
@@ -73,7 +77,8 @@ class HostSession {
 
   bool is_host_zero() const { return options_.placement.host_index == 0; }
 
-  // This host's share, servers' address and the job's id, into `config`.
+  // This host's share, servers' address, the job's id and its workers'
+  // stage links, into `config`.
   void Apply(LaunchConfig* config) const;
   // Sets `spec` to exchange server lists through the rendezvous, and its
   // servers to wait for the job's workers (on every host) to finish.
@@ -103,6 +108,8 @@ class HostSession {
   std::unique_ptr<RendezvousServer> server_;
   RendezvousClient client_;
   JobPlan plan_;
+  // This host's workers' links to stages on other hosts.
+  StageLinkPlan stage_links_;
   std::thread heartbeats_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -147,6 +154,12 @@ absl::StatusOr<std::optional<HostSessionOptions>> HostOptionsFromSettings(
 absl::Status CheckResumedShards(const std::string& checkpoint_dir,
                                 int num_servers, int first_server,
                                 int host_servers);
+
+// CheckResumedShards for this host's part of `config` (after
+// HostSession::Apply): with a pipelined job of our worker, for each stage's
+// server group in its own checkpoint folder, with the shards of that group
+// the host runs.
+absl::Status CheckResumedHostShards(const LaunchConfig& config);
 
 GeneratedAuthOptions LaunchAuthOptions(
     const std::optional<HostSessionOptions>& host, const std::string& job_ca);

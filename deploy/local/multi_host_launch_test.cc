@@ -3,6 +3,7 @@
 
 #include "deploy/local/multi_host_launch.h"
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -155,6 +156,7 @@ RunSettings HostFlags(const std::map<std::string, std::string>& given) {
   settings.Define("auth_ca", Type::kString, "");
   settings.Define("epochs", Type::kInt, "10");
   settings.Define("data_dir", Type::kString, "/data");
+  settings.Define("save_model", Type::kString, "");
   for (const auto& [name, value] : given) {
     EXPECT_TRUE(settings.Set(name, value).ok()) << name;
   }
@@ -163,12 +165,21 @@ RunSettings HostFlags(const std::map<std::string, std::string>& given) {
 
 absl::StatusOr<std::optional<HostSessionOptions>> FromFlags(
     const std::map<std::string, std::string>& flags,
-    LaunchKind kind = LaunchKind::kStart) {
+    LaunchKind kind = LaunchKind::kStart, const LaunchConfig& job = Job()) {
   std::set<std::string> given;
   for (const auto& [name, value] : flags) given.insert(name);
   return HostOptionsFromSettings(
-      HostFlags(flags), given, kind, {}, "/cwd", Job(),
+      HostFlags(flags), given, kind, {}, "/cwd", job,
       [](const char*) -> const char* { return nullptr; });
+}
+
+// Our worker's job of `replicas` x `stages`, a shard per stage's group.
+LaunchConfig Pipelined(int stages, int replicas) {
+  LaunchConfig config = Job();
+  config.pipeline_stages = stages;
+  config.num_workers = stages * replicas;
+  config.num_servers = 1;
+  return config;
 }
 
 const std::map<std::string, std::string> kTwoHosts = {
@@ -252,6 +263,78 @@ TEST(HostOptionsTest, AuthWithTheJobsCaIsAccepted) {
   EXPECT_EQ((*options)->settings.count("auth_ca"), 0u);
 }
 
+TEST(HostOptionsTest, StagesAcrossHostsRunWithoutTlsOrAsWholeReplicas) {
+  absl::StatusOr<std::optional<HostSessionOptions>> options =
+      FromFlags(kTwoHosts, LaunchKind::kStart, Pipelined(2, 1));
+  ASSERT_TRUE(options.ok()) << options.status();
+  ASSERT_TRUE(options->has_value());
+  // Every host gives replica 0's stages a path to save, or none does.
+  EXPECT_EQ((*options)->settings.at("save_model"), "");
+  std::map<std::string, std::string> flags = kTwoHosts;
+  flags["save_model"] = "/here/model.bin";
+  options = FromFlags(flags, LaunchKind::kStart, Pipelined(2, 1));
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ((*options)->settings.at("save_model"), "(a path on each host)");
+
+  flags = kTwoHosts;
+  flags["auth"] = "mtls";
+  flags["auth_ca"] = "/secrets/job-ca";
+  // The stages of one replica would talk in clear across hosts.
+  const absl::Status refused =
+      FromFlags(flags, LaunchKind::kStart, Pipelined(2, 1)).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_THAT(refused.message(),
+              HasSubstr("links between them are not encrypted"));
+  // Each host runs a whole replica: no link leaves a host.
+  options = FromFlags(flags, LaunchKind::kStart, Pipelined(2, 2));
+  EXPECT_TRUE(options.ok()) << options.status();
+}
+
+TEST(HostSessionTest, StagesOnTwoHostsGetEachOthersLinkAndOneSecret) {
+  const int port = FreePort();
+  ASSERT_NE(port, 0);
+  const LaunchConfig job = Pipelined(2, 1);
+  absl::StatusOr<std::unique_ptr<HostSession>> sessions[2] = {
+      absl::UnknownError(""), absl::UnknownError("")};
+  std::thread other(
+      [&] { sessions[1] = HostSession::Join(Options(1, port), job); });
+  sessions[0] = HostSession::Join(Options(0, port), job);
+  other.join();
+  LaunchConfig configs[2] = {job, job};
+  for (int host = 0; host < 2; ++host) {
+    ASSERT_TRUE(sessions[host].ok()) << sessions[host].status();
+    (*sessions[host])->Apply(&configs[host]);
+  }
+  // Host 0 runs stage 0 (rank 0) and listens for stage 1 on host 1.
+  const StageLinkPlan& zero = configs[0].stage_links;
+  ASSERT_EQ(zero.listen.size(), 1u);
+  EXPECT_THAT(zero.listen.at(0), ::testing::StartsWith("127.0.0.1:"));
+  EXPECT_TRUE(zero.previous.empty());
+  const StageLinkPlan& one = configs[1].stage_links;
+  EXPECT_TRUE(one.listen.empty());
+  EXPECT_EQ(one.previous, (std::map<int, std::string>{{1, zero.listen.at(0)}}));
+  EXPECT_EQ(zero.secret, one.secret);
+  EXPECT_GE(zero.secret.size(), 16u);
+  // Each host runs its stage's server group.
+  EXPECT_EQ(configs[0].first_server, 0);
+  EXPECT_EQ(configs[1].first_server, 1);
+  EXPECT_EQ(configs[1].host_servers, 1);
+  EXPECT_THAT((*sessions[1])->Line(),
+              HasSubstr("stage links over TCP: rank 1 reaches 127.0.0.1:"));
+  // The workers are told where, and the secret only in their environment.
+  const std::vector<std::string> argv = WorkerArgv(configs[1], 1, {"a:1"});
+  EXPECT_THAT(argv, Contains(absl::StrCat("--stage_link_previous=",
+                                          zero.listen.at(0))));
+  for (const std::string& arg : argv) {
+    EXPECT_THAT(arg, ::testing::Not(HasSubstr(one.secret)));
+  }
+  const ClusterSpec spec = MakeClusterSpec(configs[1]);
+  ASSERT_TRUE(spec.worker_environment);
+  EXPECT_THAT(spec.worker_environment(1, {"a:1"}),
+              Contains(std::pair<std::string, std::string>(
+                  "PS_STAGE_LINK_SECRET", one.secret)));
+}
+
 TEST(HostOptionsTest, AJobCaWithoutAuthIsRefused) {
   // On one host too.
   absl::StatusOr<std::optional<HostSessionOptions>> options =
@@ -291,6 +374,23 @@ TEST(CheckResumedShardsTest, RefusesShardsThatMovedNamingThem) {
               HasSubstr("--num_hosts, --host_index and --server_hosts"));
   // Now a worker-only host (--server_hosts): it holds shards it no longer runs.
   EXPECT_FALSE(CheckResumedShards(dir, 4, 4, 0).ok());
+}
+
+TEST(CheckResumedShardsTest, EachStagesGroupIsCheckedInItsOwnFolder) {
+  const std::string dir = testing::FreshTestDir("stages");
+  LaunchConfig config = Pipelined(2, 1);
+  config.checkpoint_dir = dir;
+  // This host runs server 1: shard 0 of stage 1's group.
+  config.first_server = 1;
+  config.host_servers = 1;
+  std::filesystem::create_directories(dir + "/stage1");
+  TouchCheckpoint(dir + "/stage1", 0);
+  EXPECT_TRUE(CheckResumedHostShards(config).ok());
+  std::filesystem::create_directories(dir + "/stage0");
+  TouchCheckpoint(dir + "/stage0", 0);
+  const absl::Status moved = CheckResumedHostShards(config);
+  EXPECT_TRUE(absl::IsInvalidArgument(moved)) << moved;
+  EXPECT_THAT(moved.message(), HasSubstr("stage0 holds the checkpoints"));
 }
 
 TEST(LaunchAuthOptionsTest, CertificatesNameTheHostsAddresses) {

@@ -13,7 +13,9 @@ namespace ps {
 // --pipeline_stages=K (with --micro_batches=M) in the local launcher: each
 // of the --num_workers = R x K workers trains one stage of one of R
 // replicas (worker/pipeline/pipeline_place.h: rank = replica x K + stage),
-// so a replica's stages are consecutive ranks on one host.
+// so a replica's stages are consecutive ranks; on several hosts each host
+// runs a block of them, and the links that cross hosts go over TCP
+// (stage_links.h).
 //
 // With our worker, each stage's parameters live on a server group of their
 // own: K groups of --num_servers shards, each a job of its own (job id

@@ -126,6 +126,7 @@ absl::StatusOr<JoinProgress> RendezvousState::Join(const HostJoin& join,
   }
   host.joined = true;
   host.address = join.address;
+  host.stage_link_port = join.stage_link_port;
   host.last_seen = now;
   JoinProgress progress;
   for (int i = 0; i < num_hosts; ++i) {
@@ -135,7 +136,11 @@ absl::StatusOr<JoinProgress> RendezvousState::Join(const HostJoin& join,
   JobPlan plan;
   plan.job_id = options_.job_id;
   plan.hosts = options_.plan;
-  for (int i = 0; i < num_hosts; ++i) plan.hosts[i].address = hosts_[i].address;
+  plan.stage_link_secret = options_.stage_link_secret;
+  for (int i = 0; i < num_hosts; ++i) {
+    plan.hosts[i].address = hosts_[i].address;
+    plan.hosts[i].stage_link_port = hosts_[i].stage_link_port;
+  }
   progress.plan = std::move(plan);
   return progress;
 }

@@ -21,8 +21,11 @@ struct RendezvousOptions {
   // The job-defining flags as host 0 was given them: every host must give
   // the same.
   std::map<std::string, std::string> settings;
-  // Every host's share (PlanHosts); addresses are filled as hosts join.
+  // Every host's share (PlanHosts); addresses and stage link ports are
+  // filled as hosts join.
   std::vector<HostShare> plan;
+  // Handed to every host in the plan (stage_links.h); empty: none.
+  std::string stage_link_secret;
   // A host that has joined and not reported its outcome is lost once it has
   // not called for this long.
   absl::Duration host_timeout = absl::Seconds(10);
@@ -66,6 +69,7 @@ class RendezvousState {
   struct Host {
     bool joined = false;
     std::string address;
+    int stage_link_port = 0;
     absl::Time last_seen;
     std::optional<std::vector<std::string>> servers;
     std::optional<HostReport> report;

@@ -53,6 +53,21 @@ TEST(RendezvousStateTest, PlanOnceEveryHostJoinedWithAddresses) {
   EXPECT_EQ(again->plan->hosts[1].first_server, 1);
 }
 
+TEST(RendezvousStateTest, EachHostsStageLinkPortAndTheSecretAreInThePlan) {
+  RendezvousOptions options = TwoHosts();
+  options.stage_link_secret = "0123456789abcdef0123456789abcdef";
+  RendezvousState state(options, kStart);
+  HostJoin zero = Join(0);
+  zero.stage_link_port = 41000;
+  ASSERT_TRUE(state.Join(zero, kStart).ok());
+  absl::StatusOr<JoinProgress> one = state.Join(Join(1), kStart);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(one->plan.has_value());
+  EXPECT_EQ(one->plan->stage_link_secret, options.stage_link_secret);
+  EXPECT_EQ(one->plan->hosts[0].stage_link_port, 41000);
+  EXPECT_EQ(one->plan->hosts[1].stage_link_port, 0);
+}
+
 TEST(RendezvousStateTest, AHostPollingForThePlanGetsItAfterAnotherFailed) {
   RendezvousState state(TwoHosts(), kStart);
   ASSERT_TRUE(state.Join(Join(0), kStart).ok());

@@ -21,11 +21,13 @@ absl::Status CheckHostIndex(int index, int num_hosts) {
 
 bool HostJoin::operator==(const HostJoin& other) const {
   return host_index == other.host_index && num_hosts == other.num_hosts &&
-         address == other.address && settings == other.settings;
+         address == other.address && settings == other.settings &&
+         stage_link_port == other.stage_link_port;
 }
 
 bool JobPlan::operator==(const JobPlan& other) const {
-  return job_id == other.job_id && hosts == other.hosts;
+  return job_id == other.job_id && hosts == other.hosts &&
+         stage_link_secret == other.stage_link_secret;
 }
 
 bool HostReport::operator==(const HostReport& other) const {
@@ -49,6 +51,7 @@ rendezvous::JoinRequest WriteJoin(const HostJoin& join) {
   for (const auto& [name, value] : join.settings) {
     (*request.mutable_settings())[name] = value;
   }
+  request.set_stage_link_port(join.stage_link_port);
   return request;
 }
 
@@ -69,6 +72,11 @@ absl::StatusOr<HostJoin> ReadJoin(const rendezvous::JoinRequest& request) {
     return absl::InvalidArgumentError("a joining host must give its address");
   }
   join.settings.insert(request.settings().begin(), request.settings().end());
+  join.stage_link_port = request.stage_link_port();
+  if (join.stage_link_port < 0 || join.stage_link_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage_link_port ", join.stage_link_port, " is not a TCP port"));
+  }
   return join;
 }
 
@@ -83,6 +91,7 @@ rendezvous::JoinResponse WritePlan(const JoinProgress& progress) {
   for (int host : progress.waiting_for) response.add_waiting_for(host);
   if (!plan.has_value()) return response;
   response.set_job_id(plan->job_id);
+  response.set_stage_link_secret(plan->stage_link_secret);
   for (const HostShare& host : plan->hosts) {
     rendezvous::HostShare* share = response.add_hosts();
     share->set_address(host.address);
@@ -90,6 +99,7 @@ rendezvous::JoinResponse WritePlan(const JoinProgress& progress) {
     share->set_num_workers(host.num_workers);
     share->set_first_server(host.first_server);
     share->set_num_servers(host.num_servers);
+    share->set_stage_link_port(host.stage_link_port);
   }
   return response;
 }
@@ -102,16 +112,23 @@ absl::StatusOr<JoinProgress> ReadPlan(
   if (!response.complete()) return progress;
   JobPlan plan;
   plan.job_id = response.job_id();
+  plan.stage_link_secret = response.stage_link_secret();
   if (response.hosts_size() < 1 || response.hosts_size() > kMaxHosts) {
     return absl::InvalidArgumentError(
         absl::StrCat("a job plan of ", response.hosts_size(), " hosts"));
   }
   for (const rendezvous::HostShare& share : response.hosts()) {
     if (share.first_rank() < 0 || share.num_workers() < 0 ||
-        share.first_server() < 0 || share.num_servers() < 0) {
+        share.first_server() < 0 || share.num_servers() < 0 ||
+        share.stage_link_port() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("host ", plan.hosts.size(),
-                       "'s share has a negative rank, shard or count"));
+                       "'s share has a negative rank, shard, count or port"));
+    }
+    if (share.stage_link_port() > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("host ", plan.hosts.size(), "'s stage_link_port ",
+                       share.stage_link_port(), " is not a TCP port"));
     }
     HostShare host;
     host.address = share.address();
@@ -119,6 +136,7 @@ absl::StatusOr<JoinProgress> ReadPlan(
     host.num_workers = share.num_workers();
     host.first_server = share.first_server();
     host.num_servers = share.num_servers();
+    host.stage_link_port = share.stage_link_port();
     plan.hosts.push_back(std::move(host));
   }
   progress.plan = std::move(plan);

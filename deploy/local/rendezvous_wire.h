@@ -23,6 +23,8 @@ struct HostJoin {
   std::string address;
   // The job-defining flags' text, by name; every host must give the same.
   std::map<std::string, std::string> settings;
+  // The port this host reserved for a stage link to the next host; 0: none.
+  int stage_link_port = 0;
 
   bool operator==(const HostJoin& other) const;
 };
@@ -31,6 +33,8 @@ struct HostJoin {
 struct JobPlan {
   std::string job_id;
   std::vector<HostShare> hosts;  // By host index.
+  // Admits the stage links between hosts; empty: none (stage_links.h).
+  std::string stage_link_secret;
 
   bool operator==(const JobPlan& other) const;
 };

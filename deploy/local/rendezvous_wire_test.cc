@@ -18,6 +18,7 @@ TEST(RendezvousWireTest, JoinRoundTrips) {
   join.num_hosts = 3;
   join.address = "10.0.0.3";
   join.settings = {{"epochs", "2"}, {"mode", "sync"}};
+  join.stage_link_port = 41234;
   absl::StatusOr<HostJoin> read = ReadJoin(WriteJoin(join));
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(*read, join);
@@ -38,6 +39,10 @@ TEST(RendezvousWireTest, JoinReaderRefusesWhatNoLauncherSends) {
   join.address = "";
   EXPECT_THAT(ReadJoin(WriteJoin(join)).status().message(),
               HasSubstr("address"));
+  join.address = "a";
+  join.stage_link_port = 70000;
+  EXPECT_THAT(ReadJoin(WriteJoin(join)).status().message(),
+              HasSubstr("stage_link_port 70000"));
 }
 
 TEST(RendezvousWireTest, PlanRoundTripsAndIncompleteStaysEmpty) {
@@ -51,7 +56,9 @@ TEST(RendezvousWireTest, PlanRoundTripsAndIncompleteStaysEmpty) {
   b.first_rank = 0;
   b.num_workers = 2;
   b.first_server = 1;
+  b.stage_link_port = 41234;
   plan.hosts = {a, b};
+  plan.stage_link_secret = "0123456789abcdef0123456789abcdef";
   absl::StatusOr<JoinProgress> read = ReadPlan(WritePlan({plan, {}}));
   ASSERT_TRUE(read.ok()) << read.status();
   ASSERT_TRUE(read->plan.has_value());
@@ -65,6 +72,10 @@ TEST(RendezvousWireTest, PlanRoundTripsAndIncompleteStaysEmpty) {
   rendezvous::JoinResponse negative = WritePlan({plan, {}});
   negative.mutable_hosts(1)->set_num_workers(-1);
   EXPECT_FALSE(ReadPlan(negative).ok());
+  rendezvous::JoinResponse no_port = WritePlan({plan, {}});
+  no_port.mutable_hosts(1)->set_stage_link_port(65536);
+  EXPECT_THAT(ReadPlan(no_port).status().message(),
+              HasSubstr("stage_link_port 65536"));
 }
 
 TEST(RendezvousWireTest, ReportAndStatusRoundTrip) {

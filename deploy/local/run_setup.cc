@@ -131,6 +131,13 @@ absl::Status RunSetup::Begin(const LaunchConfig& config, absl::Time now) {
     // Each stage's server group checkpoints in a folder of its own.
     const int groups = ServerGroups(config);
     for (int stage = 0; stage < groups; ++stage) {
+      // On one host of several, only the groups whose servers run here.
+      const int group_first = stage * config.num_servers;
+      if (groups > 1 && config.host_servers >= 0 &&
+          (group_first + config.num_servers <= config.first_server ||
+           group_first >= config.first_server + config.host_servers)) {
+        continue;
+      }
       const std::string dir =
           groups == 1 ? config.checkpoint_dir
                       : StageCheckpointDir(config.checkpoint_dir, stage);

@@ -56,6 +56,13 @@ std::unique_ptr<Subprocess> StartHostLauncher(const TestHosts& hosts, int host,
   return StartOnHost(hosts, host, std::move(argv));
 }
 
+std::unique_ptr<Subprocess> StartHostLaunch(const TestHosts& hosts, int host,
+                                            std::vector<std::string> flags) {
+  std::vector<std::string> argv = LaunchArgv(hosts, host, 0);
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return StartOnHost(hosts, host, std::move(argv));
+}
+
 std::unique_ptr<Subprocess> ContinueHostLauncher(
     const TestHosts& hosts, int host, int host_index, int rendezvous_host,
     const std::string& how, const std::string& run_dir,

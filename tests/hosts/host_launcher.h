@@ -23,6 +23,12 @@ std::unique_ptr<Subprocess> StartHostLauncher(const TestHosts& hosts, int host,
                                               const std::string& run_dir,
                                               std::vector<std::string> extra);
 
+// Starts, on test host `host`, its `launch` as host `host` of `hosts` (the
+// rendezvous on host 0) with our binaries and only `flags` besides: a job
+// of the test's own.
+std::unique_ptr<Subprocess> StartHostLaunch(const TestHosts& hosts, int host,
+                                            std::vector<std::string> flags);
+
 // Starts, on test host `host`, `launch --resume=run_dir` (or --extend, as
 // `how` says) of that host's run, as host `host_index` of `hosts` (its own
 // index unless a test moves the hosts) with the rendezvous on test host

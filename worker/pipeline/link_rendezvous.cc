@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -14,6 +16,9 @@
 #include "absl/time/clock.h"
 #include "common/fingerprint.h"
 #include "common/local_socket.h"
+#include "common/tcp_frames.h"
+#include "grpcpp/support/status.h"
+#include "worker/pipeline/link_routes.h"
 
 namespace ps::worker::pipeline {
 namespace {
@@ -26,16 +31,57 @@ std::string Hello(uint64_t job_key, int replica, int stage) {
   return absl::StrFormat("%016x replica %d stage %d", job_key, replica, stage);
 }
 
-// The downstream side: says who it is, waits for the welcome.
+// The longest refusal a listener sends over TCP.
+constexpr size_t kMaxRefusalBytes = 4096;
+
+// The downstream side: says who it is, waits for the welcome. Over TCP a
+// listener that refuses says why (PermissionDenied).
 absl::Status Introduce(LocalSocket& socket, const std::string& hello) {
   socket.Queue(FrameType::kHello, hello);
   if (absl::Status s = socket.Flush(); !s.ok()) return s;
   Frame frame;
-  if (absl::Status s = socket.ReadFrame(0, &frame); !s.ok()) return s;
+  if (absl::Status s = socket.ReadFrame(kMaxRefusalBytes, &frame); !s.ok()) {
+    return s;
+  }
+  if (frame.type == FrameType::kStatus) {
+    absl::StatusOr<grpc::Status> refusal = DecodeStatusPayload(frame.payload);
+    return absl::PermissionDeniedError(
+        absl::StrCat("the previous stage refused this one: ",
+                     refusal.ok() ? refusal->error_message() : "(unreadable)"));
+  }
   if (frame.type != FrameType::kWelcome) {
     return absl::DataLossError("the listener did not welcome this stage");
   }
   return absl::OkStatus();
+}
+
+// Over TCP: admits the next stage by its hello (link_routes.h), and tells
+// a peer it refuses why, so that a stage given a wrong secret or started
+// on a host of another byte order fails at once, saying so.
+absl::Status AdmitTcp(LocalSocket& socket, const std::string& identity,
+                      const std::string& secret) {
+  if (absl::Status s = socket.SetIdleTimeout(kHelloTimeout); !s.ok()) return s;
+  Frame frame;
+  if (absl::Status s = socket.ReadFrame(MaxTcpHelloBytes(identity), &frame);
+      !s.ok()) {
+    return s;
+  }
+  absl::Status admitted =
+      frame.type != FrameType::kHello
+          ? absl::PermissionDeniedError("no hello")
+          : CheckTcpHello(absl::string_view(reinterpret_cast<const char*>(
+                                                frame.payload.begin()),
+                                            frame.payload.size()),
+                          identity, secret);
+  if (!admitted.ok()) {
+    socket.Queue(FrameType::kStatus, EncodeStatusPayload(grpc::Status(
+                                         grpc::StatusCode::PERMISSION_DENIED,
+                                         std::string(admitted.message()))));
+    (void)socket.Flush();
+    return admitted;
+  }
+  socket.Queue(FrameType::kWelcome, "");
+  return socket.Flush();
 }
 
 // The upstream side: admits a process of this user that says `hello`.
@@ -61,42 +107,93 @@ absl::Status Admit(LocalSocket& socket, const std::string& hello) {
   return socket.Flush();
 }
 
+// Listens for the next stage: at the same-host socket's name, or over TCP
+// at `routes.listen`.
 absl::StatusOr<std::unique_ptr<LocalListener>> ListenUntil(
-    const std::string& name, absl::Time deadline) {
+    const std::string& name, const LinkRoutes& routes, absl::Time deadline) {
+  std::optional<LinkAddress> tcp;
+  if (!routes.listen.empty()) {
+    absl::StatusOr<LinkAddress> address =
+        ParseLinkAddress("stage_link_listen", routes.listen);
+    if (!address.ok()) return address.status();
+    tcp = *address;
+  }
   while (true) {
     absl::StatusOr<std::unique_ptr<LocalListener>> listener =
-        LocalListener::Listen(name);
-    // A worker of this place in an earlier run may still hold the name
-    // while it exits.
-    if (listener.ok() || !absl::IsFailedPrecondition(listener.status()) ||
-        absl::Now() > deadline) {
+        absl::UnknownError("");
+    if (tcp.has_value()) {
+      absl::StatusOr<TcpFrameListener> bound =
+          ListenTcpFrames(tcp->host, tcp->port);
+      listener =
+          bound.ok()
+              ? std::move(bound->listener)
+              : absl::StatusOr<std::unique_ptr<LocalListener>>(bound.status());
+    } else {
+      listener = LocalListener::Listen(name);
+    }
+    // A worker of this place in an earlier run may still hold the name or
+    // port while it exits.
+    if (listener.ok() || !absl::IsFailedPrecondition(listener.status())) {
       return listener;
+    }
+    if (absl::Now() > deadline) {
+      if (!tcp.has_value()) return listener;
+      // The launcher reserved the port and let it go before this worker
+      // started; another process may have taken it in between.
+      return absl::FailedPreconditionError(absl::StrCat(
+          listener.status().message(),
+          ": the port the launcher reserved for this stage's link "
+          "(--stage_link_listen) is taken by another process; start the "
+          "job again"));
     }
     absl::SleepFor(kRetryPause);
   }
 }
 
+// One attempt to reach the previous stage, within `timeout`.
+absl::StatusOr<std::unique_ptr<LocalSocket>> DialPrevious(
+    const std::string& name, const std::optional<LinkAddress>& tcp,
+    absl::Duration timeout) {
+  if (!tcp.has_value()) return LocalSocket::Connect(name);
+  return ConnectTcpFrames(tcp->host, tcp->port, timeout);
+}
+
 absl::StatusOr<std::unique_ptr<StageLink>> ConnectPrevious(
-    const PipelinePlace& place, uint64_t job_key, absl::Time deadline,
-    absl::Duration timeout, absl::Duration idle_timeout) {
+    const PipelinePlace& place, uint64_t job_key, const LinkRoutes& routes,
+    absl::Time deadline, absl::Duration timeout, absl::Duration idle_timeout) {
   const LinkPeer peer{place.stage - 1, place.RankOf(place.stage - 1)};
   const std::string name =
       LinkSocketName(job_key, place.replica, place.stage - 1);
+  std::optional<LinkAddress> tcp;
+  std::string hello = Hello(job_key, place.replica, place.stage);
+  if (!routes.previous.empty()) {
+    absl::StatusOr<LinkAddress> address =
+        ParseLinkAddress("stage_link_previous", routes.previous);
+    if (!address.ok()) return address.status();
+    tcp = *address;
+    hello = TcpHello(hello, routes.secret);
+  }
   absl::Status last;
   while (absl::Now() <= deadline) {
     absl::StatusOr<std::unique_ptr<LocalSocket>> socket =
-        LocalSocket::Connect(name);
+        DialPrevious(name, tcp,
+                     std::clamp(deadline - absl::Now(), absl::Milliseconds(1),
+                                kHelloTimeout));
     if (socket.ok()) {
       // The predecessor welcomes it once its own predecessor is linked.
       last = (*socket)->SetIdleTimeout(timeout);
-      if (last.ok()) {
-        last = Introduce(**socket, Hello(job_key, place.replica, place.stage));
-      }
+      if (last.ok()) last = Introduce(**socket, hello);
       if (last.ok()) {
         if (absl::Status s = (*socket)->SetIdleTimeout(idle_timeout); !s.ok()) {
           return s;
         }
         return std::make_unique<StageLink>(*std::move(socket), peer);
+      }
+      // A refusal will not change: the secret or the host is wrong.
+      if (absl::IsPermissionDenied(last)) {
+        return absl::PermissionDeniedError(
+            absl::StrFormat("%s of replica %d at %s: %s", peer.ToString(),
+                            place.replica, routes.previous, last.message()));
       }
     } else {
       last = socket.status();
@@ -104,15 +201,19 @@ absl::StatusOr<std::unique_ptr<StageLink>> ConnectPrevious(
     absl::SleepFor(kRetryPause);
   }
   return absl::DeadlineExceededError(absl::StrFormat(
-      "%s of replica %d did not take this stage's link within %s (it runs on "
-      "another host, or did not start): %s",
+      "%s of replica %d did not take this stage's link within %s (%s): %s",
       peer.ToString(), place.replica, absl::FormatDuration(timeout),
+      tcp.has_value() ? absl::StrCat("over TCP at ", routes.previous,
+                                     ", --stage_link_previous")
+                      : "on this host: it runs on another host, or did not "
+                        "start",
       last.message()));
 }
 
 absl::StatusOr<std::unique_ptr<StageLink>> AcceptNext(
-    const PipelinePlace& place, uint64_t job_key, LocalListener& listener,
-    absl::Time deadline, absl::Duration timeout, absl::Duration idle_timeout) {
+    const PipelinePlace& place, uint64_t job_key, const LinkRoutes& routes,
+    LocalListener& listener, absl::Time deadline, absl::Duration timeout,
+    absl::Duration idle_timeout) {
   const LinkPeer peer{place.stage + 1, place.RankOf(place.stage + 1)};
   const std::string hello = Hello(job_key, place.replica, place.stage + 1);
   absl::Notification done;
@@ -125,13 +226,18 @@ absl::StatusOr<std::unique_ptr<StageLink>> AcceptNext(
     absl::StatusOr<std::unique_ptr<LocalSocket>> socket = listener.Accept();
     if (!socket.ok()) {
       link = absl::DeadlineExceededError(absl::StrFormat(
-          "%s of replica %d did not connect within %s: %s", peer.ToString(),
+          "%s of replica %d did not connect within %s%s: %s", peer.ToString(),
           place.replica, absl::FormatDuration(timeout),
+          routes.listen.empty() ? ""
+                                : absl::StrCat(" over TCP to ", routes.listen,
+                                               " (--stage_link_listen)"),
           socket.status().message()));
       break;
     }
-    if (Admit(**socket, hello).ok() &&
-        (*socket)->SetIdleTimeout(idle_timeout).ok()) {
+    const absl::Status admitted = (*socket)->is_tcp()
+                                      ? AdmitTcp(**socket, hello, routes.secret)
+                                      : Admit(**socket, hello);
+    if (admitted.ok() && (*socket)->SetIdleTimeout(idle_timeout).ok()) {
       link = std::make_unique<StageLink>(*std::move(socket), peer);
       break;
     }
@@ -155,25 +261,26 @@ std::string LinkSocketName(uint64_t job_key, int replica, int stage) {
 absl::StatusOr<Neighbours> ConnectNeighbours(const PipelinePlace& place,
                                              uint64_t job_key,
                                              absl::Duration timeout,
-                                             absl::Duration idle_timeout) {
+                                             absl::Duration idle_timeout,
+                                             const LinkRoutes& routes) {
   const absl::Time deadline = absl::Now() + timeout;
   std::unique_ptr<LocalListener> listener;
   if (!place.last()) {
     absl::StatusOr<std::unique_ptr<LocalListener>> listening = ListenUntil(
-        LinkSocketName(job_key, place.replica, place.stage), deadline);
+        LinkSocketName(job_key, place.replica, place.stage), routes, deadline);
     if (!listening.ok()) return listening.status();
     listener = *std::move(listening);
   }
   Neighbours neighbours;
   if (!place.first()) {
-    absl::StatusOr<std::unique_ptr<StageLink>> previous =
-        ConnectPrevious(place, job_key, deadline, timeout, idle_timeout);
+    absl::StatusOr<std::unique_ptr<StageLink>> previous = ConnectPrevious(
+        place, job_key, routes, deadline, timeout, idle_timeout);
     if (!previous.ok()) return previous.status();
     neighbours.previous = *std::move(previous);
   }
   if (listener != nullptr) {
-    absl::StatusOr<std::unique_ptr<StageLink>> next =
-        AcceptNext(place, job_key, *listener, deadline, timeout, idle_timeout);
+    absl::StatusOr<std::unique_ptr<StageLink>> next = AcceptNext(
+        place, job_key, routes, *listener, deadline, timeout, idle_timeout);
     if (!next.ok()) return next.status();
     neighbours.next = *std::move(next);
   }

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "worker/pipeline/link_routes.h"
 #include "worker/pipeline/pipeline_place.h"
 #include "worker/pipeline/stage_link.h"
 
@@ -28,20 +29,31 @@ uint64_t JobKey(absl::string_view job_id, absl::string_view servers);
 // `job_key` waits for stage + 1 (common/local_socket.h).
 std::string LinkSocketName(uint64_t job_key, int replica, int stage);
 
-// Connects a worker to its neighbours, which must run on the same host:
-// the workers learn each other's places from their ranks (the launcher's,
-// or a scheduler's), so each stage but the last listens at its
-// LinkSocketName and each stage but the first connects to its
-// predecessor's, retrying until `timeout` while the predecessor starts.
-// The listener admits only a process of this user that says it is the next
-// stage of the same replica and job. Every link then fails a read or write
-// that waits longer than `idle_timeout` for its peer (a peer that dies
-// closes its end at once; this is for one that hangs).
-// DeadlineExceeded naming the neighbour that did not come in time.
+// Connects a worker to its neighbours. On one host the workers learn each
+// other's places from their ranks (the launcher's, or a scheduler's), so
+// each stage but the last listens at its LinkSocketName and each stage but
+// the first connects to its predecessor's, retrying until `timeout` while
+// the predecessor starts. The listener admits only a process of this user
+// that says it is the next stage of the same replica and job.
+//
+// A neighbour on another host is reached over TCP where `routes` says
+// (link_routes.h; the launcher reserves the ports): the stage listens at
+// routes.listen, or connects to routes.previous, and the listener admits
+// only a hello that names the next stage, carries the job's secret and
+// this host's byte order, and tells a peer it refuses why (the connecting
+// stage then fails at once, PermissionDenied). A port still taken at
+// `timeout` (another process took it after the launcher let it go) is
+// FailedPrecondition naming it.
+//
+// Every link then fails a read or write that waits longer than
+// `idle_timeout` for its peer (a peer that dies closes its end at once;
+// this is for one that hangs). DeadlineExceeded naming the neighbour that
+// did not come in time.
 absl::StatusOr<Neighbours> ConnectNeighbours(const PipelinePlace& place,
                                              uint64_t job_key,
                                              absl::Duration timeout,
-                                             absl::Duration idle_timeout);
+                                             absl::Duration idle_timeout,
+                                             const LinkRoutes& routes = {});
 
 }  // namespace ps::worker::pipeline
 

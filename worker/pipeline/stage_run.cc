@@ -33,6 +33,11 @@ absl::StatusOr<MemoryFlags> MemoryFlagsOf(const WorkerConfig& config) {
   return flags;
 }
 
+LinkRoutes RoutesOf(const WorkerConfig& config) {
+  return {config.stage_link_listen, config.stage_link_previous,
+          config.stage_link_secret};
+}
+
 }  // namespace
 
 absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank) {
@@ -58,10 +63,14 @@ absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank) {
       !s.ok()) {
     return s;
   }
+  const LinkRoutes routes = RoutesOf(config);
   if (config.pipeline_stages == 1) {
-    if (config.micro_batches != 1) {
+    if (config.micro_batches != 1 || routes.any_tcp()) {
       return absl::InvalidArgumentError(
-          "--micro_batches needs --pipeline_stages above 1");
+          absl::StrCat(config.micro_batches != 1 ? "--micro_batches"
+                                                 : "--stage_link_listen and "
+                                                   "--stage_link_previous",
+                       " need --pipeline_stages above 1"));
     }
     return absl::OkStatus();
   }
@@ -70,9 +79,10 @@ absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank) {
         absl::StrCat("--pipeline_stages needs parameter servers, not ",
                      config.local ? "--local" : "--mode=allreduce"));
   }
-  return PipelinePlace::FromRank(rank, config.num_workers,
-                                 config.pipeline_stages)
-      .status();
+  absl::StatusOr<PipelinePlace> place =
+      PipelinePlace::FromRank(rank, config.num_workers, config.pipeline_stages);
+  if (!place.ok()) return place.status();
+  return CheckLinkRoutes(routes, *place, !config.tls_ca.empty());
 }
 
 absl::Status CheckWorkerMemory(const WorkerConfig& config,
@@ -151,7 +161,8 @@ absl::StatusOr<std::unique_ptr<StageRun>> StageRun::Create(
 absl::Status StageRun::ConnectNeighbours(const WorkerConfig& config) {
   absl::StatusOr<Neighbours> neighbours = pipeline::ConnectNeighbours(
       place_, JobKey(config.job_id, config.servers + config.server_pattern),
-      config.retry_timeout, std::max(config.retry_timeout, kLinkIdleTimeout));
+      config.retry_timeout, std::max(config.retry_timeout, kLinkIdleTimeout),
+      RoutesOf(config));
   if (!neighbours.ok()) return neighbours.status();
   neighbours_ = *std::move(neighbours);
   return absl::OkStatus();

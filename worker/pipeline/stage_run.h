@@ -29,8 +29,10 @@ namespace ps::worker::pipeline {
 // the flag at fault (InvalidArgument): --pipeline_stages at least 1 and
 // dividing --num_workers, --micro_batches in [1, --batch_size] and dividing
 // it (every micro-batch of a full batch the same size), a known
-// --pipeline_schedule and --stage_split, and servers to
-// hold the stages' parameters (not --local, not --mode=allreduce).
+// --pipeline_schedule and --stage_split, servers to
+// hold the stages' parameters (not --local, not --mode=allreduce), and the
+// links to stages on other hosts (CheckLinkRoutes: --stage_link_listen,
+// --stage_link_previous, $PS_STAGE_LINK_SECRET, not with TLS).
 absl::Status CheckPipelineConfig(const WorkerConfig& config, int rank);
 
 // Refuses (InvalidArgument, memory_budget.h) a job whose workers would

@@ -55,6 +55,20 @@ TEST(CheckPipelineConfigTest, EachBadValueNamesItsFlag) {
   EXPECT_NE(Error(local).find("--local"), std::string::npos);
 }
 
+TEST(CheckPipelineConfigTest, StageLinksAcrossHostsAreCheckedWithTheStages) {
+  WorkerConfig config = Pipelined(2, 2, 1);
+  config.stage_link_listen = "10.0.0.1:4000";
+  config.stage_link_secret = "0123456789abcdef0123456789abcdef";
+  EXPECT_EQ(Error(config, 0), "");
+  EXPECT_NE(Error(config, 1).find("--stage_link_listen"), std::string::npos);
+  config.tls_ca = "ca.pem";
+  EXPECT_NE(Error(config, 0).find("TLS"), std::string::npos);
+  WorkerConfig unsplit = Pipelined(1, 2, 1);
+  unsplit.stage_link_previous = "10.0.0.1:4000";
+  EXPECT_NE(Error(unsplit).find("need --pipeline_stages above 1"),
+            std::string::npos);
+}
+
 TEST(CheckPipelineConfigTest, EachStagesGroupMayRunAnyServerMode) {
   for (const char* mode : {"sync", "ssp", "async"}) {
     WorkerConfig config = Pipelined(2, 2, 1);
