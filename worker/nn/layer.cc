@@ -171,19 +171,7 @@ class ConvLayer final : public BufferedLayer {
   }
 
   kernels::Conv2dShape Shape(int batch) const {
-    kernels::Conv2dShape s;
-    s.batch = batch;
-    s.in_channels = static_cast<int>(input_shape().channels);
-    s.in_height = static_cast<int>(input_shape().height);
-    s.in_width = static_cast<int>(input_shape().width);
-    s.out_channels = config().units;
-    s.kernel_height = config().kernel_height;
-    s.kernel_width = config().kernel_width;
-    s.stride_height = config().stride_height;
-    s.stride_width = config().stride_width;
-    s.pad_height = config().pad_height;
-    s.pad_width = config().pad_width;
-    return s;
+    return ConvShape(config(), input_shape(), batch);
   }
 };
 

@@ -39,18 +39,7 @@ absl::StatusOr<ActivationShape> OutputShape(const LayerConfig& layer,
             layer.kernel_height, layer.kernel_width, in.height, in.width,
             layer.pad_height, layer.pad_width));
       }
-      kernels::Conv2dShape s;
-      s.batch = 1;
-      s.in_channels = static_cast<int>(in.channels);
-      s.in_height = static_cast<int>(in.height);
-      s.in_width = static_cast<int>(in.width);
-      s.out_channels = layer.units;
-      s.kernel_height = layer.kernel_height;
-      s.kernel_width = layer.kernel_width;
-      s.stride_height = layer.stride_height;
-      s.stride_width = layer.stride_width;
-      s.pad_height = layer.pad_height;
-      s.pad_width = layer.pad_width;
+      const kernels::Conv2dShape s = ConvShape(layer, in, /*batch=*/1);
       if (absl::Status st = kernels::CheckConv2dShape("conv", s); !st.ok()) {
         return st;
       }
@@ -214,6 +203,23 @@ bool ValidShape(const ActivationShape& shape) {
 }
 
 }  // namespace
+
+kernels::Conv2dShape ConvShape(const LayerConfig& layer,
+                               const ActivationShape& input, int batch) {
+  kernels::Conv2dShape s;
+  s.batch = batch;
+  s.in_channels = static_cast<int>(input.channels);
+  s.in_height = static_cast<int>(input.height);
+  s.in_width = static_cast<int>(input.width);
+  s.out_channels = layer.units;
+  s.kernel_height = layer.kernel_height;
+  s.kernel_width = layer.kernel_width;
+  s.stride_height = layer.stride_height;
+  s.stride_width = layer.stride_width;
+  s.pad_height = layer.pad_height;
+  s.pad_width = layer.pad_width;
+  return s;
+}
 
 absl::StatusOr<ActivationShape> LayerOutputShape(const LayerConfig& layer,
                                                  const ActivationShape& input) {

@@ -53,6 +53,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/model_spec.h"
+#include "kernels/backend.h"
 
 namespace ps::worker::nn {
 
@@ -162,6 +163,11 @@ class ModelDescription {
 // dense layer on images, ...): the per-layer check of ModelDescription.
 absl::StatusOr<ActivationShape> LayerOutputShape(const LayerConfig& layer,
                                                  const ActivationShape& input);
+
+// The convolution a kConv `layer` applies to `batch` examples of `input`
+// (unchecked: LayerOutputShape says whether it is valid).
+kernels::Conv2dShape ConvShape(const LayerConfig& layer,
+                               const ActivationShape& input, int batch);
 
 }  // namespace ps::worker::nn
 

@@ -42,19 +42,8 @@ int64_t ConvScratch(const nn::ModelDescription& description,
     if (layer.kind != nn::LayerKind::kConv) continue;
     const nn::ActivationShape& in =
         l == 0 ? description.input() : description.output_shapes()[l - 1];
-    kernels::Conv2dShape shape;
-    shape.batch = rows;
-    shape.in_channels = static_cast<int>(in.channels);
-    shape.in_height = static_cast<int>(in.height);
-    shape.in_width = static_cast<int>(in.width);
-    shape.out_channels = layer.units;
-    shape.kernel_height = layer.kernel_height;
-    shape.kernel_width = layer.kernel_width;
-    shape.stride_height = layer.stride_height;
-    shape.stride_width = layer.stride_width;
-    shape.pad_height = layer.pad_height;
-    shape.pad_width = layer.pad_width;
-    most = std::max(most, backend.ConvScratchBytes(shape));
+    most = std::max(most,
+                    backend.ConvScratchBytes(nn::ConvShape(layer, in, rows)));
   }
   return most;
 }
