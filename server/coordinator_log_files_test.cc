@@ -51,7 +51,9 @@ TEST_F(CoordinatorLogTest, ReplaysAcrossFilesEachStepOnce) {
   const update::ShardCheckpoint at0 = *a.coordinator->SnapshotForCheckpoint();
   for (uint64_t step = 0; step < 6; ++step) {
     ASSERT_TRUE(a.coordinator->Commit(VariedPush(*a.store, 1, step)).ok());
-    if (step == 3) ASSERT_TRUE(a.coordinator->SnapshotForCheckpoint().ok());
+    if (step == 3) {
+      ASSERT_TRUE(a.coordinator->SnapshotForCheckpoint().ok());
+    }
     ASSERT_TRUE(a.coordinator->Commit(VariedPush(*a.store, 0, step)).ok());
   }
   EXPECT_EQ(Steps(Records(0)), (std::vector<uint64_t>{0, 1, 2}));

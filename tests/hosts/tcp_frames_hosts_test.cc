@@ -74,7 +74,9 @@ void RunJob(const TestHosts& hosts, std::optional<int> tcp_data_port,
                      std::move(server_flags), kTimeout);
   ASSERT_TRUE(started.ok()) << started.status();
   HostJob& job = **started;
-  if (before_workers) ASSERT_NO_FATAL_FAILURE(before_workers(job));
+  if (before_workers) {
+    ASSERT_NO_FATAL_FAILURE(before_workers(job));
+  }
   for (int rank : {0, 1}) {
     std::vector<std::string> flags = {
         "--batch_size=32", "--epochs=1", "--max_steps=40", "--mode=sync",
