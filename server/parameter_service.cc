@@ -175,6 +175,18 @@ absl::StatusOr<DeclaredShard*> ParameterService::Admit(
   return shard;
 }
 
+absl::StatusOr<uint64_t> ParameterService::AwaitRecordingBlockers(
+    const UpdateCoordinator& coordinator, uint64_t step,
+    absl::FunctionRef<absl::StatusOr<uint64_t>()> wait) {
+  const std::vector<int> blocking = stats_.exports_metrics()
+                                        ? coordinator.RanksBlocking(step)
+                                        : std::vector<int>();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<uint64_t> version = wait();
+  stats_.RecordWaitFor(blocking, absl::Now() - start);
+  return version;
+}
+
 absl::StatusOr<uint64_t> ParameterService::ServePull(
     const proto::PullRequest& request, ByteStream& stream, absl::Duration* wait,
     uint64_t* bytes) {
@@ -209,13 +221,12 @@ absl::StatusOr<uint64_t> ParameterService::ServePull(
           : std::min(request.max_chunk_elements(), options_.max_chunk_elements);
   const absl::Time start = absl::Now();
   auto cancelled = [&stream] { return stream.IsCancelled(); };
-  const std::vector<int> blocking =
-      stats_.exports_metrics() ? coordinator.RanksBlocking(request.clock())
-                               : std::vector<int>();
-  absl::StatusOr<uint64_t> version = coordinator.AwaitPull(
-      request.header().worker_rank(), request.header().incarnation(),
-      request.clock(), cancelled);
-  stats_.RecordWaitFor(blocking, absl::Now() - start);
+  absl::StatusOr<uint64_t> version =
+      AwaitRecordingBlockers(coordinator, request.clock(), [&] {
+        return coordinator.AwaitPull(request.header().worker_rank(),
+                                     request.header().incarnation(),
+                                     request.clock(), cancelled);
+      });
   if (version.ok() && request.after_others_finish()) {
     version = coordinator.AwaitOthersFinished(request.header().worker_rank(),
                                               request.header().incarnation(),

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
@@ -158,6 +159,12 @@ class ParameterService final
   absl::StatusOr<uint64_t> ServePull(const proto::PullRequest& request,
                                      ByteStream& stream, absl::Duration* wait,
                                      uint64_t* bytes);
+  // Runs `wait`, which blocks until the consistency model lets step `step`
+  // be served, and adds the time it took to each rank that held that step
+  // up as it began (ps_server_wait_for_rank_seconds_total).
+  absl::StatusOr<uint64_t> AwaitRecordingBlockers(
+      const UpdateCoordinator& coordinator, uint64_t step,
+      absl::FunctionRef<absl::StatusOr<uint64_t>()> wait);
   // Which call a push stream came on: Push, or the push half of PushPull
   // (whose worker took the weights it computed on with its previous call).
   enum class PushCall { kPush, kPushPull };

@@ -135,8 +135,11 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
     // rank takes part in it with weight 0), and a sync push waits, as the
     // pull did, for its step to be the one collected.
     absl::StatusOr<uint64_t> clock_reached =
-        coordinator.AwaitPull(staged->rank, staged->incarnation, staged->step,
-                              [&stream] { return stream.IsCancelled(); });
+        AwaitRecordingBlockers(coordinator, staged->step, [&] {
+          return coordinator.AwaitPull(
+              staged->rank, staged->incarnation, staged->step,
+              [&stream] { return stream.IsCancelled(); });
+        });
     if (!clock_reached.ok()) return clock_reached.status();
   }
   const int rank = staged->rank;
@@ -149,8 +152,12 @@ absl::StatusOr<uint64_t> ParameterService::StageAndCommit(
   // A sync push is logged only as its step's mean: it is acknowledged once
   // the step is applied and logged, so that no acknowledged push is lost
   // with a killed shard (a PushPull's pull would wait for that anyway).
-  return coordinator.AwaitStepApplied(
-      rank, incarnation, step, [&stream] { return stream.IsCancelled(); });
+  // That wait is for the ranks the pull of the next step would wait for.
+  if (!coordinator.AcksAppliedSteps()) return version;
+  return AwaitRecordingBlockers(coordinator, step + 1, [&] {
+    return coordinator.AwaitStepApplied(
+        rank, incarnation, step, [&stream] { return stream.IsCancelled(); });
+  });
 }
 
 grpc::Status ParameterService::PushBytes(ByteStream& stream) {

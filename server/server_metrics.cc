@@ -258,8 +258,8 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry,
       wait_for_rank_(
           prometheus::BuildCounter()
               .Name("ps_server_wait_for_rank_seconds_total")
-              .Help("Seconds pulls waited while this rank was one they "
-                    "waited for.")
+              .Help("Seconds pulls, and sync pushes awaiting their step, "
+                    "waited while this rank was one they waited for.")
               .Register(*registry_)),
       worker_restarts_(prometheus::BuildCounter()
                            .Name("ps_server_worker_restarts_total")

@@ -34,7 +34,8 @@ namespace ps::server {
 //   ps_server_pull_wait_seconds     histogram: the part of a served pull
 //                                   spent waiting for the consistency model
 //   ps_server_wait_for_rank_seconds_total{rank}
-//                                   pull waiting while `rank` held it up
+//                                   a pull, or a sync push awaiting its
+//                                   step, waiting while `rank` held it up
 //   ps_server_refused_total{call, reason}
 //                                   refused pushes and pulls, by status code
 //   ps_server_worker_restarts_total{rank}

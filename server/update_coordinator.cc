@@ -191,12 +191,16 @@ absl::StatusOr<uint64_t> UpdateCoordinator::ApplyLoggedStep(
   return version_;
 }
 
+bool UpdateCoordinator::AcksAppliedSteps() const {
+  // Without a log nothing is kept past a kill anyway: a push is
+  // acknowledged once taken.
+  return policy_->CollectsSteps() && LogsUpdates();
+}
+
 absl::StatusOr<uint64_t> UpdateCoordinator::AwaitStepApplied(
     int rank, uint64_t incarnation, uint64_t step,
     absl::FunctionRef<bool()> cancelled) {
-  // Without a log nothing is kept past a kill anyway: a push is
-  // acknowledged once taken, as before.
-  if (!policy_->CollectsSteps() || !LogsUpdates()) return version();
+  if (!AcksAppliedSteps()) return version();
   return WaitAsRank(
       rank, incarnation,
       [this, step]()

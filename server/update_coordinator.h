@@ -113,6 +113,9 @@ class UpdateCoordinator {
   absl::StatusOr<uint64_t> AwaitStepApplied(
       int rank, uint64_t incarnation, uint64_t step,
       absl::FunctionRef<bool()> cancelled);
+  // Whether AwaitStepApplied waits (sync with an update log): a push is
+  // then acknowledged only once its step was applied.
+  bool AcksAppliedSteps() const;
 
   // Blocks until `rank`'s pull for step `step` may be answered and returns
   // the version then. Cancelled once `cancelled()` (polled, called without any

@@ -2,7 +2,8 @@
 // (the server; worker 0 behind the slow link; worker 1) at 100 Mbit/s,
 // worker 0's at 10 Mbit/s. Each mode does what it promises with a slow
 // worker, and the server's metrics name it: sync waits for it at every step
-// (ps_server_wait_for_rank_seconds_total{rank="0"}), ssp lets the fast
+// (ps_server_wait_for_rank_seconds_total{rank="0"}: the fast worker's push
+// is acknowledged once its step is applied), ssp lets the fast
 // worker run ahead by the staleness bound and no further, async leaves it
 // behind (ps_server_rank_next_step{rank="0"} below the fast worker's).
 // The server is scraped while the fast worker trains; the bound each mode
@@ -52,8 +53,8 @@ constexpr char kModel[] = "784-64-10";
 struct Seen {
   // The fast worker's next step minus the slow one's, at each scrape.
   std::vector<double> leads;
-  // At the last scrape: seconds pulls had waited for each rank (0 where
-  // there is no series).
+  // At the last scrape: seconds pulls and pushes had waited for each rank
+  // (0 where there is no series).
   double waited_for_slow = 0;
   double waited_for_fast = 0;
   update::ShardCheckpoint last;
@@ -122,7 +123,7 @@ class SlowLinkTest : public ::testing::Test {
     seen->last = *std::move(last);
     std::printf(
         "%s: the fast worker led the slow one by at most %.0f steps (%zu "
-        "scrapes); pulls waited %.2f s for the slow worker, %.2f s for the "
+        "scrapes); calls waited %.2f s for the slow worker, %.2f s for the "
         "fast one; final version %llu\n",
         mode.c_str(), seen->max_lead(), seen->leads.size(),
         seen->waited_for_slow, seen->waited_for_fast,
