@@ -213,16 +213,7 @@ class PoolLayer final : public BufferedLayer {
   bool is_max() const { return config().kind == LayerKind::kMaxPool; }
 
   kernels::Pool2dShape Shape(int batch) const {
-    kernels::Pool2dShape s;
-    s.batch = batch;
-    s.channels = static_cast<int>(input_shape().channels);
-    s.in_height = static_cast<int>(input_shape().height);
-    s.in_width = static_cast<int>(input_shape().width);
-    s.window_height = config().kernel_height;
-    s.window_width = config().kernel_width;
-    s.stride_height = config().stride_height;
-    s.stride_width = config().stride_width;
-    return s;
+    return PoolShape(config(), input_shape(), batch);
   }
 
   BufferPtr argmax_;  // Max pooling only.

@@ -57,15 +57,7 @@ absl::StatusOr<ActivationShape> OutputShape(const LayerConfig& layer,
             "the %dx%d window is larger than its %dx%d input",
             layer.kernel_height, layer.kernel_width, in.height, in.width));
       }
-      kernels::Pool2dShape s;
-      s.batch = 1;
-      s.channels = static_cast<int>(in.channels);
-      s.in_height = static_cast<int>(in.height);
-      s.in_width = static_cast<int>(in.width);
-      s.window_height = layer.kernel_height;
-      s.window_width = layer.kernel_width;
-      s.stride_height = layer.stride_height;
-      s.stride_width = layer.stride_width;
+      const kernels::Pool2dShape s = PoolShape(layer, in, 1);
       if (absl::Status st = kernels::CheckPool2dShape("pool", s); !st.ok()) {
         return st;
       }
@@ -218,6 +210,20 @@ kernels::Conv2dShape ConvShape(const LayerConfig& layer,
   s.stride_width = layer.stride_width;
   s.pad_height = layer.pad_height;
   s.pad_width = layer.pad_width;
+  return s;
+}
+
+kernels::Pool2dShape PoolShape(const LayerConfig& layer,
+                               const ActivationShape& input, int batch) {
+  kernels::Pool2dShape s;
+  s.batch = batch;
+  s.channels = static_cast<int>(input.channels);
+  s.in_height = static_cast<int>(input.height);
+  s.in_width = static_cast<int>(input.width);
+  s.window_height = layer.kernel_height;
+  s.window_width = layer.kernel_width;
+  s.stride_height = layer.stride_height;
+  s.stride_width = layer.stride_width;
   return s;
 }
 

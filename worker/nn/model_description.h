@@ -168,6 +168,9 @@ absl::StatusOr<ActivationShape> LayerOutputShape(const LayerConfig& layer,
 // (unchecked: LayerOutputShape says whether it is valid).
 kernels::Conv2dShape ConvShape(const LayerConfig& layer,
                                const ActivationShape& input, int batch);
+// The pooling a kMaxPool or kAvgPool `layer` applies, likewise.
+kernels::Pool2dShape PoolShape(const LayerConfig& layer,
+                               const ActivationShape& input, int batch);
 
 }  // namespace ps::worker::nn
 
