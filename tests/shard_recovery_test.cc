@@ -2,8 +2,8 @@
 // acknowledged update (issue 32): it replays its update log after its
 // checkpoint. On the real binaries: a sync job of the main job's model ends
 // with a model byte for byte the undisturbed job's, whether the shard died
-// mid-run or halfway through writing a checkpoint; in async mode, with many
-// clients pushing a constant power-of-two gradient, every weight ends at
+// mid-run or halfway through writing a checkpoint; in async and ssp mode, with
+// many clients pushing a constant power-of-two gradient, every weight ends at
 // exactly initial - lr * (acknowledged pushes) * g. Both with two shards
 // killed at once and with a worker killed with a shard. What the servers
 // counted is read from their --report_file (server/shard_report.h).
@@ -289,18 +289,28 @@ enum class AsyncFault {
   kClientAndShard,
 };
 
-class AsyncRecoveryTest : public ::testing::TestWithParam<AsyncFault> {};
+// The mode and the fault. ssp logs and replays each push as async does;
+// these clients pull only once, after their last push, so its bound on
+// staleness holds none of them back before then.
+struct AsyncCase {
+  const char* mode;
+  AsyncFault fault;
+};
+
+class AsyncRecoveryTest : public ::testing::TestWithParam<AsyncCase> {};
 
 TEST_P(AsyncRecoveryTest, EveryAcknowledgedPushIsInTheWeightsExactlyOnce) {
-  const AsyncFault fault = GetParam();
-  const std::string name = absl::StrCat("async", static_cast<int>(fault));
+  const AsyncFault fault = GetParam().fault;
+  const std::string name =
+      absl::StrCat(GetParam().mode, static_cast<int>(fault));
   const std::string dir = TempPath(absl::StrCat(name, "_checkpoints"));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   for (int s = 0; s < 2; ++s) std::filesystem::remove(ReportPath(name, s));
   LaunchConfig config = SmallJob();
   config.num_workers = kClients;
-  config.mode = "async";
+  config.mode = GetParam().mode;
+  if (config.mode == "ssp") config.staleness = 4;
   config.optimizer = "sgd";
   config.learning_rate = kLearningRate;
   config.extra_server_flags = {absl::StrCat("--checkpoint_dir=", dir),
@@ -389,18 +399,21 @@ TEST_P(AsyncRecoveryTest, EveryAcknowledgedPushIsInTheWeightsExactlyOnce) {
 
 INSTANTIATE_TEST_SUITE_P(
     Faults, AsyncRecoveryTest,
-    ::testing::Values(AsyncFault::kOneShard, AsyncFault::kBothShards,
-                      AsyncFault::kClientAndShard),
-    [](const ::testing::TestParamInfo<AsyncFault>& info) -> std::string {
-      switch (info.param) {
+    ::testing::Values(AsyncCase{"async", AsyncFault::kOneShard},
+                      AsyncCase{"async", AsyncFault::kBothShards},
+                      AsyncCase{"async", AsyncFault::kClientAndShard},
+                      AsyncCase{"ssp", AsyncFault::kOneShard}),
+    [](const ::testing::TestParamInfo<AsyncCase>& info) -> std::string {
+      const std::string mode = info.param.mode;
+      switch (info.param.fault) {
         case AsyncFault::kOneShard:
-          return "OneShard";
+          return mode + "OneShard";
         case AsyncFault::kBothShards:
-          return "BothShards";
+          return mode + "BothShards";
         case AsyncFault::kClientAndShard:
-          return "AClientAndAShard";
+          return mode + "AClientAndAShard";
       }
-      return "Unknown";
+      return mode + "Unknown";
     });
 
 }  // namespace
